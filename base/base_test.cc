@@ -1,0 +1,129 @@
+// Tests of base/: status macros, errno mapping, log levels, clocks.
+#include <cerrno>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "base/clock.h"
+#include "base/errno_status.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "gtest/gtest.h"
+
+namespace netfold {
+namespace {
+
+int g_calls = 0;
+
+absl::StatusOr<int> Half(int x) {
+  ++g_calls;
+  if (x % 2 != 0) return absl::InvalidArgumentError("odd");
+  return x / 2;
+}
+
+absl::Status Check(bool ok) {
+  ++g_calls;
+  return ok ? absl::OkStatus() : absl::FailedPreconditionError("nope");
+}
+
+absl::StatusOr<int> Quarter(int x) {
+  NETFOLD_ASSIGN_OR_RETURN(int h, Half(x));
+  NETFOLD_ASSIGN_OR_RETURN(int q, Half(h));
+  return q;
+}
+
+absl::Status Both(bool a, bool b) {
+  NETFOLD_RETURN_IF_ERROR(Check(a));
+  NETFOLD_RETURN_IF_ERROR(Check(b));
+  return absl::OkStatus();
+}
+
+TEST(StatusMacros, AssignOrReturnPropagatesAndEvaluatesOnce) {
+  g_calls = 0;
+  EXPECT_EQ(*Quarter(8), 2);
+  EXPECT_EQ(g_calls, 2);
+  g_calls = 0;
+  absl::StatusOr<int> r = Quarter(6);  // 6 -> 3 -> odd
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(g_calls, 2);
+}
+
+TEST(StatusMacros, ReturnIfErrorStopsAtFirstError) {
+  g_calls = 0;
+  EXPECT_TRUE(Both(true, true).ok());
+  EXPECT_EQ(g_calls, 2);
+  g_calls = 0;
+  EXPECT_EQ(Both(false, true).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(g_calls, 1);
+}
+
+TEST(StatusMacros, ReturnIfErrorAcceptsStatusOr) {
+  auto f = [](int x) -> absl::Status {
+    NETFOLD_RETURN_IF_ERROR(Half(x));
+    return absl::OkStatus();
+  };
+  EXPECT_TRUE(f(2).ok());
+  EXPECT_FALSE(f(3).ok());
+}
+
+TEST(ErrnoStatus, MapsCodesAndKeepsContext) {
+  EXPECT_TRUE(ErrnoToStatus(0, "x").ok());
+  absl::Status s = ErrnoToStatus(EADDRINUSE, "bind 127.0.0.1:4791");
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(s.message().find("bind 127.0.0.1:4791"), std::string::npos);
+  EXPECT_NE(s.message().find("errno"), std::string::npos);
+  EXPECT_EQ(ErrnoToStatus(EINVAL, "").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ErrnoToStatus(ETIMEDOUT, "").code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_EQ(ErrnoToStatus(ENOMEM, "").code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ErrnoToStatus(EPERM, "").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(ErrnoToStatus(12345, "").code(), absl::StatusCode::kUnknown);
+}
+
+TEST(Log, ParsesLevels) {
+  EXPECT_EQ(ParseLogLevel("ERROR"), LogLevel::kError);
+  EXPECT_EQ(ParseLogLevel("warn"), LogLevel::kWarning);
+  EXPECT_EQ(ParseLogLevel("Info"), LogLevel::kInfo);
+  EXPECT_EQ(ParseLogLevel("3"), LogLevel::kDebug);
+  EXPECT_EQ(ParseLogLevel("trace"), LogLevel::kTrace);
+  EXPECT_EQ(ParseLogLevel("verbose"), std::nullopt);
+  EXPECT_EQ(ParseLogLevel(""), std::nullopt);
+}
+
+TEST(Log, ThresholdFiltersWithoutEvaluatingArguments) {
+  LogLevel saved = GetLogLevel();
+  SetLogLevel(LogLevel::kError);
+  int evaluated = 0;
+  auto touch = [&] { return ++evaluated; };
+  NETFOLD_LOG(kDebug) << touch();
+  EXPECT_EQ(evaluated, 0);
+  testing::internal::CaptureStderr();
+  NETFOLD_LOG(kError) << "boom " << touch();
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(evaluated, 1);
+  EXPECT_NE(out.find("boom 1"), std::string::npos);
+  EXPECT_EQ(out.back(), '\n');
+  SetLogLevel(saved);
+}
+
+TEST(Clock, RealClockIsMonotonic) {
+  absl::Duration a = RealClock().Now();
+  absl::Duration b = RealClock().Now();
+  EXPECT_LE(a, b);
+}
+
+TEST(Clock, FakeClockAndDeadline) {
+  FakeClock clock(absl::Seconds(10));
+  Deadline d(clock, absl::Milliseconds(100));
+  EXPECT_FALSE(d.Expired());
+  EXPECT_EQ(d.Remaining(), absl::Milliseconds(100));
+  clock.Advance(absl::Milliseconds(60));
+  EXPECT_EQ(d.Remaining(), absl::Milliseconds(40));
+  clock.Advance(-absl::Seconds(5));  // ignored: time never goes back
+  EXPECT_EQ(clock.Now(), absl::Seconds(10) + absl::Milliseconds(60));
+  clock.Advance(absl::Milliseconds(40));
+  EXPECT_TRUE(d.Expired());
+  EXPECT_EQ(d.Remaining(), absl::ZeroDuration());
+}
+
+}  // namespace
+}  // namespace netfold
