@@ -1,0 +1,131 @@
+// Packet buffers and the fixed-size pool they come from.
+//
+//   PacketPool pool({.num_buffers = 1024, .buffer_size = 4200});
+//   PacketBuffer* p = pool.Alloc();          // nullptr when exhausted
+//   std::memcpy(p->data(), bytes, n); p->set_len(n);
+//   ...
+//   PacketPool::Free(p);                      // back to its own pool
+//
+// A PacketBuffer holds one UDP payload (for RoCEv2: BTH onwards) with
+// headroom in front for backends that prepend Ethernet/IPv4/UDP headers in
+// place. All memory is allocated once when the pool is built; nothing is
+// allocated per packet. Every buffer is owned by exactly one party at a time:
+// the pool, a port, an impairment stage, a queue pair, or the caller that
+// holds the pointer; whoever holds it frees it or hands it on.
+//
+// Thread-safety: a pool and its buffers belong to one thread (the data-plane
+// loop that owns them). Not thread-safe.
+#ifndef NETFOLD_TRANSPORT_PACKET_POOL_H_
+#define NETFOLD_TRANSPORT_PACKET_POOL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "transport/ipv4_endpoint.h"
+
+namespace netfold::transport {
+
+class PacketPool;
+
+class PacketBuffer {
+ public:
+  uint8_t* data() { return data_; }
+  const uint8_t* data() const { return data_; }
+  uint32_t len() const { return len_; }
+  uint32_t capacity() const { return capacity_; }
+  // Sets the payload length; `n` must be <= capacity() (checked).
+  void set_len(uint32_t n);
+  std::span<uint8_t> bytes() { return {data_, len_}; }
+  std::span<const uint8_t> bytes() const { return {data_, len_}; }
+  // Bytes available in front of data() for headers a backend prepends.
+  uint8_t* headroom_start() { return data_ - headroom_; }
+  uint32_t headroom() const { return headroom_; }
+
+  // For a received packet: `src` is the sender, `dst` the address it was sent
+  // to (the local endpoint or a multicast group). For a packet to send: `dst`
+  // is where it goes; the port fills `src`.
+  Ipv4Endpoint src;
+  Ipv4Endpoint dst;
+  // When the packet may leave an impairment stage (delay); nanoseconds on the
+  // stage's clock. Free for other uses outside a stage.
+  int64_t due_ns = 0;
+
+  PacketPool* pool() const { return pool_; }
+
+ private:
+  friend class PacketPool;
+  uint8_t* data_ = nullptr;
+  uint32_t len_ = 0;
+  uint32_t capacity_ = 0;
+  uint32_t headroom_ = 0;
+  PacketPool* pool_ = nullptr;
+  bool in_pool_ = true;
+};
+
+struct PacketPoolConfig {
+  uint32_t num_buffers = 1024;
+  uint32_t buffer_size = 4096 + 256;  // a 4096-byte MTU payload plus headers
+  uint32_t headroom = 64;             // room for Ethernet + IPv4 + UDP
+};
+
+class PacketPool {
+ public:
+  explicit PacketPool(const PacketPoolConfig& config);
+  PacketPool(const PacketPool&) = delete;
+  PacketPool& operator=(const PacketPool&) = delete;
+  ~PacketPool();
+
+  // A buffer with len() 0 and cleared addresses, or nullptr if every buffer is
+  // in use (counted in num_alloc_failures()).
+  PacketBuffer* Alloc();
+  // Fills `out` with up to out.size() buffers; returns how many.
+  size_t AllocBurst(std::span<PacketBuffer*> out);
+  // Returns `p` to the pool it came from. nullptr is ignored. Freeing a buffer
+  // twice is a broken invariant and aborts.
+  static void Free(PacketBuffer* p);
+  static void FreeBurst(std::span<PacketBuffer* const> packets);
+
+  uint32_t buffer_size() const { return config_.buffer_size; }
+  uint32_t num_buffers() const { return config_.num_buffers; }
+  uint32_t num_free() const { return static_cast<uint32_t>(free_.size()); }
+  uint32_t num_in_use() const { return num_buffers() - num_free(); }
+  uint64_t num_alloc_failures() const { return alloc_failures_; }
+
+ private:
+  void Release(PacketBuffer* p);
+
+  PacketPoolConfig config_;
+  std::unique_ptr<uint8_t[]> memory_;
+  std::vector<PacketBuffer> buffers_;
+  std::vector<PacketBuffer*> free_;
+  uint64_t alloc_failures_ = 0;
+};
+
+// Frees every buffer it holds when it goes out of scope, so that early
+// returns cannot leak buffers.
+class PacketBatch {
+ public:
+  PacketBatch() = default;
+  PacketBatch(const PacketBatch&) = delete;
+  PacketBatch& operator=(const PacketBatch&) = delete;
+  ~PacketBatch() { Clear(); }
+  void Push(PacketBuffer* p) { packets_.push_back(p); }
+  std::span<PacketBuffer*> span() { return packets_; }
+  size_t size() const { return packets_.size(); }
+  bool empty() const { return packets_.empty(); }
+  PacketBuffer* operator[](size_t i) const { return packets_[i]; }
+  // Forgets the first `n` buffers (someone else took them) and keeps the rest.
+  void Consume(size_t n);
+  // Frees every buffer still held.
+  void Clear();
+
+ private:
+  std::vector<PacketBuffer*> packets_;
+};
+
+}  // namespace netfold::transport
+
+#endif  // NETFOLD_TRANSPORT_PACKET_POOL_H_

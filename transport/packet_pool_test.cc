@@ -1,0 +1,86 @@
+#include "transport/packet_pool.h"
+
+#include <cstdint>
+#include <set>
+
+#include "gtest/gtest.h"
+
+namespace netfold::transport {
+namespace {
+
+TEST(PacketPool, AllocatesEveryBufferOnceThenFails) {
+  PacketPool pool({.num_buffers = 4, .buffer_size = 100, .headroom = 32});
+  std::set<PacketBuffer*> seen;
+  PacketBuffer* bufs[4];
+  for (auto& b : bufs) {
+    b = pool.Alloc();
+    ASSERT_NE(b, nullptr);
+    EXPECT_TRUE(seen.insert(b).second);
+    EXPECT_EQ(b->len(), 0u);
+    EXPECT_EQ(b->capacity(), 100u);
+    EXPECT_EQ(b->headroom(), 32u);
+    EXPECT_EQ(b->headroom_start() + 32, b->data());
+    EXPECT_EQ(b->pool(), &pool);
+  }
+  EXPECT_EQ(pool.Alloc(), nullptr);
+  EXPECT_EQ(pool.num_alloc_failures(), 1u);
+  EXPECT_EQ(pool.num_in_use(), 4u);
+  PacketPool::FreeBurst(bufs);
+  EXPECT_EQ(pool.num_free(), 4u);
+}
+
+TEST(PacketPool, BuffersDoNotOverlap) {
+  PacketPool pool({.num_buffers = 8, .buffer_size = 77, .headroom = 16});
+  PacketBuffer* bufs[8];
+  ASSERT_EQ(pool.AllocBurst(bufs), 8u);
+  for (int i = 0; i < 8; ++i) {
+    for (uint32_t j = 0; j < 77; ++j) bufs[i]->data()[j] = static_cast<uint8_t>(i);
+    bufs[i]->set_len(77);
+  }
+  for (int i = 0; i < 8; ++i) {
+    for (uint8_t byte : bufs[i]->bytes()) ASSERT_EQ(byte, i);
+    // Cache-line aligned headroom start.
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(bufs[i]->headroom_start()) % 64, 0u);
+  }
+  PacketPool::FreeBurst(bufs);
+}
+
+TEST(PacketPool, ReusedBufferIsReset) {
+  PacketPool pool({.num_buffers = 1, .buffer_size = 10});
+  PacketBuffer* p = pool.Alloc();
+  p->set_len(5);
+  p->dst = {1, 2};
+  p->due_ns = 7;
+  PacketPool::Free(p);
+  p = pool.Alloc();
+  EXPECT_EQ(p->len(), 0u);
+  EXPECT_EQ(p->dst, (Ipv4Endpoint{}));
+  EXPECT_EQ(p->due_ns, 0);
+  PacketPool::Free(p);
+}
+
+TEST(PacketPoolDeathTest, DoubleFreeAndOverlongLengthAbort) {
+  PacketPool pool({.num_buffers = 2, .buffer_size = 10});
+  PacketBuffer* p = pool.Alloc();
+  EXPECT_DEATH(p->set_len(11), "beyond capacity");
+  PacketPool::Free(p);
+  EXPECT_DEATH(PacketPool::Free(p), "freed twice");
+}
+
+TEST(PacketBatch, FreesWhatItStillHolds) {
+  PacketPool pool({.num_buffers = 3, .buffer_size = 10});
+  {
+    PacketBatch batch;
+    batch.Push(pool.Alloc());
+    batch.Push(pool.Alloc());
+    batch.Push(pool.Alloc());
+    PacketBuffer* taken = batch[0];
+    batch.Consume(1);  // someone took the first one
+    EXPECT_EQ(batch.size(), 2u);
+    PacketPool::Free(taken);
+  }
+  EXPECT_EQ(pool.num_free(), 3u);
+}
+
+}  // namespace
+}  // namespace netfold::transport

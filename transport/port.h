@@ -1,0 +1,77 @@
+// The I/O backend interface: a port moves bursts of packet buffers between
+// the network and the data plane. Kernel UDP sockets (udp_port.h), an
+// in-process pair for tests (memory_port.h), link impairment
+// (impaired_port.h) and, later, DPDK implement it.
+//
+//   PacketBuffer* rx[32];
+//   size_t n = port.RecvBurst(rx, absl::Milliseconds(10));
+//   ... handle rx[0..n) ...
+//   size_t sent = port.SendBurst(tx);            // port owns tx[0..sent)
+//   PacketPool::FreeBurst(tx.subspan(sent));     // the rest is still ours
+//
+// Contract (the same for every backend):
+// - RecvBurst fills out[0..n) with received packets, waiting up to `timeout`
+//   for the first one (zero: do not wait). The caller owns the returned
+//   buffers. Returning 0 means nothing arrived before the timeout (or no
+//   buffer was free: counted in rx_no_buffer); it is never an error.
+//   Each packet's `src` is the sender and `dst` the local or multicast
+//   address it was sent to; data() starts at the UDP payload.
+// - SendBurst sends packets[0..n) in order, each to its `dst`, and returns how
+//   many it took (a prefix). The port owns and frees the packets it took;
+//   the caller still owns the rest and retries or frees them. It does not
+//   block waiting for the network.
+// - A port, its pool and its buffers belong to one thread (the loop that
+//   polls it). Counters may be read from any thread (relaxed atomics).
+#ifndef NETFOLD_TRANSPORT_PORT_H_
+#define NETFOLD_TRANSPORT_PORT_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "transport/ipv4_endpoint.h"
+#include "transport/packet_pool.h"
+
+namespace netfold::transport {
+
+// Plain counters, atomics so that an admin thread can read them while the
+// data plane runs.
+struct PortCounters {
+  std::atomic<uint64_t> rx_packets{0};
+  std::atomic<uint64_t> rx_bytes{0};
+  std::atomic<uint64_t> tx_packets{0};
+  std::atomic<uint64_t> tx_bytes{0};
+  std::atomic<uint64_t> rx_no_buffer{0};  // pool empty when a packet could be read
+  std::atomic<uint64_t> rx_truncated{0};  // datagram larger than a buffer
+  std::atomic<uint64_t> rx_errors{0};     // socket errors on receive
+  std::atomic<uint64_t> tx_errors{0};     // packets refused by the network (not retried)
+
+  void Add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+};
+
+class Port {
+ public:
+  virtual ~Port() = default;
+
+  virtual size_t RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) = 0;
+  virtual size_t SendBurst(std::span<PacketBuffer* const> packets) = 0;
+
+  // Starts/stops receiving datagrams sent to multicast `group` (its ip and
+  // port). Joining twice or leaving a group not joined is an error
+  // (AlreadyExists / NotFound).
+  virtual absl::Status JoinMulticast(const Ipv4Endpoint& group) = 0;
+  virtual absl::Status LeaveMulticast(const Ipv4Endpoint& group) = 0;
+
+  // The unicast address packets to this port are sent to.
+  virtual Ipv4Endpoint local() const = 0;
+  // The pool RecvBurst takes buffers from; senders may allocate from it too.
+  virtual PacketPool& pool() = 0;
+  virtual const PortCounters& counters() const = 0;
+};
+
+}  // namespace netfold::transport
+
+#endif  // NETFOLD_TRANSPORT_PORT_H_

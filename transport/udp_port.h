@@ -1,0 +1,75 @@
+// The kernel-socket backend: a Port over IPv4 UDP sockets.
+//
+//   absl::StatusOr<std::unique_ptr<UdpPort>> port =
+//       UdpPort::Create({.local = *ParseIpv4Endpoint("127.0.0.1:0")});
+//   (*port)->local();  // the bound address, with the kernel-chosen port
+//
+// One unicast socket bound to `local` (port 0 picks a free port), plus one
+// socket per joined multicast group, bound to the group's address and port
+// with SO_REUSEADDR and IP_MULTICAST_ALL off, so that several ports on one
+// machine receive the same group and nothing else. Bursts use
+// recvmmsg/sendmmsg. RecvBurst blocks in epoll_wait up to its timeout by
+// default; with `busy_poll` it spins on non-blocking reads instead (opt-in:
+// it burns a core). Multicast is sent from the unicast socket with
+// IP_MULTICAST_IF set to the local address, loopback on, TTL `multicast_ttl`.
+//
+// Thread-safety: as for every Port, one thread polls it; counters() may be
+// read from anywhere.
+#ifndef NETFOLD_TRANSPORT_UDP_PORT_H_
+#define NETFOLD_TRANSPORT_UDP_PORT_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transport/port.h"
+
+namespace netfold::transport {
+
+struct UdpPortConfig {
+  Ipv4Endpoint local{0x7f000001, kDefaultRocePort};
+  PacketPoolConfig pool;
+  bool busy_poll = false;
+  int multicast_ttl = 1;
+  // Socket buffer sizes; large by default so bursts are not dropped by the
+  // kernel (as root, beyond net.core.rmem_max).
+  int socket_buffer_bytes = 4 << 20;
+};
+
+class UdpPort : public Port {
+ public:
+  static absl::StatusOr<std::unique_ptr<UdpPort>> Create(const UdpPortConfig& config);
+  ~UdpPort() override;
+
+  size_t RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) override;
+  size_t SendBurst(std::span<PacketBuffer* const> packets) override;
+  absl::Status JoinMulticast(const Ipv4Endpoint& group) override;
+  absl::Status LeaveMulticast(const Ipv4Endpoint& group) override;
+  Ipv4Endpoint local() const override { return local_; }
+  PacketPool& pool() override { return pool_; }
+  const PortCounters& counters() const override { return counters_; }
+
+ private:
+  struct Socket {
+    int fd = -1;
+    Ipv4Endpoint bound;  // the address datagrams on this socket were sent to
+  };
+
+  explicit UdpPort(const UdpPortConfig& config);
+  absl::Status Open();
+  // Non-blocking read of up to out.size() datagrams from `s`.
+  size_t ReadSocket(const Socket& s, std::span<PacketBuffer*> out);
+  size_t ReadAll(std::span<PacketBuffer*> out);
+
+  UdpPortConfig config_;
+  PacketPool pool_;
+  PortCounters counters_;
+  Ipv4Endpoint local_;
+  int epoll_fd_ = -1;
+  std::vector<Socket> sockets_;  // [0] is the unicast socket
+  size_t next_socket_ = 0;       // round robin among sockets with data
+};
+
+}  // namespace netfold::transport
+
+#endif  // NETFOLD_TRANSPORT_UDP_PORT_H_

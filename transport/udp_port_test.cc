@@ -1,0 +1,202 @@
+// UdpPort over real sockets on loopback: unicast bursts, multicast to several
+// receivers, timeouts, truncation, busy polling.
+#include "transport/udp_port.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "base/clock.h"
+#include "gtest/gtest.h"
+
+namespace netfold::transport {
+namespace {
+
+constexpr uint32_t kLoopback = 0x7f000001;
+
+std::unique_ptr<UdpPort> MakePort(UdpPortConfig config = {}) {
+  config.local = {kLoopback, 0};
+  auto port = UdpPort::Create(config);
+  EXPECT_TRUE(port.ok()) << port.status();
+  return port.ok() ? std::move(*port) : nullptr;
+}
+
+PacketBuffer* Packet(Port& port, const Ipv4Endpoint& dst, uint32_t tag, uint32_t len = 64) {
+  PacketBuffer* p = port.pool().Alloc();
+  std::memset(p->data(), 0x5a, len);
+  std::memcpy(p->data(), &tag, 4);
+  p->set_len(len);
+  p->dst = dst;
+  return p;
+}
+
+uint32_t Tag(const PacketBuffer* p) {
+  uint32_t t;
+  std::memcpy(&t, p->data(), 4);
+  return t;
+}
+
+// Receives until `n` packets arrived or 5 s passed; returns their tags.
+std::vector<uint32_t> RecvTags(Port& port, size_t n, std::vector<Ipv4Endpoint>* dsts = nullptr) {
+  std::vector<uint32_t> tags;
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  PacketBuffer* rx[32];
+  while (tags.size() < n && !deadline.Expired()) {
+    size_t got = port.RecvBurst(rx, absl::Milliseconds(50));
+    for (size_t i = 0; i < got; ++i) {
+      tags.push_back(Tag(rx[i]));
+      if (dsts) dsts->push_back(rx[i]->dst);
+    }
+    PacketPool::FreeBurst({rx, got});
+  }
+  return tags;
+}
+
+TEST(UdpPort, BindsAFreePortAndRejectsMulticastLocal) {
+  auto a = MakePort();
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->local().ip, kLoopback);
+  EXPECT_NE(a->local().port, 0);
+  UdpPortConfig bad;
+  bad.local = {0xe0000001, 0};
+  EXPECT_EQ(UdpPort::Create(bad).status().code(), absl::StatusCode::kInvalidArgument);
+  // The same address twice is refused with a clear error.
+  UdpPortConfig same;
+  same.local = a->local();
+  auto dup = UdpPort::Create(same);
+  EXPECT_EQ(dup.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(dup.status().message().find("bind"), std::string_view::npos);
+}
+
+TEST(UdpPort, UnicastBurstsArriveInOrder) {
+  auto a = MakePort();
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  std::vector<PacketBuffer*> tx;
+  for (uint32_t i = 0; i < 200; ++i) tx.push_back(Packet(*a, b->local(), i));
+  size_t sent = 0;
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  while (sent < tx.size() && !deadline.Expired()) {
+    sent += a->SendBurst(std::span<PacketBuffer* const>(tx).subspan(sent));
+  }
+  ASSERT_EQ(sent, 200u);
+  auto tags = RecvTags(*b, 200);
+  ASSERT_EQ(tags.size(), 200u);
+  for (uint32_t i = 0; i < 200; ++i) EXPECT_EQ(tags[i], i);
+  EXPECT_EQ(a->counters().tx_packets, 200u);
+  EXPECT_EQ(b->counters().rx_packets, 200u);
+  EXPECT_EQ(b->counters().rx_bytes, 200u * 64);
+  EXPECT_EQ(a->pool().num_in_use(), 0u);
+  EXPECT_EQ(b->pool().num_in_use(), 0u);
+}
+
+TEST(UdpPort, ReceiveTimesOutWithoutTraffic) {
+  auto a = MakePort();
+  ASSERT_NE(a, nullptr);
+  PacketBuffer* rx[4];
+  absl::Time start = absl::Now();
+  EXPECT_EQ(a->RecvBurst(rx, absl::Milliseconds(30)), 0u);
+  absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(29));
+  EXPECT_LT(took, absl::Seconds(2));
+  EXPECT_EQ(a->RecvBurst(rx, absl::ZeroDuration()), 0u);
+}
+
+TEST(UdpPort, MulticastReachesEveryMemberAndOnlyMembers) {
+  // A group address unlikely to collide with a parallel test run.
+  const Ipv4Endpoint group{0xef4e0000u | static_cast<uint32_t>(getpid() & 0xffff), 0};
+  auto sender = MakePort();
+  ASSERT_NE(sender, nullptr);
+  // Use the sender's port number for the group so it is free on this host.
+  const Ipv4Endpoint g{group.ip, sender->local().port};
+  std::vector<std::unique_ptr<UdpPort>> members;
+  for (int i = 0; i < 4; ++i) {
+    members.push_back(MakePort());
+    ASSERT_NE(members.back(), nullptr);
+    absl::Status s = members.back()->JoinMulticast(g);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  auto outsider = MakePort();
+  ASSERT_NE(outsider, nullptr);
+  EXPECT_EQ(members[0]->JoinMulticast(g).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(members[0]->JoinMulticast({kLoopback, 1}).code(), absl::StatusCode::kInvalidArgument);
+
+  for (uint32_t i = 0; i < 10; ++i) {
+    PacketBuffer* p = Packet(*sender, g, i);
+    ASSERT_EQ(sender->SendBurst({&p, 1}), 1u);
+  }
+  for (auto& m : members) {
+    std::vector<Ipv4Endpoint> dsts;
+    auto tags = RecvTags(*m, 10, &dsts);
+    ASSERT_EQ(tags.size(), 10u);
+    for (uint32_t i = 0; i < 10; ++i) EXPECT_EQ(tags[i], i);
+    for (auto& d : dsts) EXPECT_EQ(d, g);
+  }
+  PacketBuffer* rx[4];
+  EXPECT_EQ(outsider->RecvBurst(rx, absl::Milliseconds(20)), 0u);
+
+  ASSERT_TRUE(members[1]->LeaveMulticast(g).ok());
+  EXPECT_EQ(members[1]->LeaveMulticast(g).code(), absl::StatusCode::kNotFound);
+  PacketBuffer* p = Packet(*sender, g, 99);
+  sender->SendBurst({&p, 1});
+  EXPECT_EQ(RecvTags(*members[0], 1), std::vector<uint32_t>{99});
+  EXPECT_EQ(members[1]->RecvBurst(rx, absl::Milliseconds(20)), 0u);
+}
+
+TEST(UdpPort, OversizedDatagramIsCountedAsTruncated) {
+  UdpPortConfig small;
+  small.pool.buffer_size = 128;
+  auto a = MakePort(small);
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  PacketBuffer* big = Packet(*b, a->local(), 1, 1000);
+  PacketBuffer* ok = Packet(*b, a->local(), 2, 100);
+  PacketBuffer* tx[2] = {big, ok};
+  ASSERT_EQ(b->SendBurst(tx), 2u);
+  auto tags = RecvTags(*a, 1);
+  EXPECT_EQ(tags, std::vector<uint32_t>{2});
+  EXPECT_EQ(a->counters().rx_truncated, 1u);
+}
+
+TEST(UdpPort, BusyPollingReceives) {
+  UdpPortConfig config;
+  config.busy_poll = true;
+  auto a = MakePort(config);
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  PacketBuffer* rx[4];
+  EXPECT_EQ(a->RecvBurst(rx, absl::Milliseconds(5)), 0u);
+  PacketBuffer* p = Packet(*b, a->local(), 42);
+  b->SendBurst({&p, 1});
+  EXPECT_EQ(RecvTags(*a, 1), std::vector<uint32_t>{42});
+}
+
+TEST(UdpPort, EmptyPoolLeavesDatagramsQueued) {
+  UdpPortConfig tiny;
+  tiny.pool.num_buffers = 2;
+  auto a = MakePort(tiny);
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  for (uint32_t i = 0; i < 4; ++i) {
+    PacketBuffer* p = Packet(*b, a->local(), i);
+    b->SendBurst({&p, 1});
+  }
+  PacketBuffer* held[2];
+  ASSERT_EQ(RecvTags(*a, 0).size(), 0u);
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  size_t got = 0;
+  while (got < 2 && !deadline.Expired()) got += a->RecvBurst({held + got, 2 - got}, absl::Milliseconds(50));
+  ASSERT_EQ(got, 2u);
+  PacketBuffer* more[2];
+  EXPECT_EQ(a->RecvBurst(more, absl::ZeroDuration()), 0u);
+  EXPECT_GE(a->counters().rx_no_buffer, 1u);
+  PacketPool::FreeBurst(held);
+  EXPECT_EQ(RecvTags(*a, 2), (std::vector<uint32_t>{2, 3}));
+}
+
+}  // namespace
+}  // namespace netfold::transport
