@@ -1,0 +1,579 @@
+#include "transport/rc_queue_pair.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "proto/psn.h"
+
+namespace netfold::transport {
+
+using proto::BthOpcode;
+using proto::PsnAdd;
+using proto::PsnDiff;
+using proto::PsnLess;
+using proto::PsnLessEq;
+
+namespace {
+
+bool IsValidMtu(uint32_t mtu) {
+  return mtu == 256 || mtu == 512 || mtu == 1024 || mtu == 2048 || mtu == 4096;
+}
+
+bool IsValidRemoteQpn(uint32_t qpn) {
+  return qpn >= kFirstAssignableQpn && qpn < kMulticastQpn;
+}
+
+}  // namespace
+
+RcQueuePair::RcQueuePair(uint32_t qpn, const RcQpConfig& config, const Clock& clock)
+    : qpn_(qpn), config_(config), clock_(clock) {
+  rq_.resize(std::max<uint32_t>(config_.max_recv_queue, 1));
+  wqe_storage_.reserve(config_.max_send_queue);
+}
+
+RcQueuePair::~RcQueuePair() = default;
+
+uint32_t RcQueuePair::num_outstanding() const {
+  return static_cast<uint32_t>(PsnDiff(max_sent_psn_, una_psn_));
+}
+
+absl::Status RcQueuePair::Modify(QpState target, const RcQpAttributes& attrs) {
+  if (target == QpState::kError) {
+    if (state_ != QpState::kError) {
+      EnterError(absl::CancelledError("QP moved to ERROR by its owner"));
+    }
+    return absl::OkStatus();
+  }
+  if (target == QpState::kReset) {
+    for (SendWqe* w : sq_) free_wqes_.push_back(w);
+    sq_.clear();
+    completions_.clear();
+    rq_head_ = rq_count_ = 0;
+    in_message_ = nak_outstanding_ = ack_pending_ = false;
+    pending_nak_.reset();
+    nak_pending_ = false;
+    fatal_after_nak_ = absl::OkStatus();
+    retransmit_at_ns_ = rnr_resume_at_ns_ = -1;
+    retries_ = rnr_retries_ = backoff_ = 0;
+    error_ = absl::OkStatus();
+    state_ = QpState::kReset;
+    return absl::OkStatus();
+  }
+  auto bad_transition = [&] {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "QP 0x%06x: cannot go from %s to %s", qpn_, QpStateName(state_), QpStateName(target)));
+  };
+  switch (target) {
+    case QpState::kInit:
+      if (state_ != QpState::kReset) return bad_transition();
+      if ((attrs.pkey & 0x7fff) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("P_Key 0x%04x is invalid (low 15 bits are zero)", attrs.pkey));
+      }
+      attrs_.pkey = attrs.pkey;
+      state_ = QpState::kInit;
+      return absl::OkStatus();
+    case QpState::kRtr:
+      if (state_ != QpState::kInit) return bad_transition();
+      if (!IsValidMtu(attrs.path_mtu)) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "path MTU %d is not one of 256, 512, 1024, 2048, 4096", attrs.path_mtu));
+      }
+      if (!IsValidRemoteQpn(attrs.remote_qpn)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("remote QPN 0x%x is not a valid RC QPN", attrs.remote_qpn));
+      }
+      if (!proto::IsValidPsn(attrs.rq_psn)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("rq_psn 0x%x does not fit in 24 bits", attrs.rq_psn));
+      }
+      if (attrs.remote.IsMulticast() || attrs.remote.port == 0 || attrs.remote.ip == 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "remote %s is not a unicast endpoint", attrs.remote.ToString()));
+      }
+      attrs_.remote = attrs.remote;
+      attrs_.remote_qpn = attrs.remote_qpn;
+      attrs_.rq_psn = attrs.rq_psn;
+      attrs_.path_mtu = attrs.path_mtu;
+      expected_psn_ = attrs.rq_psn;
+      msn_ = 0;
+      state_ = QpState::kRtr;
+      return absl::OkStatus();
+    case QpState::kRts:
+      if (state_ != QpState::kRtr) return bad_transition();
+      if (!proto::IsValidPsn(attrs.sq_psn)) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("sq_psn 0x%x does not fit in 24 bits", attrs.sq_psn));
+      }
+      if (attrs.retry_count > 7 || attrs.rnr_retry > 7) {
+        return absl::InvalidArgumentError("retry_count and rnr_retry are 0..7");
+      }
+      if (attrs.timeout <= absl::ZeroDuration()) {
+        return absl::InvalidArgumentError("the ACK timeout must be positive");
+      }
+      attrs_.sq_psn = attrs.sq_psn;
+      attrs_.timeout = attrs.timeout;
+      attrs_.retry_count = attrs.retry_count;
+      attrs_.rnr_retry = attrs.rnr_retry;
+      next_post_psn_ = una_psn_ = send_psn_ = max_sent_psn_ = attrs.sq_psn;
+      send_wqe_index_ = 0;
+      state_ = QpState::kRts;
+      return absl::OkStatus();
+    default:
+      return bad_transition();
+  }
+}
+
+void RcQueuePair::EnterError(absl::Status why) {
+  if (state_ == QpState::kError) return;
+  NETFOLD_LOG(kInfo) << absl::StrFormat("QP 0x%06x -> ERROR: %s", qpn_, why.ToString());
+  state_ = QpState::kError;
+  error_ = why;
+  // Flush: every posted message completes with the reason.
+  for (SendWqe* w : sq_) {
+    completions_.push_back({w->wr_id, why});
+    free_wqes_.push_back(w);
+  }
+  sq_.clear();
+  retransmit_at_ns_ = rnr_resume_at_ns_ = -1;
+  ack_pending_ = false;
+}
+
+absl::Status RcQueuePair::PostSend(std::span<const uint8_t> message, uint64_t wr_id,
+                                   std::optional<uint32_t> imm) {
+  if (state_ != QpState::kRts) {
+    if (state_ == QpState::kError) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("QP 0x%06x is in ERROR: %s", qpn_, error_.ToString()));
+    }
+    return absl::FailedPreconditionError(
+        absl::StrFormat("QP 0x%06x is in %s; sending needs RTS", qpn_, QpStateName(state_)));
+  }
+  if (message.size() > config_.max_message_size) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "message of %d bytes exceeds the QP's limit of %d", message.size(),
+        config_.max_message_size));
+  }
+  if (sq_.size() >= config_.max_send_queue) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "send queue of QP 0x%06x is full (%d messages)", qpn_, config_.max_send_queue));
+  }
+  const uint32_t mtu = attrs_.path_mtu;
+  const uint32_t packets =
+      message.empty() ? 1 : static_cast<uint32_t>((message.size() + mtu - 1) / mtu);
+  // Never let the PSNs in flight span half the PSN space.
+  if (static_cast<uint64_t>(PsnDiff(next_post_psn_, una_psn_)) + packets >= proto::kPsnHalfRange) {
+    return absl::ResourceExhaustedError("too many packets queued on the QP");
+  }
+  SendWqe* w;
+  if (!free_wqes_.empty()) {
+    w = free_wqes_.back();
+    free_wqes_.pop_back();
+  } else {
+    wqe_storage_.push_back(std::make_unique<SendWqe>());
+    w = wqe_storage_.back().get();
+  }
+  w->wr_id = wr_id;
+  w->data.assign(message.begin(), message.end());
+  w->imm = imm;
+  w->first_psn = next_post_psn_;
+  w->num_packets = packets;
+  next_post_psn_ = PsnAdd(next_post_psn_, static_cast<int32_t>(packets));
+  sq_.push_back(w);
+  return absl::OkStatus();
+}
+
+void RcQueuePair::OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
+  if (state_ != QpState::kRtr && state_ != QpState::kRts) {
+    counters_.drops.Count(QpDropReason::kBadState);
+    return;
+  }
+  if (!proto::OpcodeIsRc(packet.bth.opcode)) {
+    counters_.drops.Count(QpDropReason::kWrongTransport);
+    return;
+  }
+  if (!(from == attrs_.remote)) {
+    counters_.drops.Count(QpDropReason::kWrongSource);
+    return;
+  }
+  if (!PkeyMatches(packet.bth.pkey, attrs_.pkey)) {
+    counters_.drops.Count(QpDropReason::kWrongPkey);
+    return;
+  }
+  if (packet.bth.opcode == BthOpcode::kRcAcknowledge) {
+    if (state_ != QpState::kRts) {
+      counters_.drops.Count(QpDropReason::kBadState);
+      return;
+    }
+    HandleAck(packet);
+  } else {
+    HandleSend(packet);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Responder.
+
+void RcQueuePair::RejectInvalidRequest(QpDropReason reason, absl::Status why) {
+  counters_.drops.Count(reason);
+  pending_nak_ = proto::MakeNak(msn_, proto::NakCode::kInvalidRequest);
+  nak_pending_ = true;
+  // The NAK still has to go out, so the error is entered after Poll sends it.
+  fatal_after_nak_ = std::move(why);
+}
+
+void RcQueuePair::HandleSend(const proto::RocePacketView& packet) {
+  const proto::Bth& bth = packet.bth;
+  const int32_t d = PsnDiff(bth.psn, expected_psn_);
+  if (d < 0) {
+    counters_.drops.Count(QpDropReason::kDuplicate);
+    ack_pending_ = true;  // the ACK for it may have been lost: repeat it
+    return;
+  }
+  if (d > 0) {
+    counters_.drops.Count(QpDropReason::kOutOfSequence);
+    if (!nak_outstanding_) {
+      pending_nak_ = proto::MakeNak(msn_, proto::NakCode::kPsnSequenceError);
+      nak_pending_ = true;
+      nak_outstanding_ = true;
+    }
+    return;
+  }
+  if (!fatal_after_nak_.ok()) return;  // already rejecting an invalid request
+  nak_outstanding_ = false;
+  const BthOpcode op = bth.opcode;
+  const bool starts = proto::OpcodeIsFirst(op) || proto::OpcodeIsOnly(op);
+  const bool ends = proto::OpcodeIsLast(op) || proto::OpcodeIsOnly(op);
+  if (in_message_ == starts) {
+    RejectInvalidRequest(QpDropReason::kBadOpcodeSequence, absl::DataLossError(absl::StrFormat(
+        "QP 0x%06x: %s at PSN 0x%06x %s a message", qpn_, proto::BthOpcodeName(op), bth.psn,
+        in_message_ ? "inside" : "outside")));
+    return;
+  }
+  if (starts && rq_count_ == rq_.size()) {
+    counters_.drops.Count(QpDropReason::kReceiveQueueFull);
+    pending_nak_ = proto::MakeRnrNak(msn_, config_.min_rnr_timer);
+    nak_pending_ = true;
+    nak_outstanding_ = true;  // the rest of the refused message needs no NAK
+    counters_.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  RecvSlot& slot = rq_[(rq_head_ + rq_count_) % rq_.size()];
+  if (starts) {
+    slot.data.clear();
+    slot.imm.reset();
+  }
+  const size_t len = packet.payload.size();
+  const bool full_mtu_required = !ends;
+  if ((full_mtu_required && len != attrs_.path_mtu) || len > attrs_.path_mtu ||
+      slot.data.size() + len > config_.max_message_size) {
+    RejectInvalidRequest(QpDropReason::kBadLength, absl::DataLossError(absl::StrFormat(
+        "QP 0x%06x: %s at PSN 0x%06x carries %d bytes (MTU %d, message limit %d)", qpn_,
+        proto::BthOpcodeName(op), bth.psn, len, attrs_.path_mtu, config_.max_message_size)));
+    return;
+  }
+  slot.data.insert(slot.data.end(), packet.payload.begin(), packet.payload.end());
+  expected_psn_ = PsnAdd(expected_psn_, 1);
+  counters_.packets_received.fetch_add(1, std::memory_order_relaxed);
+  counters_.bytes_received.fetch_add(len, std::memory_order_relaxed);
+  if (ends) {
+    slot.imm = packet.imm;
+    in_message_ = false;
+    ++rq_count_;
+    msn_ = (msn_ + 1) & proto::kPsnMask;
+    counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    in_message_ = true;
+  }
+  if (bth.ack_req) ack_pending_ = true;
+}
+
+bool RcQueuePair::EmitAck(const Ipv4Endpoint& local, PacketSink sink, const proto::Aeth& aeth,
+                          uint32_t psn) {
+  PacketBuffer* p = sink.pool->Alloc();
+  if (p == nullptr) {
+    counters_.drops.Count(QpDropReason::kNoBuffer);
+    return false;
+  }
+  proto::RocePacketSpec spec;
+  spec.bth.opcode = BthOpcode::kRcAcknowledge;
+  spec.bth.pkey = attrs_.pkey;
+  spec.bth.dest_qp = attrs_.remote_qpn;
+  spec.bth.psn = psn;
+  spec.aeth = aeth;
+  const proto::IcrcAddresses addrs{local.ip, attrs_.remote.ip, local.port, attrs_.remote.port};
+  auto n = proto::BuildRocePacket(spec, {}, addrs, {p->data(), p->capacity()});
+  if (!n.ok()) {
+    NETFOLD_LOG(kError) << "building an ACK failed: " << n.status();
+    PacketPool::Free(p);
+    return false;
+  }
+  p->set_len(static_cast<uint32_t>(*n));
+  p->dst = attrs_.remote;
+  sink.out->push_back(p);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Requester.
+
+void RcQueuePair::HandleAck(const proto::RocePacketView& packet) {
+  if (!packet.aeth.has_value()) {
+    counters_.drops.Count(QpDropReason::kUnexpectedAck);
+    return;
+  }
+  const proto::Aeth& aeth = *packet.aeth;
+  const uint32_t psn = packet.bth.psn;
+  const uint32_t last_sent = PsnAdd(max_sent_psn_, -1);
+  switch (proto::GetAethType(aeth)) {
+    case proto::AethType::kAck: {
+      counters_.acks_received.fetch_add(1, std::memory_order_relaxed);
+      if (PsnLess(psn, una_psn_)) return;  // stale or repeated: nothing new
+      if (una_psn_ == max_sent_psn_ || PsnLess(last_sent, psn)) {
+        counters_.drops.Count(QpDropReason::kUnexpectedAck);
+        return;
+      }
+      AckUpTo(psn);
+      return;
+    }
+    case proto::AethType::kRnrNak:
+    case proto::AethType::kNak: {
+      const bool rnr = proto::GetAethType(aeth) == proto::AethType::kRnrNak;
+      // The PSN is the one the responder expects: everything before it arrived.
+      if (PsnLess(psn, una_psn_) || PsnLess(max_sent_psn_, psn)) {
+        counters_.drops.Count(QpDropReason::kUnexpectedAck);
+        return;
+      }
+      if (psn != una_psn_) AckUpTo(PsnAdd(psn, -1));
+      if (rnr) {
+        counters_.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+        ++rnr_retries_;
+        if (attrs_.rnr_retry != 7 && rnr_retries_ > attrs_.rnr_retry) {
+          EnterError(absl::UnavailableError(absl::StrFormat(
+              "QP 0x%06x: RNR retry count (%d) exceeded: the receiver at %s QP 0x%06x had no "
+              "room for PSN 0x%06x",
+              qpn_, attrs_.rnr_retry, attrs_.remote.ToString(), attrs_.remote_qpn, psn)));
+          return;
+        }
+        rnr_resume_at_ns_ = clock_.NowNanos() +
+                            absl::ToInt64Nanoseconds(RnrTimerDelay(proto::GetAethValue(aeth)));
+        GoBackTo(psn);
+        return;
+      }
+      counters_.naks_received.fetch_add(1, std::memory_order_relaxed);
+      const auto code = static_cast<proto::NakCode>(proto::GetAethValue(aeth));
+      if (code != proto::NakCode::kPsnSequenceError) {
+        EnterError(absl::AbortedError(absl::StrFormat(
+            "QP 0x%06x: the receiver at %s QP 0x%06x answered NAK %s at PSN 0x%06x", qpn_,
+            attrs_.remote.ToString(), attrs_.remote_qpn, proto::NakCodeName(code), psn)));
+        return;
+      }
+      GoBackTo(psn);
+      return;
+    }
+    case proto::AethType::kReserved:
+      break;
+  }
+  counters_.drops.Count(QpDropReason::kUnexpectedAck);
+}
+
+void RcQueuePair::AckUpTo(uint32_t psn) {
+  while (!sq_.empty()) {
+    SendWqe* w = sq_.front();
+    const uint32_t last = PsnAdd(w->first_psn, static_cast<int32_t>(w->num_packets) - 1);
+    if (!PsnLessEq(last, psn)) break;
+    completions_.push_back({w->wr_id, absl::OkStatus()});
+    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    sq_.pop_front();
+    free_wqes_.push_back(w);
+    if (send_wqe_index_ > 0) --send_wqe_index_;
+  }
+  una_psn_ = PsnAdd(psn, 1);
+  if (PsnLess(send_psn_, una_psn_)) GoBackTo(una_psn_);
+  // Progress: the retry budget and the backoff start over.
+  retries_ = 0;
+  rnr_retries_ = 0;
+  backoff_ = 0;
+  retransmit_at_ns_ =
+      una_psn_ == max_sent_psn_
+          ? -1
+          : clock_.NowNanos() + absl::ToInt64Nanoseconds(attrs_.timeout);
+}
+
+void RcQueuePair::GoBackTo(uint32_t psn) {
+  send_psn_ = psn;
+  send_wqe_index_ = 0;
+  while (send_wqe_index_ < sq_.size()) {
+    const SendWqe* w = sq_[send_wqe_index_];
+    const uint32_t end = PsnAdd(w->first_psn, static_cast<int32_t>(w->num_packets));
+    if (PsnLess(psn, end)) break;
+    ++send_wqe_index_;
+  }
+}
+
+bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
+  if (send_psn_ == next_post_psn_ || send_wqe_index_ >= sq_.size()) return false;
+  if (rnr_resume_at_ns_ >= 0) {
+    if (clock_.NowNanos() < rnr_resume_at_ns_) return false;
+    rnr_resume_at_ns_ = -1;
+  }
+  const uint32_t in_flight = static_cast<uint32_t>(PsnDiff(send_psn_, una_psn_));
+  if (in_flight >= config_.max_outstanding_packets) return false;
+
+  SendWqe* w = sq_[send_wqe_index_];
+  const uint32_t k = static_cast<uint32_t>(PsnDiff(send_psn_, w->first_psn));
+  const uint32_t mtu = attrs_.path_mtu;
+  const size_t offset = static_cast<size_t>(k) * mtu;
+  const size_t len = std::min<size_t>(mtu, w->data.size() - std::min(offset, w->data.size()));
+  const bool first = k == 0;
+  const bool last = k + 1 == w->num_packets;
+  BthOpcode op;
+  if (first && last) {
+    op = w->imm ? BthOpcode::kRcSendOnlyWithImmediate : BthOpcode::kRcSendOnly;
+  } else if (first) {
+    op = BthOpcode::kRcSendFirst;
+  } else if (last) {
+    op = w->imm ? BthOpcode::kRcSendLastWithImmediate : BthOpcode::kRcSendLast;
+  } else {
+    op = BthOpcode::kRcSendMiddle;
+  }
+  const size_t needed = proto::RocePacketSize(op, len);
+  PacketBuffer* p = sink.pool->Alloc();
+  if (p == nullptr || p->capacity() < needed) {
+    if (p != nullptr) {
+      NETFOLD_LOG(kError) << "packet buffers of " << p->capacity() << " bytes cannot hold "
+                          << needed << "-byte packets: use a larger pool buffer_size";
+      PacketPool::Free(p);
+    }
+    counters_.drops.Count(QpDropReason::kNoBuffer);
+    return false;
+  }
+  bool ack_req = last || ++packets_since_ack_req_ >= config_.ack_req_interval ||
+                 in_flight + 1 >= config_.max_outstanding_packets;
+  if (ack_req) packets_since_ack_req_ = 0;
+
+  proto::RocePacketSpec spec;
+  spec.bth.opcode = op;
+  spec.bth.pkey = attrs_.pkey;
+  spec.bth.dest_qp = attrs_.remote_qpn;
+  spec.bth.psn = send_psn_;
+  spec.bth.ack_req = ack_req;
+  if (proto::OpcodeHasImm(op)) spec.imm = *w->imm;
+  std::memcpy(p->data() + proto::RoceHeadersSize(op), w->data.data() + offset, len);
+  const proto::IcrcAddresses addrs{local.ip, attrs_.remote.ip, local.port, attrs_.remote.port};
+  auto n = proto::FinishRocePacketInPlace(spec, len, addrs, {p->data(), p->capacity()});
+  if (!n.ok()) {
+    NETFOLD_LOG(kError) << "building a SEND failed: " << n.status();
+    PacketPool::Free(p);
+    EnterError(absl::InternalError(n.status().ToString()));
+    return false;
+  }
+  p->set_len(static_cast<uint32_t>(*n));
+  p->dst = attrs_.remote;
+  sink.out->push_back(p);
+
+  if (PsnLess(send_psn_, max_sent_psn_)) {
+    counters_.packets_retransmitted.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counters_.packets_sent.fetch_add(1, std::memory_order_relaxed);
+    counters_.bytes_sent.fetch_add(len, std::memory_order_relaxed);
+    max_sent_psn_ = PsnAdd(send_psn_, 1);
+  }
+  send_psn_ = PsnAdd(send_psn_, 1);
+  if (last) ++send_wqe_index_;
+  if (retransmit_at_ns_ < 0) {
+    retransmit_at_ns_ =
+        clock_.NowNanos() + (absl::ToInt64Nanoseconds(attrs_.timeout) << backoff_);
+  }
+  return true;
+}
+
+void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
+  if (state_ == QpState::kReset || state_ == QpState::kInit || state_ == QpState::kError) return;
+  // Responder first: a NAK implies the ACK of everything before it.
+  if (nak_pending_ && pending_nak_.has_value()) {
+    const bool is_rnr = proto::GetAethType(*pending_nak_) == proto::AethType::kRnrNak;
+    if (EmitAck(local, sink, *pending_nak_, expected_psn_)) {
+      if (!is_rnr) counters_.naks_sent.fetch_add(1, std::memory_order_relaxed);
+      nak_pending_ = false;
+      pending_nak_.reset();
+      ack_pending_ = false;
+    }
+    if (!fatal_after_nak_.ok()) {
+      EnterError(std::move(fatal_after_nak_));
+      fatal_after_nak_ = absl::OkStatus();
+      return;
+    }
+  } else if (ack_pending_) {
+    if (EmitAck(local, sink, proto::MakeAck(msn_), PsnAdd(expected_psn_, -1))) {
+      counters_.acks_sent.fetch_add(1, std::memory_order_relaxed);
+      ack_pending_ = false;
+    }
+  }
+  if (state_ != QpState::kRts) return;
+
+  // Requester: the retransmission timer, then new or repeated packets.
+  const int64_t now = clock_.NowNanos();
+  if (retransmit_at_ns_ >= 0 && now >= retransmit_at_ns_ && una_psn_ != max_sent_psn_) {
+    counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+    if (++retries_ > attrs_.retry_count) {
+      EnterError(absl::DeadlineExceededError(absl::StrFormat(
+          "QP 0x%06x: retry count (%d) exceeded: no ACK from %s QP 0x%06x for PSN 0x%06x",
+          qpn_, attrs_.retry_count, attrs_.remote.ToString(), attrs_.remote_qpn, una_psn_)));
+      return;
+    }
+    backoff_ = std::min(backoff_ + 1, config_.max_backoff);
+    GoBackTo(una_psn_);
+    retransmit_at_ns_ = now + (absl::ToInt64Nanoseconds(attrs_.timeout) << backoff_);
+  }
+  constexpr int kMaxPacketsPerPoll = 64;
+  for (int i = 0; i < kMaxPacketsPerPoll && TransmitOne(local, sink); ++i) {
+  }
+}
+
+std::optional<int64_t> RcQueuePair::NextTimerNs() const {
+  if (state_ != QpState::kRtr && state_ != QpState::kRts) return std::nullopt;
+  if (nak_pending_ || ack_pending_) return clock_.NowNanos();
+  std::optional<int64_t> next;
+  if (retransmit_at_ns_ >= 0 && una_psn_ != max_sent_psn_) next = retransmit_at_ns_;
+  if (rnr_resume_at_ns_ >= 0 && send_psn_ != next_post_psn_) {
+    next = next ? std::min(*next, rnr_resume_at_ns_) : rnr_resume_at_ns_;
+  }
+  return next;
+}
+
+bool RcQueuePair::HasWork() const {
+  if (state_ != QpState::kRtr && state_ != QpState::kRts) return false;
+  if (nak_pending_ || ack_pending_) return true;
+  if (state_ != QpState::kRts) return false;
+  const int64_t now = clock_.NowNanos();
+  if (retransmit_at_ns_ >= 0 && now >= retransmit_at_ns_ && una_psn_ != max_sent_psn_) return true;
+  if (send_psn_ == next_post_psn_) return false;
+  if (rnr_resume_at_ns_ >= 0 && now < rnr_resume_at_ns_) return false;
+  return static_cast<uint32_t>(PsnDiff(send_psn_, una_psn_)) < config_.max_outstanding_packets;
+}
+
+bool RcQueuePair::PollSendCompletion(SendCompletion* out) {
+  if (completions_.empty()) return false;
+  *out = std::move(completions_.front());
+  completions_.pop_front();
+  return true;
+}
+
+bool RcQueuePair::PeekRecv(RecvMessage* out) const {
+  if (rq_count_ == 0) return false;
+  const RecvSlot& slot = rq_[rq_head_];
+  out->data = slot.data;
+  out->imm = slot.imm;
+  return true;
+}
+
+void RcQueuePair::PopRecv() {
+  if (rq_count_ == 0) return;
+  rq_head_ = (rq_head_ + 1) % rq_.size();
+  --rq_count_;
+}
+
+}  // namespace netfold::transport

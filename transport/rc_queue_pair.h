@@ -1,0 +1,235 @@
+// A reliable-connected (RC) queue pair of the user-space RoCEv2 engine: the
+// requester (SEND messages, go-back-N) and the responder (ACK/NAK, in-order
+// delivery) of one connection.
+//
+//   RcQueuePair qp(qpn, RcQpConfig{}, RealClock());
+//   qp.Modify(QpState::kInit, attrs);   // P_Key
+//   qp.Modify(QpState::kRtr, attrs);    // remote address, remote QPN, rq_psn, MTU
+//   qp.Modify(QpState::kRts, attrs);    // sq_psn, timeout, retry count
+//   qp.PostSend(message, /*wr_id=*/7);  // copied; completes when ACKed
+//   ... the endpoint calls OnPacket() for packets to this QP and Poll() to
+//   ... collect packets to send; the application polls completions:
+//   SendCompletion sc;  while (qp.PollSendCompletion(&sc)) ...
+//   RecvMessage m;      while (qp.PeekRecv(&m)) { use(m.data); qp.PopRecv(); }
+//
+// The protocol (IBTA Vol. 1, chapter 9, restricted to SEND):
+// - A message longer than the path MTU goes out as SEND_FIRST, MIDDLE...,
+//   LAST, each full-MTU but the last; otherwise as SEND_ONLY. Each packet
+//   takes the next 24-bit PSN (wrapping). The requester asks for an ACK
+//   (AckReq) on the last packet of every message and every
+//   `ack_req_interval` packets, and keeps at most `max_outstanding_packets`
+//   unacknowledged.
+// - The responder accepts only the expected PSN. It ACKs coalesced: one ACK
+//   per Poll() covering everything received so far. A PSN ahead of the
+//   expected one gets one NAK (PSN sequence error) until the gap is filled;
+//   a duplicate gets a re-ACK. A message that cannot be queued because the
+//   receive queue is full gets an RNR NAK; the requester waits the RNR timer
+//   and resends.
+// - The requester goes back to the first unacknowledged PSN on a NAK, on an
+//   RNR NAK (after the RNR delay), and when no ACK arrives within `timeout`;
+//   each timeout doubles the timeout (up to `max_backoff` times). After
+//   `retry_count` retransmissions without progress (or `rnr_retry` RNR NAKs;
+//   7 means unlimited, as in verbs) the QP goes to ERROR, every posted
+//   message completes with that error, and error() says why.
+// - An invalid request (bad opcode sequence, a message over the limit) is
+//   NAKed with "invalid request" and puts the responder's QP in ERROR, as
+//   IBTA requires; the requester that receives that NAK goes to ERROR too.
+//
+// Posted messages are copied into buffers the QP keeps and reuses, so the
+// caller's memory is free on return and the steady state allocates nothing.
+//
+// Thread-safety: a QP belongs to the thread that runs its endpoint. Not
+// thread-safe; counters may be read from any thread.
+#ifndef NETFOLD_TRANSPORT_RC_QUEUE_PAIR_H_
+#define NETFOLD_TRANSPORT_RC_QUEUE_PAIR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "proto/roce_packet.h"
+#include "transport/ipv4_endpoint.h"
+#include "transport/queue_pair_common.h"
+
+namespace netfold::transport {
+
+// Limits fixed when the QP is created.
+struct RcQpConfig {
+  uint32_t max_send_queue = 256;           // posted, not yet completed messages
+  uint32_t max_recv_queue = 256;           // received, not yet popped messages
+  uint32_t max_message_size = 1u << 20;    // bytes, both directions
+  uint32_t max_outstanding_packets = 256;  // the go-back-N window
+  uint32_t ack_req_interval = 32;          // AckReq at least every N packets
+  uint8_t min_rnr_timer = 12;              // RNR NAK timer code we send (0.64 ms)
+  uint32_t max_backoff = 6;                // timeout doubles at most 6 times (x64)
+};
+
+// What verbs' ibv_modify_qp carries for each transition.
+struct RcQpAttributes {
+  uint16_t pkey = 0xFFFF;                   // INIT
+  Ipv4Endpoint remote;                      // RTR: the peer's address
+  uint32_t remote_qpn = 0;                  // RTR
+  uint32_t rq_psn = 0;                      // RTR: first PSN expected from the peer
+  uint32_t path_mtu = 4096;                 // RTR: 256, 512, 1024, 2048 or 4096
+  uint32_t sq_psn = 0;                      // RTS: first PSN we send
+  absl::Duration timeout = absl::Milliseconds(4);  // RTS: ACK timeout
+  uint8_t retry_count = 7;                  // RTS: 0..7 retransmissions
+  uint8_t rnr_retry = 7;                    // RTS: 0..7, 7 = unlimited
+};
+
+struct SendCompletion {
+  uint64_t wr_id = 0;
+  absl::Status status;  // OK, or why the message was not delivered
+};
+
+struct RecvMessage {
+  std::span<const uint8_t> data;  // valid until PopRecv() or the QP dies
+  std::optional<uint32_t> imm;
+};
+
+struct RcQpCounters {
+  std::atomic<uint64_t> messages_sent{0};      // completed with OK
+  std::atomic<uint64_t> messages_received{0};
+  std::atomic<uint64_t> packets_sent{0};       // first transmissions
+  std::atomic<uint64_t> packets_retransmitted{0};
+  std::atomic<uint64_t> bytes_sent{0};         // payload bytes, first transmissions
+  std::atomic<uint64_t> packets_received{0};   // accepted in sequence
+  std::atomic<uint64_t> bytes_received{0};
+  std::atomic<uint64_t> acks_sent{0};
+  std::atomic<uint64_t> acks_received{0};
+  std::atomic<uint64_t> naks_sent{0};
+  std::atomic<uint64_t> naks_received{0};
+  std::atomic<uint64_t> rnr_naks_sent{0};
+  std::atomic<uint64_t> rnr_naks_received{0};
+  std::atomic<uint64_t> timeouts{0};
+  QpDropCounters drops;
+};
+
+class RcQueuePair {
+ public:
+  RcQueuePair(uint32_t qpn, const RcQpConfig& config, const Clock& clock);
+  RcQueuePair(const RcQueuePair&) = delete;
+  RcQueuePair& operator=(const RcQueuePair&) = delete;
+  ~RcQueuePair();
+
+  // Moves the QP to `target`, taking the attributes that transition uses:
+  // RESET->INIT, INIT->RTR, RTR->RTS as verbs does; any state -> ERROR or
+  // RESET. Returns FailedPrecondition for another transition and
+  // InvalidArgument for a bad attribute (MTU, 24-bit fields, P_Key).
+  absl::Status Modify(QpState target, const RcQpAttributes& attrs);
+
+  // Queues `message` (copied) for sending; `wr_id` comes back in its
+  // completion. Requires RTS. FailedPrecondition in another state (ERROR:
+  // the message includes why the QP failed), ResourceExhausted when
+  // max_send_queue messages are outstanding, InvalidArgument for a message
+  // over max_message_size.
+  absl::Status PostSend(std::span<const uint8_t> message, uint64_t wr_id,
+                        std::optional<uint32_t> imm = std::nullopt);
+
+  // Handles a packet the endpoint parsed and addressed to this QP. `from` is
+  // the datagram's source. `packet` stays owned by the caller.
+  void OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from);
+
+  // Appends the packets to send now (ACK/NAK, new and retransmitted SENDs)
+  // to `sink`, built with ICRCs for `local` -> remote. Call it after
+  // delivering a burst and whenever NextTimerNs() has passed.
+  void Poll(const Ipv4Endpoint& local, PacketSink sink);
+
+  // When Poll() has something to do without new input (retransmission
+  // timer, RNR wait, pending ACK); nullopt if nothing is pending.
+  std::optional<int64_t> NextTimerNs() const;
+  // True if Poll() would send something right now.
+  bool HasWork() const;
+
+  bool PollSendCompletion(SendCompletion* out);
+  // The oldest received message, if any, without removing it.
+  bool PeekRecv(RecvMessage* out) const;
+  void PopRecv();
+
+  uint32_t qpn() const { return qpn_; }
+  QpState state() const { return state_; }
+  // Why the QP is in ERROR (OK otherwise).
+  const absl::Status& error() const { return error_; }
+  const RcQpAttributes& attributes() const { return attrs_; }
+  const RcQpCounters& counters() const { return counters_; }
+  // Messages posted and not yet completed.
+  size_t num_send_queued() const { return sq_.size(); }
+  size_t num_recv_queued() const { return rq_count_; }
+  // Packets sent and not yet acknowledged.
+  uint32_t num_outstanding() const;
+
+ private:
+  struct SendWqe {
+    uint64_t wr_id = 0;
+    std::vector<uint8_t> data;
+    std::optional<uint32_t> imm;
+    uint32_t first_psn = 0;
+    uint32_t num_packets = 0;
+  };
+  struct RecvSlot {
+    std::vector<uint8_t> data;
+    std::optional<uint32_t> imm;
+  };
+
+  void EnterError(absl::Status why);
+  // Requester side.
+  void HandleAck(const proto::RocePacketView& packet);
+  void AckUpTo(uint32_t psn);  // PSNs up to and including psn are delivered
+  void GoBackTo(uint32_t psn);
+  bool TransmitOne(const Ipv4Endpoint& local, PacketSink sink);
+  // Responder side.
+  void HandleSend(const proto::RocePacketView& packet);
+  void RejectInvalidRequest(QpDropReason reason, absl::Status why);
+  bool EmitAck(const Ipv4Endpoint& local, PacketSink sink, const proto::Aeth& aeth,
+               uint32_t psn);
+
+  const uint32_t qpn_;
+  const RcQpConfig config_;
+  const Clock& clock_;
+  QpState state_ = QpState::kReset;
+  RcQpAttributes attrs_;
+  absl::Status error_;
+
+  // Requester.
+  std::deque<SendWqe*> sq_;              // in PSN order; front holds una_psn_
+  std::vector<std::unique_ptr<SendWqe>> wqe_storage_;
+  std::vector<SendWqe*> free_wqes_;
+  uint32_t next_post_psn_ = 0;           // PSN the next posted message starts at
+  uint32_t una_psn_ = 0;                 // oldest unacknowledged PSN
+  uint32_t send_psn_ = 0;                // next PSN to (re)transmit
+  uint32_t max_sent_psn_ = 0;            // one past the highest PSN ever sent
+  size_t send_wqe_index_ = 0;            // sq_ index holding send_psn_
+  uint32_t packets_since_ack_req_ = 0;
+  int64_t retransmit_at_ns_ = -1;        // -1: timer stopped
+  int64_t rnr_resume_at_ns_ = -1;        // -1: not waiting on an RNR NAK
+  uint32_t retries_ = 0;
+  uint32_t rnr_retries_ = 0;
+  uint32_t backoff_ = 0;
+  std::deque<SendCompletion> completions_;
+
+  // Responder.
+  uint32_t expected_psn_ = 0;
+  uint32_t msn_ = 0;
+  bool in_message_ = false;
+  bool nak_outstanding_ = false;         // a sequence-error NAK was sent for this gap
+  bool ack_pending_ = false;
+  bool nak_pending_ = false;
+  std::optional<proto::Aeth> pending_nak_;
+  absl::Status fatal_after_nak_;         // invalid request: ERROR once the NAK is out
+  std::vector<RecvSlot> rq_;             // ring of max_recv_queue slots
+  size_t rq_head_ = 0;
+  size_t rq_count_ = 0;
+
+  RcQpCounters counters_;
+};
+
+}  // namespace netfold::transport
+
+#endif  // NETFOLD_TRANSPORT_RC_QUEUE_PAIR_H_

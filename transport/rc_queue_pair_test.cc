@@ -1,0 +1,358 @@
+// RC queue pairs between two endpoints on an in-memory network with a fake
+// clock: exactly-once in-order delivery under seeded loss, duplication,
+// reordering and corruption; PSN wrap; retry exhaustion; RNR; NAKs.
+#include "transport/rc_queue_pair.h"
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "base/clock.h"
+#include "gtest/gtest.h"
+#include "proto/psn.h"
+#include "transport/impaired_port.h"
+#include "transport/memory_port.h"
+#include "transport/roce_endpoint.h"
+
+namespace netfold::transport {
+namespace {
+
+constexpr Ipv4Endpoint kAddrA{0x0a000001, 4791};
+constexpr Ipv4Endpoint kAddrB{0x0a000002, 4791};
+
+// Two endpoints joined by an impaired in-memory link, time driven by hand.
+class RcPair {
+ public:
+  explicit RcPair(const ImpairmentConfig& faults = {}, RcQpConfig qp_config = {},
+                  RcQpAttributes attrs = {}) {
+    a_port_ = MakePort(kAddrA, faults, 1);
+    b_port_ = MakePort(kAddrB, faults, 2);
+    a_ = std::make_unique<RoceEndpoint>(std::unique_ptr<Port>(a_port_), clock_);
+    b_ = std::make_unique<RoceEndpoint>(std::unique_ptr<Port>(b_port_), clock_,
+                                        RoceEndpointConfig{.first_qpn = 0x200});
+    qa_ = *a_->CreateRcQp(qp_config);
+    qb_ = *b_->CreateRcQp(qp_config);
+    Connect(qa_, kAddrB, qb_->qpn(), attrs, attrs.sq_psn, attrs.rq_psn);
+    Connect(qb_, kAddrA, qa_->qpn(), attrs, attrs.rq_psn, attrs.sq_psn);
+  }
+
+  static void Connect(RcQueuePair* qp, Ipv4Endpoint remote, uint32_t remote_qpn,
+                      RcQpAttributes attrs, uint32_t sq_psn, uint32_t rq_psn) {
+    attrs.remote = remote;
+    attrs.remote_qpn = remote_qpn;
+    attrs.sq_psn = sq_psn;
+    attrs.rq_psn = rq_psn;
+    ASSERT_TRUE(qp->Modify(QpState::kInit, attrs).ok());
+    ASSERT_TRUE(qp->Modify(QpState::kRtr, attrs).ok());
+    ASSERT_TRUE(qp->Modify(QpState::kRts, attrs).ok());
+  }
+
+  // One step of both endpoints, then time moves on.
+  void Step(absl::Duration dt = absl::Microseconds(50)) {
+    a_->Progress(absl::ZeroDuration());
+    b_->Progress(absl::ZeroDuration());
+    clock_.Advance(dt);
+  }
+
+  ImpairedPort* MakePort(Ipv4Endpoint addr, ImpairmentConfig faults, uint64_t salt) {
+    auto port = *net_.CreatePort({.local = addr, .pool = {.num_buffers = 2048}});
+    ImpairmentConfig send = faults, receive = faults;
+    send.seed = faults.seed * 4 + salt;
+    receive.seed = faults.seed * 4 + salt + 2;
+    return new ImpairedPort(std::move(port), send, receive, clock_);
+  }
+
+  FakeClock clock_;
+  MemoryNetwork net_;
+  ImpairedPort* a_port_;
+  ImpairedPort* b_port_;
+  std::unique_ptr<RoceEndpoint> a_, b_;
+  RcQueuePair* qa_;
+  RcQueuePair* qb_;
+};
+
+std::vector<uint8_t> Message(uint32_t index, size_t size) {
+  std::vector<uint8_t> m(size);
+  std::mt19937 gen(index);
+  for (auto& b : m) b = static_cast<uint8_t>(gen());
+  if (size >= 4) std::memcpy(m.data(), &index, 4);
+  return m;
+}
+
+// Sends `sizes` from a to b (keeping the send queue full), returns what b
+// received, in order, and checks every send completion.
+std::vector<std::vector<uint8_t>> Transfer(RcPair& pair, const std::vector<size_t>& sizes,
+                                           int max_steps = 2000000) {
+  std::vector<std::vector<uint8_t>> received;
+  size_t posted = 0, completed = 0;
+  for (int step = 0; step < max_steps && (received.size() < sizes.size() || completed < sizes.size());
+       ++step) {
+    while (posted < sizes.size()) {
+      auto m = Message(static_cast<uint32_t>(posted), sizes[posted]);
+      absl::Status s = pair.qa_->PostSend(m, posted);
+      if (absl::IsResourceExhausted(s)) break;
+      EXPECT_TRUE(s.ok()) << s;
+      if (!s.ok()) return received;
+      ++posted;
+    }
+    pair.Step();
+    SendCompletion sc;
+    while (pair.qa_->PollSendCompletion(&sc)) {
+      EXPECT_TRUE(sc.status.ok()) << sc.status;
+      EXPECT_EQ(sc.wr_id, completed) << "completions come in posting order";
+      ++completed;
+    }
+    RecvMessage rm;
+    while (pair.qb_->PeekRecv(&rm)) {
+      received.emplace_back(rm.data.begin(), rm.data.end());
+      pair.qb_->PopRecv();
+    }
+    if (pair.qa_->state() == QpState::kError) {
+      ADD_FAILURE() << "requester failed: " << pair.qa_->error();
+      break;
+    }
+  }
+  EXPECT_EQ(completed, sizes.size());
+  return received;
+}
+
+void ExpectExactlyOnceInOrder(const std::vector<std::vector<uint8_t>>& received,
+                              const std::vector<size_t>& sizes) {
+  ASSERT_EQ(received.size(), sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    ASSERT_EQ(received[i], Message(static_cast<uint32_t>(i), sizes[i])) << "message " << i;
+  }
+}
+
+const std::vector<size_t> kSizes = {1, 0, 3, 4, 100, 1023, 1024, 1025, 4095, 4096, 4097,
+                                    8192, 10000, 65536, 2, 65535, 17, 30000};
+
+TEST(RcQueuePair, DeliversEveryMessageOnceInOrderOnAPerfectLink) {
+  RcPair pair;
+  ExpectExactlyOnceInOrder(Transfer(pair, kSizes), kSizes);
+  EXPECT_EQ(pair.qa_->counters().packets_retransmitted, 0u);
+  EXPECT_EQ(pair.qb_->counters().drops.Total(), 0u);
+  EXPECT_EQ(pair.qa_->num_outstanding(), 0u);
+  // 64 KiB at MTU 4096 is 16 packets; every message but the empty one is counted.
+  EXPECT_GT(pair.qa_->counters().packets_sent, kSizes.size());
+}
+
+class RcUnderFaults : public ::testing::TestWithParam<uint64_t> {};
+
+TEST_P(RcUnderFaults, ExactlyOnceInOrderUnderLossDuplicationReorderAndCorruption) {
+  ImpairmentConfig faults =
+      *ParseImpairment("drop=0.1,dup=0.05,reorder=0.1:300us,corrupt=0.01,delay=20us");
+  faults.seed = GetParam();
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(1);
+  RcPair pair(faults, {}, attrs);
+  std::vector<size_t> sizes;
+  for (int round = 0; round < 4; ++round) sizes.insert(sizes.end(), kSizes.begin(), kSizes.end());
+  ExpectExactlyOnceInOrder(Transfer(pair, sizes), sizes);
+  // The faults really happened and were survived.
+  EXPECT_GT(pair.qa_->counters().packets_retransmitted, 0u);
+  EXPECT_GT(pair.a_port_->send_stage().counters().dropped_random, 0u);
+  EXPECT_GT(pair.a_port_->send_stage().counters().duplicated, 0u);
+  EXPECT_GT(pair.a_port_->send_stage().counters().reordered, 0u);
+  const uint64_t bad_icrc = pair.a_->counters().ParseDrops(proto::RoceParseResult::kBadIcrc) +
+                            pair.b_->counters().ParseDrops(proto::RoceParseResult::kBadIcrc);
+  const uint64_t corrupted = pair.a_port_->send_stage().counters().corrupted +
+                             pair.a_port_->receive_stage().counters().corrupted +
+                             pair.b_port_->send_stage().counters().corrupted +
+                             pair.b_port_->receive_stage().counters().corrupted;
+  EXPECT_GT(corrupted, 0u);
+  // A flipped bit is caught by the ICRC unless it hit a masked field, or it
+  // made the packet unparsable some other way first; never delivered.
+  EXPECT_GT(bad_icrc, 0u);
+  EXPECT_GT(pair.qb_->counters().drops.Get(QpDropReason::kDuplicate), 0u);
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts);
+  EXPECT_EQ(pair.qb_->state(), QpState::kRts);
+}
+
+INSTANTIATE_TEST_SUITE_P(Seeds, RcUnderFaults, ::testing::Values(1, 2, 3, 42, 1234));
+
+TEST(RcQueuePair, BidirectionalTrafficUnderFaults) {
+  ImpairmentConfig faults = *ParseImpairment("drop=0.05,dup=0.02,reorder=0.05,seed=9");
+  RcPair pair(faults);
+  const size_t n = 200;
+  size_t a_recv = 0, b_recv = 0, a_post = 0, b_post = 0;
+  for (int step = 0; step < 200000 && (a_recv < n || b_recv < n); ++step) {
+    if (a_post < n && pair.qa_->PostSend(Message(static_cast<uint32_t>(a_post), 700), a_post).ok()) ++a_post;
+    if (b_post < n && pair.qb_->PostSend(Message(static_cast<uint32_t>(b_post + 1000), 5000), b_post).ok()) ++b_post;
+    pair.Step();
+    RecvMessage m;
+    while (pair.qb_->PeekRecv(&m)) {
+      ASSERT_EQ(std::vector<uint8_t>(m.data.begin(), m.data.end()), Message(static_cast<uint32_t>(b_recv), 700));
+      ++b_recv;
+      pair.qb_->PopRecv();
+    }
+    while (pair.qa_->PeekRecv(&m)) {
+      ASSERT_EQ(std::vector<uint8_t>(m.data.begin(), m.data.end()), Message(static_cast<uint32_t>(a_recv + 1000), 5000));
+      ++a_recv;
+      pair.qa_->PopRecv();
+    }
+  }
+  EXPECT_EQ(a_recv, n);
+  EXPECT_EQ(b_recv, n);
+}
+
+TEST(RcQueuePair, PsnWrapsAround) {
+  RcQpAttributes attrs;
+  attrs.sq_psn = 0xFFFFF0;
+  attrs.rq_psn = 0xFFFFF0;
+  ImpairmentConfig faults = *ParseImpairment("drop=0.05,seed=5");
+  RcPair pair(faults, {}, attrs);
+  std::vector<size_t> sizes(40, 4096 * 2 + 1);  // 3 packets each: 120 PSNs
+  ExpectExactlyOnceInOrder(Transfer(pair, sizes), sizes);
+  // The next PSN has wrapped past 0xFFFFFF.
+  EXPECT_LT(proto::PsnAdd(0xFFFFF0, 120), 0xFFFFF0u);
+  EXPECT_EQ(pair.qa_->num_outstanding(), 0u);
+}
+
+TEST(RcQueuePair, WindowBoundsOutstandingPackets) {
+  RcQpConfig config;
+  config.max_outstanding_packets = 8;
+  RcPair pair(*ParseImpairment("delay=1ms"), config);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(pair.qa_->PostSend(Message(i, 4096), i).ok());
+  uint32_t max_seen = 0;
+  for (int step = 0; step < 2000; ++step) {
+    pair.Step();
+    max_seen = std::max(max_seen, pair.qa_->num_outstanding());
+    RecvMessage m;
+    while (pair.qb_->PeekRecv(&m)) pair.qb_->PopRecv();
+  }
+  EXPECT_EQ(max_seen, 8u);
+  EXPECT_EQ(pair.qb_->counters().messages_received, 20u);
+}
+
+TEST(RcQueuePair, RetryExhaustionReachesErrorWithinItsBound) {
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(2);
+  attrs.retry_count = 3;
+  RcPair pair(*ParseImpairment("down=1"), {}, attrs);
+  ASSERT_TRUE(pair.qa_->PostSend(Message(1, 100), 11).ok());
+  ASSERT_TRUE(pair.qa_->PostSend(Message(2, 100), 12).ok());
+  // Timeouts back off: 2, 4, 8, 16 ms -> ERROR after 30 ms of silence.
+  const absl::Duration bound = absl::Milliseconds(2 + 4 + 8 + 16 + 1);
+  absl::Duration elapsed;
+  while (pair.qa_->state() != QpState::kError && elapsed < absl::Seconds(10)) {
+    pair.Step(absl::Microseconds(100));
+    elapsed += absl::Microseconds(100);
+  }
+  ASSERT_EQ(pair.qa_->state(), QpState::kError);
+  EXPECT_LE(elapsed, bound);
+  EXPECT_GE(elapsed, absl::Milliseconds(2 + 4 + 8));
+  EXPECT_EQ(pair.qa_->error().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_NE(pair.qa_->error().message().find("retry count"), std::string_view::npos);
+  SendCompletion sc;
+  ASSERT_TRUE(pair.qa_->PollSendCompletion(&sc));
+  EXPECT_EQ(sc.wr_id, 11u);
+  EXPECT_EQ(sc.status.code(), absl::StatusCode::kDeadlineExceeded);
+  ASSERT_TRUE(pair.qa_->PollSendCompletion(&sc));
+  EXPECT_EQ(sc.wr_id, 12u);
+  EXPECT_FALSE(pair.qa_->PollSendCompletion(&sc));
+  absl::Status post = pair.qa_->PostSend(Message(3, 10), 13);
+  EXPECT_EQ(post.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(post.message().find("retry count"), std::string_view::npos);
+  EXPECT_EQ(pair.qa_->counters().timeouts, 4u);
+}
+
+TEST(RcQueuePair, FullReceiveQueueIsRnrNakedAndRecovered) {
+  RcQpConfig config;
+  config.max_recv_queue = 4;
+  config.min_rnr_timer = 1;  // 10 us
+  RcPair pair({}, config);
+  for (int i = 0; i < 10; ++i) ASSERT_TRUE(pair.qa_->PostSend(Message(i, 5000), i).ok());
+  for (int step = 0; step < 100; ++step) pair.Step();
+  EXPECT_EQ(pair.qb_->num_recv_queued(), 4u);
+  EXPECT_GT(pair.qb_->counters().rnr_naks_sent, 0u);
+  EXPECT_GT(pair.qa_->counters().rnr_naks_received, 0u);
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts) << "unlimited RNR retries";
+  int got = 0;
+  for (int step = 0; step < 10000 && got < 10; ++step) {
+    RecvMessage m;
+    while (pair.qb_->PeekRecv(&m)) {
+      EXPECT_EQ(std::vector<uint8_t>(m.data.begin(), m.data.end()), Message(got, 5000));
+      ++got;
+      pair.qb_->PopRecv();
+    }
+    pair.Step();
+  }
+  EXPECT_EQ(got, 10);
+}
+
+TEST(RcQueuePair, LimitedRnrRetriesEndInError) {
+  RcQpConfig config;
+  config.max_recv_queue = 1;
+  config.min_rnr_timer = 1;
+  RcQpAttributes attrs;
+  attrs.rnr_retry = 2;
+  RcPair pair({}, config, attrs);
+  ASSERT_TRUE(pair.qa_->PostSend(Message(0, 10), 0).ok());
+  ASSERT_TRUE(pair.qa_->PostSend(Message(1, 10), 1).ok());
+  for (int step = 0; step < 1000 && pair.qa_->state() != QpState::kError; ++step) pair.Step();
+  ASSERT_EQ(pair.qa_->state(), QpState::kError);
+  EXPECT_EQ(pair.qa_->error().code(), absl::StatusCode::kUnavailable);
+  SendCompletion sc;
+  ASSERT_TRUE(pair.qa_->PollSendCompletion(&sc));
+  EXPECT_TRUE(sc.status.ok()) << "the first message was delivered";
+  ASSERT_TRUE(pair.qa_->PollSendCompletion(&sc));
+  EXPECT_FALSE(sc.status.ok());
+}
+
+TEST(RcQueuePair, ModifyFollowsTheVerbsStateMachine) {
+  FakeClock clock;
+  RcQueuePair qp(0x123, {}, clock);
+  RcQpAttributes attrs;
+  attrs.remote = kAddrB;
+  attrs.remote_qpn = 0x456;
+  EXPECT_EQ(qp.Modify(QpState::kRtr, attrs).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(qp.PostSend(Message(0, 1), 0).code(), absl::StatusCode::kFailedPrecondition);
+  RcQpAttributes bad_pkey = attrs;
+  bad_pkey.pkey = 0x8000;
+  EXPECT_EQ(qp.Modify(QpState::kInit, bad_pkey).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(qp.Modify(QpState::kInit, attrs).ok());
+  for (auto mutate : std::vector<std::function<void(RcQpAttributes&)>>{
+           [](RcQpAttributes& a) { a.path_mtu = 1500; },
+           [](RcQpAttributes& a) { a.remote_qpn = 0xFFFFFF; },
+           [](RcQpAttributes& a) { a.remote_qpn = 1; },
+           [](RcQpAttributes& a) { a.rq_psn = 0x1000000; },
+           [](RcQpAttributes& a) { a.remote = {0xe0000001, 4791}; },
+           [](RcQpAttributes& a) { a.remote.port = 0; }}) {
+    RcQpAttributes bad = attrs;
+    mutate(bad);
+    EXPECT_EQ(qp.Modify(QpState::kRtr, bad).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(qp.state(), QpState::kInit);
+  }
+  ASSERT_TRUE(qp.Modify(QpState::kRtr, attrs).ok());
+  RcQpAttributes bad_retry = attrs;
+  bad_retry.retry_count = 8;
+  EXPECT_EQ(qp.Modify(QpState::kRts, bad_retry).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(qp.Modify(QpState::kRts, attrs).ok());
+  EXPECT_EQ(qp.Modify(QpState::kInit, attrs).code(), absl::StatusCode::kFailedPrecondition);
+  std::vector<uint8_t> too_big(RcQpConfig{}.max_message_size + 1);
+  EXPECT_EQ(qp.PostSend(too_big, 0).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(qp.PostSend(Message(0, 1), 77).ok());
+  ASSERT_TRUE(qp.Modify(QpState::kError, attrs).ok());
+  SendCompletion sc;
+  ASSERT_TRUE(qp.PollSendCompletion(&sc));
+  EXPECT_EQ(sc.wr_id, 77u);
+  EXPECT_EQ(sc.status.code(), absl::StatusCode::kCancelled);
+  ASSERT_TRUE(qp.Modify(QpState::kReset, attrs).ok());
+  EXPECT_EQ(qp.state(), QpState::kReset);
+  EXPECT_TRUE(qp.error().ok());
+}
+
+TEST(RcQueuePair, SendQueueLimitIsResourceExhausted) {
+  RcQpConfig config;
+  config.max_send_queue = 3;
+  RcPair pair({}, config);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pair.qa_->PostSend(Message(i, 1), i).ok());
+  EXPECT_EQ(pair.qa_->PostSend(Message(3, 1), 3).code(), absl::StatusCode::kResourceExhausted);
+  for (int step = 0; step < 50; ++step) pair.Step();
+  EXPECT_TRUE(pair.qa_->PostSend(Message(3, 1), 3).ok());
+}
+
+}  // namespace
+}  // namespace netfold::transport

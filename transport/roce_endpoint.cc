@@ -1,0 +1,209 @@
+#include "transport/roce_endpoint.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+
+namespace netfold::transport {
+
+RoceEndpoint::RoceEndpoint(std::unique_ptr<Port> port, const Clock& clock,
+                           const RoceEndpointConfig& config)
+    : port_(std::move(port)),
+      clock_(clock),
+      config_(config),
+      next_qpn_(std::max(config.first_qpn, kFirstAssignableQpn)) {
+  rx_.resize(std::max<size_t>(config_.burst, 1));
+}
+
+RoceEndpoint::~RoceEndpoint() {
+  // QPs hold packet buffers of the port's pool: destroy them before the port.
+  ud_qps_.clear();
+  rc_qps_.clear();
+  PacketPool::FreeBurst(tx_);
+}
+
+uint32_t RoceEndpoint::NextQpn() {
+  for (;;) {
+    uint32_t qpn = next_qpn_;
+    next_qpn_ = next_qpn_ + 1 >= kMulticastQpn ? kFirstAssignableQpn : next_qpn_ + 1;
+    if (!rc_qps_.contains(qpn) && !ud_qps_.contains(qpn)) return qpn;
+  }
+}
+
+absl::StatusOr<RcQueuePair*> RoceEndpoint::CreateRcQp(const RcQpConfig& config) {
+  const uint32_t qpn = NextQpn();
+  auto qp = std::make_unique<RcQueuePair>(qpn, config, clock_);
+  RcQueuePair* raw = qp.get();
+  rc_qps_[qpn] = std::move(qp);
+  return raw;
+}
+
+absl::StatusOr<UdQueuePair*> RoceEndpoint::CreateUdQp(const UdQpConfig& config) {
+  const uint32_t qpn = NextQpn();
+  auto qp = std::make_unique<UdQueuePair>(qpn, config, &port_->pool(), port_->local());
+  UdQueuePair* raw = qp.get();
+  ud_qps_[qpn] = std::move(qp);
+  return raw;
+}
+
+absl::Status RoceEndpoint::DestroyQp(uint32_t qpn) {
+  if (rc_qps_.erase(qpn) > 0) return absl::OkStatus();
+  if (ud_qps_.contains(qpn)) {
+    std::vector<Ipv4Endpoint> joined;
+    for (const auto& [group, members] : groups_) {
+      if (std::find(members.begin(), members.end(), qpn) != members.end()) joined.push_back(group);
+    }
+    for (const Ipv4Endpoint& g : joined) NETFOLD_RETURN_IF_ERROR(DetachMulticast(qpn, g));
+    ud_qps_.erase(qpn);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrFormat("no QP 0x%06x on %s", qpn, local().ToString()));
+}
+
+RcQueuePair* RoceEndpoint::FindRcQp(uint32_t qpn) {
+  auto it = rc_qps_.find(qpn);
+  return it == rc_qps_.end() ? nullptr : it->second.get();
+}
+
+UdQueuePair* RoceEndpoint::FindUdQp(uint32_t qpn) {
+  auto it = ud_qps_.find(qpn);
+  return it == ud_qps_.end() ? nullptr : it->second.get();
+}
+
+absl::Status RoceEndpoint::AttachMulticast(uint32_t qpn, const Ipv4Endpoint& group) {
+  if (!ud_qps_.contains(qpn)) {
+    return absl::NotFoundError(absl::StrFormat("no UD QP 0x%06x to attach", qpn));
+  }
+  if (!group.IsMulticast()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s is not a multicast address", group.ToString()));
+  }
+  auto& members = groups_[group];
+  if (std::find(members.begin(), members.end(), qpn) != members.end()) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("QP 0x%06x is already attached to %s", qpn, group.ToString()));
+  }
+  if (members.empty()) {
+    if (absl::Status s = port_->JoinMulticast(group); !s.ok()) {
+      groups_.erase(group);
+      return s;
+    }
+  }
+  members.push_back(qpn);
+  return absl::OkStatus();
+}
+
+absl::Status RoceEndpoint::DetachMulticast(uint32_t qpn, const Ipv4Endpoint& group) {
+  auto it = groups_.find(group);
+  if (it != groups_.end()) {
+    auto pos = std::find(it->second.begin(), it->second.end(), qpn);
+    if (pos != it->second.end()) {
+      it->second.erase(pos);
+      if (it->second.empty()) {
+        groups_.erase(it);
+        return port_->LeaveMulticast(group);
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::NotFoundError(
+      absl::StrFormat("QP 0x%06x is not attached to %s", qpn, group.ToString()));
+}
+
+void RoceEndpoint::Dispatch(PacketBuffer* p) {
+  counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  const proto::IcrcAddresses addrs{p->src.ip, p->dst.ip, p->src.port, p->dst.port};
+  proto::RocePacketView view;
+  const proto::RoceParseResult r =
+      proto::ParseRocePacket(p->bytes(), config_.check_icrc ? &addrs : nullptr, &view);
+  if (r != proto::RoceParseResult::kOk) {
+    counters_.parse_drops[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+    PacketPool::Free(p);
+    return;
+  }
+  const uint32_t qpn = view.bth.dest_qp;
+  if (qpn == kMulticastQpn) {
+    auto it = groups_.find(p->dst);
+    if (!p->dst.IsMulticast() || it == groups_.end() || it->second.empty()) {
+      counters_.drops.Count(QpDropReason::kUnknownQp);
+      PacketPool::Free(p);
+      return;
+    }
+    // Every attached QP gets the datagram; all but the last get a copy.
+    const std::vector<uint32_t>& members = it->second;
+    for (size_t i = 0; i + 1 < members.size(); ++i) {
+      PacketBuffer* copy = port_->pool().Alloc();
+      if (copy == nullptr) {
+        counters_.drops.Count(QpDropReason::kNoBuffer);
+        continue;
+      }
+      std::memcpy(copy->data(), p->data(), p->len());
+      copy->set_len(p->len());
+      copy->src = p->src;
+      copy->dst = p->dst;
+      proto::RocePacketView copy_view = view;
+      copy_view.payload = {copy->data() + (view.payload.data() - p->data()), view.payload.size()};
+      if (!ud_qps_[members[i]]->OnPacket(copy_view, copy)) PacketPool::Free(copy);
+    }
+    if (!ud_qps_[members.back()]->OnPacket(view, p)) PacketPool::Free(p);
+    return;
+  }
+  if (auto rc = rc_qps_.find(qpn); rc != rc_qps_.end()) {
+    rc->second->OnPacket(view, p->src);
+    PacketPool::Free(p);
+    return;
+  }
+  if (auto ud = ud_qps_.find(qpn); ud != ud_qps_.end()) {
+    if (!ud->second->OnPacket(view, p)) PacketPool::Free(p);
+    return;
+  }
+  counters_.drops.Count(QpDropReason::kUnknownQp);
+  PacketPool::Free(p);
+}
+
+void RoceEndpoint::Flush() {
+  const Ipv4Endpoint local = port_->local();
+  PacketSink sink{&port_->pool(), &tx_};
+  for (auto& [qpn, qp] : rc_qps_) {
+    if (qp->HasWork()) qp->Poll(local, sink);
+  }
+  for (auto& [qpn, qp] : ud_qps_) {
+    if (qp->HasWork()) qp->Poll(&tx_);
+  }
+  if (tx_.empty()) return;
+  const size_t sent = port_->SendBurst(tx_);
+  counters_.tx_packets.fetch_add(sent, std::memory_order_relaxed);
+  if (sent < tx_.size()) {
+    // The network is full: drop the rest; RC retransmits, UD is unreliable.
+    counters_.tx_dropped.fetch_add(tx_.size() - sent, std::memory_order_relaxed);
+    PacketPool::FreeBurst(std::span<PacketBuffer* const>(tx_).subspan(sent));
+  }
+  tx_.clear();
+}
+
+std::optional<int64_t> RoceEndpoint::NextTimerNs() const {
+  std::optional<int64_t> next;
+  for (const auto& [qpn, qp] : rc_qps_) {
+    if (auto t = qp->NextTimerNs()) next = next ? std::min(*next, *t) : *t;
+  }
+  for (const auto& [qpn, qp] : ud_qps_) {
+    if (qp->HasWork()) return clock_.NowNanos();
+  }
+  return next;
+}
+
+size_t RoceEndpoint::Progress(absl::Duration timeout) {
+  Flush();
+  absl::Duration wait = timeout;
+  if (auto t = NextTimerNs()) {
+    wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - clock_.NowNanos())));
+  }
+  const size_t n = port_->RecvBurst(rx_, wait);
+  for (size_t i = 0; i < n; ++i) Dispatch(rx_[i]);
+  Flush();
+  return n;
+}
+
+}  // namespace netfold::transport

@@ -1,0 +1,114 @@
+// A RoCEv2 endpoint: one port, the queue pairs behind it, and the receive
+// path that parses, checks and demultiplexes every packet.
+//
+//   auto udp = *UdpPort::Create({.local = *ParseIpv4Endpoint("127.0.0.1:0")});
+//   RoceEndpoint ep(std::move(udp), RealClock());
+//   RcQueuePair* qp = *ep.CreateRcQp();
+//   ... Modify(qp) to RTS with the peer's address/QPN/PSN ...
+//   qp->PostSend(bytes, 1);
+//   while (...) ep.Progress(absl::Milliseconds(10));   // receive, dispatch, send
+//
+// Receive path per packet: parse (bounds, opcode, pad, ICRC over the
+// datagram's addresses) -> destination QP (or every UD QP attached to the
+// multicast group the datagram was sent to) -> the QP's own checks (P_Key,
+// Q_Key, source, state, PSN). Every drop is counted with its reason, at the
+// endpoint (parse results, unknown QP) or at the QP.
+//
+// Progress() never blocks longer than its timeout and wakes early for QP
+// timers (retransmission, RNR wait, pending ACKs).
+//
+// Thread-safety: an endpoint and its QPs belong to one thread. Counters may
+// be read from any thread.
+#ifndef NETFOLD_TRANSPORT_ROCE_ENDPOINT_H_
+#define NETFOLD_TRANSPORT_ROCE_ENDPOINT_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "base/clock.h"
+#include "proto/roce_packet.h"
+#include "transport/port.h"
+#include "transport/rc_queue_pair.h"
+#include "transport/ud_queue_pair.h"
+
+namespace netfold::transport {
+
+struct RoceEndpointConfig {
+  bool check_icrc = true;
+  uint32_t first_qpn = 0x100;  // QPNs are assigned upwards from here
+  size_t burst = 32;           // packets per RecvBurst
+};
+
+struct RoceEndpointCounters {
+  std::atomic<uint64_t> rx_packets{0};
+  std::atomic<uint64_t> tx_packets{0};
+  std::atomic<uint64_t> tx_dropped{0};  // the port would not take them
+  std::array<std::atomic<uint64_t>, proto::kNumRoceParseResults> parse_drops{};
+  QpDropCounters drops;  // kUnknownQp and kNoBuffer at the endpoint level
+
+  uint64_t ParseDrops(proto::RoceParseResult r) const {
+    return parse_drops[static_cast<size_t>(r)].load(std::memory_order_relaxed);
+  }
+};
+
+class RoceEndpoint {
+ public:
+  RoceEndpoint(std::unique_ptr<Port> port, const Clock& clock,
+               const RoceEndpointConfig& config = {});
+  RoceEndpoint(const RoceEndpoint&) = delete;
+  RoceEndpoint& operator=(const RoceEndpoint&) = delete;
+  ~RoceEndpoint();
+
+  // Creates a QP in RESET with a fresh QPN. The endpoint owns it; the pointer
+  // is valid until DestroyQp or the endpoint's destruction.
+  absl::StatusOr<RcQueuePair*> CreateRcQp(const RcQpConfig& config = {});
+  absl::StatusOr<UdQueuePair*> CreateUdQp(const UdQpConfig& config);
+  // NotFound if there is no such QP. Detaches a UD QP from its groups.
+  absl::Status DestroyQp(uint32_t qpn);
+  RcQueuePair* FindRcQp(uint32_t qpn);
+  UdQueuePair* FindUdQp(uint32_t qpn);
+
+  // Delivers datagrams sent to multicast `group` (ip:port) to UD QP `qpn`;
+  // the port joins the group with the first QP attached to it.
+  absl::Status AttachMulticast(uint32_t qpn, const Ipv4Endpoint& group);
+  absl::Status DetachMulticast(uint32_t qpn, const Ipv4Endpoint& group);
+
+  // Receives for at most `timeout` (less if a QP needs attention sooner),
+  // hands every packet to its QP, then sends what the QPs have to send.
+  // Returns the number of packets received.
+  size_t Progress(absl::Duration timeout);
+  // Sends what the QPs have to send, without receiving.
+  void Flush();
+  // When a QP next needs Progress() without new input (clock nanoseconds).
+  std::optional<int64_t> NextTimerNs() const;
+
+  Port& port() { return *port_; }
+  Ipv4Endpoint local() const { return port_->local(); }
+  const Clock& clock() const { return clock_; }
+  const RoceEndpointCounters& counters() const { return counters_; }
+  size_t num_qps() const { return rc_qps_.size() + ud_qps_.size(); }
+
+ private:
+  uint32_t NextQpn();
+  void Dispatch(PacketBuffer* p);
+
+  std::unique_ptr<Port> port_;
+  const Clock& clock_;
+  RoceEndpointConfig config_;
+  uint32_t next_qpn_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<RcQueuePair>> rc_qps_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<UdQueuePair>> ud_qps_;
+  absl::flat_hash_map<Ipv4Endpoint, std::vector<uint32_t>> groups_;
+  std::vector<PacketBuffer*> rx_;
+  std::vector<PacketBuffer*> tx_;
+  RoceEndpointCounters counters_;
+};
+
+}  // namespace netfold::transport
+
+#endif  // NETFOLD_TRANSPORT_ROCE_ENDPOINT_H_

@@ -1,0 +1,480 @@
+// The endpoint's receive path: every malformed or foreign packet is dropped
+// and counted with its reason (table-driven); UD unicast and multicast; RC
+// and UD over real UDP sockets on loopback.
+#include "transport/roce_endpoint.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/clock.h"
+#include "gtest/gtest.h"
+#include "proto/roce_packet.h"
+#include "transport/impaired_port.h"
+#include "transport/memory_port.h"
+#include "transport/udp_port.h"
+
+namespace netfold::transport {
+namespace {
+
+using proto::BthOpcode;
+
+constexpr Ipv4Endpoint kAddrA{0x0a000001, 4791};
+constexpr Ipv4Endpoint kAddrB{0x0a000002, 4791};
+constexpr Ipv4Endpoint kAttacker{0x0a0000ee, 4791};
+constexpr Ipv4Endpoint kGroup{0xe0000042, 4791};
+constexpr uint16_t kPkey = 0x8123;
+constexpr uint32_t kQkey = 0x11223344;
+
+struct Crafted {
+  proto::RocePacketSpec spec;
+  std::vector<uint8_t> payload;
+};
+
+Crafted RcSend(uint32_t dest_qp, uint32_t psn, size_t len = 16) {
+  Crafted c;
+  c.spec.bth.opcode = BthOpcode::kRcSendOnly;
+  c.spec.bth.pkey = kPkey;
+  c.spec.bth.dest_qp = dest_qp;
+  c.spec.bth.psn = psn;
+  c.spec.bth.ack_req = true;
+  c.payload.assign(len, 0x42);
+  return c;
+}
+
+// An endpoint A with an RC QP connected to B (an inert port we inject
+// from) and a UD QP; an attacker port elsewhere on the network.
+class EndpointTest : public ::testing::Test {
+ public:
+  void SetUp() override {
+    a_ = std::make_unique<RoceEndpoint>(*net_.CreatePort({.local = kAddrA}), clock_);
+    b_ = *net_.CreatePort({.local = kAddrB});
+    attacker_ = *net_.CreatePort({.local = kAttacker});
+    rc_ = *a_->CreateRcQp();
+    RcQpAttributes attrs;
+    attrs.pkey = kPkey;
+    attrs.remote = kAddrB;
+    attrs.remote_qpn = 0x777;
+    attrs.rq_psn = 100;
+    attrs.sq_psn = 500;
+    attrs.path_mtu = 1024;
+    ASSERT_TRUE(rc_->Modify(QpState::kInit, attrs).ok());
+    ASSERT_TRUE(rc_->Modify(QpState::kRtr, attrs).ok());
+    ASSERT_TRUE(rc_->Modify(QpState::kRts, attrs).ok());
+    ud_ = *a_->CreateUdQp({.qkey = kQkey, .pkey = kPkey});
+    idle_rc_ = *a_->CreateRcQp();  // stays in RESET
+  }
+
+  // Sends raw bytes from `from` to `to`, then lets A process them.
+  void Inject(MemoryPort& from, std::vector<uint8_t> bytes, Ipv4Endpoint to = kAddrA) {
+    PacketBuffer* p = from.pool().Alloc();
+    std::memcpy(p->data(), bytes.data(), bytes.size());
+    p->set_len(static_cast<uint32_t>(bytes.size()));
+    p->dst = to;
+    from.SendBurst({&p, 1});
+    a_->Progress(absl::ZeroDuration());
+  }
+
+  std::vector<uint8_t> Build(const Crafted& c, const Ipv4Endpoint& from,
+                             const Ipv4Endpoint& to = kAddrA) {
+    std::vector<uint8_t> out(8192);
+    const proto::IcrcAddresses addrs{from.ip, to.ip, from.port, to.port};
+    auto n = proto::BuildRocePacket(c.spec, c.payload, addrs, out);
+    EXPECT_TRUE(n.ok()) << n.status();
+    out.resize(n.ok() ? *n : 0);
+    return out;
+  }
+
+  // Packets B received (A's replies), parsed.
+  std::vector<proto::RocePacketView> Replies() {
+    std::vector<proto::RocePacketView> views;
+    PacketBuffer* rx[16];
+    size_t n = b_->RecvBurst(rx, absl::ZeroDuration());
+    for (size_t i = 0; i < n; ++i) {
+      auto v = proto::DecodeRocePacket(rx[i]->bytes(), nullptr);
+      if (v.ok()) {
+        replies_storage_.emplace_back(rx[i]->bytes().begin(), rx[i]->bytes().end());
+        v->payload = {};
+        views.push_back(*v);
+      }
+    }
+    PacketPool::FreeBurst({rx, n});
+    return views;
+  }
+
+  FakeClock clock_;
+  MemoryNetwork net_;
+  std::unique_ptr<RoceEndpoint> a_;
+  std::unique_ptr<MemoryPort> b_;
+  std::unique_ptr<MemoryPort> attacker_;
+  RcQueuePair* rc_;
+  UdQueuePair* ud_;
+  RcQueuePair* idle_rc_;
+  std::vector<std::vector<uint8_t>> replies_storage_;
+};
+
+TEST_F(EndpointTest, AcceptsAValidRcSendAndAcksIt) {
+  Inject(*b_, Build(RcSend(rc_->qpn(), 100), kAddrB));
+  RecvMessage m;
+  ASSERT_TRUE(rc_->PeekRecv(&m));
+  EXPECT_EQ(m.data.size(), 16u);
+  auto replies = Replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].bth.opcode, BthOpcode::kRcAcknowledge);
+  EXPECT_EQ(replies[0].bth.psn, 100u);
+  EXPECT_EQ(replies[0].bth.dest_qp, 0x777u);
+  EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kAck);
+  EXPECT_EQ(replies[0].aeth->msn, 1u);
+}
+
+struct DropCase {
+  std::string name;
+  std::function<std::vector<uint8_t>(EndpointTest&)> make;
+  bool from_attacker;
+  // Exactly one of these names the expected counter.
+  std::optional<proto::RoceParseResult> parse_result;
+  std::optional<QpDropReason> endpoint_reason;
+  std::optional<QpDropReason> rc_reason;
+  std::optional<QpDropReason> ud_reason;
+  std::optional<QpDropReason> idle_reason;
+};
+
+class EndpointDropTest : public EndpointTest, public ::testing::WithParamInterface<DropCase> {};
+
+TEST_P(EndpointDropTest, DropsAndCountsWithTheReason) {
+  const DropCase& c = GetParam();
+  std::vector<uint8_t> bytes = c.make(*this);
+  Inject(c.from_attacker ? *attacker_ : *b_, bytes);
+  if (c.parse_result) {
+    EXPECT_EQ(a_->counters().ParseDrops(*c.parse_result), 1u) << c.name;
+  }
+  if (c.endpoint_reason) {
+    EXPECT_EQ(a_->counters().drops.Get(*c.endpoint_reason), 1u) << c.name;
+  }
+  if (c.rc_reason) {
+    EXPECT_EQ(rc_->counters().drops.Get(*c.rc_reason), 1u) << c.name;
+  }
+  if (c.ud_reason) {
+    EXPECT_EQ(ud_->counters().drops.Get(*c.ud_reason), 1u) << c.name;
+  }
+  if (c.idle_reason) {
+    EXPECT_EQ(idle_rc_->counters().drops.Get(*c.idle_reason), 1u) << c.name;
+  }
+  // Nothing was delivered.
+  RecvMessage m;
+  EXPECT_FALSE(rc_->PeekRecv(&m)) << c.name;
+  UdDatagram d;
+  EXPECT_FALSE(ud_->PeekRecv(&d)) << c.name;
+  // Exactly one drop was counted in total.
+  uint64_t total = a_->counters().drops.Total() + rc_->counters().drops.Total() +
+                   ud_->counters().drops.Total() + idle_rc_->counters().drops.Total();
+  for (size_t r = 0; r < proto::kNumRoceParseResults; ++r) {
+    total += a_->counters().parse_drops[r].load();
+  }
+  EXPECT_EQ(total, 1u) << c.name;
+}
+
+std::vector<uint8_t> Rewrite(std::vector<uint8_t> bytes, size_t offset, uint8_t value,
+                             const Ipv4Endpoint& from) {
+  bytes[offset] = value;
+  const proto::IcrcAddresses addrs{from.ip, kAddrA.ip, from.port, kAddrA.port};
+  EXPECT_TRUE(proto::RewriteIcrc(addrs, bytes).ok());
+  return bytes;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, EndpointDropTest,
+    ::testing::Values(
+        DropCase{"truncated", [](EndpointTest&) { return std::vector<uint8_t>(5, 0); }, false,
+                 proto::RoceParseResult::kTruncated},
+        DropCase{"bad_icrc",
+                 [](EndpointTest& t) {
+                   auto b = t.Build(RcSend(t.rc_->qpn(), 100), kAddrB);
+                   b[20] ^= 0x01;
+                   return b;
+                 },
+                 false, proto::RoceParseResult::kBadIcrc},
+        DropCase{"icrc_of_another_source",
+                 [](EndpointTest& t) { return t.Build(RcSend(t.rc_->qpn(), 100), kAddrB); }, true,
+                 proto::RoceParseResult::kBadIcrc},
+        DropCase{"unknown_opcode_rdma_write",
+                 [](EndpointTest& t) {
+                   return Rewrite(t.Build(RcSend(t.rc_->qpn(), 100), kAddrB), 0, 0x0a, kAddrB);
+                 },
+                 false, proto::RoceParseResult::kUnknownOpcode},
+        DropCase{"bad_transport_version",
+                 [](EndpointTest& t) {
+                   auto b = t.Build(RcSend(t.rc_->qpn(), 100), kAddrB);
+                   return Rewrite(b, 1, static_cast<uint8_t>(b[1] | 0x01), kAddrB);
+                 },
+                 false, proto::RoceParseResult::kBadTransportVersion},
+        DropCase{"unknown_qp",
+                 [](EndpointTest& t) { return t.Build(RcSend(0x999, 100), kAddrB); }, false,
+                 std::nullopt, QpDropReason::kUnknownQp},
+        DropCase{"multicast_nobody_attached",
+                 [](EndpointTest& t) {
+                   Crafted c = RcSend(kMulticastQpn, 0);
+                   c.spec.bth.opcode = BthOpcode::kUdSendOnly;
+                   c.spec.bth.ack_req = false;
+                   c.spec.deth = proto::Deth{kQkey, 0x55};
+                   return t.Build(c, kAddrB);
+                 },
+                 false, std::nullopt, QpDropReason::kUnknownQp},
+        DropCase{"wrong_pkey",
+                 [](EndpointTest& t) {
+                   Crafted c = RcSend(t.rc_->qpn(), 100);
+                   c.spec.bth.pkey = 0x8124;
+                   return t.Build(c, kAddrB);
+                 },
+                 false, std::nullopt, std::nullopt, QpDropReason::kWrongPkey},
+        DropCase{"wrong_source",
+                 [](EndpointTest& t) { return t.Build(RcSend(t.rc_->qpn(), 100), kAttacker); },
+                 true, std::nullopt, std::nullopt, QpDropReason::kWrongSource},
+        DropCase{"ud_opcode_to_rc_qp",
+                 [](EndpointTest& t) {
+                   Crafted c = RcSend(t.rc_->qpn(), 100);
+                   c.spec.bth.opcode = BthOpcode::kUdSendOnly;
+                   c.spec.deth = proto::Deth{kQkey, 0x55};
+                   return t.Build(c, kAddrB);
+                 },
+                 false, std::nullopt, std::nullopt, QpDropReason::kWrongTransport},
+        DropCase{"rc_opcode_to_ud_qp",
+                 [](EndpointTest& t) { return t.Build(RcSend(t.ud_->qpn(), 100), kAddrB); }, false,
+                 std::nullopt, std::nullopt, std::nullopt, QpDropReason::kWrongTransport},
+        DropCase{"wrong_qkey",
+                 [](EndpointTest& t) {
+                   Crafted c = RcSend(t.ud_->qpn(), 0);
+                   c.spec.bth.opcode = BthOpcode::kUdSendOnly;
+                   c.spec.deth = proto::Deth{kQkey + 1, 0x55};
+                   return t.Build(c, kAttacker);
+                 },
+                 true, std::nullopt, std::nullopt, std::nullopt, QpDropReason::kWrongQkey},
+        DropCase{"ud_wrong_pkey",
+                 [](EndpointTest& t) {
+                   Crafted c = RcSend(t.ud_->qpn(), 0);
+                   c.spec.bth.opcode = BthOpcode::kUdSendOnly;
+                   c.spec.bth.pkey = 0x8999;  // another partition
+                   c.spec.deth = proto::Deth{kQkey, 0x55};
+                   return t.Build(c, kAttacker);
+                 },
+                 true, std::nullopt, std::nullopt, std::nullopt, QpDropReason::kWrongPkey},
+        DropCase{"qp_in_reset",
+                 [](EndpointTest& t) { return t.Build(RcSend(t.idle_rc_->qpn(), 0), kAddrB); },
+                 false, std::nullopt, std::nullopt, std::nullopt, std::nullopt,
+                 QpDropReason::kBadState},
+        DropCase{"psn_ahead",
+                 [](EndpointTest& t) { return t.Build(RcSend(t.rc_->qpn(), 105), kAddrB); },
+                 false, std::nullopt, std::nullopt, QpDropReason::kOutOfSequence},
+        DropCase{"psn_behind",
+                 [](EndpointTest& t) { return t.Build(RcSend(t.rc_->qpn(), 99), kAddrB); }, false,
+                 std::nullopt, std::nullopt, QpDropReason::kDuplicate},
+        DropCase{"ack_for_unsent_psn",
+                 [](EndpointTest& t) {
+                   Crafted c;
+                   c.spec.bth.opcode = BthOpcode::kRcAcknowledge;
+                   c.spec.bth.pkey = kPkey;
+                   c.spec.bth.dest_qp = t.rc_->qpn();
+                   c.spec.bth.psn = 900;
+                   c.spec.aeth = proto::MakeAck(1);
+                   return t.Build(c, kAddrB);
+                 },
+                 false, std::nullopt, std::nullopt, QpDropReason::kUnexpectedAck},
+        DropCase{"payload_over_mtu",
+                 [](EndpointTest& t) { return t.Build(RcSend(t.rc_->qpn(), 100, 1028), kAddrB); },
+                 false, std::nullopt, std::nullopt, QpDropReason::kBadLength},
+        DropCase{"middle_without_first",
+                 [](EndpointTest& t) {
+                   Crafted c = RcSend(t.rc_->qpn(), 100, 1024);
+                   c.spec.bth.opcode = BthOpcode::kRcSendMiddle;
+                   return t.Build(c, kAddrB);
+                 },
+                 false, std::nullopt, std::nullopt, QpDropReason::kBadOpcodeSequence}),
+    [](const ::testing::TestParamInfo<DropCase>& info) { return info.param.name; });
+
+TEST_F(EndpointTest, OutOfSequenceGetsOneNakUntilTheGapIsFilled) {
+  Inject(*b_, Build(RcSend(rc_->qpn(), 102), kAddrB));
+  Inject(*b_, Build(RcSend(rc_->qpn(), 103), kAddrB));
+  auto replies = Replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kNak);
+  EXPECT_EQ(replies[0].bth.psn, 100u) << "the NAK carries the expected PSN";
+  Inject(*b_, Build(RcSend(rc_->qpn(), 100), kAddrB));
+  replies = Replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kAck);
+  Inject(*b_, Build(RcSend(rc_->qpn(), 102), kAddrB));  // a new gap: a new NAK
+  replies = Replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kNak);
+  EXPECT_EQ(replies[0].bth.psn, 101u);
+}
+
+TEST_F(EndpointTest, InvalidRequestIsNakedAndErrorsTheQp) {
+  Crafted c = RcSend(rc_->qpn(), 100, 1024);
+  c.spec.bth.opcode = BthOpcode::kRcSendLast;
+  Inject(*b_, Build(c, kAddrB));
+  auto replies = Replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kNak);
+  EXPECT_EQ(proto::GetAethValue(*replies[0].aeth),
+            static_cast<uint8_t>(proto::NakCode::kInvalidRequest));
+  EXPECT_EQ(rc_->state(), QpState::kError);
+  EXPECT_EQ(rc_->error().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST_F(EndpointTest, UdUnicastAndMulticastDelivery) {
+  ASSERT_TRUE(a_->AttachMulticast(ud_->qpn(), kGroup).ok());
+  EXPECT_EQ(a_->AttachMulticast(ud_->qpn(), kGroup).code(), absl::StatusCode::kAlreadyExists);
+  UdQueuePair* second = *a_->CreateUdQp({.qkey = kQkey, .pkey = kPkey});
+  ASSERT_TRUE(a_->AttachMulticast(second->qpn(), kGroup).ok());
+
+  Crafted c = RcSend(ud_->qpn(), 0, 33);
+  c.spec.bth.opcode = BthOpcode::kUdSendOnlyWithImmediate;
+  c.spec.deth = proto::Deth{kQkey, 0x55};
+  c.spec.imm = 0xfeed;
+  Inject(*attacker_, Build(c, kAttacker));
+  UdDatagram d;
+  ASSERT_TRUE(ud_->PeekRecv(&d));
+  EXPECT_EQ(d.src, kAttacker);
+  EXPECT_EQ(d.src_qpn, 0x55u);
+  EXPECT_EQ(d.imm, 0xfeedu);
+  EXPECT_EQ(d.data.size(), 33u);
+  ud_->PopRecv();
+
+  c.spec.bth.dest_qp = kMulticastQpn;
+  Inject(*attacker_, Build(c, kAttacker, kGroup), kGroup);
+  ASSERT_TRUE(ud_->PeekRecv(&d));
+  EXPECT_EQ(d.dst, kGroup);
+  ASSERT_TRUE(second->PeekRecv(&d));
+  EXPECT_EQ(d.data.size(), 33u);
+  ud_->PopRecv();
+  second->PopRecv();
+
+  ASSERT_TRUE(a_->DestroyQp(second->qpn()).ok());
+  ASSERT_TRUE(a_->DetachMulticast(ud_->qpn(), kGroup).ok());
+  EXPECT_EQ(a_->DetachMulticast(ud_->qpn(), kGroup).code(), absl::StatusCode::kNotFound);
+  Inject(*attacker_, Build(c, kAttacker, kGroup), kGroup);
+  EXPECT_FALSE(ud_->PeekRecv(&d));
+  EXPECT_EQ(a_->DestroyQp(0xabcdef).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EndpointTest, UdPostSendValidatesAndBuildsADatagram) {
+  std::vector<uint8_t> payload(100, 7);
+  EXPECT_EQ(ud_->PostSend(kGroup, 0x55, kQkey, payload).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ud_->PostSend(kAddrB, kMulticastQpn, kQkey, payload).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<uint8_t> big(5000);
+  EXPECT_EQ(ud_->PostSend(kAddrB, 0x55, kQkey, big).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(ud_->PostSend(kAddrB, 0x55, kQkey, payload).ok());
+  a_->Flush();
+  PacketBuffer* rx[2];
+  ASSERT_EQ(b_->RecvBurst(rx, absl::ZeroDuration()), 1u);
+  const proto::IcrcAddresses addrs{kAddrA.ip, kAddrB.ip, kAddrA.port, kAddrB.port};
+  auto v = proto::DecodeRocePacket(rx[0]->bytes(), &addrs);
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->bth.opcode, BthOpcode::kUdSendOnly);
+  EXPECT_EQ(v->deth->qkey, kQkey);
+  EXPECT_EQ(v->deth->src_qp, ud_->qpn());
+  EXPECT_EQ(v->payload.size(), 100u);
+  PacketPool::Free(rx[0]);
+}
+
+// --- Real sockets on loopback -------------------------------------------------
+
+std::unique_ptr<RoceEndpoint> UdpEndpoint(const ImpairmentConfig& faults = {}) {
+  UdpPortConfig config;
+  config.local = {0x7f000001, 0};
+  auto udp = UdpPort::Create(config);
+  EXPECT_TRUE(udp.ok()) << udp.status();
+  if (!udp.ok()) return nullptr;
+  auto port = std::make_unique<ImpairedPort>(std::move(*udp), faults, ImpairmentConfig{},
+                                             RealClock());
+  return std::make_unique<RoceEndpoint>(std::move(port), RealClock());
+}
+
+TEST(RoceEndpointUdp, RcOverLoopbackWithLoss) {
+  auto a = UdpEndpoint(*ParseImpairment("drop=0.05,dup=0.02,seed=11"));
+  auto b = UdpEndpoint(*ParseImpairment("drop=0.05,seed=12"));
+  ASSERT_TRUE(a && b);
+  RcQueuePair* qa = *a->CreateRcQp();
+  RcQueuePair* qb = *b->CreateRcQp();
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(2);
+  attrs.remote = b->local();
+  attrs.remote_qpn = qb->qpn();
+  ASSERT_TRUE(qa->Modify(QpState::kInit, attrs).ok());
+  ASSERT_TRUE(qa->Modify(QpState::kRtr, attrs).ok());
+  ASSERT_TRUE(qa->Modify(QpState::kRts, attrs).ok());
+  attrs.remote = a->local();
+  attrs.remote_qpn = qa->qpn();
+  ASSERT_TRUE(qb->Modify(QpState::kInit, attrs).ok());
+  ASSERT_TRUE(qb->Modify(QpState::kRtr, attrs).ok());
+  ASSERT_TRUE(qb->Modify(QpState::kRts, attrs).ok());
+
+  const int n = 300;
+  int posted = 0, received = 0;
+  Deadline deadline(RealClock(), absl::Seconds(20));
+  while (received < n && !deadline.Expired()) {
+    while (posted < n) {
+      std::vector<uint8_t> m(1 + (posted * 997) % 9000, static_cast<uint8_t>(posted));
+      if (!qa->PostSend(m, posted).ok()) break;
+      ++posted;
+    }
+    a->Progress(absl::ZeroDuration());
+    b->Progress(absl::Milliseconds(1));
+    RecvMessage m;
+    while (qb->PeekRecv(&m)) {
+      ASSERT_EQ(m.data.size(), 1u + (received * 997) % 9000);
+      ASSERT_EQ(m.data[0], static_cast<uint8_t>(received));
+      ++received;
+      qb->PopRecv();
+    }
+  }
+  EXPECT_EQ(received, n);
+  EXPECT_EQ(qa->state(), QpState::kRts) << qa->error();
+}
+
+TEST(RoceEndpointUdp, MulticastReachesEveryReceiver) {
+  auto sender = UdpEndpoint();
+  ASSERT_NE(sender, nullptr);
+  const Ipv4Endpoint group{0xef4f0000u | static_cast<uint32_t>(getpid() & 0xffff),
+                           sender->local().port};
+  std::vector<std::unique_ptr<RoceEndpoint>> receivers;
+  std::vector<UdQueuePair*> qps;
+  for (int i = 0; i < 5; ++i) {
+    receivers.push_back(UdpEndpoint());
+    ASSERT_NE(receivers.back(), nullptr);
+    qps.push_back(*receivers.back()->CreateUdQp({.qkey = kQkey, .pkey = kPkey}));
+    absl::Status s = receivers.back()->AttachMulticast(qps.back()->qpn(), group);
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  UdQueuePair* tx = *sender->CreateUdQp({.qkey = kQkey, .pkey = kPkey});
+  for (uint8_t i = 0; i < 20; ++i) {
+    std::vector<uint8_t> m(64, i);
+    ASSERT_TRUE(tx->PostSend(group, kMulticastQpn, kQkey, m).ok());
+  }
+  sender->Flush();
+  for (size_t r = 0; r < receivers.size(); ++r) {
+    int got = 0;
+    Deadline deadline(RealClock(), absl::Seconds(5));
+    while (got < 20 && !deadline.Expired()) {
+      receivers[r]->Progress(absl::Milliseconds(10));
+      UdDatagram d;
+      while (qps[r]->PeekRecv(&d)) {
+        EXPECT_EQ(d.data[0], got);
+        EXPECT_EQ(d.dst, group);
+        EXPECT_EQ(d.src_qpn, tx->qpn());
+        ++got;
+        qps[r]->PopRecv();
+      }
+    }
+    EXPECT_EQ(got, 20) << "receiver " << r;
+  }
+}
+
+}  // namespace
+}  // namespace netfold::transport
