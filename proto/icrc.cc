@@ -1,0 +1,111 @@
+#include "proto/icrc.h"
+
+#include <zlib.h>
+
+#include <cstring>
+
+#include "proto/big_endian.h"
+
+namespace netfold::proto {
+namespace {
+
+constexpr size_t kLrhSize = 8;
+constexpr size_t kPseudoHeaderSize = kLrhSize + kIpv4HeaderSize + kUdpHeaderSize;
+
+// Byte offsets of the masked fields.
+constexpr size_t kIpTosOffset = 1;
+constexpr size_t kIpTtlOffset = 8;
+constexpr size_t kIpChecksumOffset = 10;
+constexpr size_t kUdpChecksumOffset = 6;
+
+uint32_t Crc(uint32_t crc, const uint8_t* data, size_t size) {
+  return static_cast<uint32_t>(crc32_z(crc, data, size));
+}
+
+// Masks the variant fields of a 36-byte LRH + IPv4 + UDP pseudo-header.
+void MaskPseudoHeader(uint8_t* p) {
+  std::memset(p, 0xFF, kLrhSize);
+  uint8_t* ip = p + kLrhSize;
+  ip[kIpTosOffset] = 0xFF;
+  ip[kIpTtlOffset] = 0xFF;
+  ip[kIpChecksumOffset] = 0xFF;
+  ip[kIpChecksumOffset + 1] = 0xFF;
+  uint8_t* udp = ip + kIpv4HeaderSize;
+  udp[kUdpChecksumOffset] = 0xFF;
+  udp[kUdpChecksumOffset + 1] = 0xFF;
+}
+
+// CRC over the masked pseudo-header, then `covered` with BTH byte 4 masked.
+uint32_t IcrcOver(const uint8_t* pseudo_header, std::span<const uint8_t> covered) {
+  uint32_t crc = Crc(0, pseudo_header, kPseudoHeaderSize);
+  if (covered.size() <= kBthFecnByteOffset) return Crc(crc, covered.data(), covered.size());
+  static constexpr uint8_t kMasked = 0xFF;
+  crc = Crc(crc, covered.data(), kBthFecnByteOffset);
+  crc = Crc(crc, &kMasked, 1);
+  return Crc(crc, covered.data() + kBthFecnByteOffset + 1,
+             covered.size() - kBthFecnByteOffset - 1);
+}
+
+void WriteCanonicalHeaders(const IcrcAddresses& addrs, size_t udp_payload_size, uint8_t ttl,
+                           uint8_t tos, uint8_t* ip) {
+  ip[0] = 0x45;
+  ip[kIpTosOffset] = tos;
+  StoreBigEndian<uint16_t>(ip + 2,
+                           static_cast<uint16_t>(kIpv4HeaderSize + kUdpHeaderSize + udp_payload_size));
+  StoreBigEndian<uint16_t>(ip + 4, 0);       // identification
+  StoreBigEndian<uint16_t>(ip + 6, 0x4000);  // DF, fragment offset 0
+  ip[kIpTtlOffset] = ttl;
+  ip[9] = 17;  // UDP
+  StoreBigEndian<uint16_t>(ip + kIpChecksumOffset, 0);
+  StoreBigEndian<uint32_t>(ip + 12, addrs.src_ip);
+  StoreBigEndian<uint32_t>(ip + 16, addrs.dst_ip);
+  uint8_t* udp = ip + kIpv4HeaderSize;
+  StoreBigEndian<uint16_t>(udp + 0, addrs.src_port);
+  StoreBigEndian<uint16_t>(udp + 2, addrs.dst_port);
+  StoreBigEndian<uint16_t>(udp + 4, static_cast<uint16_t>(kUdpHeaderSize + udp_payload_size));
+  StoreBigEndian<uint16_t>(udp + kUdpChecksumOffset, 0);
+}
+
+}  // namespace
+
+uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> covered) {
+  uint8_t pseudo[kPseudoHeaderSize];
+  WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo + kLrhSize);
+  MaskPseudoHeader(pseudo);
+  return IcrcOver(pseudo, covered);
+}
+
+uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
+                         std::span<const uint8_t, kUdpHeaderSize> udp_header,
+                         std::span<const uint8_t> covered) {
+  uint8_t pseudo[kPseudoHeaderSize];
+  std::memcpy(pseudo + kLrhSize, ipv4_header.data(), kIpv4HeaderSize);
+  std::memcpy(pseudo + kLrhSize + kIpv4HeaderSize, udp_header.data(), kUdpHeaderSize);
+  MaskPseudoHeader(pseudo);
+  return IcrcOver(pseudo, covered);
+}
+
+void StoreIcrc(uint32_t icrc, std::span<uint8_t, kIcrcSize> out) {
+  for (size_t i = 0; i < kIcrcSize; ++i) out[i] = static_cast<uint8_t>(icrc >> (8 * i));
+}
+
+uint32_t LoadIcrc(std::span<const uint8_t, kIcrcSize> in) {
+  uint32_t icrc = 0;
+  for (size_t i = kIcrcSize; i-- > 0;) icrc = (icrc << 8) | in[i];
+  return icrc;
+}
+
+std::array<uint8_t, kIpv4HeaderSize + kUdpHeaderSize> MakeIpv4UdpHeaders(
+    const IcrcAddresses& addrs, size_t udp_payload_size, uint8_t ttl, uint8_t tos) {
+  std::array<uint8_t, kIpv4HeaderSize + kUdpHeaderSize> headers{};
+  uint8_t* ip = headers.data();
+  WriteCanonicalHeaders(addrs, udp_payload_size, ttl, tos, ip);
+  // RFC 1071 one's-complement sum over the header with checksum 0.
+  uint32_t sum = 0;
+  for (size_t i = 0; i < kIpv4HeaderSize; i += 2) sum += LoadBigEndian<uint16_t>(ip + i);
+  while (sum > 0xFFFF) sum = (sum & 0xFFFF) + (sum >> 16);
+  StoreBigEndian<uint16_t>(ip + kIpChecksumOffset, static_cast<uint16_t>(~sum & 0xFFFF));
+  return headers;
+}
+
+}  // namespace netfold::proto

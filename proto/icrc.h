@@ -1,0 +1,93 @@
+// The RoCEv2 Invariant CRC (ICRC): the 4 bytes that end every RoCEv2 packet,
+// a CRC-32 over the fields of the IPv4, UDP and InfiniBand headers that no
+// switch may change, and over the rest of the packet (IBTA Vol. 1 Annex A17
+// "RoCEv2", A17.4.1; computed as Linux rdma_rxe and scapy compute it).
+//
+//   // Kernel-socket backend: there is no IP header in the buffer; both ends
+//   // derive the same canonical headers from the addresses of the datagram.
+//   IcrcAddresses addrs{.src_ip = 0x0A000001, .dst_ip = 0x0A000002,
+//                       .src_port = 49152, .dst_port = kRoceUdpPort};
+//   uint32_t icrc = ComputeIcrc(addrs, udp_payload.first(udp_payload.size() - 4));
+//   StoreIcrc(icrc, udp_payload.last<4>());
+//
+// Exactly what is covered, in this order:
+//   1. 8 bytes of 0xFF: the (absent) LRH, fully masked.
+//   2. The 20-byte IPv4 header (no options) with TOS, TTL and header
+//      checksum replaced by all ones. In the canonical form built from
+//      IcrcAddresses the other fields are: version/IHL 0x45, total length
+//      28 + UDP payload length (the ICRC included), identification 0, flags
+//      DF with fragment offset 0 (0x4000), protocol 17, source and
+//      destination address from `addrs`.
+//   3. The 8-byte UDP header with the checksum replaced by all ones; in the
+//      canonical form: ports from `addrs`, length 8 + UDP payload length.
+//   4. The UDP payload up to the ICRC (BTH, extended headers, payload, pad)
+//      with BTH byte 4 (FECN, BECN, resv6) replaced by 0xFF.
+// The CRC is zlib's crc32 (reflected CRC-32, initial and final inversion)
+// of that byte string, stored in the packet least significant byte first
+// (StoreIcrc), as rdma_rxe stores it and scapy packs it.
+//
+// All functions are pure and thread-safe.
+#ifndef NETFOLD_PROTO_ICRC_H_
+#define NETFOLD_PROTO_ICRC_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "proto/roce_headers.h"
+
+namespace netfold::proto {
+
+inline constexpr size_t kIpv4HeaderSize = 20;
+inline constexpr size_t kUdpHeaderSize = 8;
+// The largest UDP payload (BTH .. ICRC) an IPv4 packet can carry; larger
+// sizes would wrap the 16-bit length fields of the canonical headers.
+inline constexpr size_t kMaxRoceUdpPayload = 65535 - kIpv4HeaderSize - kUdpHeaderSize;
+
+// The addresses of one datagram, in host order, from which the canonical
+// IPv4/UDP headers of the ICRC are built. The sender fills them with its
+// own address/port (src) and the peer's (dst); the receiver with the
+// datagram's source (from recvmsg) and its own local address/port.
+struct IcrcAddresses {
+  uint32_t src_ip = 0;   // IPv4 address, host order (10.0.0.1 is 0x0A000001)
+  uint32_t dst_ip = 0;
+  uint16_t src_port = 0;
+  uint16_t dst_port = kRoceUdpPort;
+
+  friend bool operator==(const IcrcAddresses&, const IcrcAddresses&) = default;
+};
+
+// Returns the ICRC of a packet whose UDP payload, without its trailing 4
+// ICRC bytes, is `covered`, using the canonical IPv4/UDP headers built from
+// `addrs` (UDP payload length = covered.size() + 4). `covered` normally
+// begins with a BTH; if it is shorter than 5 bytes there is no BTH byte 4
+// to mask and the bytes are covered as they are. Lengths above
+// kMaxRoceUdpPayload wrap (such a packet cannot exist).
+uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> covered);
+
+// As ComputeIcrc, but over the packet's real IPv4 header (20 bytes: IHL 5,
+// no options) and UDP header as they were received or will be sent; only
+// the fields named above are masked, every other field is covered as is.
+// For backends that see whole frames (DPDK).
+uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
+                         std::span<const uint8_t, kUdpHeaderSize> udp_header,
+                         std::span<const uint8_t> covered);
+
+// Writes / reads an ICRC value in its wire byte order (least significant
+// byte first).
+void StoreIcrc(uint32_t icrc, std::span<uint8_t, kIcrcSize> out);
+uint32_t LoadIcrc(std::span<const uint8_t, kIcrcSize> in);
+
+// Returns real IPv4 + UDP headers for a RoCEv2 datagram carrying
+// `udp_payload_size` bytes (BTH .. ICRC) from addrs.src to addrs.dst, in the
+// canonical form above with the given TTL and TOS, a correct IPv4 header
+// checksum and UDP checksum 0 (allowed for IPv4 and what RoCE NICs send).
+// ComputeIcrcIpv4 over these headers equals ComputeIcrc over `addrs`.
+// For pcap writers and frame-building backends.
+std::array<uint8_t, kIpv4HeaderSize + kUdpHeaderSize> MakeIpv4UdpHeaders(
+    const IcrcAddresses& addrs, size_t udp_payload_size, uint8_t ttl = 64, uint8_t tos = 0);
+
+}  // namespace netfold::proto
+
+#endif  // NETFOLD_PROTO_ICRC_H_
