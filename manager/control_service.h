@@ -1,0 +1,160 @@
+// The gRPC face of the aggregation manager: the SwitchControl, HostControl
+// and Admin services of proto/control/netfold_control.proto, the hub that
+// carries commands to switches over their Connect streams, and the server
+// that runs them with a background thread for liveness.
+//
+//   SwitchHub hub;
+//   AggregationManager am(topo, options, RealClock(), &hub, journal.get());
+//   am.Recover(state);
+//   absl::StatusOr<std::unique_ptr<ManagerServer>> server =
+//       ManagerServer::Start(&am, &hub, server_options);
+//   ... (*server)->port() ...
+//   (*server)->Shutdown();   // also on destruction
+//
+// Requests are rate-limited per peer IP address (host heartbeats excepted:
+// they are cheap, and many ranks of one host must not starve themselves
+// into timeouts) and bounded in size; every
+// refusal is a gRPC status whose code is the absl::Status code and whose
+// message says what was wrong. Thread-safe.
+#ifndef NETFOLD_MANAGER_CONTROL_SERVICE_H_
+#define NETFOLD_MANAGER_CONTROL_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "manager/aggregation_manager.h"
+#include "manager/rate_limiter.h"
+#include "manager/switch_commander.h"
+#include "proto/control/netfold_control.grpc.pb.h"
+
+namespace netfold::manager {
+
+// absl and gRPC share the canonical status codes.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+absl::Status FromGrpcStatus(const grpc::Status& status);
+
+// Routes manager commands to the switches' Connect streams and their
+// results back. One Session per stream; a switch that registers again
+// replaces its older session, which is closed. Each session has a writer
+// thread, so a switch that stops reading blocks only itself, and Execute
+// always returns by its deadline.
+class SwitchHub : public SwitchCommander {
+ public:
+  using Stream = grpc::ServerReaderWriter<control::ManagerMessage, control::SwitchMessage>;
+  struct Session;
+
+  SwitchHub() = default;
+  ~SwitchHub() override;
+  SwitchHub(const SwitchHub&) = delete;
+  SwitchHub& operator=(const SwitchHub&) = delete;
+
+  // Makes `stream` the route to switch `name`, closing an older session.
+  // Commands queue up until Start. `ctx` and `stream` must stay valid until
+  // Close(session) returns.
+  std::shared_ptr<Session> Activate(const std::string& name, grpc::ServerContext* ctx,
+                                    Stream* stream);
+  uint64_t SessionId(const Session& session) const;
+  // Writes `first`, then the queued commands, then whatever comes.
+  void Start(const std::shared_ptr<Session>& session, control::ManagerMessage first);
+  // Ends a session: stops its writer and fails its pending commands. The
+  // Connect handler calls it before returning.
+  void Close(const std::shared_ptr<Session>& session);
+  // A CommandResult arrived on `session`.
+  void OnResult(const Session& session, const control::CommandResult& result);
+
+  // Connect streams that have not sent RegisterSwitch by `deadline` are
+  // cancelled by CancelStale (called from the background loop).
+  void WatchUnregistered(grpc::ServerContext* ctx, absl::Time deadline);
+  void Registered(grpc::ServerContext* ctx);
+  void CancelStale();
+
+  // Closes every session and refuses new ones.
+  void Shutdown();
+
+  std::vector<absl::StatusOr<control::CommandResult>> Execute(
+      const std::vector<SwitchCommand>& commands, absl::Duration timeout) override;
+  void Disconnect(const std::string& switch_name) override;
+
+ private:
+  struct Batch;
+  struct Pending {
+    std::shared_ptr<Batch> batch;
+    size_t index = 0;
+    uint64_t session_id = 0;
+  };
+
+  void WriterLoop(Session* session);
+  void Complete(uint64_t command_id, absl::StatusOr<control::CommandResult> result,
+                uint64_t session_id);
+  void FailPending(uint64_t session_id, const std::string& why);
+  void Kick(const std::shared_ptr<Session>& session);
+
+  absl::Mutex mu_;
+  std::map<std::string, std::shared_ptr<Session>> active_ ABSL_GUARDED_BY(mu_);
+  std::map<uint64_t, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::map<grpc::ServerContext*, absl::Time> connecting_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_session_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_command_ ABSL_GUARDED_BY(mu_) = 1;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+struct ServerOptions {
+  std::string listen_address = "127.0.0.1:47910";
+  int max_message_bytes = 1 << 20;    // largest request accepted
+  int max_threads = 1024;             // gRPC handler threads; every open stream holds one
+  double requests_per_second = 1000;  // per peer IP, host heartbeats exempt; 0 = unlimited
+  double burst = 2000;
+  absl::Duration register_timeout = absl::Seconds(10);  // Connect -> RegisterSwitch
+  absl::Duration watch_poll = absl::Milliseconds(250);  // WatchEvents cancellation check
+};
+
+class ManagerServer {
+ public:
+  // Builds and starts the gRPC server on options.listen_address and the
+  // background loop that calls am->Tick(). Unavailable if it cannot listen.
+  // `am` and `hub` must outlive the server.
+  static absl::StatusOr<std::unique_ptr<ManagerServer>> Start(AggregationManager* am,
+                                                              SwitchHub* hub,
+                                                              const ServerOptions& options);
+  ~ManagerServer();
+  ManagerServer(const ManagerServer&) = delete;
+  ManagerServer& operator=(const ManagerServer&) = delete;
+
+  // The port actually bound (useful with port 0).
+  int port() const { return port_; }
+  // Stops the background loop, ends every stream, stops the server.
+  // Idempotent.
+  void Shutdown();
+
+  class Core;
+
+ private:
+  ManagerServer() = default;
+  void BackgroundLoop();
+
+  std::unique_ptr<Core> core_;
+  std::vector<std::unique_ptr<grpc::Service>> services_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  absl::Duration tick_ = absl::Milliseconds(100);
+  absl::Mutex wake_mu_;
+  bool woken_ ABSL_GUARDED_BY(wake_mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(wake_mu_) = false;
+  std::thread background_;
+  bool shut_down_ = false;
+};
+
+}  // namespace netfold::manager
+
+#endif  // NETFOLD_MANAGER_CONTROL_SERVICE_H_

@@ -1,0 +1,65 @@
+// Configuration of netfold-managerd: a YAML file, overridden by flags.
+//
+//   absl::StatusOr<ManagerConfig> config = LoadManagerConfig("/etc/netfold/manager.yaml");
+//   config->server.listen_address = "127.0.0.1:0";   // a flag wins
+//
+// Every key is optional except `topology` (a flag may give it instead);
+// docs/manager.md lists them with their defaults:
+//
+//   listen: 127.0.0.1:47910
+//   topology: two_level.yaml        # relative to the config file's directory
+//   state_dir: /var/lib/netfold/manager
+//   log_level: info
+//   heartbeat_interval_ms: 500
+//   switch_timeout_ms: 2000
+//   host_timeout_ms: 5000           # 0: host processes never time out
+//   command_timeout_ms: 3000
+//   link_retry_ms: 10000
+//   replan_on_failure: true
+//   switch_secret: ""
+//   multicast_prefix: "239.77"
+//   snapshot_every: 1000
+//   max_message_bytes: 1048576
+//   max_threads: 1024
+//   rate_limit: {requests_per_second: 1000, burst: 2000}
+//   limits: {max_jobs: 1024, max_ranks_per_job: 4096, max_groups_per_job: 256,
+//            default_groups_per_job: 16, max_slots_per_group: 64,
+//            default_slots_per_group: 4, max_slot_bytes: 65536,
+//            default_slot_bytes: 1024}
+//
+// Thread-safe (pure functions).
+#ifndef NETFOLD_MANAGER_MANAGER_CONFIG_H_
+#define NETFOLD_MANAGER_MANAGER_CONFIG_H_
+
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "manager/aggregation_manager.h"
+#include "manager/control_service.h"
+
+namespace netfold::manager {
+
+struct ManagerConfig {
+  std::string topology_path;
+  std::string state_dir;  // "" = no durability
+  std::string log_level;  // "" = leave NETFOLD_LOG_LEVEL's choice
+  ManagerOptions manager;
+  ServerOptions server;
+};
+
+// Parses YAML text over the defaults in `base`. Relative paths are resolved
+// against `base_dir` (the config file's directory). InvalidArgument names
+// the key.
+absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
+                                                 const std::string& base_dir,
+                                                 ManagerConfig base = {});
+absl::StatusOr<ManagerConfig> LoadManagerConfig(const std::string& path);
+
+// Checks values that depend on each other (timeouts vs. interval, ...).
+absl::Status ValidateManagerConfig(const ManagerConfig& config);
+
+}  // namespace netfold::manager
+
+#endif  // NETFOLD_MANAGER_MANAGER_CONFIG_H_

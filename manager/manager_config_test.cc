@@ -1,0 +1,79 @@
+// Tests of the netfold-managerd config file.
+#include "manager/manager_config.h"
+
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "manager/temp_dir.h"
+
+namespace netfold::manager {
+namespace {
+
+TEST(ManagerConfig, DefaultsAndOverrides) {
+  absl::StatusOr<ManagerConfig> c = ParseManagerConfig(R"(
+listen: 127.0.0.1:5555
+topology: topo.yaml
+state_dir: /var/lib/x
+heartbeat_interval_ms: 200
+switch_timeout_ms: 1000
+host_timeout_ms: 0
+replan_on_failure: false
+rate_limit: {requests_per_second: 50, burst: 60}
+limits: {max_jobs: 7, default_slot_bytes: 512}
+)",
+                                                       "/etc/netfold");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->server.listen_address, "127.0.0.1:5555");
+  EXPECT_EQ(c->topology_path, "/etc/netfold/topo.yaml");
+  EXPECT_EQ(c->state_dir, "/var/lib/x");
+  EXPECT_EQ(c->manager.heartbeat_interval, absl::Milliseconds(200));
+  EXPECT_EQ(c->manager.switch_timeout, absl::Seconds(1));
+  EXPECT_EQ(c->manager.host_timeout, absl::ZeroDuration());
+  EXPECT_FALSE(c->manager.replan_on_failure);
+  EXPECT_EQ(c->server.requests_per_second, 50);
+  EXPECT_EQ(c->manager.limits.max_jobs, 7u);
+  EXPECT_EQ(c->manager.limits.default_slot_bytes, 512u);
+  EXPECT_EQ(c->manager.limits.max_slot_bytes, 65536u);  // default kept
+  EXPECT_EQ(c->manager.command_timeout, absl::Seconds(3));
+  EXPECT_TRUE(ValidateManagerConfig(*c).ok());
+}
+
+TEST(ManagerConfig, ErrorsNameTheKey) {
+  EXPECT_NE(ParseManagerConfig("lisen: x\n", "").status().message().find("unknown key 'lisen'"),
+            std::string::npos);
+  EXPECT_NE(ParseManagerConfig("switch_timeout_ms: soon\n", "")
+                .status()
+                .message()
+                .find("switch_timeout_ms"),
+            std::string::npos);
+  EXPECT_NE(ParseManagerConfig("limits: {max_job: 1}\n", "").status().message().find("max_job"),
+            std::string::npos);
+  ManagerConfig c;
+  EXPECT_NE(ValidateManagerConfig(c).message().find("no topology"), std::string::npos);
+  c.topology_path = "t.yaml";
+  c.manager.switch_timeout = c.manager.heartbeat_interval;
+  EXPECT_NE(ValidateManagerConfig(c).message().find("at least twice"), std::string::npos);
+  c.manager.switch_timeout = absl::Seconds(5);
+  c.manager.multicast_prefix = "10.1";
+  EXPECT_NE(ValidateManagerConfig(c).message().find("multicast_prefix"), std::string::npos);
+  c.manager.multicast_prefix = "239.77";
+  c.log_level = "loud";
+  EXPECT_NE(ValidateManagerConfig(c).message().find("log_level"), std::string::npos);
+}
+
+TEST(ManagerConfig, LoadsAFileRelativeToItself) {
+  TempDir dir;
+  {
+    std::ofstream out(dir.path() + "/m.yaml");
+    out << "topology: topologies/t.yaml\n";
+  }
+  absl::StatusOr<ManagerConfig> c = LoadManagerConfig(dir.path() + "/m.yaml");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->topology_path, dir.path() + "/topologies/t.yaml");
+  EXPECT_EQ(LoadManagerConfig(dir.path() + "/none.yaml").status().code(),
+            absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace netfold::manager

@@ -1,0 +1,42 @@
+// Tests of the per-peer token bucket, driven by a fake clock.
+#include "manager/rate_limiter.h"
+
+#include "gtest/gtest.h"
+
+namespace netfold::manager {
+namespace {
+
+TEST(RateLimiter, BurstThenSteadyRate) {
+  FakeClock clock;
+  RateLimiter limiter(clock, /*per_second=*/10, /*burst=*/3);
+  EXPECT_TRUE(limiter.Allow("a"));
+  EXPECT_TRUE(limiter.Allow("a"));
+  EXPECT_TRUE(limiter.Allow("a"));
+  EXPECT_FALSE(limiter.Allow("a"));
+  EXPECT_TRUE(limiter.Allow("b"));         // peers are independent
+  clock.Advance(absl::Milliseconds(100));  // one token back
+  EXPECT_TRUE(limiter.Allow("a"));
+  EXPECT_FALSE(limiter.Allow("a"));
+  clock.Advance(absl::Seconds(60));  // never more than the burst
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(limiter.Allow("a"));
+  EXPECT_FALSE(limiter.Allow("a"));
+}
+
+TEST(RateLimiter, ZeroRateMeansUnlimited) {
+  FakeClock clock;
+  RateLimiter limiter(clock, 0, 1);
+  for (int i = 0; i < 1000; ++i) EXPECT_TRUE(limiter.Allow("a"));
+}
+
+TEST(RateLimiter, ForgetsIdlePeersWhenFull) {
+  FakeClock clock;
+  RateLimiter limiter(clock, 1, 1, /*max_peers=*/2);
+  EXPECT_TRUE(limiter.Allow("a"));
+  EXPECT_TRUE(limiter.Allow("b"));
+  EXPECT_FALSE(limiter.Allow("c"));  // both buckets busy: a flood is refused
+  clock.Advance(absl::Seconds(2));   // a and b are idle (full) again
+  EXPECT_TRUE(limiter.Allow("c"));
+}
+
+}  // namespace
+}  // namespace netfold::manager

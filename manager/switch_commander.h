@@ -1,0 +1,54 @@
+// How the aggregation manager talks to switches: a batch of commands out,
+// one result per command back, with a deadline.
+//
+//   std::vector<SwitchCommand> cmds = {{"leaf0", msg0}, {"leaf1", msg1}};
+//   std::vector<absl::StatusOr<control::CommandResult>> results =
+//       commander->Execute(cmds, absl::Seconds(3));
+//
+// The gRPC implementation (SwitchHub, control_service.h) writes each
+// command on the switch's Connect stream and waits for the matching
+// CommandResult; tests use an in-process fabric of fake switches. The
+// manager never calls Execute while holding its state lock.
+#ifndef NETFOLD_MANAGER_SWITCH_COMMANDER_H_
+#define NETFOLD_MANAGER_SWITCH_COMMANDER_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/control/netfold_control.pb.h"
+
+namespace netfold::manager {
+
+struct SwitchCommand {
+  std::string switch_name;
+  control::ManagerMessage message;  // command_id is assigned by the commander
+};
+
+class SwitchCommander {
+ public:
+  virtual ~SwitchCommander() = default;
+  // Sends every command (concurrently across switches, in order per switch)
+  // and waits until each has a result or `timeout` has passed. Returns one
+  // entry per command, in order: the switch's CommandResult (whose `code`
+  // may itself be an error), Unavailable if the switch is not connected or
+  // its stream broke, DeadlineExceeded if it did not answer in time.
+  // Thread-safe.
+  virtual std::vector<absl::StatusOr<control::CommandResult>> Execute(
+      const std::vector<SwitchCommand>& commands, absl::Duration timeout) = 0;
+
+  // Drops the switch's control connection, if any (it was declared dead:
+  // whatever is left of it must register again and be reconciled).
+  virtual void Disconnect(const std::string& switch_name) { (void)switch_name; }
+};
+
+// The status a command ended with: the transport error, or the switch's
+// own code and message, prefixed with the switch name.
+absl::Status CommandStatus(const std::string& switch_name,
+                           const absl::StatusOr<control::CommandResult>& result);
+
+}  // namespace netfold::manager
+
+#endif  // NETFOLD_MANAGER_SWITCH_COMMANDER_H_
