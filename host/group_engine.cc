@@ -1,0 +1,372 @@
+#include "host/group_engine.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "proto/reduce_op.h"
+
+namespace netfold::host {
+
+using proto::AggregationHeader;
+using proto::AggregationMessageType;
+using proto::AggregationStatus;
+using proto::CollectiveType;
+using proto::DeliveryMode;
+
+namespace {
+
+absl::Status StatusFromResult(AggregationStatus s, uint64_t seq) {
+  switch (s) {
+    case AggregationStatus::kOk:
+      return absl::OkStatus();
+    case AggregationStatus::kMismatch:
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the ranks of the group disagree on operation %d (collective, type, op, count or "
+          "root differ between ranks)", seq));
+    case AggregationStatus::kInvalidRequest:
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the fabric refused operation %d as invalid", seq));
+    case AggregationStatus::kAborted:
+      return absl::AbortedError(absl::StrFormat("operation %d was aborted: the group was revoked",
+                                                seq));
+    case AggregationStatus::kStaleEpoch:
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "operation %d used a stale group epoch: the group was re-planned", seq));
+    case AggregationStatus::kResultGone:
+      return absl::DataLossError(absl::StrFormat(
+          "the result of operation %d was lost and is no longer held by the fabric", seq));
+    case AggregationStatus::kInternal:
+      break;
+  }
+  return absl::InternalError(absl::StrFormat("the fabric failed operation %d", seq));
+}
+
+}  // namespace
+
+struct GroupEngine::Op {
+  OpId id = 0;
+  CollectiveArgs args;
+  size_t elem_size = 0;
+  size_t num_chunks = 1;
+  size_t chunks_posted = 0;
+  size_t chunks_done = 0;
+  int64_t deadline_ns = 0;
+  bool done = false;
+  absl::Status status;
+};
+
+GroupEngine::GroupEngine(const GroupParams& params, RequestSender* sender, const Clock& clock)
+    : params_(params), sender_(sender), clock_(clock) {
+  window_.resize(std::max<uint32_t>(params_.num_slots, 1));
+}
+
+GroupEngine::~GroupEngine() = default;
+
+size_t GroupEngine::ElementsPerChunk(const Op& op) const {
+  return op.elem_size == 0 ? 0 : params_.slot_bytes / op.elem_size;
+}
+
+absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
+  if (!failure_.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("group %d is no longer usable: %s", params_.group_id, failure_.ToString()));
+  }
+  auto op = std::make_unique<Op>();
+  op->args = args;
+  switch (args.collective) {
+    case CollectiveType::kAllreduce:
+    case CollectiveType::kReduce:
+      if (absl::Status s = proto::CheckOpAllowed(args.dtype, args.op); !s.ok()) return s;
+      break;
+    case CollectiveType::kBcast:
+      if (!proto::IsValidDataType(static_cast<uint8_t>(args.dtype))) {
+        return absl::InvalidArgumentError("bcast needs a valid data type");
+      }
+      break;
+    case CollectiveType::kBarrier:
+      op->args.count = 0;
+      break;
+    default:
+      return absl::InvalidArgumentError("unknown collective");
+  }
+  if (op->args.count > 0) {
+    const bool reads_send = args.collective != CollectiveType::kBcast || args.root == params_.rank;
+    if ((reads_send && args.send == nullptr) || args.recv == nullptr) {
+      return absl::InvalidArgumentError("null buffer for a non-empty operation");
+    }
+    op->elem_size = proto::DataTypeSize(args.dtype);
+    if (op->elem_size > params_.slot_bytes) {
+      return absl::InvalidArgumentError("an element does not fit a slot");
+    }
+    const size_t per_chunk = params_.slot_bytes / op->elem_size;
+    op->num_chunks = (op->args.count + per_chunk - 1) / per_chunk;
+  }
+  op->id = next_op_id_++;
+  op->deadline_ns = clock_.NowNanos() + absl::ToInt64Nanoseconds(params_.op_timeout);
+  const OpId id = op->id;
+  queue_.push_back(op.get());
+  ops_[id] = std::move(op);
+  ++stats_.ops_started;
+  return id;
+}
+
+std::vector<uint8_t> GroupEngine::BuildRequest(const Op& op, size_t chunk, uint64_t seq,
+                                               AggregationMessageType type) const {
+  const CollectiveArgs& a = op.args;
+  AggregationHeader h;
+  h.type = type;
+  h.collective = a.collective;
+  h.dtype = a.collective == CollectiveType::kBarrier ? proto::kNoDataType : a.dtype;
+  h.op = (a.collective == CollectiveType::kAllreduce || a.collective == CollectiveType::kReduce)
+             ? a.op
+             : proto::kNoReduceOp;
+  h.delivery = a.collective == CollectiveType::kReduce ? DeliveryMode::kToRoot : params_.delivery;
+  h.tree_id = params_.tree_id;
+  h.group_id = params_.group_id;
+  h.epoch = params_.epoch;
+  h.root_rank = (a.collective == CollectiveType::kReduce || a.collective == CollectiveType::kBcast)
+                    ? a.root
+                    : 0;
+  h.seq = seq;
+  size_t first = 0, n = 0;
+  if (a.count > 0) {
+    const size_t per_chunk = ElementsPerChunk(op);
+    first = chunk * per_chunk;
+    n = std::min(per_chunk, a.count - first);
+  }
+  h.count = static_cast<uint32_t>(n);
+  const bool carries = type == AggregationMessageType::kRequest && n > 0 &&
+                       (a.collective == CollectiveType::kAllreduce ||
+                        a.collective == CollectiveType::kReduce ||
+                        (a.collective == CollectiveType::kBcast && a.root == params_.rank));
+  h.has_data = carries;
+  std::vector<uint8_t> msg(proto::kAggregationHeaderSize + (carries ? n * op.elem_size : 0));
+  std::span<const uint8_t> data;
+  if (carries) data = {static_cast<const uint8_t*>(a.send) + first * op.elem_size, n * op.elem_size};
+  auto written = proto::EncodeAggregationMessage(h, data, msg);
+  if (!written.ok()) {
+    NETFOLD_LOG(kError) << "group engine built an invalid request: " << written.status();
+    msg.clear();
+  }
+  return msg;
+}
+
+bool GroupEngine::PostNextChunk() {
+  if (queue_.empty() || !pending_request_.empty()) return false;
+  if (next_seq_ >= low_seq_ + params_.num_slots) return false;
+  Op& op = *queue_.front();
+  const size_t chunk = op.chunks_posted;
+  const uint64_t seq = next_seq_;
+  std::vector<uint8_t> msg = BuildRequest(op, chunk, seq, AggregationMessageType::kRequest);
+  if (msg.empty()) {
+    Fail(absl::InternalError("could not encode a request"));
+    return false;
+  }
+  absl::Status s = sender_->SendRequest(msg);
+  if (absl::IsResourceExhausted(s)) {
+    pending_request_ = std::move(msg);  // committed: retried first on the next Poll
+  } else if (!s.ok()) {
+    Fail(s);
+    return false;
+  }
+  const int64_t now = clock_.NowNanos();
+  InFlight& slot = window_[seq % window_.size()];
+  slot.used = true;
+  slot.seq = seq;
+  slot.op = &op;
+  slot.chunk = chunk;
+  slot.posted_ns = now;
+  slot.repair_backoff = params_.repair_after;
+  slot.repair_at_ns = now + absl::ToInt64Nanoseconds(params_.repair_after);
+  ++next_seq_;
+  ++op.chunks_posted;
+  ++stats_.chunks_posted;
+  stats_.bytes_sent += msg.size() - proto::kAggregationHeaderSize;
+  if (op.chunks_posted == op.num_chunks) queue_.pop_front();
+  return pending_request_.empty();
+}
+
+void GroupEngine::OnMessage(const AggregationHeader& h, std::span<const uint8_t> elements) {
+  if (h.tree_id != params_.tree_id || h.group_id != params_.group_id) {
+    ++stats_.unexpected_messages;
+    return;
+  }
+  if (h.type == AggregationMessageType::kAbort) {
+    Fail(StatusFromResult(h.status == AggregationStatus::kOk ? AggregationStatus::kAborted
+                                                             : h.status,
+                          h.seq));
+    return;
+  }
+  if (h.type != AggregationMessageType::kResult) {
+    ++stats_.unexpected_messages;
+    return;
+  }
+  InFlight& slot = window_[h.seq % window_.size()];
+  if (!slot.used || slot.seq != h.seq) {
+    // Seen already (multicast and repair both came), or not ours.
+    if (h.seq < low_seq_ || (h.seq < next_seq_ && !slot.used)) {
+      ++stats_.duplicate_results;
+    } else {
+      ++stats_.unexpected_messages;
+    }
+    return;
+  }
+  CompleteChunk(slot, h, elements);
+}
+
+void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
+                                std::span<const uint8_t> elements) {
+  Op& op = *slot.op;
+  const CollectiveArgs& a = op.args;
+  absl::Status chunk_status = StatusFromResult(h.status, h.seq);
+  if (chunk_status.ok()) {
+    size_t first = 0, n = 0;
+    if (a.count > 0) {
+      const size_t per_chunk = ElementsPerChunk(op);
+      first = slot.chunk * per_chunk;
+      n = std::min(per_chunk, a.count - first);
+    }
+    const bool wants_data = n > 0 && a.collective != CollectiveType::kBarrier &&
+                            (a.collective != CollectiveType::kReduce || a.root == params_.rank);
+    if (h.count != n || h.collective != a.collective) {
+      chunk_status = absl::InternalError(absl::StrFormat(
+          "result %d describes another operation (count %d, expected %d)", h.seq, h.count, n));
+    } else if (wants_data) {
+      if (!h.has_data || elements.size() != n * op.elem_size) {
+        chunk_status = absl::InternalError(
+            absl::StrFormat("result %d carries no or wrong-sized data", h.seq));
+      } else {
+        std::memcpy(static_cast<uint8_t*>(a.recv) + first * op.elem_size, elements.data(),
+                    elements.size());
+        stats_.bytes_received += elements.size();
+      }
+    }
+  }
+  if (!chunk_status.ok() && op.status.ok()) op.status = chunk_status;
+  ++stats_.results_received;
+  slot.used = false;
+  slot.op = nullptr;
+  while (low_seq_ < next_seq_ && !window_[low_seq_ % window_.size()].used) ++low_seq_;
+  ++op.chunks_done;
+  FinishOpIfDone(op);
+}
+
+void GroupEngine::FinishOpIfDone(Op& op) {
+  if (op.done || op.chunks_done < op.num_chunks) return;
+  op.done = true;
+  if (op.status.ok()) {
+    ++stats_.ops_completed;
+  } else {
+    ++stats_.ops_failed;
+  }
+}
+
+void GroupEngine::Poll() {
+  if (!failure_.ok()) return;
+  if (!pending_request_.empty()) {
+    absl::Status s = sender_->SendRequest(pending_request_);
+    if (absl::IsResourceExhausted(s)) return;
+    if (!s.ok()) {
+      Fail(s);
+      return;
+    }
+    pending_request_.clear();
+  }
+  while (PostNextChunk()) {
+  }
+  if (!failure_.ok()) return;
+  const int64_t now = clock_.NowNanos();
+  for (InFlight& slot : window_) {
+    if (!slot.used || slot.repair_at_ns > now) continue;
+    // Only a result that travels by multicast can be lost; RC is reliable.
+    const bool multicast = params_.delivery == DeliveryMode::kMulticast &&
+                           slot.op->args.collective != CollectiveType::kReduce;
+    if (!multicast) {
+      slot.repair_at_ns = INT64_MAX;
+      continue;
+    }
+    std::vector<uint8_t> msg =
+        BuildRequest(*slot.op, slot.chunk, slot.seq, AggregationMessageType::kRepairRequest);
+    absl::Status s = sender_->SendRequest(msg);
+    if (!s.ok() && !absl::IsResourceExhausted(s)) {
+      Fail(s);
+      return;
+    }
+    if (s.ok()) ++stats_.repairs_sent;
+    slot.repair_backoff = std::min(slot.repair_backoff * 2, absl::Seconds(1));
+    slot.repair_at_ns = now + absl::ToInt64Nanoseconds(slot.repair_backoff);
+  }
+  for (auto& [id, op] : ops_) {
+    if (!op->done && now >= op->deadline_ns) {
+      // The fabric stopped answering: nothing more will come for this group.
+      Fail(absl::DeadlineExceededError(absl::StrFormat(
+          "group %d: operation %d had no result within %s (%d of %d chunks done)",
+          params_.group_id, id, absl::FormatDuration(params_.op_timeout), op->chunks_done,
+          op->num_chunks)));
+      return;
+    }
+  }
+}
+
+std::optional<int64_t> GroupEngine::NextTimerNs() const {
+  if (!failure_.ok()) return std::nullopt;
+  const int64_t now = clock_.NowNanos();
+  if (!pending_request_.empty()) return now;
+  if (!queue_.empty() && next_seq_ < low_seq_ + params_.num_slots) return now;
+  std::optional<int64_t> next;
+  auto consider = [&](int64_t t) { next = next ? std::min(*next, t) : t; };
+  for (const InFlight& slot : window_) {
+    if (slot.used && slot.repair_at_ns != INT64_MAX) consider(slot.repair_at_ns);
+  }
+  for (const auto& [id, op] : ops_) {
+    if (!op->done) consider(op->deadline_ns);
+  }
+  return next;
+}
+
+bool GroupEngine::Done(OpId id) const {
+  auto it = ops_.find(id);
+  return it == ops_.end() || it->second->done;
+}
+
+std::optional<absl::Status> GroupEngine::Peek(OpId id) const {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
+  if (!it->second->done) return std::nullopt;
+  return it->second->status;
+}
+
+absl::Status GroupEngine::Finish(OpId id) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
+  if (!it->second->done) {
+    return absl::FailedPreconditionError(absl::StrFormat("operation %d is still running", id));
+  }
+  absl::Status s = it->second->status;
+  ops_.erase(it);
+  return s;
+}
+
+void GroupEngine::Fail(absl::Status why) {
+  if (why.ok()) why = absl::AbortedError("group failed");
+  if (failure_.ok()) {
+    NETFOLD_LOG(kInfo) << "group " << params_.group_id << " rank " << params_.rank
+                       << " failed: " << why;
+    failure_ = why;
+  }
+  for (auto& [id, op] : ops_) {
+    if (op->done) continue;
+    op->done = true;
+    op->status = failure_;
+    ++stats_.ops_failed;
+  }
+  queue_.clear();
+  for (InFlight& slot : window_) slot = InFlight{};
+  pending_request_.clear();
+}
+
+bool GroupEngine::idle() const { return queue_.empty() && low_seq_ == next_seq_; }
+
+}  // namespace netfold::host

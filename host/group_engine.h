@@ -1,0 +1,161 @@
+// The host side of one group's in-network collectives: it cuts operations
+// into chunks of at most one slot (P bytes), gives each chunk the next
+// sequence number, keeps at most K chunks in flight (posting s + K only
+// after result s arrived, which is what lets the switches reuse slot s mod
+// K), writes results back in place, repairs lost multicast results, and
+// enforces a deadline on every operation. Pure logic: the caller moves the
+// bytes (RC requests up, results from RC or UD multicast down).
+//
+//   GroupEngine engine(params, &rc_sender, RealClock());
+//   auto op = engine.Start({.collective = CollectiveType::kAllreduce,
+//                           .dtype = DataType::kFp32, .op = ReduceOp::kSum,
+//                           .send = in, .recv = out, .count = n});
+//   while (!engine.Done(*op)) { transport.Progress(...); feed engine.OnMessage(...); engine.Poll(); }
+//   absl::Status s = engine.Finish(*op);
+//
+// Every rank of a group must start the same operations in the same order
+// (as MPI requires of collectives): their chunks then carry the same
+// sequence numbers. A chunk whose result is an error fails its operation,
+// but the remaining chunks are still posted so that the ranks stay aligned.
+//
+// Thread-safety: not thread-safe; one thread drives an engine.
+#ifndef NETFOLD_HOST_GROUP_ENGINE_H_
+#define NETFOLD_HOST_GROUP_ENGINE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "proto/aggregation_header.h"
+
+namespace netfold::host {
+
+struct GroupParams {
+  uint16_t tree_id = 0;
+  uint32_t group_id = 0;
+  uint32_t epoch = 0;
+  uint32_t rank = 0;        // this process's rank in the job
+  uint32_t num_slots = 8;   // K
+  uint32_t slot_bytes = 4032;  // P
+  proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
+  // A multicast result not seen this long after its request is asked for
+  // again over RC (then again after twice as long, ...).
+  absl::Duration repair_after = absl::Milliseconds(20);
+  // An operation not complete this long after Start fails with DeadlineExceeded.
+  absl::Duration op_timeout = absl::Seconds(30);
+};
+
+// Sends a request (or repair request) message to the leaf switch over RC.
+// Returns ResourceExhausted if the send queue is full (the engine retries on
+// the next Poll); any other error fails the group.
+class RequestSender {
+ public:
+  virtual ~RequestSender() = default;
+  virtual absl::Status SendRequest(std::span<const uint8_t> message) = 0;
+};
+
+struct CollectiveArgs {
+  proto::CollectiveType collective = proto::CollectiveType::kAllreduce;
+  proto::DataType dtype = proto::DataType::kInt32;
+  proto::ReduceOp op = proto::ReduceOp::kSum;
+  uint32_t root = 0;           // reduce/bcast root rank
+  const void* send = nullptr;  // count elements (bcast: read at the root only)
+  void* recv = nullptr;        // count elements; may equal send (in place)
+  size_t count = 0;
+};
+
+using OpId = uint64_t;
+
+struct GroupEngineStats {
+  uint64_t ops_started = 0;
+  uint64_t ops_completed = 0;
+  uint64_t ops_failed = 0;
+  uint64_t chunks_posted = 0;
+  uint64_t results_received = 0;
+  uint64_t duplicate_results = 0;  // the multicast and a repair both came
+  uint64_t repairs_sent = 0;
+  uint64_t bytes_sent = 0;         // request payload bytes
+  uint64_t bytes_received = 0;     // result payload bytes
+  uint64_t unexpected_messages = 0;
+};
+
+class GroupEngine {
+ public:
+  GroupEngine(const GroupParams& params, RequestSender* sender, const Clock& clock);
+  GroupEngine(const GroupEngine&) = delete;
+  GroupEngine& operator=(const GroupEngine&) = delete;
+  ~GroupEngine();
+
+  // Validates `args` (InvalidArgument: null buffers, op not allowed, root
+  // out of range is the caller's check) and queues the operation. Posting
+  // happens in Poll(). FailedPrecondition once the group failed (aborted,
+  // revoked).
+  absl::StatusOr<OpId> Start(const CollectiveArgs& args);
+
+  // A result or abort for this group (from the RC QP or the multicast UD QP).
+  void OnMessage(const proto::AggregationHeader& header, std::span<const uint8_t> elements);
+
+  // Posts chunks the window allows, sends repair requests, expires deadlines.
+  void Poll();
+  // When Poll() next has timed work (repair, deadline); nullopt if idle.
+  std::optional<int64_t> NextTimerNs() const;
+
+  bool Done(OpId id) const;
+  // The operation's outcome once Done; forgets it. NotFound for an unknown id.
+  absl::Status Finish(OpId id);
+  // The outcome without forgetting it; nullopt while pending.
+  std::optional<absl::Status> Peek(OpId id) const;
+
+  // Fails every pending operation with `why` and refuses new ones.
+  void Fail(absl::Status why);
+  const absl::Status& failure() const { return failure_; }
+  bool idle() const;
+  const GroupParams& params() const { return params_; }
+  const GroupEngineStats& stats() const { return stats_; }
+  uint64_t next_seq() const { return next_seq_; }
+
+ private:
+  struct Op;
+  struct InFlight {
+    bool used = false;
+    uint64_t seq = 0;
+    Op* op = nullptr;
+    size_t chunk = 0;
+    int64_t posted_ns = 0;
+    int64_t repair_at_ns = 0;
+    absl::Duration repair_backoff;
+  };
+
+  bool PostNextChunk();
+  std::vector<uint8_t> BuildRequest(const Op& op, size_t chunk, uint64_t seq,
+                                    proto::AggregationMessageType type) const;
+  void CompleteChunk(InFlight& slot, const proto::AggregationHeader& h,
+                     std::span<const uint8_t> elements);
+  void FinishOpIfDone(Op& op);
+  size_t ElementsPerChunk(const Op& op) const;
+
+  GroupParams params_;
+  RequestSender* sender_;
+  const Clock& clock_;
+  absl::Status failure_;
+  OpId next_op_id_ = 1;
+  uint64_t next_seq_ = 0;    // the next chunk's sequence number
+  uint64_t low_seq_ = 0;     // the oldest chunk without a result
+  std::deque<Op*> queue_;                    // started, not all chunks posted yet
+  std::map<OpId, std::unique_ptr<Op>> ops_;  // every op not yet finished (owner)
+  std::vector<InFlight> window_;           // K entries, indexed by seq mod K
+  std::vector<uint8_t> pending_request_;   // a request the sender refused, to retry
+  GroupEngineStats stats_;
+};
+
+}  // namespace netfold::host
+
+#endif  // NETFOLD_HOST_GROUP_ENGINE_H_

@@ -1,0 +1,490 @@
+#include "switch/aggregation_node.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+
+namespace netfold::sw {
+
+using proto::AggregationHeader;
+using proto::AggregationMessageType;
+using proto::AggregationStatus;
+using proto::CollectiveType;
+using proto::DeliveryMode;
+using proto::kAggregationHeaderSize;
+
+namespace {
+
+constexpr uint8_t kNotArrived = 0;
+constexpr uint8_t kBuffered = 1;  // arrived out of order, waits in `pending`
+constexpr uint8_t kFolded = 2;    // folded into the accumulator (or carried no data)
+
+bool SameOperation(const AggregationHeader& a, const AggregationHeader& b) {
+  return a.collective == b.collective && a.dtype == b.dtype && a.op == b.op &&
+         a.count == b.count && a.root_rank == b.root_rank && a.delivery == b.delivery;
+}
+
+}  // namespace
+
+std::string_view NodeDropReasonName(NodeDropReason reason) {
+  switch (reason) {
+    case NodeDropReason::kStaleEpoch: return "stale_epoch";
+    case NodeDropReason::kOutsideWindow: return "outside_window";
+    case NodeDropReason::kDuplicate: return "duplicate";
+    case NodeDropReason::kUnexpectedResult: return "unexpected_result";
+    case NodeDropReason::kUnexpectedType: return "unexpected_type";
+    case NodeDropReason::kNotRoot: return "not_root";
+    case NodeDropReason::kNumReasons: break;
+  }
+  return "invalid";
+}
+
+uint64_t NodeCounters::TotalDrops() const {
+  uint64_t total = 0;
+  for (const auto& d : drops) total += d.load(std::memory_order_relaxed);
+  return total;
+}
+
+struct AggregationNode::Slot {
+  enum class State : uint8_t { kFree, kCollecting, kWaitingParent };
+  State state = State::kFree;
+  bool used = false;  // held an operation since the last reset
+  uint64_t seq = 0;   // the operation collected, waited for, or last completed
+  AggregationHeader header;  // from the first contribution
+  AggregationStatus status = AggregationStatus::kOk;
+  reduce::Kernel kernel;
+  bool folds = false;  // allreduce/reduce with data: contributions are reduced
+  std::vector<uint8_t> arrived;       // per child: kNotArrived / kBuffered / kFolded
+  std::vector<uint8_t> child_data;    // per child: it carried elements
+  uint32_t num_arrived = 0;
+  size_t next_fold = 0;
+  bool acc_started = false;
+  std::vector<uint8_t> acc;      // header room + P bytes: the partial result
+  std::vector<uint8_t> pending;  // children x P: out-of-order contributions
+  int64_t first_arrival_ns = 0;
+  // The root's last distributed result, kept until seq + K completes.
+  bool has_result = false;
+  uint64_t result_seq = 0;
+  size_t result_len = 0;
+  std::vector<uint8_t> result;
+};
+
+absl::StatusOr<std::unique_ptr<AggregationNode>> AggregationNode::Create(
+    const AggregationNodeConfig& config, NodeOutput* output, const Clock& clock) {
+  if (config.children.empty() || config.children.size() > kMaxChildren) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "group %d: an aggregation node needs 1..%d children, got %d", config.group_id,
+        kMaxChildren, config.children.size()));
+  }
+  if (config.num_slots == 0 || config.slot_bytes == 0 || config.slot_bytes % 16 != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "group %d: slots K=%d and payload P=%d must be positive, P a multiple of 16",
+        config.group_id, config.num_slots, config.slot_bytes));
+  }
+  if (output == nullptr) return absl::InvalidArgumentError("aggregation node without output");
+  return std::unique_ptr<AggregationNode>(new AggregationNode(config, output, clock));
+}
+
+AggregationNode::AggregationNode(const AggregationNodeConfig& config, NodeOutput* output,
+                                 const Clock& clock)
+    : config_(config), output_(output), clock_(clock) {
+  for (NodeChild& c : config_.children) std::sort(c.ranks.begin(), c.ranks.end());
+  const size_t n = config_.children.size();
+  slots_.reserve(config_.num_slots);
+  for (uint32_t i = 0; i < config_.num_slots; ++i) {
+    auto slot = std::make_unique<Slot>();
+    slot->arrived.assign(n, kNotArrived);
+    slot->child_data.assign(n, 0);
+    slot->acc.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
+    slot->result.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
+    slot->pending.assign(n * config_.slot_bytes, 0);
+    slots_.push_back(std::move(slot));
+  }
+  scratch_.assign(kAggregationHeaderSize, 0);
+  out_.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
+}
+
+AggregationNode::~AggregationNode() = default;
+
+size_t AggregationNode::num_busy_slots() const {
+  size_t busy = 0;
+  for (const auto& s : slots_) busy += s->state != Slot::State::kFree;
+  return busy;
+}
+
+void AggregationNode::Drop(NodeDropReason r) {
+  counters_.drops[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::optional<size_t> AggregationNode::ChildOfRank(uint32_t rank) const {
+  for (size_t c = 0; c < config_.children.size(); ++c) {
+    const auto& ranks = config_.children[c].ranks;
+    if (std::binary_search(ranks.begin(), ranks.end(), rank)) return c;
+  }
+  return std::nullopt;
+}
+
+std::span<const uint8_t> AggregationNode::Frame(std::vector<uint8_t>& buffer,
+                                                const AggregationHeader& h, size_t data_bytes) {
+  // The header was validated on the way in (or built here from validated
+  // fields), so encoding cannot fail; check anyway: a bug must not send junk.
+  auto n = proto::EncodeAggregationHeader(h, {buffer.data(), kAggregationHeaderSize});
+  if (!n.ok()) {
+    NETFOLD_LOG(kError) << "aggregation node: cannot encode a header: " << n.status();
+    return {};
+  }
+  return {buffer.data(), kAggregationHeaderSize + data_bytes};
+}
+
+void AggregationNode::SendError(size_t child, const AggregationHeader& about,
+                                AggregationMessageType type, AggregationStatus status) {
+  AggregationHeader h = about;
+  h.type = type;
+  h.status = status;
+  h.has_data = false;
+  h.epoch = config_.epoch;
+  std::span<const uint8_t> msg = Frame(scratch_, h, 0);
+  if (!msg.empty()) output_->SendToChild(child, msg);
+}
+
+void AggregationNode::OnChildMessage(size_t child, const AggregationHeader& h,
+                                     std::span<const uint8_t> elements) {
+  if (child >= config_.children.size() || h.tree_id != config_.tree_id ||
+      h.group_id != config_.group_id) {
+    Drop(NodeDropReason::kUnexpectedType);
+    return;
+  }
+  if (h.epoch != config_.epoch) {
+    Drop(NodeDropReason::kStaleEpoch);
+    SendError(child, h, AggregationMessageType::kAbort, AggregationStatus::kStaleEpoch);
+    return;
+  }
+  switch (h.type) {
+    case AggregationMessageType::kRequest:
+      HandleRequest(child, h, elements);
+      return;
+    case AggregationMessageType::kRepairRequest:
+      HandleRepair(child, h);
+      return;
+    default:
+      Drop(NodeDropReason::kUnexpectedType);
+      return;
+  }
+}
+
+void AggregationNode::HandleRequest(size_t child, const AggregationHeader& h,
+                                    std::span<const uint8_t> elements) {
+  counters_.requests_received.fetch_add(1, std::memory_order_relaxed);
+  const uint32_t k = config_.num_slots;
+  Slot& slot = *slots_[h.seq % k];
+  switch (slot.state) {
+    case Slot::State::kCollecting:
+      if (h.seq != slot.seq) {
+        Drop(h.seq < slot.seq ? NodeDropReason::kDuplicate : NodeDropReason::kOutsideWindow);
+        return;
+      }
+      if (slot.arrived[child] != kNotArrived) {
+        Drop(NodeDropReason::kDuplicate);
+        return;
+      }
+      break;
+    case Slot::State::kWaitingParent:
+      Drop(h.seq <= slot.seq ? NodeDropReason::kDuplicate : NodeDropReason::kOutsideWindow);
+      return;
+    case Slot::State::kFree: {
+      const uint64_t expected = slot.used ? slot.seq + k : h.seq % k;
+      if (h.seq != expected) {
+        Drop(h.seq < expected ? NodeDropReason::kDuplicate : NodeDropReason::kOutsideWindow);
+        return;
+      }
+      // A new operation in this slot.
+      slot.state = Slot::State::kCollecting;
+      slot.seq = h.seq;
+      slot.header = h;
+      slot.status = AggregationStatus::kOk;
+      std::fill(slot.arrived.begin(), slot.arrived.end(), kNotArrived);
+      std::fill(slot.child_data.begin(), slot.child_data.end(), 0);
+      slot.num_arrived = 0;
+      slot.next_fold = 0;
+      slot.acc_started = false;
+      slot.first_arrival_ns = clock_.NowNanos();
+      slot.folds = false;
+      if (h.collective == CollectiveType::kAllreduce || h.collective == CollectiveType::kReduce) {
+        if (h.count > 0) {
+          auto kernel = reduce::GetKernel(h.dtype, h.op);
+          if (kernel.ok()) {
+            slot.kernel = *kernel;
+            slot.folds = true;
+          } else {
+            slot.status = AggregationStatus::kInvalidRequest;
+          }
+        }
+      }
+      if (static_cast<uint64_t>(h.count) * proto::DataTypeSize(h.dtype) > config_.slot_bytes) {
+        slot.status = AggregationStatus::kInvalidRequest;
+      }
+      if (h.collective == CollectiveType::kBcast && !config_.has_parent &&
+          !ChildOfRank(h.root_rank).has_value()) {
+        slot.status = AggregationStatus::kInvalidRequest;  // the root is not a member
+      }
+      break;
+    }
+  }
+
+  // The contribution must describe the same operation as the first one.
+  if (slot.status == AggregationStatus::kOk) {
+    if (h.status != AggregationStatus::kOk) {
+      slot.status = h.status;  // a child switch reports an error: pass it on
+    } else if (!SameOperation(h, slot.header)) {
+      slot.status = AggregationStatus::kMismatch;
+    } else {
+      bool want_data = false;
+      switch (h.collective) {
+        case CollectiveType::kAllreduce:
+        case CollectiveType::kReduce:
+          want_data = h.count > 0;
+          break;
+        case CollectiveType::kBcast: {
+          const auto& ranks = config_.children[child].ranks;
+          want_data = h.count > 0 && std::binary_search(ranks.begin(), ranks.end(), h.root_rank);
+          break;
+        }
+        case CollectiveType::kBarrier:
+          want_data = false;
+          break;
+      }
+      if (h.has_data != want_data) slot.status = AggregationStatus::kMismatch;
+    }
+  }
+
+  slot.arrived[child] = kBuffered;
+  ++slot.num_arrived;
+  const bool has_data = slot.status == AggregationStatus::kOk && h.has_data;
+  slot.child_data[child] = has_data;
+  if (has_data) {
+    if (child == slot.next_fold) {
+      // In order: fold straight from the message, no copy.
+      uint8_t* acc = slot.acc.data() + kAggregationHeaderSize;
+      if (!slot.acc_started || !slot.folds) {
+        std::memcpy(acc, elements.data(), elements.size());
+        slot.acc_started = true;
+      } else {
+        slot.kernel.Reduce(acc, elements.data(), h.count);
+      }
+      counters_.bytes_reduced.fetch_add(elements.size(), std::memory_order_relaxed);
+      slot.arrived[child] = kFolded;
+      ++slot.next_fold;
+    } else {
+      std::memcpy(slot.pending.data() + child * config_.slot_bytes, elements.data(),
+                  elements.size());
+    }
+  }
+  Advance(slot);
+  if (slot.num_arrived == config_.children.size()) Complete(slot);
+}
+
+void AggregationNode::Advance(Slot& slot) {
+  const size_t n = config_.children.size();
+  const size_t bytes = static_cast<size_t>(slot.header.count) * proto::DataTypeSize(slot.header.dtype);
+  while (slot.next_fold < n && slot.arrived[slot.next_fold] != kNotArrived) {
+    const size_t c = slot.next_fold;
+    if (slot.arrived[c] == kBuffered && slot.child_data[c] &&
+        slot.status == AggregationStatus::kOk) {
+      const uint8_t* src = slot.pending.data() + c * config_.slot_bytes;
+      uint8_t* acc = slot.acc.data() + kAggregationHeaderSize;
+      if (!slot.acc_started || !slot.folds) {
+        std::memcpy(acc, src, bytes);
+        slot.acc_started = true;
+      } else {
+        slot.kernel.Reduce(acc, src, slot.header.count);
+      }
+      counters_.bytes_reduced.fetch_add(bytes, std::memory_order_relaxed);
+    }
+    slot.arrived[c] = kFolded;
+    ++slot.next_fold;
+  }
+}
+
+void AggregationNode::Complete(Slot& slot) {
+  const int64_t us = (clock_.NowNanos() - slot.first_arrival_ns) / 1000;
+  size_t bucket = 0;
+  while (bucket + 1 < counters_.latency_us_log2.size() && (int64_t{1} << bucket) <= us) ++bucket;
+  counters_.latency_us_log2[bucket].fetch_add(1, std::memory_order_relaxed);
+  counters_.operations_completed.fetch_add(1, std::memory_order_relaxed);
+
+  AggregationHeader& r = slot.header;
+  r.status = slot.status;
+  r.epoch = config_.epoch;
+  r.has_data = slot.status == AggregationStatus::kOk && slot.acc_started;
+  slot.used = true;
+  if (config_.has_parent) {
+    r.type = AggregationMessageType::kRequest;
+    const size_t bytes = r.has_data ? proto::AggregationPayloadSize(r) : 0;
+    std::span<const uint8_t> msg = Frame(slot.acc, r, bytes);
+    if (!msg.empty()) output_->SendToParent(msg);
+    // Results delivered over RC come back through this node; multicast
+    // results go straight to the hosts.
+    slot.state = r.delivery == DeliveryMode::kMulticast ? Slot::State::kFree
+                                                        : Slot::State::kWaitingParent;
+    return;
+  }
+  Distribute(slot);
+}
+
+void AggregationNode::Distribute(Slot& slot) {
+  AggregationHeader r = slot.header;
+  r.type = AggregationMessageType::kResult;
+  if (r.delivery == DeliveryMode::kMulticast && !config_.multicast) {
+    r.status = AggregationStatus::kInvalidRequest;
+    r.has_data = false;
+    r.delivery = DeliveryMode::kRcTree;  // the error itself still has to arrive
+  }
+  const size_t bytes = r.has_data ? proto::AggregationPayloadSize(r) : 0;
+  std::span<const uint8_t> msg = Frame(slot.acc, r, bytes);
+  if (msg.empty()) {
+    slot.state = Slot::State::kFree;
+    return;
+  }
+  if (r.status == AggregationStatus::kOk) {
+    counters_.results_distributed.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counters_.errors_distributed.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (r.delivery == DeliveryMode::kMulticast) {
+    output_->Multicast(msg);
+  } else {
+    SendResultDown(r, msg.subspan(kAggregationHeaderSize), /*relay=*/false);
+  }
+  // Keep the result for repair until seq + K completes: swap buffers so the
+  // accumulator is free for the next operation without a copy.
+  std::swap(slot.acc, slot.result);
+  slot.has_result = true;
+  slot.result_seq = slot.seq;
+  slot.result_len = msg.size();
+  slot.state = Slot::State::kFree;
+}
+
+void AggregationNode::SendResultDown(const AggregationHeader& result,
+                                     std::span<const uint8_t> data, bool relay) {
+  // The full message to the children that get the data, header-only to the
+  // others (to_root: all but the child holding root_rank).
+  std::optional<size_t> data_child;
+  if (result.delivery == DeliveryMode::kToRoot) data_child = ChildOfRank(result.root_rank);
+  AggregationHeader full = result;
+  full.type = AggregationMessageType::kResult;
+  AggregationHeader bare = full;
+  bare.has_data = false;
+  std::span<const uint8_t> full_msg;
+  if (full.has_data) {
+    if (out_.size() < kAggregationHeaderSize + data.size()) {
+      out_.resize(kAggregationHeaderSize + data.size());
+    }
+    std::memmove(out_.data() + kAggregationHeaderSize, data.data(), data.size());
+    full_msg = Frame(out_, full, data.size());
+  }
+  std::span<const uint8_t> bare_msg = Frame(scratch_, bare, 0);
+  for (size_t c = 0; c < config_.children.size(); ++c) {
+    const bool gets_data =
+        full.has_data && (result.delivery != DeliveryMode::kToRoot || data_child == c);
+    std::span<const uint8_t> msg = gets_data ? full_msg : bare_msg;
+    if (!msg.empty()) output_->SendToChild(c, msg);
+  }
+  if (relay) counters_.results_relayed.fetch_add(1, std::memory_order_relaxed);
+}
+
+void AggregationNode::HandleRepair(size_t child, const AggregationHeader& h) {
+  Slot& slot = *slots_[h.seq % config_.num_slots];
+  if (config_.has_parent) {
+    constexpr size_t kMaxPendingPerChild = 4;
+    if (pending_repairs_.size() >= config_.num_slots * config_.children.size() * kMaxPendingPerChild) {
+      pending_repairs_.erase(pending_repairs_.begin());
+    }
+    pending_repairs_.emplace_back(h.seq, static_cast<uint32_t>(child));
+    AggregationHeader up = h;
+    up.has_data = false;
+    std::span<const uint8_t> msg = Frame(scratch_, up, 0);
+    if (!msg.empty()) output_->SendToParent(msg);
+    counters_.repairs_forwarded.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (slot.has_result && slot.result_seq == h.seq) {
+    output_->SendToChild(child, {slot.result.data(), slot.result_len});
+    counters_.repairs_answered.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if ((slot.has_result && slot.result_seq > h.seq) || (slot.used && slot.seq > h.seq)) {
+    SendError(child, h, AggregationMessageType::kResult, AggregationStatus::kResultGone);
+    counters_.repairs_answered.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  // Not computed yet: the result will be multicast when it is.
+}
+
+void AggregationNode::OnParentMessage(const AggregationHeader& h,
+                                      std::span<const uint8_t> elements) {
+  if (!config_.has_parent || h.tree_id != config_.tree_id || h.group_id != config_.group_id) {
+    Drop(NodeDropReason::kUnexpectedType);
+    return;
+  }
+  switch (h.type) {
+    case AggregationMessageType::kResult: {
+      Slot& slot = *slots_[h.seq % config_.num_slots];
+      if (slot.state == Slot::State::kWaitingParent && slot.seq == h.seq) {
+        slot.state = Slot::State::kFree;
+        SendResultDown(h, elements, /*relay=*/true);
+        return;
+      }
+      // A repaired result: to the children that asked for it.
+      bool delivered = false;
+      for (size_t i = 0; i < pending_repairs_.size();) {
+        if (pending_repairs_[i].first == h.seq) {
+          const uint32_t c = pending_repairs_[i].second;
+          if (out_.size() < kAggregationHeaderSize + elements.size()) {
+            out_.resize(kAggregationHeaderSize + elements.size());
+          }
+          std::memcpy(out_.data() + kAggregationHeaderSize, elements.data(), elements.size());
+          std::span<const uint8_t> msg = Frame(out_, h, elements.size());
+          if (!msg.empty()) output_->SendToChild(c, msg);
+          pending_repairs_.erase(pending_repairs_.begin() + static_cast<ptrdiff_t>(i));
+          delivered = true;
+        } else {
+          ++i;
+        }
+      }
+      if (delivered) {
+        counters_.results_relayed.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        Drop(NodeDropReason::kUnexpectedResult);
+      }
+      return;
+    }
+    case AggregationMessageType::kAbort:
+      Abort(h.status);
+      return;
+    default:
+      Drop(NodeDropReason::kUnexpectedType);
+      return;
+  }
+}
+
+void AggregationNode::Abort(AggregationStatus why) {
+  AggregationHeader h;
+  h.type = AggregationMessageType::kAbort;
+  h.collective = CollectiveType::kBarrier;
+  h.tree_id = config_.tree_id;
+  h.group_id = config_.group_id;
+  h.status = why == AggregationStatus::kOk ? AggregationStatus::kAborted : why;
+  for (size_t c = 0; c < config_.children.size(); ++c) {
+    SendError(c, h, AggregationMessageType::kAbort, h.status);
+  }
+  for (auto& slot : slots_) {
+    slot->state = Slot::State::kFree;
+    slot->used = false;
+    slot->has_result = false;
+  }
+  pending_repairs_.clear();
+}
+
+}  // namespace netfold::sw

@@ -1,0 +1,190 @@
+// An aggregation node (AN): the reduction state of one group on one switch,
+// for one tree, as DESIGN.md "Aggregation semantics" states it. Pure logic:
+// no sockets, no queue pairs. The switch feeds it parsed aggregation
+// messages and it answers through a NodeOutput; tests and benchmarks drive
+// it directly.
+//
+//   AggregationNodeConfig config{.tree_id = 1, .group_id = 7, .epoch = 1,
+//                                .num_slots = 8, .slot_bytes = 4096,
+//                                .children = {{.ranks = {0}}, {.ranks = {1}}},
+//                                .has_parent = false};
+//   auto node = AggregationNode::Create(config, &output, RealClock());
+//   (*node)->OnChildMessage(1, header, elements);   // child 1's request for seq s
+//   (*node)->OnChildMessage(0, header, elements);   // child 0's: result s goes out
+//
+// Semantics:
+// - Operation s uses slot s mod K. The node collects every child's request
+//   for s and reduces them in child order 0, 1, 2... whatever order they
+//   arrive in (in-order contributions are folded as they come, others are
+//   buffered until their turn), so the bits are a pure function of the
+//   inputs and the tree. A non-root node sends the partial result to its
+//   parent as a request; the group root (no parent) distributes the result:
+//     multicast  one UD datagram to the group (NodeOutput::Multicast);
+//     rc_tree    to every child over RC; child switches relay it down;
+//     to_root    the data to the child holding root_rank, a header-only
+//                result (has_data = 0) to the others, so every rank learns
+//                that s completed (it may then post s + K).
+// - Bcast: the child holding root_rank carries the data, the others none.
+//   Barrier: no data at all. Reduce (collective) aggregates like allreduce.
+// - The slot window: a child posts s + K only after it received result s,
+//   so when s + K completes at the root, result s is no longer needed. The
+//   root keeps result s until then; a repair request for s is answered
+//   from it over RC (kResultGone once it was overwritten). A non-root node
+//   forwards the repair request to its parent and relays the answer to the
+//   children that asked.
+// - Validation, each a counted drop or an error result, never a crash:
+//   stale or future epoch (an abort with kStaleEpoch to that child), a seq
+//   outside the window, a duplicate request, a result nobody waits for;
+//   children disagreeing on collective, dtype, op, count, root, delivery,
+//   or a data layout that does not fit (bcast data from a child not holding
+//   the root) complete the operation with kMismatch on every rank; an
+//   operation larger than a slot, an op not allowed on the dtype, or a
+//   delivery the group cannot do completes with kInvalidRequest. A child
+//   switch that reports an error status passes it up; the root distributes it.
+//
+// Thread-safety: a node belongs to the switch's data-plane thread. Not
+// thread-safe; counters are atomics readable from any thread.
+#ifndef NETFOLD_SWITCH_AGGREGATION_NODE_H_
+#define NETFOLD_SWITCH_AGGREGATION_NODE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/clock.h"
+#include "proto/aggregation_header.h"
+#include "reduce/reduce.h"
+
+namespace netfold::sw {
+
+struct NodeChild {
+  // The ranks below this child (one for a host; every rank of a child
+  // switch's subtree), sorted. Used to route to_root results and to check
+  // which child carries bcast data.
+  std::vector<uint32_t> ranks;
+};
+
+struct AggregationNodeConfig {
+  uint16_t tree_id = 0;
+  uint32_t group_id = 0;
+  uint32_t epoch = 0;
+  uint32_t num_slots = 8;     // K: operations in flight
+  uint32_t slot_bytes = 4096; // P: the largest operation payload
+  std::vector<NodeChild> children;  // the fixed reduction order
+  bool has_parent = false;          // false: this node is the group root
+  bool multicast = true;            // the root may deliver by multicast
+};
+
+// Where a node sends messages. Each call passes one complete aggregation
+// message (header and elements); the callee copies what it keeps. Delivery
+// must be reliable for SendToParent/SendToChild (RC); Multicast may lose.
+class NodeOutput {
+ public:
+  virtual ~NodeOutput() = default;
+  virtual void SendToParent(std::span<const uint8_t> message) = 0;
+  virtual void SendToChild(size_t child, std::span<const uint8_t> message) = 0;
+  virtual void Multicast(std::span<const uint8_t> message) = 0;
+};
+
+// Why a node dropped a message. Values index counter arrays.
+enum class NodeDropReason : uint8_t {
+  kStaleEpoch = 0,     // an abort with kStaleEpoch was sent back
+  kOutsideWindow,      // seq older than the slot's, or more than K ahead
+  kDuplicate,          // this child already contributed to this seq
+  kUnexpectedResult,   // a result from the parent nobody waits for
+  kUnexpectedType,     // e.g. a result from a child, a request from the parent
+  kNotRoot,            // (internal) repair reply with no waiter
+  kNumReasons
+};
+inline constexpr size_t kNumNodeDropReasons = static_cast<size_t>(NodeDropReason::kNumReasons);
+std::string_view NodeDropReasonName(NodeDropReason reason);
+
+struct NodeCounters {
+  std::atomic<uint64_t> requests_received{0};
+  std::atomic<uint64_t> operations_completed{0};  // at this node (partial or final)
+  std::atomic<uint64_t> results_distributed{0};   // at the root
+  std::atomic<uint64_t> errors_distributed{0};    // results with a non-OK status
+  std::atomic<uint64_t> bytes_reduced{0};         // element bytes folded in
+  std::atomic<uint64_t> repairs_answered{0};
+  std::atomic<uint64_t> repairs_forwarded{0};
+  std::atomic<uint64_t> results_relayed{0};
+  std::array<std::atomic<uint64_t>, kNumNodeDropReasons> drops{};
+  // Time from the first contribution to completion, log2 buckets of
+  // microseconds: [0] < 1 us, [1] < 2 us, ... [19] >= 2^18 us.
+  std::array<std::atomic<uint64_t>, 20> latency_us_log2{};
+
+  uint64_t Drops(NodeDropReason r) const {
+    return drops[static_cast<size_t>(r)].load(std::memory_order_relaxed);
+  }
+  uint64_t TotalDrops() const;
+};
+
+class AggregationNode {
+ public:
+  // InvalidArgument for an unusable config (no children, K or P zero, P not
+  // a multiple of 16, more than kMaxChildren children). `output` and `clock`
+  // must outlive the node.
+  static constexpr size_t kMaxChildren = 1024;
+  static absl::StatusOr<std::unique_ptr<AggregationNode>> Create(
+      const AggregationNodeConfig& config, NodeOutput* output, const Clock& clock);
+  ~AggregationNode();
+
+  // A parsed aggregation message from child `child` (< num_children()) or
+  // from the parent. `elements` are the bytes after the header.
+  void OnChildMessage(size_t child, const proto::AggregationHeader& header,
+                      std::span<const uint8_t> elements);
+  void OnParentMessage(const proto::AggregationHeader& header, std::span<const uint8_t> elements);
+
+  // Abandons every operation in progress and tells every child (kAbort with
+  // `why`), e.g. when the group is revoked. The node stays usable with a new
+  // epoch (SetEpoch).
+  void Abort(proto::AggregationStatus why);
+  void SetEpoch(uint32_t epoch) { config_.epoch = epoch; }
+
+  const AggregationNodeConfig& config() const { return config_; }
+  size_t num_children() const { return config_.children.size(); }
+  // Slots collecting contributions or waiting for the parent's result.
+  size_t num_busy_slots() const;
+  const NodeCounters& counters() const { return counters_; }
+
+ private:
+  struct Slot;
+  AggregationNode(const AggregationNodeConfig& config, NodeOutput* output, const Clock& clock);
+
+  void Drop(NodeDropReason r);
+  void HandleRequest(size_t child, const proto::AggregationHeader& h,
+                     std::span<const uint8_t> elements);
+  void HandleRepair(size_t child, const proto::AggregationHeader& h);
+  // Folds buffered contributions that are next in child order.
+  void Advance(Slot& slot);
+  void Complete(Slot& slot);
+  void Distribute(Slot& slot);
+  void SendResultDown(const proto::AggregationHeader& result, std::span<const uint8_t> data,
+                      bool relay);
+  // Encodes `h` into the first 40 bytes of `buffer` and returns header+data.
+  std::span<const uint8_t> Frame(std::vector<uint8_t>& buffer, const proto::AggregationHeader& h,
+                                 size_t data_bytes);
+  std::optional<size_t> ChildOfRank(uint32_t rank) const;
+  void SendError(size_t child, const proto::AggregationHeader& about,
+                 proto::AggregationMessageType type, proto::AggregationStatus status);
+
+  AggregationNodeConfig config_;
+  NodeOutput* output_;
+  const Clock& clock_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  // (seq, child) pairs waiting for a repaired result from the parent.
+  std::vector<std::pair<uint64_t, uint32_t>> pending_repairs_;
+  std::vector<uint8_t> scratch_;  // header-only and error messages
+  std::vector<uint8_t> out_;      // full results sent down
+  NodeCounters counters_;
+};
+
+}  // namespace netfold::sw
+
+#endif  // NETFOLD_SWITCH_AGGREGATION_NODE_H_

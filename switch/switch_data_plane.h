@@ -1,0 +1,221 @@
+// The data plane of one emulated switch: its RoCEv2 endpoint, the RC queue
+// pairs to hosts and to other switches, one UD queue pair per job for
+// multicast results, and the aggregation nodes of every (tree, group) it
+// serves. netfold-switchd runs it on one thread; the control plane (the
+// manager's commands, the admin interface) reaches it through
+// SwitchDataPlane::Post.
+//
+//   SwitchDataPlane dp(std::move(port), RealClock(), {.name = "s1"});
+//   QpCreated qp = *dp.CreateQp({.job_id = 7, .pkey = 0x8001, .remote = host});
+//   dp.InstallGroup(spec);                 // children name QPs by QPN
+//   while (running) dp.RunOnce(absl::Milliseconds(5));
+//
+// Per received message: the RC QP hands over a complete SEND; its
+// aggregation header is parsed (drops counted per reason); (tree, group)
+// selects the node; the QP must be one of the node's children (or its
+// parent, for results coming down); the node does the rest. Messages the
+// nodes send go out on the QPs; when a QP's send queue is full they wait in
+// a per-QP backlog, never dropped.
+//
+// Quotas per job (groups, slots, QPs) are enforced here too, whatever the
+// manager asked: a command over quota fails with ResourceExhausted.
+//
+// Thread-safety: every method but Post and the counters belongs to the
+// data-plane thread (the one calling RunOnce).
+#ifndef NETFOLD_SWITCH_SWITCH_DATA_PLANE_H_
+#define NETFOLD_SWITCH_SWITCH_DATA_PLANE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/clock.h"
+#include "proto/aggregation_header.h"
+#include "switch/aggregation_node.h"
+#include "transport/port.h"
+#include "transport/roce_endpoint.h"
+
+namespace netfold::sw {
+
+struct JobQuota {
+  uint32_t max_groups = 64;
+  uint32_t max_slots = 1024;  // summed over the job's groups on this switch
+  uint32_t max_qps = 256;
+};
+
+struct SwitchConfig {
+  std::string name = "switch";
+  JobQuota default_quota;          // for jobs without SetJobQuota
+  uint32_t max_groups = 4096;      // the switch's own capacity
+  uint32_t max_slots = 65536;
+  uint32_t max_slot_bytes = 4048;  // a multicast result must fit one 4096-byte packet
+  uint32_t max_qps = 4096;
+  uint32_t path_mtu = 4096;
+  absl::Duration ack_timeout = absl::Milliseconds(4);
+  uint8_t retry_count = 7;
+  // Initial PSNs are random; a non-zero seed makes them reproducible (tests).
+  uint64_t psn_seed = 0;
+};
+
+struct QpRequest {
+  uint64_t job_id = 0;      // 0: a switch-to-switch QP (not charged to a job)
+  uint16_t pkey = 0xFFFF;   // the job's P_Key; 0xFFFF between switches
+  // Connect straight to RTS when set; otherwise the QP waits in INIT.
+  std::optional<transport::Ipv4Endpoint> remote;
+  uint32_t remote_qpn = 0;
+  uint32_t remote_psn = 0;
+  std::string peer;         // for logs and counters: "job 7 rank 3", "s2"
+};
+
+struct QpCreated {
+  uint32_t qpn = 0;
+  uint32_t psn = 0;
+};
+
+struct GroupChildSpec {
+  uint32_t qpn = 0;                // the local QP toward this child
+  std::vector<uint32_t> ranks;     // the ranks below it
+};
+
+struct GroupSpec {
+  uint64_t job_id = 0;
+  uint16_t tree_id = 0;
+  uint32_t group_id = 0;
+  uint32_t epoch = 0;
+  uint16_t pkey = 0xFFFF;
+  uint32_t qkey = 0;
+  uint32_t num_slots = 8;
+  uint32_t slot_bytes = 4032;
+  std::vector<GroupChildSpec> children;  // reduction order
+  std::optional<uint32_t> parent_qpn;    // none at the group root
+  // The group root's multicast destination (ip:port); unset: no multicast.
+  std::optional<transport::Ipv4Endpoint> multicast;
+};
+
+// Why the switch dropped a message before a node saw it. Values index
+// counter arrays.
+enum class SwitchDropReason : uint8_t {
+  kUnknownGroup = 0,  // no node for (tree, group)
+  kNotAMember,        // the QP is neither a child nor the parent of that node
+  kQpFailed,          // a message for a QP in ERROR (its peer is gone)
+  kNumReasons
+};
+inline constexpr size_t kNumSwitchDropReasons = static_cast<size_t>(SwitchDropReason::kNumReasons);
+std::string_view SwitchDropReasonName(SwitchDropReason reason);
+
+struct SwitchCounters {
+  std::atomic<uint64_t> messages_received{0};
+  std::atomic<uint64_t> messages_sent{0};
+  std::atomic<uint64_t> multicasts_sent{0};
+  std::atomic<uint64_t> backlogged{0};  // sends that waited for room in a send queue
+  std::array<std::atomic<uint64_t>, proto::kNumAggregationParseResults> parse_drops{};
+  std::array<std::atomic<uint64_t>, kNumSwitchDropReasons> drops{};
+};
+
+// A QP that failed (retries exhausted, NAK, ...): reported to the manager.
+struct QpFailure {
+  uint32_t qpn = 0;
+  std::string peer;
+  absl::Status reason;
+};
+
+class SwitchDataPlane {
+ public:
+  SwitchDataPlane(std::unique_ptr<transport::Port> port, const Clock& clock,
+                  const SwitchConfig& config);
+  SwitchDataPlane(const SwitchDataPlane&) = delete;
+  SwitchDataPlane& operator=(const SwitchDataPlane&) = delete;
+  ~SwitchDataPlane();
+
+  // --- Control (data-plane thread) -------------------------------------
+  void SetJobQuota(uint64_t job_id, const JobQuota& quota);
+  absl::StatusOr<QpCreated> CreateQp(const QpRequest& request);
+  // INIT -> RTR -> RTS toward `remote`.
+  absl::Status ConnectQp(uint32_t qpn, const transport::Ipv4Endpoint& remote, uint32_t remote_qpn,
+                         uint32_t remote_psn);
+  // Fails with FailedPrecondition while a group still uses the QP.
+  absl::Status DestroyQp(uint32_t qpn);
+  // Installs a group's node; a newer epoch of an installed group replaces it
+  // (in-flight operations are aborted). Checks quotas and that every QP
+  // exists and belongs to the job (or is a switch QP).
+  absl::Status InstallGroup(const GroupSpec& spec);
+  // Aborts in-flight operations (children get kAbort) and frees the slots.
+  // epoch 0 removes any epoch. NotFound if absent.
+  absl::Status RemoveGroup(uint16_t tree_id, uint32_t group_id, uint32_t epoch = 0);
+
+  // --- Data plane ------------------------------------------------------
+  // Receives (waiting at most `timeout`), runs the nodes, sends. Then runs
+  // the commands posted from other threads.
+  void RunOnce(absl::Duration timeout);
+  // Runs `command` on the data-plane thread during a later RunOnce.
+  // Thread-safe. The command must not block.
+  void Post(std::function<void(SwitchDataPlane&)> command);
+  // QPs that went to ERROR since the last call.
+  std::vector<QpFailure> TakeQpFailures();
+
+  // --- State -----------------------------------------------------------
+  transport::Ipv4Endpoint local() const { return endpoint_.local(); }
+  const SwitchConfig& config() const { return config_; }
+  transport::RoceEndpoint& endpoint() { return endpoint_; }
+  const SwitchCounters& counters() const { return counters_; }
+  size_t num_groups() const { return groups_.size(); }
+  size_t num_qps() const { return qps_.size(); }
+  uint32_t num_slots_used() const { return slots_used_; }
+  // Busy slots over every node: 0 once all operations completed.
+  size_t num_busy_slots() const;
+  // Visits every installed node (for status and admin).
+  void ForEachNode(const std::function<void(const GroupSpec&, const AggregationNode&)>& fn) const;
+  void ForEachQp(const std::function<void(const std::string& peer,
+                                          const transport::RcQueuePair&)>& fn) const;
+
+ private:
+  struct Qp;
+  struct Group;
+  class Output;
+
+  static uint64_t GroupKey(uint16_t tree, uint32_t group) {
+    return (static_cast<uint64_t>(tree) << 32) | group;
+  }
+  JobQuota QuotaOf(uint64_t job) const;
+  void HandleMessage(Qp& qp, std::span<const uint8_t> message);
+  void Send(uint32_t qpn, std::span<const uint8_t> message);
+  void FlushBacklogs();
+  void CheckQpErrors();
+  absl::StatusOr<transport::UdQueuePair*> MulticastQp(uint64_t job_id, uint16_t pkey,
+                                                      uint32_t qkey);
+  void RemoveGroupAt(uint64_t key);
+
+  SwitchConfig config_;
+  const Clock& clock_;
+  transport::RoceEndpoint endpoint_;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Group>> groups_;
+  absl::flat_hash_map<uint64_t, JobQuota> quotas_;
+  struct JobUsage {
+    uint32_t groups = 0, slots = 0, qps = 0;
+  };
+  absl::flat_hash_map<uint64_t, JobUsage> usage_;
+  absl::flat_hash_map<uint64_t, transport::UdQueuePair*> multicast_qps_;  // per job
+  uint32_t slots_used_ = 0;
+  uint64_t psn_state_;
+  std::vector<QpFailure> failures_;
+  std::vector<uint32_t> with_backlog_;
+
+  absl::Mutex commands_mu_;
+  std::deque<std::function<void(SwitchDataPlane&)>> commands_ ABSL_GUARDED_BY(commands_mu_);
+
+  SwitchCounters counters_;
+};
+
+}  // namespace netfold::sw
+
+#endif  // NETFOLD_SWITCH_SWITCH_DATA_PLANE_H_
