@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/log.h"
+#include "host/error_codes.h"
 #include "proto/reduce_op.h"
 
 namespace netfold::host {
@@ -22,9 +23,12 @@ absl::Status StatusFromResult(AggregationStatus s, uint64_t seq) {
     case AggregationStatus::kOk:
       return absl::OkStatus();
     case AggregationStatus::kMismatch:
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "the ranks of the group disagree on operation %d (collective, type, op, count or "
-          "root differ between ranks)", seq));
+      return WithErrorCode(
+          absl::InvalidArgumentError(absl::StrFormat(
+              "the ranks of the group disagree on operation %d (collective, type, op, count or "
+              "root differ between ranks)",
+              seq)),
+          NETFOLD_ERR_MISMATCH);
     case AggregationStatus::kInvalidRequest:
       return absl::InvalidArgumentError(
           absl::StrFormat("the fabric refused operation %d as invalid", seq));

@@ -1,0 +1,114 @@
+// The C API without a fabric: argument checking, error codes and messages,
+// and a missing manager reported within the deadline.
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "host/netfold/netfold.h"
+
+namespace {
+
+int OneRankAllgather(void*, const void* send, void* recv, size_t bytes) {
+  std::memcpy(recv, send, bytes);
+  return 0;
+}
+int OneRankBcast(void*, void*, size_t, int) { return 0; }
+int OneRankBarrier(void*) { return 0; }
+
+netfold_init_spec_t OneRankSpec() {
+  netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
+  spec.rank = 0;
+  spec.world_size = 1;
+  spec.oob.allgather = OneRankAllgather;
+  spec.oob.bcast = OneRankBcast;
+  spec.oob.barrier = OneRankBarrier;
+  return spec;
+}
+
+TEST(CApi, InitRejectsBadArguments) {
+  netfold_context_t ctx = reinterpret_cast<netfold_context_t>(1);
+  EXPECT_EQ(netfold_init(nullptr, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(ctx, nullptr);
+  netfold_init_spec_t spec = OneRankSpec();
+  EXPECT_EQ(netfold_init(&spec, nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  netfold_init_spec_t zeroed = spec;
+  zeroed.struct_size = 0;
+  EXPECT_EQ(netfold_init(&zeroed, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(netfold_last_error()).find("struct_size"), std::string::npos);
+  netfold_init_spec_t no_oob = spec;
+  no_oob.oob.barrier = nullptr;
+  EXPECT_EQ(netfold_init(&no_oob, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(netfold_last_error()).find("callbacks"), std::string::npos);
+  netfold_init_spec_t bad_rank = spec;
+  bad_rank.rank = 3;
+  EXPECT_EQ(netfold_init(&bad_rank, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  netfold_init_spec_t bad_timeout = spec;
+  bad_timeout.timeout_ms = -5;
+  EXPECT_EQ(netfold_init(&bad_timeout, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+}
+
+TEST(CApi, BadEnvironmentIsAClearError) {
+  netfold_init_spec_t spec = OneRankSpec();
+  netfold_context_t ctx = nullptr;
+  setenv("NETFOLD_TIMEOUT_MS", "soon", 1);
+  EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_TIMEOUT_MS"), std::string::npos);
+  unsetenv("NETFOLD_TIMEOUT_MS");
+  setenv("NETFOLD_DELIVERY", "carrier-pigeon", 1);
+  EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  unsetenv("NETFOLD_DELIVERY");
+}
+
+TEST(CApi, MissingManagerFailsWithinTheDeadline) {
+  netfold_init_spec_t spec = OneRankSpec();
+  spec.manager = "127.0.0.1:1";  // nothing listens there
+  spec.timeout_ms = 500;
+  netfold_context_t ctx = reinterpret_cast<netfold_context_t>(1);
+  const absl::Time start = absl::Now();
+  const int rc = netfold_init(&spec, &ctx);
+  EXPECT_TRUE(rc == NETFOLD_ERR_UNAVAILABLE || rc == NETFOLD_ERR_TIMEOUT) << netfold_strerror(rc);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(ctx, nullptr);
+  EXPECT_NE(std::string(netfold_last_error()).find("manager"), std::string::npos)
+      << netfold_last_error();
+}
+
+TEST(CApi, NullHandlesAreInvalidArguments) {
+  int x = 0;
+  netfold_request_t req = nullptr;
+  EXPECT_EQ(netfold_allreduce(nullptr, &x, &x, 1, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM),
+            NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_allreduce_nb(nullptr, &x, &x, 1, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM, &req),
+            NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_bcast(nullptr, &x, 1, NETFOLD_DTYPE_INT32, 0), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_barrier(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_request_test(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_request_wait(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_request_free(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_group_destroy(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_finalize(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_query_caps(nullptr, nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_get_stats(nullptr, nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  netfold_group_t group = reinterpret_cast<netfold_group_t>(1);
+  EXPECT_EQ(netfold_group_create(nullptr, nullptr, &group), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(group, nullptr);
+}
+
+TEST(CApi, OpSupportFollowsMpi) {
+  EXPECT_EQ(netfold_op_supported(NETFOLD_DTYPE_FP32, NETFOLD_OP_SUM), 1);
+  EXPECT_EQ(netfold_op_supported(NETFOLD_DTYPE_FP32, NETFOLD_OP_BXOR), 0);
+  EXPECT_EQ(netfold_op_supported(NETFOLD_DTYPE_2INT, NETFOLD_OP_MINLOC), 1);
+  EXPECT_EQ(netfold_op_supported(NETFOLD_DTYPE_INT32, NETFOLD_OP_MAXLOC), 0);
+  EXPECT_EQ(netfold_op_supported(static_cast<netfold_dtype_t>(0), NETFOLD_OP_SUM), 0);
+  EXPECT_EQ(netfold_op_supported(NETFOLD_DTYPE_INT8, static_cast<netfold_op_t>(99)), 0);
+  EXPECT_EQ(netfold_op_supported(static_cast<netfold_dtype_t>(-3), NETFOLD_OP_SUM), 0);
+}
+
+TEST(CApi, StrerrorNamesEveryCode) {
+  EXPECT_STREQ(netfold_strerror(NETFOLD_SUCCESS), "success");
+  EXPECT_STREQ(netfold_strerror(NETFOLD_ERR_MISMATCH), "ranks disagree on the operation");
+  EXPECT_STREQ(netfold_strerror(12345), "unknown error code");
+}
+
+}  // namespace

@@ -1,0 +1,173 @@
+// The library's per-process state behind the C API: the job at the manager,
+// this rank's queue pairs to its leaf switch, its groups, and progress.
+//
+//   auto ctx = *Context::Create(options, world_oob);           // collective
+//   auto group = *ctx->CreateGroup(group_oob, world_ranks);    // collective
+//   auto op = *group->Start({.dtype = ..., .send = in, .recv = out, .count = n});
+//   absl::Status s = group->Wait(op);
+//   group->Destroy(group_oob);  ctx->Finalize(world_oob);      // collective
+//
+// One control thread per context blocks on the manager's event stream and
+// sends heartbeats (it never spins); everything on the data path happens in
+// the caller's thread inside Start/Test/Wait. Not thread-safe: the caller
+// serialises calls on a context and its groups.
+#ifndef NETFOLD_HOST_CONTEXT_H_
+#define NETFOLD_HOST_CONTEXT_H_
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "host/group_engine.h"
+#include "host/oob.h"
+#include "transport/impaired_port.h"
+#include "transport/roce_endpoint.h"
+
+namespace netfold::control {
+class HostControl;
+class JobEvent;
+}  // namespace netfold::control
+
+namespace netfold::host {
+
+struct ContextOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string manager = "127.0.0.1:47910";
+  std::string host_name;             // topology host of this rank
+  std::string local_address = "127.0.0.1";
+  std::string job_name = "netfold";
+  absl::Duration timeout = absl::Seconds(30);  // per operation and per RPC wait
+  std::string faults;                // link faults on this rank's port ("" none)
+  uint32_t num_slots = 0;            // K requested for groups (0: the manager's default)
+  uint32_t slot_bytes = 0;           // P requested (0: default)
+  proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
+  absl::Duration repair_after = absl::Milliseconds(20);
+};
+
+// Reads NETFOLD_* environment variables into `options` where the field was
+// not set by the caller (empty string / zero), validating them.
+absl::Status ApplyEnvironment(ContextOptions* options);
+
+struct ContextStats {
+  GroupEngineStats engines;    // summed over every group, alive or destroyed
+  uint64_t link_tx_bytes = 0;
+  uint64_t link_rx_bytes = 0;
+  uint64_t retransmissions = 0;
+  uint64_t packets_dropped = 0;
+};
+
+class Group;
+
+class Context {
+ public:
+  static absl::StatusOr<std::unique_ptr<Context>> Create(const ContextOptions& options, Oob& world);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  // Collective over the world: destroys the job (rank 0) after a barrier.
+  absl::Status Finalize(Oob& world);
+
+  // Collective over the group's members (group_oob ranks are group ranks;
+  // world_ranks[i] is group rank i's world rank).
+  absl::StatusOr<std::unique_ptr<Group>> CreateGroup(Oob& group_oob,
+                                                     const std::vector<int>& world_ranks);
+
+  // Receives and dispatches, waiting at most `timeout`.
+  void Progress(absl::Duration timeout);
+
+  const ContextOptions& options() const { return options_; }
+  uint32_t num_slots() const { return num_slots_; }
+  uint32_t slot_bytes() const { return slot_bytes_; }
+  uint32_t max_groups() const { return max_groups_; }
+  ContextStats stats() const;
+  uint64_t job_id() const { return job_id_; }
+
+ private:
+  friend class Group;
+  struct ManagerClient;
+  // Every group's requests go up the one RC QP to the leaf.
+  struct LeafSender : RequestSender {
+    Context* ctx = nullptr;
+    absl::Status SendRequest(std::span<const uint8_t> message) override;
+  };
+  LeafSender leaf_sender_;
+  explicit Context(const ContextOptions& options);
+  absl::Status Join(Oob& world);
+  void RunControlThread();
+  void HandleEvent(const control::JobEvent& event);
+  void Register(Group* g);
+  void Unregister(Group* g);
+
+  ContextOptions options_;
+  std::unique_ptr<ManagerClient> manager_;
+  uint64_t job_id_ = 0;
+  std::string job_key_;
+  uint16_t pkey_ = 0;
+  uint32_t qkey_ = 0;
+  uint32_t num_slots_ = 8, slot_bytes_ = 4032, max_groups_ = 0;
+  absl::Duration heartbeat_interval_ = absl::Seconds(1);
+
+  transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
+  std::unique_ptr<transport::RoceEndpoint> endpoint_;
+  transport::RcQueuePair* rc_ = nullptr;
+  transport::UdQueuePair* ud_ = nullptr;
+  absl::flat_hash_map<uint32_t, Group*> groups_;  // by group id (data-plane 32-bit)
+  GroupEngineStats retired_;                      // stats of destroyed groups
+
+  // The control thread and what it hands over.
+  std::thread control_thread_;
+  absl::Notification stop_;
+  absl::Mutex events_mu_;
+  std::deque<std::unique_ptr<control::JobEvent>> events_ ABSL_GUARDED_BY(events_mu_);
+  std::atomic<bool> has_events_{false};
+};
+
+class Group {
+ public:
+  ~Group();
+  // Starts a collective. `args.root` is a group rank; InvalidArgument for a
+  // bad root or buffers, Unimplemented for an op MPI forbids on the type.
+  absl::StatusOr<OpId> Start(CollectiveArgs args);
+  // Makes progress; true once the op is done.
+  bool Test(OpId id);
+  // Waits for `id` (deadline: the context's timeout + margin) and returns its
+  // outcome; the op is forgotten.
+  absl::Status Wait(OpId id);
+  // Collective over the members: releases the group at the manager.
+  absl::Status Destroy(Oob& group_oob);
+
+  uint64_t group_id() const { return group_id_; }
+  int rank() const { return group_rank_; }
+  int size() const { return static_cast<int>(world_ranks_.size()); }
+  GroupEngine& engine() { return *engine_; }
+  // A human-readable description (tree, switches, K, P).
+  const std::string& description() const { return description_; }
+
+ private:
+  friend class Context;
+  Group(Context* ctx) : ctx_(ctx) {}
+
+  Context* ctx_;
+  uint64_t group_id_ = 0;
+  int group_rank_ = 0;
+  std::vector<int> world_ranks_;
+  std::unique_ptr<GroupEngine> engine_;
+  std::optional<transport::Ipv4Endpoint> multicast_;
+  std::string description_;
+  bool destroyed_ = false;
+};
+
+}  // namespace netfold::host
+
+#endif  // NETFOLD_HOST_CONTEXT_H_

@@ -1,0 +1,238 @@
+// The host group engine against a scripted leaf: chunking, the K window,
+// results in place, duplicates, repair with backoff, errors, deadlines.
+#include "host/group_engine.h"
+
+#include <cstring>
+#include <vector>
+
+#include "base/clock.h"
+#include "gtest/gtest.h"
+#include "host/error_codes.h"
+
+namespace netfold::host {
+namespace {
+
+using proto::AggregationHeader;
+using proto::AggregationMessageType;
+using proto::AggregationStatus;
+using proto::CollectiveType;
+using proto::DataType;
+using proto::DeliveryMode;
+using proto::ReduceOp;
+
+struct FakeLeaf : RequestSender {
+  std::vector<std::vector<uint8_t>> sent;
+  int refuse_next = 0;
+  absl::Status SendRequest(std::span<const uint8_t> m) override {
+    if (refuse_next > 0) {
+      --refuse_next;
+      return absl::ResourceExhaustedError("send queue full");
+    }
+    sent.emplace_back(m.begin(), m.end());
+    return absl::OkStatus();
+  }
+  AggregationHeader Header(size_t i) const { return *proto::DecodeAggregationMessage(sent.at(i)); }
+};
+
+class GroupEngineTest : public ::testing::Test {
+ protected:
+  GroupParams Params() {
+    GroupParams p;
+    p.tree_id = 1;
+    p.group_id = 9;
+    p.epoch = 2;
+    p.rank = 3;
+    p.num_slots = 2;
+    p.slot_bytes = 16;  // four int32 per chunk
+    p.repair_after = absl::Milliseconds(10);
+    p.op_timeout = absl::Seconds(1);
+    return p;
+  }
+  // Answers request `i` with `values` (or with an error status).
+  void Answer(GroupEngine& e, size_t i, std::vector<int32_t> values,
+              AggregationStatus status = AggregationStatus::kOk) {
+    AggregationHeader h = leaf_.Header(i);
+    h.type = AggregationMessageType::kResult;
+    h.status = status;
+    h.has_data = status == AggregationStatus::kOk && !values.empty();
+    e.OnMessage(h, {reinterpret_cast<const uint8_t*>(values.data()),
+                    h.has_data ? values.size() * 4 : 0});
+  }
+  FakeClock clock_;
+  FakeLeaf leaf_;
+};
+
+TEST_F(GroupEngineTest, ChunksStreamThroughTheWindowAndLandInPlace) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  std::vector<int32_t> data = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // 3 chunks: 4 + 4 + 2
+  auto op = e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = data.data(),
+                     .recv = data.data(), .count = data.size()});
+  ASSERT_TRUE(op.ok());
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 2u) << "K = 2 chunks in flight";
+  EXPECT_EQ(leaf_.Header(0).seq, 0u);
+  EXPECT_EQ(leaf_.Header(0).count, 4u);
+  EXPECT_EQ(leaf_.Header(1).seq, 1u);
+  EXPECT_EQ(leaf_.Header(0).epoch, 2u);
+  EXPECT_EQ(leaf_.Header(0).group_id, 9u);
+  // Results out of order: seq 1 first does not open the window (seq 0 is oldest).
+  Answer(e, 1, {50, 60, 70, 80});
+  e.Poll();
+  EXPECT_EQ(leaf_.sent.size(), 2u);
+  Answer(e, 0, {10, 20, 30, 40});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 3u);
+  EXPECT_EQ(leaf_.Header(2).count, 2u);
+  // The request of chunk 2 carried the original input (in place is safe).
+  std::vector<uint8_t> third = leaf_.sent[2];
+  int32_t first_of_third;
+  std::memcpy(&first_of_third, third.data() + proto::kAggregationHeaderSize, 4);
+  EXPECT_EQ(first_of_third, 9);
+  EXPECT_FALSE(e.Done(*op));
+  Answer(e, 2, {90, 100});
+  EXPECT_TRUE(e.Done(*op));
+  EXPECT_TRUE(e.Finish(*op).ok());
+  EXPECT_EQ(data, (std::vector<int32_t>{10, 20, 30, 40, 50, 60, 70, 80, 90, 100}));
+  EXPECT_TRUE(e.idle());
+  Answer(e, 2, {90, 100});  // late duplicate (multicast and repair both came)
+  EXPECT_EQ(e.stats().duplicate_results, 1u);
+}
+
+TEST_F(GroupEngineTest, ErrorResultFailsTheOperationButKeepsTheRanksAligned) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  std::vector<int32_t> a(8, 1), b(4, 1);
+  auto op1 = *e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = a.data(),
+                       .recv = a.data(), .count = 8});
+  auto op2 = *e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = b.data(),
+                       .recv = b.data(), .count = 4});
+  e.Poll();
+  Answer(e, 0, {}, AggregationStatus::kMismatch);
+  e.Poll();
+  Answer(e, 1, {2, 2, 2, 2});  // op1's second chunk is still collected
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 3u);
+  EXPECT_EQ(leaf_.Header(2).seq, 2u) << "op2 got the next sequence number on every rank";
+  Answer(e, 2, {3, 3, 3, 3});
+  absl::Status s = e.Finish(op1);
+  EXPECT_EQ(ToErrorCode(s), NETFOLD_ERR_MISMATCH) << s;
+  EXPECT_TRUE(e.Finish(op2).ok());
+  EXPECT_TRUE(e.failure().ok()) << "the group itself is fine";
+}
+
+TEST_F(GroupEngineTest, LostMulticastResultIsRepairedWithBackoff) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  int32_t x = 5;
+  auto op = *e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kMax, .send = &x, .recv = &x,
+                      .count = 1});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 1u);
+  clock_.Advance(absl::Milliseconds(9));
+  e.Poll();
+  EXPECT_EQ(leaf_.sent.size(), 1u);
+  clock_.Advance(absl::Milliseconds(1));
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 2u);
+  EXPECT_EQ(leaf_.Header(1).type, AggregationMessageType::kRepairRequest);
+  EXPECT_EQ(leaf_.Header(1).seq, 0u);
+  EXPECT_FALSE(leaf_.Header(1).has_data);
+  clock_.Advance(absl::Milliseconds(10));  // backoff doubled to 20 ms: not yet
+  e.Poll();
+  EXPECT_EQ(leaf_.sent.size(), 2u);
+  clock_.Advance(absl::Milliseconds(10));
+  e.Poll();
+  EXPECT_EQ(leaf_.sent.size(), 3u);
+  Answer(e, 0, {7});
+  EXPECT_TRUE(e.Finish(op).ok());
+  EXPECT_EQ(x, 7);
+  EXPECT_EQ(e.stats().repairs_sent, 2u);
+}
+
+TEST_F(GroupEngineTest, RcDeliveryNeverRepairsButHasADeadline) {
+  GroupParams p = Params();
+  p.delivery = DeliveryMode::kRcTree;
+  GroupEngine e(p, &leaf_, clock_);
+  int32_t x = 5;
+  auto op = *e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kMax, .send = &x, .recv = &x,
+                      .count = 1});
+  e.Poll();
+  for (int i = 0; i < 99; ++i) {
+    clock_.Advance(absl::Milliseconds(10));
+    e.Poll();
+  }
+  EXPECT_EQ(leaf_.sent.size(), 1u) << "no repair over RC";
+  EXPECT_FALSE(e.Done(op));
+  clock_.Advance(absl::Milliseconds(10));
+  e.Poll();
+  ASSERT_TRUE(e.Done(op));
+  EXPECT_EQ(e.Finish(op).code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_FALSE(e.Start({.collective = CollectiveType::kBarrier}).ok()) << "the group failed";
+}
+
+TEST_F(GroupEngineTest, AbortFailsEverythingPending) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  auto op = *e.Start({.collective = CollectiveType::kBarrier});
+  e.Poll();
+  AggregationHeader h = leaf_.Header(0);
+  h.type = AggregationMessageType::kAbort;
+  h.status = AggregationStatus::kAborted;
+  h.has_data = false;
+  e.OnMessage(h, {});
+  EXPECT_EQ(ToErrorCode(e.Finish(op)), NETFOLD_ERR_ABORTED);
+  EXPECT_EQ(e.Start({.collective = CollectiveType::kBarrier}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(GroupEngineTest, FullSendQueueIsRetriedNotLost) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  leaf_.refuse_next = 1;
+  int32_t x = 1;
+  auto op = *e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = &x, .recv = &x,
+                      .count = 1});
+  e.Poll();
+  EXPECT_TRUE(leaf_.sent.empty());
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 1u);
+  Answer(e, 0, {4});
+  EXPECT_TRUE(e.Finish(op).ok());
+  EXPECT_EQ(x, 4);
+}
+
+TEST_F(GroupEngineTest, BadArgumentsAreRefused) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  int32_t x = 0;
+  EXPECT_EQ(e.Start({.dtype = DataType::kFp32, .op = ReduceOp::kBand, .send = &x, .recv = &x,
+                     .count = 1})
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = nullptr,
+                        .recv = &x, .count = 1})
+                   .ok());
+  // Bcast needs no send buffer away from the root.
+  EXPECT_TRUE(e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32, .root = 0,
+                       .send = nullptr, .recv = &x, .count = 1})
+                  .ok());
+  EXPECT_EQ(e.Finish(12345).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(GroupEngineTest, ReduceNonRootsGetNoDataAndBcastRootSendsIt) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  int32_t in[4] = {1, 2, 3, 4}, out[4] = {0, 0, 0, 0};
+  auto op = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                      .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 4});
+  e.Poll();
+  EXPECT_EQ(leaf_.Header(0).delivery, DeliveryMode::kToRoot);
+  EXPECT_TRUE(leaf_.Header(0).has_data);
+  Answer(e, 0, {});  // header-only completion for a non-root (rank 3)
+  EXPECT_TRUE(e.Finish(op).ok());
+  EXPECT_EQ(out[0], 0);
+  auto b = *e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32, .root = 3,
+                     .send = in, .recv = in, .count = 4});
+  e.Poll();
+  EXPECT_TRUE(leaf_.Header(1).has_data) << "rank 3 is the bcast root";
+  Answer(e, 1, {1, 2, 3, 4});
+  EXPECT_TRUE(e.Finish(b).ok());
+}
+
+}  // namespace
+}  // namespace netfold::host

@@ -1,0 +1,327 @@
+// The C API (host/netfold/netfold.h) over host::Context and host::Group.
+// Every entry point validates its arguments, converts absl::Status to a
+// netfold_status_t and records the message for netfold_last_error().
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "base/log.h"
+#include "host/context.h"
+#include "host/error_codes.h"
+#include "host/netfold/netfold.h"
+
+using netfold::host::CallbackOob;
+using netfold::host::CollectiveArgs;
+using netfold::host::Context;
+using netfold::host::ContextOptions;
+using netfold::host::Group;
+using netfold::host::OpId;
+using netfold::host::ToErrorCode;
+
+struct netfold_context {
+  std::unique_ptr<Context> impl;
+  std::unique_ptr<CallbackOob> world;
+};
+
+struct netfold_group {
+  netfold_context* ctx;
+  std::unique_ptr<Group> impl;
+  std::unique_ptr<CallbackOob> oob;
+};
+
+struct netfold_request {
+  netfold_group* group;
+  OpId id;
+  bool done;
+  int result;
+};
+
+namespace {
+
+thread_local std::string g_last_error;
+
+int Fail(const absl::Status& s) {
+  g_last_error = std::string(s.message());
+  const int code = ToErrorCode(s);
+  NETFOLD_LOG(kDebug) << "netfold: " << netfold::host::ErrorCodeName(code) << ": " << s.message();
+  return code;
+}
+
+int Invalid(const std::string& what) {
+  g_last_error = what;
+  return NETFOLD_ERR_INVALID_ARGUMENT;
+}
+
+int Ok() {
+  g_last_error.clear();
+  return NETFOLD_SUCCESS;
+}
+
+bool ValidDtype(int d) {
+  return netfold::proto::IsValidDataType(static_cast<uint8_t>(d > 0 && d < 256 ? d : 0));
+}
+bool ValidOp(int o) {
+  return netfold::proto::IsValidReduceOp(static_cast<uint8_t>(o > 0 && o < 256 ? o : 0));
+}
+
+// Checks the arguments common to every data-carrying collective.
+int CheckData(netfold_group_t group, const void* send, const void* recv, size_t count, int dtype,
+              bool needs_send) {
+  if (group == nullptr || group->impl == nullptr) return Invalid("group is NULL or destroyed");
+  if (!ValidDtype(dtype)) return Invalid(absl::StrFormat("unknown data type %d", dtype));
+  const size_t size = netfold::proto::DataTypeSize(static_cast<netfold::proto::DataType>(dtype));
+  if (count > std::numeric_limits<size_t>::max() / size || count > UINT32_MAX * size_t{64}) {
+    return Invalid(absl::StrFormat("count %d is too large", count));
+  }
+  if (count > 0 && (recv == nullptr || (needs_send && send == nullptr))) {
+    return Invalid("a buffer is NULL while count > 0");
+  }
+  return NETFOLD_SUCCESS;
+}
+
+int Start(netfold_group_t group, CollectiveArgs args, netfold_request_t* request) {
+  if (request == nullptr) return Invalid("request is NULL");
+  *request = nullptr;
+  auto id = group->impl->Start(args);
+  if (!id.ok()) return Fail(id.status());
+  *request = new netfold_request{group, *id, false, NETFOLD_SUCCESS};
+  return Ok();
+}
+
+int Blocking(netfold_group_t group, CollectiveArgs args) {
+  auto id = group->impl->Start(args);
+  if (!id.ok()) return Fail(id.status());
+  absl::Status s = group->impl->Wait(*id);
+  return s.ok() ? Ok() : Fail(s);
+}
+
+const void* SendBuffer(const void* sendbuf, void* recvbuf) {
+  return sendbuf == NETFOLD_IN_PLACE ? recvbuf : sendbuf;
+}
+
+}  // namespace
+
+extern "C" {
+
+int netfold_init(const netfold_init_spec_t* spec, netfold_context_t* ctx) {
+  if (ctx == nullptr) return Invalid("ctx is NULL");
+  *ctx = nullptr;
+  if (spec == nullptr) return Invalid("spec is NULL");
+  if (spec->struct_size < sizeof(netfold_init_spec_t)) {
+    return Invalid("spec->struct_size is wrong: initialise it with NETFOLD_INIT_SPEC_INITIALIZER");
+  }
+  if (absl::Status s = CallbackOob::Check(spec->oob); !s.ok()) return Fail(s);
+  ContextOptions o;
+  o.rank = spec->rank;
+  o.world_size = spec->world_size;
+  o.manager = spec->manager ? spec->manager : "";
+  o.host_name = spec->host_name ? spec->host_name : "";
+  if (spec->local_address) o.local_address = spec->local_address;
+  if (spec->job_name) o.job_name = spec->job_name;
+  if (spec->timeout_ms < 0) return Invalid("timeout_ms must not be negative");
+  if (spec->timeout_ms > 0) o.timeout = absl::Milliseconds(spec->timeout_ms);
+  if (absl::Status s = netfold::host::ApplyEnvironment(&o); !s.ok()) return Fail(s);
+  if (spec->timeout_ms > 0) o.timeout = absl::Milliseconds(spec->timeout_ms);
+  auto c = std::make_unique<netfold_context>();
+  c->world = std::make_unique<CallbackOob>(spec->oob, spec->rank, spec->world_size);
+  auto impl = Context::Create(o, *c->world);
+  if (!impl.ok()) return Fail(impl.status());
+  c->impl = std::move(*impl);
+  *ctx = c.release();
+  return Ok();
+}
+
+int netfold_finalize(netfold_context_t ctx) {
+  if (ctx == nullptr) return Invalid("ctx is NULL");
+  absl::Status s = ctx->impl->Finalize(*ctx->world);
+  delete ctx;
+  return s.ok() ? Ok() : Fail(s);
+}
+
+int netfold_query_caps(netfold_context_t ctx, netfold_caps_t* caps) {
+  if (ctx == nullptr || caps == nullptr) return Invalid("ctx or caps is NULL");
+  std::memset(caps, 0, sizeof(*caps));
+  caps->num_slots = ctx->impl->num_slots();
+  caps->slot_bytes = ctx->impl->slot_bytes();
+  caps->max_groups = ctx->impl->max_groups();
+  for (auto t : netfold::proto::kAllDataTypes) caps->dtype_mask |= uint64_t{1} << static_cast<int>(t);
+  for (auto o : netfold::proto::kAllReduceOps) caps->op_mask |= 1u << static_cast<int>(o);
+  caps->max_count = UINT32_MAX;
+  return Ok();
+}
+
+int netfold_op_supported(netfold_dtype_t dtype, netfold_op_t op) {
+  if (!ValidDtype(dtype) || !ValidOp(op)) return 0;
+  return netfold::proto::IsOpAllowed(static_cast<netfold::proto::DataType>(dtype),
+                                     static_cast<netfold::proto::ReduceOp>(op))
+             ? 1
+             : 0;
+}
+
+int netfold_group_create(netfold_context_t ctx, const netfold_group_spec_t* spec,
+                         netfold_group_t* group) {
+  if (group == nullptr) return Invalid("group is NULL");
+  *group = nullptr;
+  if (ctx == nullptr || spec == nullptr) return Invalid("ctx or spec is NULL");
+  if (spec->struct_size < sizeof(netfold_group_spec_t)) {
+    return Invalid("spec->struct_size is wrong: initialise it with NETFOLD_GROUP_SPEC_INITIALIZER");
+  }
+  if (spec->size <= 0 || spec->rank < 0 || spec->rank >= spec->size) {
+    return Invalid(absl::StrFormat("group rank %d of %d is not valid", spec->rank, spec->size));
+  }
+  if (absl::Status s = CallbackOob::Check(spec->oob); !s.ok()) return Fail(s);
+  std::vector<int> world_ranks(static_cast<size_t>(spec->size));
+  for (int i = 0; i < spec->size; ++i) world_ranks[i] = spec->world_ranks ? spec->world_ranks[i] : i;
+  auto g = std::make_unique<netfold_group>();
+  g->ctx = ctx;
+  g->oob = std::make_unique<CallbackOob>(spec->oob, spec->rank, spec->size);
+  auto impl = ctx->impl->CreateGroup(*g->oob, world_ranks);
+  if (!impl.ok()) return Fail(impl.status());
+  g->impl = std::move(*impl);
+  *group = g.release();
+  return Ok();
+}
+
+int netfold_group_destroy(netfold_group_t group) {
+  if (group == nullptr) return Invalid("group is NULL");
+  absl::Status s = group->impl ? group->impl->Destroy(*group->oob) : absl::OkStatus();
+  delete group;
+  return s.ok() ? Ok() : Fail(s);
+}
+
+int netfold_allreduce_nb(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
+                         netfold_dtype_t dtype, netfold_op_t op, netfold_request_t* request) {
+  if (int rc = CheckData(group, sendbuf, recvbuf, count, dtype, true); rc != 0) return rc;
+  if (!ValidOp(op)) return Invalid(absl::StrFormat("unknown reduction op %d", op));
+  CollectiveArgs a{.collective = netfold::proto::CollectiveType::kAllreduce,
+                   .dtype = static_cast<netfold::proto::DataType>(dtype),
+                   .op = static_cast<netfold::proto::ReduceOp>(op),
+                   .send = SendBuffer(sendbuf, recvbuf), .recv = recvbuf, .count = count};
+  return Start(group, a, request);
+}
+
+int netfold_allreduce(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
+                      netfold_dtype_t dtype, netfold_op_t op) {
+  if (int rc = CheckData(group, sendbuf, recvbuf, count, dtype, true); rc != 0) return rc;
+  if (!ValidOp(op)) return Invalid(absl::StrFormat("unknown reduction op %d", op));
+  return Blocking(group, {.collective = netfold::proto::CollectiveType::kAllreduce,
+                          .dtype = static_cast<netfold::proto::DataType>(dtype),
+                          .op = static_cast<netfold::proto::ReduceOp>(op),
+                          .send = SendBuffer(sendbuf, recvbuf), .recv = recvbuf, .count = count});
+}
+
+int netfold_reduce_nb(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
+                      netfold_dtype_t dtype, netfold_op_t op, int root,
+                      netfold_request_t* request) {
+  // Non-root ranks need no receive buffer; give the engine the send buffer.
+  if (recvbuf == nullptr && group != nullptr && group->impl && root != group->impl->rank()) {
+    recvbuf = const_cast<void*>(sendbuf);
+  }
+  if (int rc = CheckData(group, sendbuf, recvbuf, count, dtype, true); rc != 0) return rc;
+  if (!ValidOp(op)) return Invalid(absl::StrFormat("unknown reduction op %d", op));
+  if (root < 0) return Invalid("root must not be negative");
+  CollectiveArgs a{.collective = netfold::proto::CollectiveType::kReduce,
+                   .dtype = static_cast<netfold::proto::DataType>(dtype),
+                   .op = static_cast<netfold::proto::ReduceOp>(op),
+                   .root = static_cast<uint32_t>(root),
+                   .send = SendBuffer(sendbuf, recvbuf), .recv = recvbuf, .count = count};
+  return Start(group, a, request);
+}
+
+int netfold_reduce(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
+                   netfold_dtype_t dtype, netfold_op_t op, int root) {
+  netfold_request_t req = nullptr;
+  int rc = netfold_reduce_nb(group, sendbuf, recvbuf, count, dtype, op, root, &req);
+  if (rc != NETFOLD_SUCCESS) return rc;
+  rc = netfold_request_wait(req);
+  const std::string message = g_last_error;
+  netfold_request_free(req);
+  g_last_error = message;
+  return rc;
+}
+
+int netfold_bcast_nb(netfold_group_t group, void* buf, size_t count, netfold_dtype_t dtype,
+                     int root, netfold_request_t* request) {
+  if (int rc = CheckData(group, buf, buf, count, dtype, true); rc != 0) return rc;
+  if (root < 0) return Invalid("root must not be negative");
+  CollectiveArgs a{.collective = netfold::proto::CollectiveType::kBcast,
+                   .dtype = static_cast<netfold::proto::DataType>(dtype),
+                   .root = static_cast<uint32_t>(root), .send = buf, .recv = buf,
+                   .count = count};
+  return Start(group, a, request);
+}
+
+int netfold_bcast(netfold_group_t group, void* buf, size_t count, netfold_dtype_t dtype,
+                  int root) {
+  netfold_request_t req = nullptr;
+  int rc = netfold_bcast_nb(group, buf, count, dtype, root, &req);
+  if (rc != NETFOLD_SUCCESS) return rc;
+  rc = netfold_request_wait(req);
+  const std::string message = g_last_error;
+  netfold_request_free(req);
+  g_last_error = message;
+  return rc;
+}
+
+int netfold_barrier_nb(netfold_group_t group, netfold_request_t* request) {
+  if (group == nullptr || group->impl == nullptr) return Invalid("group is NULL or destroyed");
+  return Start(group, {.collective = netfold::proto::CollectiveType::kBarrier}, request);
+}
+
+int netfold_barrier(netfold_group_t group) {
+  if (group == nullptr || group->impl == nullptr) return Invalid("group is NULL or destroyed");
+  return Blocking(group, {.collective = netfold::proto::CollectiveType::kBarrier});
+}
+
+int netfold_request_test(netfold_request_t request) {
+  if (request == nullptr) return Invalid("request is NULL");
+  if (request->done) return request->result;
+  if (!request->group->impl->Test(request->id)) return NETFOLD_ERR_IN_PROGRESS;
+  absl::Status s = request->group->impl->Wait(request->id);  // done: just collects it
+  request->done = true;
+  request->result = s.ok() ? Ok() : Fail(s);
+  return request->result;
+}
+
+int netfold_request_wait(netfold_request_t request) {
+  if (request == nullptr) return Invalid("request is NULL");
+  if (request->done) return request->result;
+  absl::Status s = request->group->impl->Wait(request->id);
+  request->done = true;
+  request->result = s.ok() ? Ok() : Fail(s);
+  return request->result;
+}
+
+int netfold_request_free(netfold_request_t request) {
+  if (request == nullptr) return Invalid("request is NULL");
+  int rc = NETFOLD_SUCCESS;
+  if (!request->done) rc = netfold_request_wait(request);
+  delete request;
+  return rc;
+}
+
+const char* netfold_strerror(int code) { return netfold::host::ErrorCodeName(code); }
+
+const char* netfold_last_error(void) { return g_last_error.c_str(); }
+
+int netfold_get_stats(netfold_context_t ctx, netfold_stats_t* stats) {
+  if (ctx == nullptr || stats == nullptr) return Invalid("ctx or stats is NULL");
+  const netfold::host::ContextStats s = ctx->impl->stats();
+  stats->ops_completed = s.engines.ops_completed;
+  stats->ops_failed = s.engines.ops_failed;
+  stats->chunks_posted = s.engines.chunks_posted;
+  stats->repairs_sent = s.engines.repairs_sent;
+  stats->bytes_sent = s.engines.bytes_sent;
+  stats->bytes_received = s.engines.bytes_received;
+  stats->link_tx_bytes = s.link_tx_bytes;
+  stats->link_rx_bytes = s.link_rx_bytes;
+  stats->retransmissions = s.retransmissions;
+  stats->packets_dropped = s.packets_dropped;
+  return Ok();
+}
+
+}  // extern "C"
