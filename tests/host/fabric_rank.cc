@@ -1,0 +1,332 @@
+// One rank of the end-to-end host tests (tests/host/host_fabric_test.cc):
+// joins the fabric through the public C API, runs a scenario, checks every
+// result, prints one line "rank R: ok" or "rank R: FAIL <why>" and exits 0/1.
+//
+//   NETFOLD_OOB_ADDRESS/RANK/SIZE, NETFOLD_MANAGER, NETFOLD_HOST set by the test.
+//   fabric_rank SCENARIO [ARG]
+//
+// Scenarios:
+//   sweep        allreduce of every dtype x op (order-free inputs checked
+//                against the reference), random fp32/fp64 sums checked
+//                identical on every rank, reduce, bcast, barrier
+//   groups       three groups over the same ranks alive at once, nonblocking
+//                operations in flight on two of them at the same time
+//   large BYTES  one allreduce of BYTES (fp32 sum, in place)
+//   victim       start a long stream of allreduces; the test kills one rank;
+//                the others must fail cleanly (exit 0 if they did, within
+//                the deadline)
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "host/netfold/netfold.h"
+#include "host/tcp_oob.h"
+#include "proto/data_type.h"
+#include "proto/reduce_op.h"
+#include "reduce/reduce.h"
+
+namespace {
+
+using netfold::proto::DataType;
+using netfold::proto::ReduceOp;
+
+int g_rank = 0, g_size = 1;
+std::string g_failure;
+
+void Check(bool ok, const std::string& what) {
+  if (!ok && g_failure.empty()) g_failure = what;
+}
+
+void CheckRc(int rc, const std::string& what) {
+  if (rc != NETFOLD_SUCCESS && g_failure.empty()) {
+    g_failure = absl::StrFormat("%s: %s: %s", what, netfold_strerror(rc), netfold_last_error());
+  }
+}
+
+// Order-free inputs (see tools/demo.cc): exact in any association.
+std::vector<uint8_t> Input(DataType t, ReduceOp op, int rank, size_t count, uint64_t seed) {
+  std::mt19937_64 rng(seed * 7777 + static_cast<uint64_t>(rank));
+  const size_t size = netfold::proto::DataTypeSize(t);
+  std::vector<uint8_t> b(count * size);
+  for (size_t i = 0; i < count; ++i) {
+    uint8_t* e = b.data() + i * size;
+    const int small = static_cast<int>(rng() % 9) - 4;
+    const float pm1 = rng() % 2 ? 1.0f : -1.0f;
+    switch (t) {
+      case DataType::kFp32: {
+        float v = op == ReduceOp::kProd ? pm1 : static_cast<float>(small);
+        std::memcpy(e, &v, 4);
+        break;
+      }
+      case DataType::kFp64: {
+        double v = op == ReduceOp::kProd ? pm1 : small;
+        std::memcpy(e, &v, 8);
+        break;
+      }
+      case DataType::kFp16:
+      case DataType::kBf16: {
+        float f = op == ReduceOp::kProd ? pm1 : static_cast<float>(small);
+        uint16_t v = t == DataType::kFp16 ? netfold::reduce::FloatToFp16(f)
+                                          : netfold::reduce::FloatToBf16(f);
+        std::memcpy(e, &v, 2);
+        break;
+      }
+      default:
+        if (netfold::proto::IsPairType(t)) {
+          std::memset(e, 0, size);
+          if (t == DataType::kFloatInt) {
+            float v = static_cast<float>(small);
+            std::memcpy(e, &v, 4);
+          } else if (t == DataType::kDoubleInt) {
+            double v = small;
+            std::memcpy(e, &v, 8);
+          } else {
+            int64_t v = small;
+            std::memcpy(e, &v, netfold::proto::PairValueSize(t));
+          }
+          int32_t idx = rank;
+          std::memcpy(e + netfold::proto::PairIndexOffset(t), &idx, 4);
+        } else {
+          for (size_t k = 0; k < size; ++k) e[k] = static_cast<uint8_t>(rng());
+        }
+    }
+  }
+  return b;
+}
+
+std::vector<uint8_t> Reference(DataType t, ReduceOp op, size_t count, uint64_t seed) {
+  std::vector<std::vector<uint8_t>> in;
+  std::vector<const void*> ptrs;
+  for (int r = 0; r < g_size; ++r) in.push_back(Input(t, op, r, count, seed));
+  for (auto& v : in) ptrs.push_back(v.data());
+  std::vector<uint8_t> out(count * netfold::proto::DataTypeSize(t));
+  (void)netfold::reduce::FoldScalarReference(t, op, out.data(), ptrs, count);
+  return out;
+}
+
+bool SameData(DataType t, const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
+  if (!netfold::proto::IsPairType(t)) return a == b;
+  const size_t size = netfold::proto::DataTypeSize(t), vs = netfold::proto::PairValueSize(t),
+               io = netfold::proto::PairIndexOffset(t);
+  for (size_t i = 0; i < a.size(); i += size) {
+    if (std::memcmp(&a[i], &b[i], vs) || std::memcmp(&a[i + io], &b[i + io], 4)) return false;
+  }
+  return true;
+}
+
+uint64_t Hash(const std::vector<uint8_t>& v) {
+  uint64_t h = 1469598103934665603ull;
+  for (uint8_t c : v) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+// Every rank must hold the same bits.
+void CheckIdentical(netfold::host::Oob& oob, const std::vector<uint8_t>& v, const std::string& what) {
+  uint64_t mine = Hash(v);
+  std::vector<uint64_t> all(static_cast<size_t>(g_size));
+  Check(oob.Allgather(&mine, all.data(), 8).ok(), "oob allgather");
+  for (uint64_t h : all) Check(h == mine, what + ": ranks got different bits");
+}
+
+void Sweep(netfold::host::Oob& oob, netfold_group_t g) {
+  uint64_t seed = 1;
+  for (DataType t : netfold::proto::kAllDataTypes) {
+    for (ReduceOp op : netfold::proto::kAllReduceOps) {
+      if (!netfold::proto::IsOpAllowed(t, op)) continue;
+      const size_t count = 1 + (seed * 37) % 3000;  // 1 to 3 slots' worth, tails included
+      ++seed;
+      std::vector<uint8_t> in = Input(t, op, g_rank, count, seed), out(in.size());
+      CheckRc(netfold_allreduce(g, in.data(), out.data(), count, static_cast<netfold_dtype_t>(t),
+                                static_cast<netfold_op_t>(op)),
+              "allreduce");
+      Check(SameData(t, out, Reference(t, op, count, seed)),
+            absl::StrFormat("allreduce %s %s differs from the reference",
+                            netfold::proto::DataTypeName(t), netfold::proto::ReduceOpName(op)));
+    }
+  }
+  // Random floats: the tree decides the rounding; every rank must agree.
+  std::mt19937_64 rng(g_rank + 100);
+  for (int k = 0; k < 3; ++k) {
+    std::vector<float> f(5000);
+    for (float& x : f) x = std::uniform_real_distribution<float>(-1e3, 1e3)(rng);
+    CheckRc(netfold_allreduce(g, NETFOLD_IN_PLACE, f.data(), f.size(), NETFOLD_DTYPE_FP32,
+                              NETFOLD_OP_SUM),
+            "allreduce fp32 in place");
+    std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(f.data()),
+                               reinterpret_cast<uint8_t*>(f.data()) + f.size() * 4);
+    CheckIdentical(oob, bytes, "random fp32 sum");
+  }
+  // Reduce to every root, bcast from every root, barrier.
+  for (int root = 0; root < g_size; ++root) {
+    std::vector<uint8_t> in = Input(DataType::kInt32, ReduceOp::kSum, g_rank, 700, 99 + root);
+    std::vector<uint8_t> out(in.size(), 0);
+    CheckRc(netfold_reduce(g, in.data(), out.data(), 700, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM, root),
+            "reduce");
+    if (g_rank == root) {
+      Check(out == Reference(DataType::kInt32, ReduceOp::kSum, 700, 99 + root), "reduce result");
+    }
+    std::vector<uint8_t> buf = g_rank == root ? in : std::vector<uint8_t>(in.size(), 0);
+    std::vector<uint8_t> expect = Input(DataType::kInt32, ReduceOp::kSum, root, 700, 99 + root);
+    CheckRc(netfold_bcast(g, buf.data(), 700, NETFOLD_DTYPE_INT32, root), "bcast");
+    Check(buf == expect, "bcast result");
+    CheckRc(netfold_barrier(g), "barrier");
+  }
+}
+
+// Twenty nonblocking allreduces in flight on one group, completed by test.
+void Nonblocking(netfold_group_t all) {
+  std::vector<netfold_request_t> reqs;
+  std::vector<std::vector<int64_t>> bufs;
+  for (int k = 0; k < 20; ++k) {
+    bufs.emplace_back(300, g_rank + k);
+  }
+  for (int k = 0; k < 20; ++k) {
+    netfold_request_t r = nullptr;
+    CheckRc(netfold_allreduce_nb(all, NETFOLD_IN_PLACE, bufs[k].data(), 300, NETFOLD_DTYPE_INT64,
+                                 NETFOLD_OP_SUM, &r),
+            "allreduce_nb");
+    reqs.push_back(r);
+  }
+  int done = 0;
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (done < 20 && absl::Now() < deadline) {
+    done = 0;
+    for (auto r : reqs) {
+      const int rc = netfold_request_test(r);
+      if (rc == NETFOLD_SUCCESS) ++done;
+      else if (rc != NETFOLD_ERR_IN_PROGRESS) CheckRc(rc, "request_test");
+    }
+    if (!g_failure.empty()) break;
+  }
+  Check(done == 20, "nonblocking operations did not all complete");
+  for (auto r : reqs) netfold_request_free(r);
+  for (int k = 0; k < 20; ++k) {
+    const int64_t want = static_cast<int64_t>(g_size) * (g_size - 1) / 2 + static_cast<int64_t>(g_size) * k;
+    Check(bufs[k][0] == want && bufs[k][299] == want, "nonblocking allreduce result");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: fabric_rank sweep|groups|large BYTES|victim\n");
+    return 2;
+  }
+  const std::string scenario = argv[1];
+  auto oob = netfold::host::TcpOob::FromEnvironment();
+  if (!oob.ok()) {
+    std::printf("rank ?: FAIL %s\n", oob.status().ToString().c_str());
+    return 1;
+  }
+  g_rank = (*oob)->rank();
+  g_size = (*oob)->size();
+  netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
+  spec.rank = g_rank;
+  spec.world_size = g_size;
+  spec.oob = (*oob)->callbacks();
+  spec.job_name = "host-test";
+  netfold_context_t ctx = nullptr;
+  int rc = netfold_init(&spec, &ctx);
+  if (rc != NETFOLD_SUCCESS) {
+    std::printf("rank %d: FAIL init: %s: %s\n", g_rank, netfold_strerror(rc), netfold_last_error());
+    return 1;
+  }
+  netfold_group_spec_t gs = NETFOLD_GROUP_SPEC_INITIALIZER;
+  gs.rank = g_rank;
+  gs.size = g_size;
+  gs.oob = spec.oob;
+  netfold_group_t g = nullptr;
+  rc = netfold_group_create(ctx, &gs, &g);
+  if (rc != NETFOLD_SUCCESS) {
+    std::printf("rank %d: FAIL group: %s: %s\n", g_rank, netfold_strerror(rc), netfold_last_error());
+    netfold_finalize(ctx);
+    return 1;
+  }
+  if (scenario == "sweep") {
+    Sweep(**oob, g);
+  } else if (scenario == "groups") {
+    // A second and a third group over all ranks, used at the same time.
+    netfold_group_t g2 = nullptr, g3 = nullptr;
+    CheckRc(netfold_group_create(ctx, &gs, &g2), "second group");
+    CheckRc(netfold_group_create(ctx, &gs, &g3), "third group");
+    if (g_failure.empty()) {
+      Nonblocking(g);
+      Nonblocking(g2);
+      std::vector<int32_t> a(5000, 1), b(5000, 2);
+      netfold_request_t ra = nullptr, rb = nullptr;
+      CheckRc(netfold_allreduce_nb(g2, NETFOLD_IN_PLACE, a.data(), a.size(), NETFOLD_DTYPE_INT32,
+                                   NETFOLD_OP_SUM, &ra), "g2");
+      CheckRc(netfold_allreduce_nb(g3, NETFOLD_IN_PLACE, b.data(), b.size(), NETFOLD_DTYPE_INT32,
+                                   NETFOLD_OP_MAX, &rb), "g3");
+      CheckRc(netfold_request_wait(rb), "wait g3");
+      CheckRc(netfold_request_wait(ra), "wait g2");
+      netfold_request_free(ra);
+      netfold_request_free(rb);
+      Check(a[4999] == g_size && b[0] == 2, "concurrent groups' results");
+    }
+    if (g3) CheckRc(netfold_group_destroy(g3), "destroy g3");
+    if (g2) CheckRc(netfold_group_destroy(g2), "destroy g2");
+  } else if (scenario == "large") {
+    size_t bytes = 64u << 20;
+    if (argc > 2) (void)absl::SimpleAtoi(argv[2], &bytes);
+    std::vector<float> v(bytes / 4);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((i + g_rank) % 7);
+    CheckRc(netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(), NETFOLD_DTYPE_FP32,
+                              NETFOLD_OP_SUM),
+            "large allreduce");
+    for (size_t i = 0; i < v.size() && g_failure.empty(); i += 4099) {
+      float want = 0;
+      for (int r = 0; r < g_size; ++r) want += static_cast<float>((i + r) % 7);
+      Check(v[i] == want, absl::StrFormat("large allreduce element %d", i));
+    }
+  } else if (scenario == "victim") {
+    // Everyone streams allreduces; the test kills rank 1 after the first one.
+    std::vector<float> v(1 << 20, 1.0f);
+    rc = netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), 16, NETFOLD_DTYPE_FP32, NETFOLD_OP_SUM);
+    CheckRc(rc, "first allreduce");
+    std::printf("rank %d: started\n", g_rank);
+    std::fflush(stdout);
+    const absl::Time start = absl::Now();
+    int failures = 0;
+    for (int k = 0; k < 200 && failures == 0; ++k) {
+      rc = netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(), NETFOLD_DTYPE_FP32,
+                             NETFOLD_OP_SUM);
+      if (rc != NETFOLD_SUCCESS) ++failures;
+    }
+    const absl::Duration took = absl::Now() - start;
+    Check(failures == 1, "the survivors were never told that a rank died");
+    Check(took < absl::Seconds(30), absl::StrFormat("the failure took %s to surface",
+                                                    absl::FormatDuration(took)));
+    std::printf("rank %d: failed cleanly after %s: %s (%s)\n", g_rank, absl::FormatDuration(took).c_str(),
+                netfold_strerror(rc), netfold_last_error());
+    // The group is gone: destroying it must still return (not hang).
+    netfold_group_destroy(g);
+    g = nullptr;
+    // No world barrier: a rank is dead. Leave without finalize's barrier.
+    std::printf("rank %d: %s\n", g_rank, g_failure.empty() ? "ok" : ("FAIL " + g_failure).c_str());
+    std::fflush(stdout);
+    _exit(g_failure.empty() ? 0 : 1);
+  } else {
+    g_failure = "unknown scenario " + scenario;
+  }
+  CheckRc(netfold_group_destroy(g), "group destroy");
+  netfold_stats_t stats;
+  netfold_get_stats(ctx, &stats);
+  CheckRc(netfold_finalize(ctx), "finalize");
+  std::printf("rank %d: %s (ops %llu, repairs %llu, retransmissions %llu)\n", g_rank,
+              g_failure.empty() ? "ok" : ("FAIL " + g_failure).c_str(),
+              static_cast<unsigned long long>(stats.ops_completed),
+              static_cast<unsigned long long>(stats.repairs_sent),
+              static_cast<unsigned long long>(stats.retransmissions));
+  return g_failure.empty() ? 0 : 1;
+}
