@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 
 deploy/install-deps.sh
-[ -d "$BUILD_DIR" ] || meson setup "$BUILD_DIR"
+[ -f "$BUILD_DIR/build.ninja" ] || meson setup "$BUILD_DIR"
 ninja -C "$BUILD_DIR"
 
 exec "$BUILD_DIR/tools/netfold" demo "$@"
