@@ -1,0 +1,626 @@
+// libnetfold_mpi.so: a PMPI interposer that runs MPI_Allreduce, MPI_Reduce,
+// MPI_Bcast and MPI_Barrier of unmodified MPI programs through a netfold
+// fabric (docs/mpi.md).
+//
+//   mpirun -x LD_PRELOAD=libnetfold_mpi.so -x NETFOLD_MANAGER=... ./app
+//
+// Per communicator, a netfold group is created on the first collective that
+// can use it (all members are in that collective, as MPI requires) and
+// destroyed at MPI_Comm_free / MPI_Finalize. A collective the fabric cannot
+// do goes to its PMPI_ twin, counted with the reason. If the fabric fails
+// during an operation, the policy NETFOLD_MPI_ENABLE=try (the default) makes
+// the ranks resynchronise (the ranks that completed the operation hand its
+// result to those that did not, or everyone re-runs it from saved inputs)
+// and continue on PMPI_ for that communicator; with =1 the error is returned.
+//
+// Knobs (environment): NETFOLD_MPI_ENABLE=0|1|try, NETFOLD_MPI_MIN_COMM_SIZE
+// (2), NETFOLD_MPI_STATS=0|1 (counts printed by rank 0 at MPI_Finalize),
+// NETFOLD_MPI_HIERARCHY=auto|flat|node, plus the library's NETFOLD_* (docs/host.md).
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "host/mpi/mpi_datatypes.h"
+#include "host/netfold/netfold.h"
+
+namespace {
+
+using netfold::mpi::AllowedOnSpecialType;
+using netfold::mpi::NetfoldDatatype;
+using netfold::mpi::NetfoldOp;
+
+enum class Enable { kOff, kOn, kTry };
+enum class Hierarchy { kAuto, kFlat, kNode };
+
+// Why a collective went to PMPI. Printed at finalize with NETFOLD_MPI_STATS=1.
+enum Reason {
+  kDisabled = 0,     // NETFOLD_MPI_ENABLE=0
+  kNoFabric,         // netfold_init failed (try mode)
+  kCommTooSmall,     // fewer ranks than NETFOLD_MPI_MIN_COMM_SIZE
+  kInterComm,        // inter-communicators are not offloaded
+  kUserOp,           // a user-defined reduction op
+  kUnsupportedType,  // a derived datatype or one netfold lacks
+  kOpNotAllowed,     // an op MPI does not define on the type
+  kGroupFailed,      // the fabric refused a group (no resources, ...)
+  kFabricError,      // the fabric failed during an operation (re-run on PMPI)
+  kNonblocking,      // nonblocking collectives are not offloaded yet
+  kThreadMultiple,   // MPI_THREAD_MULTIPLE: netfold contexts are not thread-safe
+  kHugeCount,        // count * size over 2^31 bytes
+  kNumReasons
+};
+const char* kReasonNames[kNumReasons] = {
+    "disabled (NETFOLD_MPI_ENABLE=0)", "no fabric (netfold_init failed)",
+    "communicator too small", "inter-communicator", "user-defined op",
+    "unsupported datatype", "op not allowed on type", "group not created",
+    "fabric error (re-run on PMPI)", "nonblocking collective", "MPI_THREAD_MULTIPLE",
+    "message too large"};
+
+enum Kind : int32_t { kAllreduce = 1, kReduce = 2, kBcast = 3, kBarrier = 4, kNumKinds = 5 };
+const char* kKindNames[kNumKinds] = {"", "allreduce", "reduce", "bcast", "barrier"};
+
+struct Config {
+  Enable enable = Enable::kTry;
+  int min_comm_size = 2;
+  bool stats = false;
+  Hierarchy hierarchy = Hierarchy::kAuto;
+};
+
+// The last operation a communicator completed on the fabric, kept so that
+// ranks behind can be given its outcome if the fabric fails (Resync).
+struct LastOp {
+  Kind kind = kBarrier;
+  int root = 0;
+  std::vector<uint8_t> result;  // allreduce/bcast: the result
+  std::vector<uint8_t> input;   // reduce: this rank's input
+};
+
+// An operation in progress, described enough to re-run it on PMPI.
+struct Pending {
+  Kind kind;
+  const void* sendbuf;  // MPI_IN_PLACE possible
+  void* recvbuf;        // bcast: the buffer
+  int count;
+  MPI_Datatype type;
+  MPI_Op op;
+  int root;
+  std::vector<uint8_t> saved_input;  // in-place input, saved before the fabric wrote over it
+};
+
+struct CommState {
+  enum class Mode { kUnknown, kFabric, kPmpi } mode = Mode::kUnknown;
+  uint64_t seq = 0;  // creation order: the order in which finalize settles communicators
+  Reason pmpi_reason = kFabricError;  // why mode is kPmpi
+  MPI_Comm oob = MPI_COMM_NULL;  // our private duplicate for out-of-band collectives
+  netfold_group_t group = nullptr;
+  int rank = 0, size = 0;
+  uint64_t completed = 0;
+  LastOp last;
+};
+
+struct Global {
+  Config config;
+  bool initialized = false;
+  bool fabric = false;
+  netfold_context_t ctx = nullptr;
+  MPI_Comm world_oob = MPI_COMM_NULL;
+  int world_rank = 0;
+  std::unordered_map<uintptr_t, std::unique_ptr<CommState>> comms;
+  uint64_t offloaded[kNumKinds] = {};
+  uint64_t fallbacks[kNumReasons] = {};
+  bool thread_multiple = false;
+  uint64_t next_seq = 0;
+};
+
+Global& G() {
+  static Global* g = new Global();
+  return *g;
+}
+
+template <typename Handle>
+uintptr_t Key(Handle h) {
+  uintptr_t k = 0;
+  static_assert(sizeof(Handle) <= sizeof(uintptr_t));
+  std::memcpy(&k, &h, sizeof(Handle));
+  return k;
+}
+
+// --- OOB over an MPI communicator (our private duplicate) ---------------------
+
+int OobAllgather(void* ctx, const void* send, void* recv, size_t bytes) {
+  MPI_Comm comm = *static_cast<MPI_Comm*>(ctx);
+  if (bytes > INT32_MAX) return -1;
+  return PMPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
+                        MPI_BYTE, comm) == MPI_SUCCESS ? 0 : -1;
+}
+int OobBcast(void* ctx, void* buf, size_t bytes, int root) {
+  MPI_Comm comm = *static_cast<MPI_Comm*>(ctx);
+  if (bytes > INT32_MAX) return -1;
+  return PMPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm) == MPI_SUCCESS ? 0 : -1;
+}
+int OobBarrier(void* ctx) {
+  return PMPI_Barrier(*static_cast<MPI_Comm*>(ctx)) == MPI_SUCCESS ? 0 : -1;
+}
+netfold_oob_t Oob(MPI_Comm* comm) { return {OobAllgather, OobBcast, OobBarrier, comm}; }
+
+// --- Configuration ------------------------------------------------------------
+
+Config ReadConfig() {
+  Config c;
+  if (const char* v = std::getenv("NETFOLD_MPI_ENABLE")) {
+    const std::string s(v);
+    if (s == "0" || s == "no" || s == "off") c.enable = Enable::kOff;
+    else if (s == "1" || s == "yes" || s == "on") c.enable = Enable::kOn;
+    else if (s == "try" || s.empty()) c.enable = Enable::kTry;
+    else std::fprintf(stderr, "netfold-mpi: ignoring NETFOLD_MPI_ENABLE='%s' (0, 1 or try)\n", v);
+  }
+  if (const char* v = std::getenv("NETFOLD_MPI_MIN_COMM_SIZE")) {
+    char* end = nullptr;
+    long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n >= 1 && n < INT32_MAX) c.min_comm_size = static_cast<int>(n);
+    else std::fprintf(stderr, "netfold-mpi: ignoring NETFOLD_MPI_MIN_COMM_SIZE='%s'\n", v);
+  }
+  if (const char* v = std::getenv("NETFOLD_MPI_STATS")) c.stats = std::string(v) == "1";
+  if (const char* v = std::getenv("NETFOLD_MPI_HIERARCHY")) {
+    const std::string s(v);
+    if (s == "flat") c.hierarchy = Hierarchy::kFlat;
+    else if (s == "node") c.hierarchy = Hierarchy::kNode;
+    else if (s != "auto") std::fprintf(stderr, "netfold-mpi: ignoring NETFOLD_MPI_HIERARCHY='%s'\n", v);
+  }
+  return c;
+}
+
+void JoinFabric() {
+  Global& g = G();
+  g.config = ReadConfig();
+  g.initialized = true;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &g.world_rank);
+  if (g.config.enable == Enable::kOff) return;
+  int size = 0;
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  PMPI_Comm_dup(MPI_COMM_WORLD, &g.world_oob);
+  netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
+  spec.rank = g.world_rank;
+  spec.world_size = size;
+  spec.oob = Oob(&g.world_oob);
+  spec.job_name = "mpi";
+  const int rc = netfold_init(&spec, &g.ctx);
+  if (rc == NETFOLD_SUCCESS) {
+    g.fabric = true;
+    return;
+  }
+  // netfold_init agrees on its outcome across ranks: all get here together.
+  if (g.config.enable == Enable::kOn) {
+    if (g.world_rank == 0) {
+      std::fprintf(stderr, "netfold-mpi: cannot use the fabric (NETFOLD_MPI_ENABLE=1): %s: %s\n",
+                   netfold_strerror(rc), netfold_last_error());
+    }
+    PMPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (g.world_rank == 0 && (g.config.stats || std::getenv("NETFOLD_LOG_LEVEL") != nullptr)) {
+    std::fprintf(stderr, "netfold-mpi: no fabric, collectives use MPI itself (%s: %s)\n",
+                 netfold_strerror(rc), netfold_last_error());
+  }
+}
+
+// --- Eligibility and group creation ----------------------------------------------
+
+// The state of `comm` if this collective can go to the fabric; nullptr
+// (with the reason counted) if it goes to PMPI.
+CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
+                  bool has_op) {
+  Global& g = G();
+  auto fallback = [&](Reason r) -> CommState* {
+    ++g.fallbacks[r];
+    return nullptr;
+  };
+  if (!g.initialized || g.config.enable == Enable::kOff) return fallback(kDisabled);
+  if (g.thread_multiple) return fallback(kThreadMultiple);
+  if (!g.fabric) return fallback(kNoFabric);
+  int inter = 0;
+  PMPI_Comm_test_inter(comm, &inter);
+  if (inter) return fallback(kInterComm);
+  if (kind != kBarrier) {
+    auto dtype = NetfoldDatatype(type);
+    if (!dtype) return fallback(kUnsupportedType);
+    if (has_op) {
+      auto nop = NetfoldOp(op);
+      if (!nop) return fallback(kUserOp);
+      if (!AllowedOnSpecialType(type, op) || !netfold_op_supported(*dtype, *nop)) {
+        return fallback(kOpNotAllowed);
+      }
+    }
+    int size = 0;
+    PMPI_Type_size(type, &size);
+    MPI_Aint lb = 0, extent = 0;
+    PMPI_Type_get_extent(type, &lb, &extent);
+    if (static_cast<int64_t>(extent) * count > INT32_MAX) return fallback(kHugeCount);
+  }
+  auto& slot = g.comms[Key(comm)];
+  if (!slot) {
+    slot = std::make_unique<CommState>();
+    slot->seq = ++g.next_seq;
+  }
+  CommState* s = slot.get();
+  if (s->mode == CommState::Mode::kUnknown) {
+    PMPI_Comm_rank(comm, &s->rank);
+    PMPI_Comm_size(comm, &s->size);
+    if (s->size < g.config.min_comm_size) {
+      s->mode = CommState::Mode::kPmpi;
+      s->pmpi_reason = kCommTooSmall;
+      return fallback(kCommTooSmall);
+    }
+    // Every member is in this collective now: create the group collectively.
+    PMPI_Comm_dup(comm, &s->oob);
+    MPI_Group world_group, comm_group;
+    PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
+    PMPI_Comm_group(comm, &comm_group);
+    std::vector<int> local(static_cast<size_t>(s->size)), world(static_cast<size_t>(s->size));
+    for (int i = 0; i < s->size; ++i) local[i] = i;
+    PMPI_Group_translate_ranks(comm_group, s->size, local.data(), world_group, world.data());
+    PMPI_Group_free(&world_group);
+    PMPI_Group_free(&comm_group);
+    netfold_group_spec_t spec = NETFOLD_GROUP_SPEC_INITIALIZER;
+    spec.rank = s->rank;
+    spec.size = s->size;
+    spec.world_ranks = world.data();
+    spec.oob = Oob(&s->oob);
+    const int rc = netfold_group_create(g.ctx, &spec, &s->group);
+    if (rc != NETFOLD_SUCCESS) {
+      // Group creation agrees on its outcome: every member falls back.
+      if (g.config.enable == Enable::kOn && s->rank == 0) {
+        std::fprintf(stderr, "netfold-mpi: no group for a communicator of %d ranks: %s\n",
+                     s->size, netfold_last_error());
+      }
+      s->mode = CommState::Mode::kPmpi;
+      s->pmpi_reason = kGroupFailed;
+      return fallback(kGroupFailed);
+    }
+    s->mode = CommState::Mode::kFabric;
+  }
+  if (s->mode != CommState::Mode::kFabric) return fallback(s->pmpi_reason);
+  return s;
+}
+
+// --- PMPI re-runs and resynchronisation after a fabric failure -------------------
+
+size_t Bytes(MPI_Datatype type, int count) {
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  return static_cast<size_t>(extent) * static_cast<size_t>(count);
+}
+
+int RunOnPmpi(MPI_Comm comm, Pending& p) {
+  switch (p.kind) {
+    case kAllreduce:
+      if (p.sendbuf == MPI_IN_PLACE) {
+        std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
+      }
+      return PMPI_Allreduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, comm);
+    case kReduce:
+      if (p.sendbuf == MPI_IN_PLACE) {
+        std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
+      }
+      return PMPI_Reduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, p.root, comm);
+    case kBcast:
+      return PMPI_Bcast(p.recvbuf, p.count, p.type, p.root, comm);
+    case kBarrier:
+    default:
+      return PMPI_Barrier(comm);
+  }
+}
+
+// Called by every member (from a failed operation, or from MPI_Comm_free /
+// MPI_Finalize with `current` null). Afterwards the ranks agree on every
+// operation before `current`, and `current` (if any) is complete.
+int Resync(MPI_Comm comm, CommState* s, Pending* current) {
+  const uint64_t mine = s->completed;
+  std::vector<uint64_t> all(static_cast<size_t>(s->size));
+  int rc = PMPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, s->oob);
+  if (rc != MPI_SUCCESS) return rc;
+  uint64_t lo = all[0], hi = all[0];
+  for (uint64_t v : all) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  if (hi > lo + 1) {
+    std::fprintf(stderr, "netfold-mpi: ranks are %llu operations apart: cannot recover\n",
+                 static_cast<unsigned long long>(hi - lo));
+    PMPI_Abort(comm, 1);
+  }
+  if (hi == lo + 1) {
+    // Operation `lo` completed on some ranks only.
+    int ahead = -1;
+    for (int r = 0; r < s->size && ahead < 0; ++r) {
+      if (all[r] == hi) ahead = r;
+    }
+    const bool behind = mine == lo;
+    // Everyone knows the operation's kind and root: the ranks behind are in
+    // it (`current`), the ranks ahead recorded it (`s->last`). Share them.
+    int32_t desc[2] = {behind && current ? current->kind : s->last.kind,
+                       behind && current ? current->root : s->last.root};
+    rc = PMPI_Bcast(desc, 2, MPI_INT32_T, ahead, s->oob);
+    if (rc != MPI_SUCCESS) return rc;
+    const Kind kind = static_cast<Kind>(desc[0]);
+    const int root = desc[1];
+    if (kind == kAllreduce || kind == kBcast) {
+      // The result is the same on every rank that has it.
+      uint64_t bytes = s->last.result.size();
+      rc = PMPI_Bcast(&bytes, 1, MPI_UINT64_T, ahead, s->oob);
+      std::vector<uint8_t> buf = s->rank == ahead ? s->last.result : std::vector<uint8_t>(bytes);
+      if (rc == MPI_SUCCESS) rc = PMPI_Bcast(buf.data(), static_cast<int>(bytes), MPI_BYTE, ahead, s->oob);
+      if (rc != MPI_SUCCESS) return rc;
+      if (behind && current != nullptr) {
+        std::memcpy(current->recvbuf, buf.data(), std::min<size_t>(buf.size(), Bytes(current->type, current->count)));
+      }
+    } else if (kind == kReduce && all[static_cast<size_t>(root)] == lo) {
+      // The root did not get the result: it gathers every rank's input
+      // (the ranks ahead kept theirs) and reduces them itself.
+      std::vector<uint8_t> in;
+      if (behind) {
+        if (current->sendbuf == MPI_IN_PLACE) {
+          in = current->saved_input;
+        } else {
+          const uint8_t* b = static_cast<const uint8_t*>(current->sendbuf);
+          in.assign(b, b + Bytes(current->type, current->count));
+        }
+      } else {
+        in = s->last.input;
+      }
+      const int n = static_cast<int>(in.size());
+      std::vector<int> sizes(static_cast<size_t>(s->size));
+      rc = PMPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, s->oob);
+      if (rc != MPI_SUCCESS) return rc;
+      std::vector<int> displs(static_cast<size_t>(s->size), 0);
+      int total = 0;
+      for (int r = 0; r < s->size; ++r) {
+        displs[r] = total;
+        total += sizes[r];
+      }
+      std::vector<uint8_t> gathered(s->rank == root ? static_cast<size_t>(total) : 0);
+      rc = PMPI_Gatherv(in.data(), n, MPI_BYTE, gathered.data(), sizes.data(), displs.data(),
+                        MPI_BYTE, root, s->oob);
+      if (rc != MPI_SUCCESS) return rc;
+      if (s->rank == root && current != nullptr) {
+        // acc = x_0 op (x_1 op (... op x_{n-1})): MPI_Reduce_local computes
+        // inoutbuf = inbuf op inoutbuf.
+        const size_t last = static_cast<size_t>(s->size - 1);
+        std::vector<uint8_t> acc(gathered.begin() + displs[last],
+                                 gathered.begin() + displs[last] + sizes[last]);
+        for (int r = s->size - 2; r >= 0; --r) {
+          rc = PMPI_Reduce_local(gathered.data() + displs[r], acc.data(), current->count,
+                                 current->type, current->op);
+          if (rc != MPI_SUCCESS) return rc;
+        }
+        std::memcpy(current->recvbuf, acc.data(), acc.size());
+      }
+    }
+    if (behind) {
+      s->completed = hi;
+      return MPI_SUCCESS;  // `current` was operation lo, now complete
+    }
+  }
+  if (current == nullptr) return MPI_SUCCESS;
+  // `current` is an operation no rank completed: every rank re-runs it.
+  rc = RunOnPmpi(comm, *current);
+  if (rc == MPI_SUCCESS) ++s->completed;
+  return rc;
+}
+
+// A fabric operation failed on this rank.
+int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc) {
+  Global& g = G();
+  if (g.config.enable == Enable::kOn) {
+    std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric: %s: %s\n", g.world_rank,
+                 kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
+    return MPI_ERR_OTHER;
+  }
+  ++g.fallbacks[kFabricError];
+  s->pmpi_reason = kFabricError;
+  if (std::getenv("NETFOLD_LOG_LEVEL") != nullptr) {
+    std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric (%s: %s); re-running on MPI\n",
+                 g.world_rank, kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
+  }
+  s->mode = CommState::Mode::kPmpi;
+  return Resync(comm, s, &p);
+}
+
+void Completed(CommState* s, const Pending& p) {
+  ++s->completed;
+  ++G().offloaded[p.kind];
+  s->last.kind = p.kind;
+  s->last.root = p.root;
+  s->last.result.clear();
+  s->last.input.clear();
+  const size_t bytes = p.kind == kBarrier ? 0 : Bytes(p.type, p.count);
+  if (p.kind == kAllreduce || p.kind == kBcast) {
+    const uint8_t* r = static_cast<const uint8_t*>(p.recvbuf);
+    s->last.result.assign(r, r + bytes);
+  } else if (p.kind == kReduce) {
+    if (p.sendbuf == MPI_IN_PLACE) {
+      s->last.input = p.saved_input;
+    } else {
+      const uint8_t* in = static_cast<const uint8_t*>(p.sendbuf);
+      s->last.input.assign(in, in + bytes);
+    }
+  }
+}
+
+void ReleaseComm(MPI_Comm comm, bool destroy_group) {
+  Global& g = G();
+  auto it = g.comms.find(Key(comm));
+  if (it == g.comms.end()) return;
+  CommState* s = it->second.get();
+  if (s->oob != MPI_COMM_NULL) {
+    if (s->mode == CommState::Mode::kFabric || s->group != nullptr) {
+      (void)Resync(comm, s, nullptr);  // every member is here: settle doubts
+    }
+    if (destroy_group && s->group != nullptr) netfold_group_destroy(s->group);
+    PMPI_Comm_free(&s->oob);
+  }
+  g.comms.erase(it);
+}
+
+}  // namespace
+
+extern "C" {
+
+int MPI_Init(int* argc, char*** argv) {
+  const int rc = PMPI_Init(argc, argv);
+  if (rc == MPI_SUCCESS) JoinFabric();
+  return rc;
+}
+
+int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
+  const int rc = PMPI_Init_thread(argc, argv, required, provided);
+  if (rc == MPI_SUCCESS) {
+    G().thread_multiple = *provided == MPI_THREAD_MULTIPLE;
+    JoinFabric();
+  }
+  return rc;
+}
+
+int MPI_Finalize(void) {
+  Global& g = G();
+  if (g.initialized) {
+    // Settle every communicator still known (all ranks are here), then
+    // leave: finalize destroys the job and with it every group.
+    // In the order the communicators were first used, which MPI's ordering
+    // rules make the same on every rank that shares two of them.
+    std::vector<std::pair<uint64_t, uintptr_t>> order;
+    for (auto& [k, s] : g.comms) order.emplace_back(s->seq, k);
+    std::sort(order.begin(), order.end());
+    for (const auto& [seq, k] : order) {
+      CommState* s = g.comms[k].get();
+      if (s->oob != MPI_COMM_NULL && s->group != nullptr) {
+        MPI_Comm c = MPI_COMM_NULL;
+        std::memcpy(&c, &k, sizeof(c));
+        (void)Resync(c, s, nullptr);
+      }
+    }
+    if (g.config.stats) {
+      constexpr int kKinds = static_cast<int>(kNumKinds);
+      constexpr int kReasons = static_cast<int>(kNumReasons);
+      uint64_t local[kKinds + kReasons], total[kKinds + kReasons];
+      std::memcpy(local, g.offloaded, sizeof(g.offloaded));
+      std::memcpy(local + kKinds, g.fallbacks, sizeof(g.fallbacks));
+      PMPI_Reduce(local, total, kKinds + kReasons, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+      if (g.world_rank == 0) {
+        std::fprintf(stderr, "netfold-mpi: collectives summed over all ranks:\n");
+        for (int k = 1; k < kNumKinds; ++k) {
+          std::fprintf(stderr, "  offloaded %-10s %llu\n", kKindNames[k],
+                       static_cast<unsigned long long>(total[k]));
+        }
+        for (int r = 0; r < kNumReasons; ++r) {
+          if (total[kKinds + r] > 0) {
+            std::fprintf(stderr, "  fallback: %-35s %llu\n", kReasonNames[r],
+                         static_cast<unsigned long long>(total[kKinds + r]));
+          }
+        }
+      }
+    }
+    for (auto& [k, s] : g.comms) {
+      if (s->oob != MPI_COMM_NULL) PMPI_Comm_free(&s->oob);
+    }
+    g.comms.clear();
+    if (g.ctx != nullptr) netfold_finalize(g.ctx);  // destroys the job and its groups
+    g.ctx = nullptr;
+    if (g.world_oob != MPI_COMM_NULL) PMPI_Comm_free(&g.world_oob);
+    g.initialized = false;
+  }
+  return PMPI_Finalize();
+}
+
+int MPI_Comm_free(MPI_Comm* comm) {
+  if (comm != nullptr && G().initialized) ReleaseComm(*comm, /*destroy_group=*/true);
+  return PMPI_Comm_free(comm);
+}
+
+int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                  MPI_Comm comm) {
+  CommState* s = Usable(comm, kAllreduce, type, op, count, true);
+  if (s == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
+  Pending p{kAllreduce, sendbuf, recvbuf, count, type, op, 0, {}};
+  if (sendbuf == MPI_IN_PLACE) {
+    const uint8_t* r = static_cast<const uint8_t*>(recvbuf);
+    p.saved_input.assign(r, r + Bytes(type, count));
+  }
+  const int rc = netfold_allreduce(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
+                                   recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
+                                   *NetfoldOp(op));
+  if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
+  Completed(s, p);
+  return MPI_SUCCESS;
+}
+
+int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+               int root, MPI_Comm comm) {
+  CommState* s = Usable(comm, kReduce, type, op, count, true);
+  if (s == nullptr) return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm);
+  Pending p{kReduce, sendbuf, recvbuf, count, type, op, root, {}};
+  if (sendbuf == MPI_IN_PLACE) {
+    const uint8_t* r = static_cast<const uint8_t*>(recvbuf);
+    p.saved_input.assign(r, r + Bytes(type, count));
+  }
+  // Non-roots may pass a NULL recvbuf; the library only writes at the root.
+  const int rc = netfold_reduce(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
+                                recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
+                                *NetfoldOp(op), root);
+  if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
+  Completed(s, p);
+  return MPI_SUCCESS;
+}
+
+int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) {
+  CommState* s = Usable(comm, kBcast, type, MPI_OP_NULL, count, false);
+  if (s == nullptr) return PMPI_Bcast(buffer, count, type, root, comm);
+  Pending p{kBcast, buffer, buffer, count, type, MPI_OP_NULL, root, {}};
+  const int rc = netfold_bcast(s->group, buffer, static_cast<size_t>(count),
+                               *NetfoldDatatype(type), root);
+  if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
+  Completed(s, p);
+  return MPI_SUCCESS;
+}
+
+int MPI_Barrier(MPI_Comm comm) {
+  CommState* s = Usable(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, false);
+  if (s == nullptr) return PMPI_Barrier(comm);
+  Pending p{kBarrier, nullptr, nullptr, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, {}};
+  const int rc = netfold_barrier(s->group);
+  if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
+  Completed(s, p);
+  return MPI_SUCCESS;
+}
+
+// Nonblocking collectives go to MPI itself for now (counted).
+int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                   MPI_Comm comm, MPI_Request* request) {
+  if (G().initialized && G().fabric) ++G().fallbacks[kNonblocking];
+  return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, request);
+}
+
+int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm,
+               MPI_Request* request) {
+  if (G().initialized && G().fabric) ++G().fallbacks[kNonblocking];
+  return PMPI_Ibcast(buffer, count, type, root, comm, request);
+}
+
+int MPI_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
+                int root, MPI_Comm comm, MPI_Request* request) {
+  if (G().initialized && G().fabric) ++G().fallbacks[kNonblocking];
+  return PMPI_Ireduce(sendbuf, recvbuf, count, type, op, root, comm, request);
+}
+
+int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
+  if (G().initialized && G().fabric) ++G().fallbacks[kNonblocking];
+  return PMPI_Ibarrier(comm, request);
+}
+
+}  // extern "C"

@@ -1,0 +1,329 @@
+// An MPI program for tests/mpi: run it under mpirun with libnetfold_mpi.so
+// preloaded (or not) against a running fabric. It checks every result
+// against an independent reference computed from the known inputs of all
+// ranks, compares with what PMPI_ computes, and prints per check one line
+// at rank 0 on failure, then "mpi_collectives: N checks, F failed, M MPI
+// discrepancies" and exits non-zero if F > 0.
+//
+//   mpi_collectives sweep     every predefined datatype x op x size, in place too
+//   mpi_collectives comms     dup and split communicators, freed and reused
+//   mpi_collectives fallback  user op, derived datatype, tiny comm: still right
+//   mpi_collectives outage    allreduces in a loop; the driver kills the
+//                             switches in the middle (after "phase 1 done")
+//   mpi_collectives bench COUNT ITERS   (used by bench/)
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace {
+
+int g_rank = 0, g_size = 1;
+int g_checks = 0, g_failed = 0, g_mpi_wrong = 0;
+
+struct FloatInt { float v; int i; };
+struct DoubleInt { double v; int i; };
+struct LongInt { long v; int i; };
+struct TwoInt { int v; int i; };
+struct ShortInt { short v; int i; };
+
+template <typename T>
+constexpr bool kIsPair = std::is_same_v<T, FloatInt> || std::is_same_v<T, DoubleInt> ||
+                         std::is_same_v<T, LongInt> || std::is_same_v<T, TwoInt> ||
+                         std::is_same_v<T, ShortInt>;
+
+// Inputs whose exact result is the same in any reduction order.
+template <typename T>
+T Input(int rank, size_t i, uint64_t seed, MPI_Op op) {
+  std::mt19937_64 rng(seed * 1000003 + i * 7919 + static_cast<uint64_t>(rank) * 104729);
+  const int small = static_cast<int>(rng() % 9) - 4;
+  if constexpr (kIsPair<T>) {
+    T t{};
+    t.v = static_cast<decltype(t.v)>(small);
+    t.i = rank;
+    return t;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (op == MPI_PROD) return rng() % 2 ? T(1) : T(-1);
+    return static_cast<T>(small);
+  } else {
+    if (op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR) return static_cast<T>(rng() % 3);
+    return static_cast<T>(rng());  // integers wrap: any value is exact
+  }
+}
+
+template <typename T>
+T Apply(MPI_Op op, T a, T b) {
+  if constexpr (kIsPair<T>) {
+    const bool lt = b.v < a.v, gt = b.v > a.v;
+    if (op == MPI_MINLOC) return lt || (b.v == a.v && b.i < a.i) ? b : a;
+    return gt || (b.v == a.v && b.i < a.i) ? b : a;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (op == MPI_SUM) return a + b;
+    if (op == MPI_PROD) return a * b;
+    if (op == MPI_MIN) return b < a ? b : a;
+    return b > a ? b : a;
+  } else {
+    using U = std::make_unsigned_t<T>;
+    if (op == MPI_SUM) return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    if (op == MPI_PROD) return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    if (op == MPI_MIN) return b < a ? b : a;
+    if (op == MPI_MAX) return b > a ? b : a;
+    if (op == MPI_BAND) return a & b;
+    if (op == MPI_BOR) return a | b;
+    if (op == MPI_BXOR) return a ^ b;
+    if (op == MPI_LAND) return (a != 0) && (b != 0);
+    if (op == MPI_LOR) return (a != 0) || (b != 0);
+    return (a != 0) != (b != 0);
+  }
+}
+
+template <typename T>
+bool Same(const T& a, const T& b) {
+  if constexpr (kIsPair<T>) return std::memcmp(&a.v, &b.v, sizeof(a.v)) == 0 && a.i == b.i;
+  else return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+void Fail(const std::string& what) {
+  ++g_failed;
+  if (g_failed <= 20) std::fprintf(stderr, "rank %d: FAIL %s\n", g_rank, what.c_str());
+}
+
+template <typename T>
+void CheckAllreduce(MPI_Comm comm, MPI_Datatype type, const char* tname, MPI_Op op,
+                    const char* oname, size_t count, uint64_t seed, bool in_place) {
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  std::vector<T> in(count), out(count), pmpi(count), ref(count);
+  for (size_t i = 0; i < count; ++i) {
+    in[i] = Input<T>(rank, i, seed, op);
+    ref[i] = Input<T>(0, i, seed, op);
+    for (int r = 1; r < size; ++r) ref[i] = Apply(op, ref[i], Input<T>(r, i, seed, op));
+  }
+  int rc;
+  if (in_place) {
+    out = in;
+    rc = MPI_Allreduce(MPI_IN_PLACE, out.data(), static_cast<int>(count), type, op, comm);
+  } else {
+    rc = MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), type, op, comm);
+  }
+  PMPI_Allreduce(in.data(), pmpi.data(), static_cast<int>(count), type, op, comm);
+  ++g_checks;
+  bool ok = rc == MPI_SUCCESS, mpi_ok = true;
+  for (size_t i = 0; i < count; ++i) {
+    if (!Same(out[i], ref[i])) ok = false;
+    if (!Same(pmpi[i], ref[i])) mpi_ok = false;
+  }
+  if (!ok) {
+    Fail(std::string("allreduce ") + tname + " " + oname + " count " + std::to_string(count) +
+         (in_place ? " in place" : ""));
+  }
+  if (!mpi_ok) {
+    ++g_mpi_wrong;
+    if (g_rank == 0 && g_mpi_wrong <= 10) {
+      std::fprintf(stderr, "note: MPI's own MPI_Allreduce differs from the reference for %s %s "
+                           "(count %zu): an MPI library bug, not netfold's\n", tname, oname, count);
+    }
+  }
+}
+
+template <typename T>
+void AllOps(MPI_Comm comm, MPI_Datatype type, const char* tname, std::vector<size_t> counts,
+            uint64_t& seed) {
+  struct O { MPI_Op op; const char* name; };
+  std::vector<O> ops;
+  if constexpr (kIsPair<T>) {
+    ops = {{MPI_MINLOC, "minloc"}, {MPI_MAXLOC, "maxloc"}};
+  } else if constexpr (std::is_floating_point_v<T>) {
+    ops = {{MPI_SUM, "sum"}, {MPI_PROD, "prod"}, {MPI_MIN, "min"}, {MPI_MAX, "max"}};
+  } else {
+    ops = {{MPI_SUM, "sum"}, {MPI_PROD, "prod"}, {MPI_MIN, "min"}, {MPI_MAX, "max"},
+           {MPI_BAND, "band"}, {MPI_BOR, "bor"}, {MPI_BXOR, "bxor"}, {MPI_LAND, "land"},
+           {MPI_LOR, "lor"}, {MPI_LXOR, "lxor"}};
+  }
+  for (const O& o : ops) {
+    for (size_t c : counts) {
+      CheckAllreduce<T>(comm, type, tname, o.op, o.name, c, ++seed, false);
+    }
+    CheckAllreduce<T>(comm, type, tname, o.op, o.name, counts.back() / 2 + 1, ++seed, true);
+  }
+}
+
+void Sweep(MPI_Comm comm, bool big) {
+  uint64_t seed = 1;
+  std::vector<size_t> counts = {1, 7, 1000};
+  AllOps<int8_t>(comm, MPI_INT8_T, "int8", counts, seed);
+  AllOps<signed char>(comm, MPI_SIGNED_CHAR, "signed char", {1, 300}, seed);
+  AllOps<uint8_t>(comm, MPI_UINT8_T, "uint8", counts, seed);
+  AllOps<unsigned char>(comm, MPI_UNSIGNED_CHAR, "unsigned char", {5}, seed);
+  AllOps<int16_t>(comm, MPI_INT16_T, "int16", counts, seed);
+  AllOps<short>(comm, MPI_SHORT, "short", {9}, seed);
+  AllOps<uint16_t>(comm, MPI_UINT16_T, "uint16", counts, seed);
+  AllOps<int32_t>(comm, MPI_INT32_T, "int32", counts, seed);
+  AllOps<int>(comm, MPI_INT, "int", counts, seed);
+  AllOps<uint32_t>(comm, MPI_UNSIGNED, "unsigned", counts, seed);
+  AllOps<int64_t>(comm, MPI_INT64_T, "int64", counts, seed);
+  AllOps<long>(comm, MPI_LONG, "long", {3}, seed);
+  AllOps<long long>(comm, MPI_LONG_LONG, "long long", {3}, seed);
+  AllOps<uint64_t>(comm, MPI_UINT64_T, "uint64", counts, seed);
+  AllOps<unsigned long>(comm, MPI_UNSIGNED_LONG, "unsigned long", {3}, seed);
+  AllOps<float>(comm, MPI_FLOAT, "float", counts, seed);
+  AllOps<double>(comm, MPI_DOUBLE, "double", counts, seed);
+  AllOps<FloatInt>(comm, MPI_FLOAT_INT, "float_int", counts, seed);
+  AllOps<DoubleInt>(comm, MPI_DOUBLE_INT, "double_int", counts, seed);
+  AllOps<LongInt>(comm, MPI_LONG_INT, "long_int", counts, seed);
+  AllOps<TwoInt>(comm, MPI_2INT, "2int", counts, seed);
+  AllOps<ShortInt>(comm, MPI_SHORT_INT, "short_int", counts, seed);
+  // Large vectors: up to 1 Mi elements.
+  const size_t large = big ? (1u << 20) : (1u << 16);
+  CheckAllreduce<float>(comm, MPI_FLOAT, "float", MPI_SUM, "sum", large, ++seed, false);
+  CheckAllreduce<int32_t>(comm, MPI_INT, "int", MPI_MAX, "max", large, ++seed, true);
+  CheckAllreduce<double>(comm, MPI_DOUBLE, "double", MPI_MIN, "min", large / 4, ++seed, false);
+
+  // Reduce to every root (in place at the root), bcast from every root, barrier.
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  for (int root = 0; root < size; ++root) {
+    const size_t n = 5000;
+    std::vector<long> in(n), out(n, 0), ref(n);
+    for (size_t i = 0; i < n; ++i) {
+      in[i] = Input<long>(rank, i, seed + root, MPI_SUM);
+      ref[i] = Input<long>(0, i, seed + root, MPI_SUM);
+      for (int r = 1; r < size; ++r) ref[i] = Apply(MPI_SUM, ref[i], Input<long>(r, i, seed + root, MPI_SUM));
+    }
+    int rc;
+    if (rank == root && root % 2 == 1) {
+      out = in;
+      rc = MPI_Reduce(MPI_IN_PLACE, out.data(), static_cast<int>(n), MPI_LONG, MPI_SUM, root, comm);
+    } else {
+      rc = MPI_Reduce(in.data(), rank == root ? out.data() : nullptr, static_cast<int>(n), MPI_LONG,
+                      MPI_SUM, root, comm);
+    }
+    ++g_checks;
+    if (rc != MPI_SUCCESS || (rank == root && out != ref)) Fail("reduce to root " + std::to_string(root));
+    std::vector<double> b(777, rank == root ? 0.5 * root : -1.0);
+    rc = MPI_Bcast(b.data(), 777, MPI_DOUBLE, root, comm);
+    ++g_checks;
+    if (rc != MPI_SUCCESS || b[0] != 0.5 * root || b[776] != 0.5 * root) {
+      Fail("bcast from root " + std::to_string(root));
+    }
+    ++g_checks;
+    if (MPI_Barrier(comm) != MPI_SUCCESS) Fail("barrier");
+  }
+}
+
+void Comms() {
+  MPI_Comm dup, half, third;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, g_rank, &half);
+  MPI_Comm_split(MPI_COMM_WORLD, g_rank % 3, -g_rank, &third);  // reversed order
+  uint64_t seed = 500;
+  for (int round = 0; round < 3; ++round) {
+    AllOps<int32_t>(dup, MPI_INT, "int (dup)", {100}, seed);
+    AllOps<double>(half, MPI_DOUBLE, "double (split even/odd)", {2000}, seed);
+    AllOps<int64_t>(third, MPI_INT64_T, "int64 (split mod 3, reversed)", {50}, seed);
+    AllOps<float>(MPI_COMM_WORLD, MPI_FLOAT, "float (world)", {10}, seed);
+  }
+  MPI_Comm_free(&third);
+  MPI_Comm_free(&half);
+  // A new communicator may reuse a freed handle: its group must be new too.
+  MPI_Comm_split(MPI_COMM_WORLD, g_rank < g_size / 2, g_rank, &half);
+  AllOps<int32_t>(half, MPI_INT, "int (split after free)", {300}, seed);
+  MPI_Comm_free(&half);
+  MPI_Comm_free(&dup);
+}
+
+void UserSum(void* in, void* inout, int* len, MPI_Datatype*) {
+  int* a = static_cast<int*>(in);
+  int* b = static_cast<int*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] += a[i];
+}
+
+void Fallback() {
+  // A user-defined op, a derived datatype and a communicator of one rank:
+  // MPI does them; the results must still be right.
+  MPI_Op user;
+  MPI_Op_create(UserSum, 1, &user);
+  std::vector<int> in(100, g_rank + 1), out(100);
+  MPI_Allreduce(in.data(), out.data(), 100, MPI_INT, user, MPI_COMM_WORLD);
+  ++g_checks;
+  if (out[0] != g_size * (g_size + 1) / 2) Fail("user-defined op");
+  MPI_Op_free(&user);
+  MPI_Datatype pair;
+  MPI_Type_contiguous(2, MPI_INT, &pair);
+  MPI_Type_commit(&pair);
+  MPI_Bcast(in.data(), 50, pair, 0, MPI_COMM_WORLD);
+  ++g_checks;
+  if (in[99] != 1) Fail("derived datatype bcast");
+  MPI_Type_free(&pair);
+  int x = g_rank, y = -1;
+  MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
+  ++g_checks;
+  if (y != g_rank) Fail("MPI_COMM_SELF allreduce");
+  MPI_Request req;
+  MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
+  MPI_Wait(&req, MPI_STATUS_IGNORE);
+  ++g_checks;
+  if (y != g_size - 1) Fail("nonblocking allreduce");
+}
+
+void Outage() {
+  // Phase 1 on the fabric, then the driver kills the switches; phase 2 must
+  // complete anyway (NETFOLD_MPI_ENABLE=try) with the right results.
+  uint64_t seed = 900;
+  for (int i = 0; i < 20; ++i) AllOps<int32_t>(MPI_COMM_WORLD, MPI_INT, "int", {64}, seed);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    std::printf("phase 1 done\n");
+    std::fflush(stdout);
+  }
+  // Wait for the driver to kill the fabric (it writes the file).
+  const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
+  for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+  for (int i = 0; i < 20; ++i) AllOps<double>(MPI_COMM_WORLD, MPI_DOUBLE, "double", {300}, seed);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  const std::string what = argc > 1 ? argv[1] : "sweep";
+  if (what == "sweep") Sweep(MPI_COMM_WORLD, argc > 2 && std::string(argv[2]) == "big");
+  else if (what == "comms") Comms();
+  else if (what == "fallback") Fallback();
+  else if (what == "outage") Outage();
+  else if (what == "bench") {
+    const long count = argc > 2 ? std::atol(argv[2]) : 1;
+    const int iters = argc > 3 ? std::atoi(argv[3]) : 100;
+    std::vector<float> a(static_cast<size_t>(count), 1.0f), b(static_cast<size_t>(count));
+    for (int i = 0; i < 10; ++i) MPI_Allreduce(a.data(), b.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    for (int i = 0; i < iters; ++i) MPI_Allreduce(a.data(), b.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    const double t = (MPI_Wtime() - t0) / iters;
+    if (g_rank == 0) std::printf("bench count %ld: %.3f us\n", count, t * 1e6);
+  } else {
+    Fail("unknown scenario " + what);
+  }
+  int failed = 0, mpi_wrong = 0, checks = 0;
+  PMPI_Allreduce(&g_failed, &failed, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  PMPI_Allreduce(&g_mpi_wrong, &mpi_wrong, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  PMPI_Allreduce(&g_checks, &checks, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (g_rank == 0 && what != "bench") {
+    std::printf("mpi_collectives %s: %d checks, %d failed, %d MPI discrepancies\n", what.c_str(),
+                checks, failed, mpi_wrong);
+  }
+  MPI_Finalize();
+  return failed == 0 ? 0 : 1;
+}

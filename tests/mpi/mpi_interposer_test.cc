@@ -1,0 +1,205 @@
+// libnetfold_mpi.so under mpirun with 2, 4 and 8 ranks against a local
+// fabric of real daemons: every predefined datatype x op (results checked in
+// the MPI program against an independent reference and compared with
+// PMPI_), in place, dup/split communicators, counted fallbacks, and the
+// fabric killed in the middle of a run (NETFOLD_MPI_ENABLE=try).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tools/local_fabric.h"
+
+namespace netfold {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string Here() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  buf[n > 0 ? n : 0] = '\0';
+  return fs::path(buf).parent_path().string();
+}
+
+std::string Interposer() {
+  return fs::weakly_canonical(fs::path(Here()) / ".." / ".." / "host" / "mpi" / "libnetfold_mpi.so")
+      .string();
+}
+
+struct MpiResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs `mpirun -np N ... mpi_collectives ARGS`, output (stdout+stderr) captured.
+MpiResult MpiRun(int np, const std::vector<std::string>& args, const std::string& manager,
+           std::map<std::string, std::string> env = {}, absl::Duration timeout = absl::Minutes(5),
+           const std::string& when_printed = "", std::function<void()> action = nullptr) {
+  env.emplace("NETFOLD_MANAGER", manager);
+  env.emplace("LD_PRELOAD", Interposer());
+  std::string cmd = absl::StrFormat("mpirun --allow-run-as-root --oversubscribe -np %d", np);
+  for (const auto& [k, v] : env) cmd += absl::StrFormat(" -x %s=%s", k, v);
+  cmd += " " + Here() + "/mpi_collectives";
+  for (const auto& a : args) cmd += " " + a;
+  cmd += " 2>&1";
+  int fds[2];
+  if (pipe(fds) != 0) return {};
+  pid_t pid = fork();
+  if (pid == 0) {
+    setpgid(0, 0);
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), nullptr);
+    _exit(127);
+  }
+  close(fds[1]);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  MpiResult run;
+  const absl::Time deadline = absl::Now() + timeout;
+  bool acted = false;
+  int status = 0;
+  while (true) {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds[0], buf, sizeof(buf))) > 0) run.output.append(buf, n);
+    if (!acted && action && run.output.find(when_printed) != std::string::npos) {
+      action();
+      acted = true;
+    }
+    if (waitpid(pid, &status, WNOHANG) == pid) break;
+    if (absl::Now() > deadline) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      run.output += "\n[killed by the test: deadline]";
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) run.output.append(buf, n);
+  close(fds[0]);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+}
+
+bool HaveMpirun() { return system("command -v mpirun >/dev/null 2>&1") == 0; }
+
+class MpiInterposer : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!HaveMpirun() || !fs::exists(Interposer())) return;
+    tools::LocalFabricOptions o;
+    o.hosts = 8;
+    auto fabric = tools::LocalFabric::Start(o);
+    if (fabric.ok()) {
+      fabric_ = fabric->release();
+    } else {
+      start_error_ = std::string(fabric.status().message());
+    }
+  }
+  static void TearDownTestSuite() {
+    delete fabric_;
+    fabric_ = nullptr;
+  }
+  void SetUp() override {
+    if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed (deploy/install-deps.sh installs Open MPI)";
+    if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built (no MPI development files)";
+    ASSERT_NE(fabric_, nullptr) << "could not start the fabric: " << start_error_;
+  }
+  static const std::string& manager() { return fabric_->manager_address(); }
+
+  static tools::LocalFabric* fabric_;
+  static std::string start_error_;
+};
+tools::LocalFabric* MpiInterposer::fabric_ = nullptr;
+std::string MpiInterposer::start_error_;
+
+void ExpectPassed(const MpiResult& r, const std::string& scenario) {
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("mpi_collectives " + scenario + ":"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" 0 failed"), std::string::npos) << r.output;
+}
+
+TEST_F(MpiInterposer, EveryTypeAndOpOnTwoRanksUpToOneMebiElements) {
+  MpiResult r = MpiRun(2, {"sweep", "big"}, manager(), {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_MPI_ENABLE", "1"}});
+  ExpectPassed(r, "sweep");
+  EXPECT_NE(r.output.find("offloaded allreduce"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
+}
+
+TEST_F(MpiInterposer, EveryTypeAndOpOnFourRanks) {
+  ExpectPassed(MpiRun(4, {"sweep"}, manager(), {{"NETFOLD_MPI_ENABLE", "1"}}), "sweep");
+}
+
+TEST_F(MpiInterposer, EveryTypeAndOpOnEightRanks) {
+  ExpectPassed(MpiRun(8, {"sweep"}, manager(), {{"NETFOLD_MPI_ENABLE", "1"}},
+                      absl::Minutes(10)),
+               "sweep");
+}
+
+TEST_F(MpiInterposer, DupAndSplitCommunicators) {
+  MpiResult r = MpiRun(4, {"comms"}, manager(), {{"NETFOLD_MPI_STATS", "1"}});
+  ExpectPassed(r, "comms");
+  // Split mod 3 of 4 ranks leaves single-rank communicators: counted.
+  EXPECT_NE(r.output.find("fallback: communicator too small"), std::string::npos) << r.output;
+}
+
+TEST_F(MpiInterposer, FallbacksAreCountedAndStillCorrect) {
+  MpiResult r = MpiRun(4, {"fallback"}, manager(), {{"NETFOLD_MPI_STATS", "1"}});
+  ExpectPassed(r, "fallback");
+  for (const char* reason : {"fallback: user-defined op", "fallback: unsupported datatype",
+                             "fallback: communicator too small", "fallback: nonblocking collective"}) {
+    EXPECT_NE(r.output.find(reason), std::string::npos) << reason << "\n" << r.output;
+  }
+}
+
+TEST_F(MpiInterposer, NoFabricMeansSilentFallbackUnderTryAndAnErrorUnderOne) {
+  // Nothing listens on port 1: try runs everything on MPI itself.
+  MpiResult r = MpiRun(2, {"comms"}, "127.0.0.1:1", {{"NETFOLD_TIMEOUT_MS", "1000"}});
+  ExpectPassed(r, "comms");
+  MpiResult strict = MpiRun(2, {"comms"}, "127.0.0.1:1",
+                      {{"NETFOLD_TIMEOUT_MS", "1000"}, {"NETFOLD_MPI_ENABLE", "1"}});
+  EXPECT_NE(strict.exit_code, 0) << strict.output;
+  EXPECT_NE(strict.output.find("cannot use the fabric"), std::string::npos) << strict.output;
+}
+
+TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  tools::LocalFabricOptions o;
+  o.hosts = 4;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const std::string flag = (fs::temp_directory_path() /
+                            absl::StrFormat("netfold-outage-%d", getpid())).string();
+  std::remove(flag.c_str());
+  auto kill_switches = [&] {
+    for (const std::string& name : (*fabric)->switch_names()) {
+      EXPECT_TRUE((*fabric)->Kill(name, SIGKILL).ok());
+    }
+    std::FILE* f = std::fopen(flag.c_str(), "w");
+    if (f) std::fclose(f);
+  };
+  MpiResult r = MpiRun(4, {"outage"}, (*fabric)->manager_address(),
+                 {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"},
+                  {"NETFOLD_TEST_OUTAGE_FILE", flag}},
+                 absl::Minutes(5), "phase 1 done", kill_switches);
+  std::remove(flag.c_str());
+  ExpectPassed(r, "outage");
+  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+}
+
+}  // namespace
+}  // namespace netfold
