@@ -4,9 +4,12 @@
 //   netfold up [--topology FILE] [--hosts N] [--state-dir DIR] [--faults SPEC]
 //   netfold down [--state-dir DIR]
 //   netfold status [--manager IP:PORT | --state-dir DIR]
+//   netfold bench allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--quick]
 //
 // See docs/operations.md.
+#include <algorithm>
 #include <cstdio>
+#include <type_traits>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -17,10 +20,12 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "manager/status_text.h"
 #include "proto/control/netfold_control.grpc.pb.h"
+#include "tools/bench.h"
 #include "tools/demo.h"
 #include "tools/local_fabric.h"
 
@@ -40,6 +45,9 @@ constexpr char kUsage[] =
     "  down    stop the fabric started by `up`.   --state-dir DIR\n"
     "  status  print switches, trees, jobs, groups and resources.\n"
     "          --manager IP:PORT (default: the fabric of --state-dir, or $NETFOLD_MANAGER)\n"
+    "  bench   allreduce|reduce|bcast|barrier: the fabric against Open MPI (shared memory\n"
+    "          and TCP) in the same run: a table of ratios, a CSV and PNG plots.\n"
+    "          --ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  --quick\n"
     "\n"
     "Common: --log-level error|warning|info|debug|trace. The state directory defaults to\n"
     "$NETFOLD_STATE_DIR or /tmp/netfold-<uid>.\n";
@@ -187,6 +195,49 @@ int Status(int argc, char** argv) {
   return 0;
 }
 
+int Bench(int argc, char** argv) {
+  BenchOptions o;
+  o.self = SelfPath(argv[0]);
+  int first = 2;
+  if (argc > 2 && argv[2][0] != '-') {
+    o.op = argv[2];
+    first = 3;
+  }
+  // Re-use the option parser on the rest.
+  std::vector<char*> rest = {argv[0], argv[1]};
+  for (int i = first; i < argc; ++i) rest.push_back(argv[i]);
+  Args args = Args::Parse(static_cast<int>(rest.size()), rest.data(), {"quick"},
+                          {"ranks", "sizes", "seconds", "out", "log-level"});
+  if (!args.error.empty()) return Fail(args.error);
+  o.quick = args.Has("quick");
+  if (o.quick) {
+    o.ranks = {2, 4};
+    o.seconds_per_size = 0.2;
+  }
+  auto parse_list = [](const std::string& text, auto* out) {
+    out->clear();
+    for (absl::string_view f : absl::StrSplit(text, ',')) {
+      typename std::remove_pointer_t<decltype(out)>::value_type v{};
+      if (!absl::SimpleAtoi(f, &v) || v < 0) return false;
+      out->push_back(v);
+    }
+    return !out->empty();
+  };
+  if (args.Has("ranks") && (!parse_list(args.Get("ranks"), &o.ranks) ||
+                            *std::min_element(o.ranks.begin(), o.ranks.end()) < 2)) {
+    return Fail("--ranks is a comma-separated list of rank counts >= 2");
+  }
+  if (args.Has("sizes") && !parse_list(args.Get("sizes"), &o.sizes)) {
+    return Fail("--sizes is a comma-separated list of byte counts");
+  }
+  if (args.Has("seconds") && (!absl::SimpleAtod(args.Get("seconds"), &o.seconds_per_size) ||
+                              o.seconds_per_size <= 0)) {
+    return Fail("--seconds must be a positive number");
+  }
+  o.out_dir = args.Get("out");
+  return RunBench(o);
+}
+
 }  // namespace
 }  // namespace netfold::tools
 
@@ -202,6 +253,7 @@ int main(int argc, char** argv) {
   if (command == "up") return Up(argc, argv);
   if (command == "down") return Down(argc, argv);
   if (command == "status") return Status(argc, argv);
+  if (command == "bench") return Bench(argc, argv);
   if (command == "__demo-rank") return RunDemoRank();
   std::fprintf(stderr, "netfold: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;

@@ -599,6 +599,14 @@ int MPI_Barrier(MPI_Comm comm) {
   return MPI_SUCCESS;
 }
 
+// For benchmarks and tools: this rank's libnetfold counters (docs/host.md),
+// found with dlsym(RTLD_DEFAULT, "netfold_mpi_stats"). Returns 0, or -1 when
+// the fabric is not in use.
+int netfold_mpi_stats(netfold_stats_t* stats) {
+  if (!G().fabric || G().ctx == nullptr || stats == nullptr) return -1;
+  return netfold_get_stats(G().ctx, stats) == NETFOLD_SUCCESS ? 0 : -1;
+}
+
 // Nonblocking collectives go to MPI itself for now (counted).
 int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                    MPI_Comm comm, MPI_Request* request) {

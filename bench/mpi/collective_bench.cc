@@ -1,0 +1,101 @@
+// An OSU-style MPI benchmark of one collective, run by `netfold bench`
+// under mpirun: once with libnetfold_mpi.so preloaded (the fabric), once
+// without (Open MPI itself, shared memory or TCP). Same program, same
+// measurement, so the ratio compares the collectives and nothing else.
+//
+//   collective_bench allreduce|reduce|bcast|barrier SIZES [SECONDS_PER_SIZE]
+//     SIZES: comma-separated bytes, e.g. 4,4096,1048576
+//
+// Per size: warm-up, then iterations until the time budget is spent (at
+// least 5, at most 100000), each iteration timed on rank 0. Rank 0 prints
+// one CSV line per size:
+//   size,iterations,avg_us,p50_us,p99_us,link_bytes_per_op
+// link_bytes_per_op is this rank's RoCE bytes (both directions) per
+// operation when the interposer is loaded (netfold_mpi_stats), else -1.
+#include <dlfcn.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Stats {  // the prefix of netfold_stats_t that we read
+  uint64_t ops_completed, ops_failed, chunks_posted, repairs_sent, bytes_sent, bytes_received,
+      link_tx_bytes, link_rx_bytes, retransmissions, packets_dropped;
+};
+using StatsFn = int (*)(Stats*);
+
+int64_t LinkBytes(StatsFn fn) {
+  if (fn == nullptr) return -1;
+  Stats s{};
+  if (fn(&s) != 0) return -1;
+  return static_cast<int64_t>(s.link_tx_bytes + s.link_rx_bytes);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (argc < 3) {
+    if (rank == 0) std::fprintf(stderr, "usage: collective_bench OP SIZES [SECONDS]\n");
+    MPI_Finalize();
+    return 2;
+  }
+  const std::string op = argv[1];
+  std::vector<long> sizes;
+  for (char* p = argv[2]; *p;) {
+    sizes.push_back(std::strtol(p, &p, 10));
+    if (*p == ',') ++p;
+  }
+  const double budget = argc > 3 ? std::atof(argv[3]) : 1.0;
+  auto stats = reinterpret_cast<StatsFn>(dlsym(RTLD_DEFAULT, "netfold_mpi_stats"));
+  for (long bytes : sizes) {
+    const int count = static_cast<int>(op == "bcast" ? bytes : std::max<long>(1, bytes / 4));
+    std::vector<float> a(static_cast<size_t>(std::max(count, 1)), 1.0f), b(a.size());
+    auto once = [&] {
+      if (op == "allreduce") MPI_Allreduce(a.data(), b.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      else if (op == "reduce") MPI_Reduce(a.data(), b.data(), count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+      else if (op == "bcast") MPI_Bcast(a.data(), count, MPI_BYTE, 0, MPI_COMM_WORLD);
+      else MPI_Barrier(MPI_COMM_WORLD);
+    };
+    for (int i = 0; i < 5; ++i) once();
+    MPI_Barrier(MPI_COMM_WORLD);
+    // Decide the iteration count on rank 0 from a timed probe, share it.
+    double t0 = MPI_Wtime();
+    once();
+    double probe = MPI_Wtime() - t0;
+    MPI_Bcast(&probe, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    int iters = static_cast<int>(std::min(100000.0, std::max(5.0, budget / std::max(probe, 1e-7))));
+    std::vector<double> lat(static_cast<size_t>(iters));
+    MPI_Barrier(MPI_COMM_WORLD);
+    const int64_t link0 = LinkBytes(stats);
+    for (int i = 0; i < iters; ++i) {
+      t0 = MPI_Wtime();
+      once();
+      lat[static_cast<size_t>(i)] = MPI_Wtime() - t0;
+    }
+    const int64_t link1 = LinkBytes(stats);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      double sum = 0;
+      for (double l : lat) sum += l;
+      std::sort(lat.begin(), lat.end());
+      const double p50 = lat[lat.size() / 2], p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+      const double link = link0 < 0 ? -1 : static_cast<double>(link1 - link0) / iters;
+      std::printf("%ld,%d,%.3f,%.3f,%.3f,%.1f\n", bytes, iters, sum / iters * 1e6, p50 * 1e6,
+                  p99 * 1e6, link);
+      std::fflush(stdout);
+    }
+  }
+  MPI_Finalize();
+  return 0;
+}

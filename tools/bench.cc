@@ -1,0 +1,208 @@
+#include "tools/bench.h"
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "tools/local_fabric.h"
+
+namespace netfold::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Point {
+  long size = 0;
+  int iterations = 0;
+  double avg = 0, p50 = 0, p99 = 0;  // microseconds
+  double link_bytes = -1;            // per operation, this rank, both directions
+};
+
+// Variants measured, in table order.
+struct Variant {
+  std::string name;   // column label
+  std::string mpirun_options;
+  bool netfold = false;
+};
+
+std::string Find(const std::string& self, const std::vector<std::string>& relative) {
+  const fs::path here = fs::path(self).parent_path();
+  for (const std::string& r : relative) {
+    const fs::path p = here / r;
+    if (fs::exists(p)) return fs::weakly_canonical(p).string();
+  }
+  return "";
+}
+
+std::string HumanSize(long b) {
+  if (b >= (1l << 20) && b % (1l << 20) == 0) return absl::StrFormat("%d MiB", b >> 20);
+  if (b >= 1024 && b % 1024 == 0) return absl::StrFormat("%d KiB", b >> 10);
+  return absl::StrFormat("%d B", b);
+}
+
+std::string Us(double us) {
+  if (us < 0) return "-";
+  if (us < 1000) return absl::StrFormat("%.1f us", us);
+  if (us < 1e6) return absl::StrFormat("%.2f ms", us / 1000);
+  return absl::StrFormat("%.2f s", us / 1e6);
+}
+
+// Runs a shell command with a deadline; returns its stdout (stderr to `log`).
+bool RunCommand(const std::string& cmd, int timeout_s, std::string* out, const std::string& log) {
+  const std::string full = absl::StrFormat("timeout -k 5 %d sh -c '%s' 2>>%s", timeout_s, cmd, log);
+  FILE* p = popen(full.c_str(), "r");
+  if (p == nullptr) return false;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
+  const int status = pclose(p);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+std::vector<Point> Parse(const std::string& csv) {
+  std::vector<Point> points;
+  for (absl::string_view line : absl::StrSplit(csv, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+    Point p;
+    if (f.size() != 6 || !absl::SimpleAtoi(f[0], &p.size) || !absl::SimpleAtoi(f[1], &p.iterations) ||
+        !absl::SimpleAtod(f[2], &p.avg) || !absl::SimpleAtod(f[3], &p.p50) ||
+        !absl::SimpleAtod(f[4], &p.p99) || !absl::SimpleAtod(f[5], &p.link_bytes)) {
+      continue;  // mpirun's own messages
+    }
+    points.push_back(p);
+  }
+  return points;
+}
+
+}  // namespace
+
+int RunBench(const BenchOptions& o) {
+  if (o.op != "allreduce" && o.op != "reduce" && o.op != "bcast" && o.op != "barrier") {
+    std::fprintf(stderr, "netfold bench: the collective must be allreduce, reduce, bcast or barrier\n");
+    return 2;
+  }
+  const std::string bench = Find(o.self, {"../bench/mpi/collective_bench", "collective_bench"});
+  const std::string interposer = Find(o.self, {"../host/mpi/libnetfold_mpi.so", "../lib/libnetfold_mpi.so",
+                                               "../lib/x86_64-linux-gnu/libnetfold_mpi.so"});
+  if (bench.empty() || interposer.empty() || system("command -v mpirun >/dev/null 2>&1") != 0) {
+    std::fprintf(stderr, "netfold bench needs mpirun (Open MPI), bench/mpi/collective_bench and "
+                         "libnetfold_mpi.so (build with -Dmpi=enabled)\n");
+    return 2;
+  }
+  std::vector<long> sizes = o.sizes;
+  if (sizes.empty()) {
+    sizes = o.quick ? std::vector<long>{8, 4096, 65536}
+                    : std::vector<long>{4, 64, 1024, 16384, 262144, 4l << 20, 64l << 20};
+  }
+  if (o.op == "barrier") sizes = {0};
+  std::vector<int> ranks = o.ranks;
+  const int max_ranks = *std::max_element(ranks.begin(), ranks.end());
+  const std::string out_dir = o.out_dir.empty() ? "netfold-bench-" + o.op : o.out_dir;
+  fs::create_directories(out_dir);
+  const std::string log = fs::absolute(out_dir + "/mpirun.log").string();
+  std::remove(log.c_str());
+
+  std::printf("netfold bench %s: ranks %s, sizes %s .. %s, %.2f s per point; machine: %ld cores\n",
+              o.op.c_str(), absl::StrJoin(ranks, ",").c_str(), HumanSize(sizes.front()).c_str(),
+              HumanSize(sizes.back()).c_str(), o.seconds_per_size, sysconf(_SC_NPROCESSORS_ONLN));
+  LocalFabricOptions fo;
+  fo.hosts = max_ranks;
+  fo.default_slot_bytes = 4032;
+  fo.default_slots = 32;
+  auto fabric = LocalFabric::Start(fo);
+  if (!fabric.ok()) {
+    std::fprintf(stderr, "netfold bench: %s\n", fabric.status().ToString().c_str());
+    return 2;
+  }
+  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=32 slots of P=4032 bytes\n\n",
+              (*fabric)->manager_address().c_str());
+  const std::vector<Variant> variants = {
+      {"netfold", absl::StrFormat("-x NETFOLD_MANAGER=%s -x LD_PRELOAD=%s -x NETFOLD_MPI_ENABLE=1",
+                                  (*fabric)->manager_address(), interposer),
+       true},
+      {"ompi-sm", "--mca btl self,vader", false},
+      {"ompi-tcp", "--mca btl self,tcp --mca btl_tcp_if_include lo", false},
+  };
+  std::string size_list;
+  for (long s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
+
+  // results[variant][ranks] = points
+  std::map<std::string, std::map<int, std::vector<Point>>> results;
+  for (int p : ranks) {
+    for (const Variant& v : variants) {
+      std::fprintf(stderr, "  measuring %s on %d ranks ...\n", v.name.c_str(), p);
+      const std::string cmd = absl::StrFormat(
+          "mpirun --allow-run-as-root --oversubscribe -np %d %s %s %s %s %.3f", p, v.mpirun_options,
+          bench, o.op, size_list, o.seconds_per_size);
+      std::string out;
+      const int timeout = 120 + static_cast<int>(sizes.size() * (o.seconds_per_size * 4 + 20));
+      if (!RunCommand(cmd, timeout, &out, log)) {
+        std::fprintf(stderr, "  %s on %d ranks failed or timed out (see %s)\n", v.name.c_str(), p,
+                     log.c_str());
+      }
+      results[v.name][p] = Parse(out);
+    }
+  }
+  (void)(*fabric)->Stop();
+
+  // The table, and the CSV with every column.
+  const std::string csv_path = out_dir + "/results.csv";
+  std::ofstream csv(csv_path);
+  csv << "op,ranks,size_bytes,variant,iterations,avg_us,p50_us,p99_us,link_bytes_per_op\n";
+  std::printf("%-5s %9s  %11s %11s %11s  %11s %11s  %9s %9s  %12s %12s\n", "ranks", "size",
+              "netfold avg", "p50", "p99", "ompi-sm avg", "ompi-tcp", "nf/sm", "nf/tcp",
+              "nf link B/op", "ring 2(p-1)V/p");
+  for (int p : ranks) {
+    for (long size : sizes) {
+      auto get = [&](const std::string& variant) -> const Point* {
+        for (const Point& pt : results[variant][p]) {
+          if (pt.size == size) return &pt;
+        }
+        return nullptr;
+      };
+      const Point* nf = get("netfold");
+      const Point* sm = get("ompi-sm");
+      const Point* tcp = get("ompi-tcp");
+      for (const Variant& v : variants) {
+        if (const Point* pt = get(v.name)) {
+          csv << absl::StrFormat("%s,%d,%d,%s,%d,%.3f,%.3f,%.3f,%.1f\n", o.op, p, size, v.name,
+                                 pt->iterations, pt->avg, pt->p50, pt->p99, pt->link_bytes);
+        }
+      }
+      const double ring = o.op == "allreduce" ? 2.0 * (p - 1) * static_cast<double>(size) / p : -1;
+      std::printf("%-5d %9s  %11s %11s %11s  %11s %11s  %9s %9s  %12s %12s\n", p,
+                  HumanSize(size).c_str(), Us(nf ? nf->avg : -1).c_str(),
+                  Us(nf ? nf->p50 : -1).c_str(), Us(nf ? nf->p99 : -1).c_str(),
+                  Us(sm ? sm->avg : -1).c_str(), Us(tcp ? tcp->avg : -1).c_str(),
+                  nf && sm ? absl::StrFormat("%.2fx", nf->avg / sm->avg).c_str() : "-",
+                  nf && tcp ? absl::StrFormat("%.2fx", nf->avg / tcp->avg).c_str() : "-",
+                  nf && nf->link_bytes >= 0 ? absl::StrFormat("%.0f", nf->link_bytes).c_str() : "-",
+                  ring >= 0 ? absl::StrFormat("%.0f", ring).c_str() : "-");
+    }
+  }
+  csv.close();
+  std::printf("\nratios are netfold / Open MPI (below 1: netfold is faster). Link bytes: RoCE bytes "
+              "on one rank's link (both directions) per operation, against what a ring allreduce "
+              "must send and receive.\nCSV: %s\n", csv_path.c_str());
+  const std::string plot = Find(o.self, {"../../bench/plot_bench.py", "../share/netfold/plot_bench.py"});
+  if (!plot.empty() && system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") == 0) {
+    const std::string cmd = absl::StrFormat("/usr/bin/python3 %s %s %s", plot, csv_path, out_dir);
+    if (system(cmd.c_str()) == 0) std::printf("plots: %s/*.png\n", out_dir.c_str());
+  }
+  return 0;
+}
+
+}  // namespace netfold::tools
