@@ -149,7 +149,14 @@ absl::StatusOr<pid_t> LocalFabric::Spawn(const std::string& name,
     execv(args[0], args.data());
     _exit(127);
   }
-  daemons_.push_back({name, pid, ""});
+  bool known = false;
+  for (Daemon& d : daemons_) {
+    if (d.name == name) {
+      d.pid = pid;
+      known = true;
+    }
+  }
+  if (!known) daemons_.push_back({name, pid, "", argv, detach});
   return pid;
 }
 
@@ -227,6 +234,14 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
                                                       state_dir_ + "/manager.log"));
   manager_address_ = absl::StrFormat("127.0.0.1:%d", mport);
   NETFOLD_RETURN_IF_ERROR(WriteFile(state_dir_ + "/manager.address", manager_address_ + "\n"));
+  // A restarted manager must come back on the same port: the switches and
+  // hosts know it. Pin it in the config for later starts.
+  {
+    std::string pinned = config;
+    const std::string from = "listen: 127.0.0.1:0\n";
+    pinned.replace(pinned.find(from), from.size(), "listen: " + manager_address_ + "\n");
+    NETFOLD_RETURN_IF_ERROR(WriteFile(config_file, pinned));
+  }
 
   for (const std::string& name : switch_names_) {
     const std::string admin_file = absl::StrFormat("%s/%s.admin_port", state_dir_, name);
@@ -320,6 +335,26 @@ absl::Status LocalFabric::Kill(const std::string& name, int signal) {
       }
       return absl::OkStatus();
     }
+  }
+  return absl::NotFoundError(absl::StrFormat("no daemon %s", name));
+}
+
+absl::Status LocalFabric::Restart(const std::string& name, absl::Duration timeout) {
+  for (Daemon& d : daemons_) {
+    if (d.name != name) continue;
+    if (d.pid > 0 && waitpid(d.pid, nullptr, WNOHANG) == 0) {
+      return absl::FailedPreconditionError(absl::StrFormat("%s is still running", name));
+    }
+    const std::string port_file = name == "manager"
+                                      ? state_dir_ + "/manager.port"
+                                      : absl::StrFormat("%s/%s.admin_port", state_dir_, name);
+    std::remove(port_file.c_str());
+    NETFOLD_ASSIGN_OR_RETURN(pid_t pid, Spawn(name, d.argv, d.detach));
+    NETFOLD_RETURN_IF_ERROR(WritePids());
+    NETFOLD_ASSIGN_OR_RETURN(int port, WaitForPortFile(port_file, pid, timeout,
+                                                       absl::StrFormat("%s/%s.log", state_dir_, name)));
+    if (name != "manager") d.admin_address = absl::StrFormat("127.0.0.1:%d", port);
+    return WaitForSwitches(timeout);
   }
   return absl::NotFoundError(absl::StrFormat("no daemon %s", name));
 }

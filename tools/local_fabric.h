@@ -60,9 +60,13 @@ class LocalFabric {
   // Leaves the daemons running (their pids stay in the state directory).
   void Release() { released_ = true; }
 
-  // Kills and restarts one daemon ("manager" or a switch name), e.g. for
-  // fault tests. The new process gets the same addresses where possible.
+  // Sends `signal` to one daemon ("manager" or a switch name), e.g. SIGKILL,
+  // SIGSTOP/SIGCONT for fault tests; SIGKILL also reaps it.
   absl::Status Kill(const std::string& name, int signal);
+  // Starts a daemon again after it was killed, with the same command line
+  // (the manager keeps its port and journal; a switch gets new ports and
+  // registers again), and waits until every switch is UP.
+  absl::Status Restart(const std::string& name, absl::Duration timeout = absl::Seconds(30));
 
   // Stops the daemons recorded in `state_dir` (netfold down).
   static absl::Status StopStateDir(const std::string& state_dir,
@@ -81,6 +85,8 @@ class LocalFabric {
     std::string name;
     pid_t pid = -1;
     std::string admin_address;
+    std::vector<std::string> argv;
+    bool detach = false;
   };
   LocalFabric() = default;
   absl::Status Launch(const LocalFabricOptions& options);

@@ -91,7 +91,7 @@ std::vector<std::string_view> Split(std::string_view text, char sep, bool skip_e
 }  // namespace
 
 bool ImpairmentConfig::IsIdentity() const {
-  return !link_down && drop == 0 && burst_enter == 0 && duplicate == 0 && corrupt == 0 &&
+  return !link_down && drop == 0 && multicast_drop == 0 && burst_enter == 0 && duplicate == 0 && corrupt == 0 &&
          reorder == 0 && delay == absl::ZeroDuration() && jitter == absl::ZeroDuration() &&
          rate_bps == 0;
 }
@@ -102,6 +102,7 @@ std::string ImpairmentConfig::ToString() const {
   parts.push_back(absl::StrFormat("seed=%d", seed));
   if (link_down) parts.push_back("down=1");
   if (drop > 0) parts.push_back(absl::StrFormat("drop=%g", drop));
+  if (multicast_drop > 0) parts.push_back(absl::StrFormat("mcast_drop=%g", multicast_drop));
   if (burst_enter > 0) {
     parts.push_back(absl::StrFormat("burst=%g:%g:%g", burst_enter, burst_exit, burst_drop));
   }
@@ -166,6 +167,8 @@ absl::StatusOr<ImpairmentConfig> ParseImpairment(std::string_view text) {
       c.link_down = value == "1";
     } else if (key == "drop") {
       NF_TRY(c.drop, ParseProbability(value, item));
+    } else if (key == "mcast_drop") {
+      NF_TRY(c.multicast_drop, ParseProbability(value, item));
     } else if (key == "burst") {
       if (absl::Status s = want_fields(2, 3); !s.ok()) return s;
       NF_TRY(c.burst_enter, ParseProbability(fields[0], item));
@@ -189,7 +192,7 @@ absl::StatusOr<ImpairmentConfig> ParseImpairment(std::string_view text) {
       NF_TRY(c.rate_queue, ParseDurationItem(value, item));
     } else {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "impairment '%s': unknown key '%s' (seed, down, drop, burst, dup, corrupt, reorder, "
+          "impairment '%s': unknown key '%s' (seed, down, drop, mcast_drop, burst, dup, corrupt, reorder, "
           "delay, jitter, rate, queue)",
           item, key));
     }
@@ -266,6 +269,11 @@ void LinkImpairment::Process(std::span<PacketBuffer* const> in, std::vector<Pack
     counters_.packets_in.fetch_add(1, std::memory_order_relaxed);
     if (c.link_down) {
       counters_.dropped_down.fetch_add(1, std::memory_order_relaxed);
+      PacketPool::Free(p);
+      continue;
+    }
+    if (c.multicast_drop > 0 && p->dst.IsMulticast() && Uniform() < c.multicast_drop) {
+      counters_.dropped_multicast.fetch_add(1, std::memory_order_relaxed);
       PacketPool::Free(p);
       continue;
     }

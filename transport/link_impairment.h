@@ -10,6 +10,7 @@
 //
 // Faults, applied in this order to each packet:
 //   link down  -> dropped
+//   multicast loss (mcast_drop: only packets to a multicast group)
 //   random loss (drop) and bursty loss (Gilbert-Elliott: a good and a bad
 //   state; each packet moves good->bad with p=burst_enter, bad->good with
 //   p=burst_exit, and is lost with p=burst_drop in the bad state)
@@ -51,6 +52,7 @@ struct ImpairmentConfig {
   uint64_t seed = 1;
   bool link_down = false;
   double drop = 0;          // independent loss probability
+  double multicast_drop = 0;  // loss probability of packets to a multicast group only
   double burst_enter = 0;   // Gilbert-Elliott good -> bad
   double burst_exit = 0.5;  // Gilbert-Elliott bad -> good
   double burst_drop = 1.0;  // loss probability in the bad state
@@ -71,7 +73,7 @@ struct ImpairmentConfig {
 };
 
 // Parses a comma-separated list of key=value (spaces ignored):
-//   seed=N  down=0|1  drop=P  burst=ENTER:EXIT[:DROP]  dup=P  corrupt=P
+//   seed=N  down=0|1  drop=P  mcast_drop=P  burst=ENTER:EXIT[:DROP]  dup=P  corrupt=P
 //   reorder=P[:DELAY]  delay=DUR  jitter=DUR  rate=N[k|m|g]bit  queue=DUR
 // P is a probability in [0,1]; DUR is a number with ns|us|ms|s. "" and "none"
 // give the identity. InvalidArgument names the offending item.
@@ -82,6 +84,7 @@ struct ImpairmentCounters {
   std::atomic<uint64_t> packets_out{0};
   std::atomic<uint64_t> dropped_down{0};
   std::atomic<uint64_t> dropped_random{0};
+  std::atomic<uint64_t> dropped_multicast{0};
   std::atomic<uint64_t> dropped_burst{0};
   std::atomic<uint64_t> dropped_rate{0};
   std::atomic<uint64_t> duplicated{0};

@@ -41,11 +41,12 @@ class LinkImpairmentTest : public ::testing::Test {
 
 TEST(ImpairmentParse, AcceptsEveryKeyAndRoundTrips) {
   auto c = ParseImpairment(
-      "seed=42, drop=0.1, burst=0.01:0.25:0.9, dup=0.05, corrupt=0.01, reorder=0.2:300us, "
+      "seed=42, drop=0.1, mcast_drop=0.05, burst=0.01:0.25:0.9, dup=0.05, corrupt=0.01, reorder=0.2:300us, "
       "delay=2ms, jitter=100us, rate=100mbit, queue=5ms, down=0");
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->seed, 42u);
   EXPECT_DOUBLE_EQ(c->drop, 0.1);
+  EXPECT_DOUBLE_EQ(c->multicast_drop, 0.05);
   EXPECT_DOUBLE_EQ(c->burst_enter, 0.01);
   EXPECT_DOUBLE_EQ(c->burst_exit, 0.25);
   EXPECT_DOUBLE_EQ(c->burst_drop, 0.9);
@@ -126,6 +127,19 @@ TEST_F(LinkImpairmentTest, RandomLossHasTheConfiguredRateAndIsReproducible) {
   EXPECT_NEAR(loss, 0.1, 0.011);
   c.seed = 8;
   EXPECT_NE(Survivors(pool_, clock_, c, n), a) << "another seed, other faults";
+}
+
+TEST_F(LinkImpairmentTest, MulticastLossSparesUnicast) {
+  LinkImpairment stage(*ParseImpairment("mcast_drop=1"), clock_);
+  auto in = Make(10);
+  for (uint32_t i = 0; i < 10; ++i) in[i]->dst = i % 2 ? Ipv4Endpoint{0xe0000001, 1} : Ipv4Endpoint{1, 1};
+  std::vector<PacketBuffer*> out;
+  stage.Process(in, &out);
+  ASSERT_EQ(out.size(), 5u);
+  for (PacketBuffer* p : out) EXPECT_FALSE(p->dst.IsMulticast());
+  EXPECT_EQ(stage.counters().dropped_multicast, 5u);
+  EXPECT_EQ(ParseImpairment("mcast_drop=0.25")->ToString(), "seed=1,mcast_drop=0.25");
+  FreeAll(out);
 }
 
 TEST_F(LinkImpairmentTest, BurstLossComesInRuns) {
