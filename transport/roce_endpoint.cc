@@ -40,6 +40,22 @@ absl::StatusOr<RcQueuePair*> RoceEndpoint::CreateRcQp(const RcQpConfig& config) 
   return raw;
 }
 
+absl::StatusOr<RcQueuePair*> RoceEndpoint::CreateRcQpWithQpn(uint32_t qpn,
+                                                              const RcQpConfig& config) {
+  if (qpn < kFirstAssignableQpn || qpn >= kMulticastQpn) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "QPN 0x%x is not assignable (0x%x..0x%x)", qpn, kFirstAssignableQpn, kMulticastQpn - 1));
+  }
+  if (rc_qps_.contains(qpn) || ud_qps_.contains(qpn)) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("QP 0x%06x already exists on %s", qpn, local().ToString()));
+  }
+  auto qp = std::make_unique<RcQueuePair>(qpn, config, clock_);
+  RcQueuePair* raw = qp.get();
+  rc_qps_[qpn] = std::move(qp);
+  return raw;
+}
+
 absl::StatusOr<UdQueuePair*> RoceEndpoint::CreateUdQp(const UdQpConfig& config) {
   const uint32_t qpn = NextQpn();
   auto qp = std::make_unique<UdQueuePair>(qpn, config, &port_->pool(), port_->local());

@@ -67,6 +67,11 @@ class RoceEndpoint {
   // Creates a QP in RESET with a fresh QPN. The endpoint owns it; the pointer
   // is valid until DestroyQp or the endpoint's destruction.
   absl::StatusOr<RcQueuePair*> CreateRcQp(const RcQpConfig& config = {});
+  // Creates a QP in RESET with the QPN `qpn`, for peers configured with fixed
+  // QPNs (static configurations). InvalidArgument if `qpn` is reserved
+  // (0, 1) or not a 24-bit unicast QPN; AlreadyExists if an RC or UD QP has
+  // it. Automatic numbering (CreateRcQp/CreateUdQp) skips taken QPNs.
+  absl::StatusOr<RcQueuePair*> CreateRcQpWithQpn(uint32_t qpn, const RcQpConfig& config = {});
   absl::StatusOr<UdQueuePair*> CreateUdQp(const UdQpConfig& config);
   // NotFound if there is no such QP. Detaches a UD QP from its groups.
   absl::Status DestroyQp(uint32_t qpn);
