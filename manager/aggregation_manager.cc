@@ -389,6 +389,13 @@ absl::StatusOr<uint64_t> AggregationManager::NextJobIdLocked() {
 }
 
 absl::StatusOr<uint64_t> AggregationManager::NextGroupIdLocked() {
+  if (next_group_id_ > kMaxGroupId) {
+    // The aggregation header carries 32 bits of group id: a larger id could
+    // not be told apart on the wire.
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "group ids are exhausted: the aggregation header carries %d bits (ids 1..%d)", 32,
+        kMaxGroupId));
+  }
   if (next_group_id_ >= group_id_limit_) {
     group_id_limit_ = next_group_id_ + kIdBlock;
     NETFOLD_RETURN_IF_ERROR(WriteCountersLocked());
@@ -1030,6 +1037,25 @@ control::GroupInfo AggregationManager::GroupInfoLocked(const Group& g) const {
   return info;
 }
 
+namespace {
+
+// The member ranks at and below `switch_index` in `subtree`, ascending.
+std::vector<uint32_t> SubtreeRanks(const Subtree& subtree, int switch_index) {
+  std::vector<uint32_t> out;
+  std::vector<int> todo = {switch_index};
+  while (!todo.empty()) {
+    const SubtreeNode* n = subtree.Find(todo.back());
+    todo.pop_back();
+    if (n == nullptr) continue;
+    out.insert(out.end(), n->host_ranks.begin(), n->host_ranks.end());
+    todo.insert(todo.end(), n->child_switches.begin(), n->child_switches.end());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
 control::ManagerMessage AggregationManager::InstallMessageLocked(const Group& g,
                                                                  const SubtreeNode& node) const {
   const Job& job = jobs_.at(g.job_id);
@@ -1049,11 +1075,13 @@ control::ManagerMessage AggregationManager::InstallMessageLocked(const Group& g,
   for (uint32_t r : node.host_ranks) {
     control::GroupChild* c = ig->add_children();
     c->set_rank(r);
+    c->add_subtree_ranks(r);
     c->set_qpn(job.ranks.at(r).leaf_qpn);
   }
   for (int child : node.child_switches) {
     control::GroupChild* c = ig->add_children();
     c->set_switch_name(topo_->switch_at(child).name);
+    for (uint32_t r : SubtreeRanks(g.placement.subtree, child)) c->add_subtree_ranks(r);
     auto it = links_.find({tree, child});
     c->set_qpn(it == links_.end() ? 0 : it->second.parent_qpn);
   }

@@ -53,6 +53,11 @@
 
 namespace netfold::manager {
 
+// The largest group id the manager hands out: the aggregation header
+// (docs/protocol.md) carries group_id in 32 bits. Tree ids stay below
+// kMaxTrees (tree_planner.h) for its 16-bit tree_id.
+inline constexpr uint64_t kMaxGroupId = 0xFFFFFFFFull;
+
 // Per-job policy limits and the defaults of an unspecified quota.
 struct JobLimits {
   uint32_t max_jobs = 1024;

@@ -227,11 +227,18 @@ TEST_F(ManagerTest, JobAndGroupLifecycleOnTwoLevel) {
   EXPECT_EQ(root->pkey(), job.pkey());
   EXPECT_EQ(root->qkey(), job.qkey());
   EXPECT_EQ(root->multicast_address(), g->multicast_address());
+  // Each child names the member ranks below it (the node routes reduce
+  // results and checks bcast roots with them).
+  EXPECT_EQ(std::vector<uint32_t>(root->children(1).subtree_ranks().begin(),
+                                  root->children(1).subtree_ranks().end()),
+            (std::vector<uint32_t>{2, 3}));
   std::optional<control::InstallGroup> leaf1 = fabric_->Get("leaf1")->GetGroup(g->group_id());
   ASSERT_TRUE(leaf1.has_value());
   EXPECT_FALSE(leaf1->is_root());
   ASSERT_EQ(leaf1->children_size(), 2);
   EXPECT_EQ(leaf1->children(0).rank(), 2u);
+  ASSERT_EQ(leaf1->children(0).subtree_ranks_size(), 1);
+  EXPECT_EQ(leaf1->children(0).subtree_ranks(0), 2u);
   // The leaf's parent QP and the root's child QP are the two ends of one link.
   std::optional<FakeSwitch::Qp> up = fabric_->Get("leaf1")->GetQp(leaf1->parent_qpn());
   ASSERT_TRUE(up.has_value());
@@ -253,6 +260,31 @@ TEST_F(ManagerTest, JobAndGroupLifecycleOnTwoLevel) {
   EXPECT_EQ(st.jobs_size(), 0);
   EXPECT_EQ(SwitchStatus(st, "leaf0")->used().qps(), 1u);
   ExpectLedgerMatchesSwitches();
+}
+
+TEST_F(ManagerTest, GroupIdsStopAtTheAggregationHeaderWidth) {
+  Start("single_switch.yaml");
+  // A manager whose id counter is at the last 32-bit id (as if recovered
+  // from a journal that got there).
+  state::Snapshot snap;
+  snap.mutable_counters()->set_group_id_limit(kMaxGroupId);
+  am_ = std::make_unique<AggregationManager>(*topo_, options_, clock_, fabric_.get(), nullptr);
+  ASSERT_TRUE(am_->Recover(snap).ok());
+  RegisterAll();
+  control::CreateJobResponse job = CreateJob({"h0", "h1"}, [] {
+    control::JobQuota q;
+    q.set_max_groups(4);
+    return q;
+  }());
+  AttachAll(job, 2);
+  absl::StatusOr<control::GroupInfo> last = Group(job, {0, 1});
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->group_id(), kMaxGroupId);
+  absl::StatusOr<control::GroupInfo> beyond = Group(job, {0, 1});
+  EXPECT_EQ(beyond.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(beyond.status().message().find("32 bits"), std::string::npos) << beyond.status();
+  ExpectLedgerMatchesSwitches();  // the refused group reserved nothing
+  for (const Tree& t : PlanTrees(*topo_)) EXPECT_LT(t.id, kMaxTrees);
 }
 
 TEST_F(ManagerTest, GroupInsideOneLeafNeverLeavesIt) {

@@ -13,6 +13,7 @@ std::vector<Tree> PlanTrees(const Topology& topo) {
   std::vector<Tree> trees;
   for (int root = 0; root < n; ++root) {
     if (!topo.switch_at(root).up.empty()) continue;
+    if (trees.size() >= kMaxTrees) break;  // tree_id is 16 bits on the wire
     if (trees_used[root] >= topo.switch_at(root).capacity.trees) continue;
     Tree tree;
     tree.id = static_cast<uint32_t>(trees.size());

@@ -29,6 +29,10 @@
 
 namespace netfold::manager {
 
+// At most this many trees are planned (ids 0..kMaxTrees-1): the aggregation
+// header carries tree_id in 16 bits. Roots beyond it are left without a tree.
+inline constexpr uint32_t kMaxTrees = 1u << 16;
+
 struct Tree {
   uint32_t id = 0;
   int root = -1;

@@ -103,11 +103,17 @@ absl::StatusOr<QpCreated> SwitchDataPlane::CreateQp(const QpRequest& request) {
           quota.max_qps));
     }
   }
+  if (request.psn && *request.psn > 0xffffff) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("switch %s: PSN 0x%x is not 24-bit", config_.name, *request.psn));
+  }
   transport::RcQpConfig rc_config;
   rc_config.max_send_queue = 1024;
   rc_config.max_recv_queue = 1024;
   rc_config.max_message_size = 64 * 1024;
-  NETFOLD_ASSIGN_OR_RETURN(transport::RcQueuePair * rc, endpoint_.CreateRcQp(rc_config));
+  NETFOLD_ASSIGN_OR_RETURN(transport::RcQueuePair * rc,
+                           request.qpn ? endpoint_.CreateRcQpWithQpn(*request.qpn, rc_config)
+                                       : endpoint_.CreateRcQp(rc_config));
   transport::RcQpAttributes attrs;
   attrs.pkey = request.pkey;
   if (absl::Status s = rc->Modify(QpState::kInit, attrs); !s.ok()) {
@@ -123,7 +129,7 @@ absl::StatusOr<QpCreated> SwitchDataPlane::CreateQp(const QpRequest& request) {
   uint64_t z = psn_state_;
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  qp->local_psn = static_cast<uint32_t>((z ^ (z >> 31)) & 0xffffff);
+  qp->local_psn = request.psn ? *request.psn : static_cast<uint32_t>((z ^ (z >> 31)) & 0xffffff);
   const QpCreated created{rc->qpn(), qp->local_psn};
   qps_[rc->qpn()] = std::move(qp);
   if (request.job_id != 0) ++usage_[request.job_id].qps;
@@ -467,6 +473,11 @@ void SwitchDataPlane::ForEachNode(
 void SwitchDataPlane::ForEachQp(
     const std::function<void(const std::string&, const transport::RcQueuePair&)>& fn) const {
   for (const auto& [qpn, qp] : qps_) fn(qp->peer, *qp->rc);
+}
+
+uint64_t SwitchDataPlane::QpJobId(uint32_t qpn) const {
+  auto it = qps_.find(qpn);
+  return it == qps_.end() ? 0 : it->second->job_id;
 }
 
 }  // namespace netfold::sw

@@ -74,6 +74,10 @@ struct QpRequest {
   uint32_t remote_qpn = 0;
   uint32_t remote_psn = 0;
   std::string peer;         // for logs and counters: "job 7 rank 3", "s2"
+  // Fixed numbers for statically configured peers (netfold-switchd's static
+  // mode); unset: the switch picks. A taken QPN fails with AlreadyExists.
+  std::optional<uint32_t> qpn;
+  std::optional<uint32_t> psn;  // 24-bit
 };
 
 struct QpCreated {
@@ -176,6 +180,8 @@ class SwitchDataPlane {
   void ForEachNode(const std::function<void(const GroupSpec&, const AggregationNode&)>& fn) const;
   void ForEachQp(const std::function<void(const std::string& peer,
                                           const transport::RcQueuePair&)>& fn) const;
+  // The job a QP is charged to (0: a switch-to-switch QP or no such QP).
+  uint64_t QpJobId(uint32_t qpn) const;
 
  private:
   struct Qp;

@@ -1,0 +1,342 @@
+// The switch side of the control protocol (docs/control_plane.md, "Commands
+// and the switch contract") over a real SwitchDataPlane, and the admin
+// API's answers (counters, groups, link faults) built from it.
+#include "switch/control_commands.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "base/clock.h"
+#include "gtest/gtest.h"
+#include "switch/switch_admin_service.h"
+#include "transport/memory_port.h"
+#include "transport/peer_impaired_port.h"
+
+namespace netfold::sw {
+namespace {
+
+using transport::Ipv4Endpoint;
+using transport::QpState;
+
+constexpr Ipv4Endpoint kSwitch{0x0a000001, 4791};
+constexpr uint32_t kPkey = 0x8001;
+
+class CommandsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto inner = net_.CreatePort({.local = kSwitch});
+    ASSERT_TRUE(inner.ok());
+    auto port = std::make_unique<transport::PeerImpairedPort>(std::move(*inner), clock_);
+    port_ = port.get();
+    SwitchConfig config;
+    config.name = "leaf0";
+    config.max_slot_bytes = 1024;
+    dp_ = std::make_unique<SwitchDataPlane>(std::move(port), clock_, config);
+  }
+
+  control::CommandResult Run(const control::ManagerMessage& m) {
+    return ExecuteCommand(*dp_, m, limits_);
+  }
+
+  // A host QP of job 1 toward rank `rank`, connected at once.
+  uint32_t HostQp(uint32_t rank) {
+    control::ManagerMessage m;
+    m.set_command_id(++next_id_);
+    control::CreateQp* c = m.mutable_create_qp();
+    c->mutable_peer()->mutable_host()->set_job_id(1);
+    c->mutable_peer()->mutable_host()->set_rank(rank);
+    c->set_pkey(kPkey);
+    c->mutable_remote()->set_address(absl::StrFormat("10.0.2.%d:4791", rank + 1));
+    c->mutable_remote()->set_qpn(0x300 + rank);
+    c->mutable_remote()->set_psn(rank);
+    control::CommandResult r = Run(m);
+    EXPECT_EQ(r.code(), 0) << r.message();
+    EXPECT_EQ(r.command_id(), next_id_);
+    return r.qp().qpn();
+  }
+
+  // A switch QP toward `name`, connected unless `connect` is false.
+  uint32_t SwitchQp(const std::string& name, bool connect = true) {
+    control::ManagerMessage m;
+    m.mutable_create_qp()->mutable_peer()->mutable_switch_peer()->set_name(name);
+    m.mutable_create_qp()->set_pkey(0xffff);
+    control::CommandResult r = Run(m);
+    EXPECT_EQ(r.code(), 0) << r.message();
+    if (connect) {
+      control::ManagerMessage c;
+      c.mutable_connect_qp()->set_qpn(r.qp().qpn());
+      c.mutable_connect_qp()->mutable_remote()->set_address("10.0.1.9:4791");
+      c.mutable_connect_qp()->mutable_remote()->set_qpn(0x400);
+      c.mutable_connect_qp()->mutable_remote()->set_psn(7);
+      EXPECT_EQ(Run(c).code(), 0);
+    }
+    return r.qp().qpn();
+  }
+
+  control::ManagerMessage Install(uint64_t group, uint32_t epoch, uint32_t tree,
+                                  const std::vector<uint32_t>& rank_qpns,
+                                  std::optional<uint32_t> switch_child = std::nullopt) {
+    control::ManagerMessage m;
+    control::InstallGroup* ig = m.mutable_install_group();
+    ig->set_tree_id(tree);
+    ig->set_group_id(group);
+    ig->set_epoch(epoch);
+    ig->set_job_id(1);
+    ig->set_pkey(kPkey);
+    ig->set_qkey(0x1234);
+    ig->set_num_slots(4);
+    ig->set_slot_bytes(512);
+    ig->set_delivery(control::DELIVERY_MULTICAST);
+    ig->set_multicast_address("239.77.0.1:4791");
+    ig->set_is_root(true);
+    for (size_t r = 0; r < rank_qpns.size(); ++r) {
+      control::GroupChild* c = ig->add_children();
+      c->set_rank(static_cast<uint32_t>(r));
+      c->set_qpn(rank_qpns[r]);
+    }
+    if (switch_child) {
+      control::GroupChild* c = ig->add_children();
+      c->set_switch_name("leaf1");
+      c->set_qpn(*switch_child);
+      c->add_subtree_ranks(5);
+      c->add_subtree_ranks(4);
+    }
+    for (uint32_t r = 0; r < rank_qpns.size(); ++r) ig->add_member_ranks(r);
+    return m;
+  }
+
+  static control::ManagerMessage Remove(uint64_t group, uint32_t epoch) {
+    control::ManagerMessage m;
+    m.mutable_remove_group()->set_group_id(group);
+    m.mutable_remove_group()->set_epoch(epoch);
+    return m;
+  }
+
+  FakeClock clock_{absl::Seconds(1)};
+  transport::MemoryNetwork net_;
+  transport::PeerImpairedPort* port_ = nullptr;
+  std::unique_ptr<SwitchDataPlane> dp_;
+  CommandLimits limits_;
+  uint64_t next_id_ = 0;
+};
+
+TEST_F(CommandsTest, QpCommandsFollowTheContract) {
+  const uint32_t host = HostQp(3);
+  EXPECT_EQ(dp_->endpoint().FindRcQp(host)->state(), QpState::kRts);
+  EXPECT_EQ(dp_->endpoint().FindRcQp(host)->attributes().pkey, kPkey);
+  EXPECT_EQ(dp_->QpJobId(host), 1u);
+
+  const uint32_t link = SwitchQp("root0", /*connect=*/false);
+  EXPECT_EQ(dp_->endpoint().FindRcQp(link)->state(), QpState::kInit);
+  EXPECT_EQ(dp_->QpJobId(link), 0u);
+  control::ManagerMessage c;
+  c.mutable_connect_qp()->set_qpn(link);
+  c.mutable_connect_qp()->mutable_remote()->set_address("10.0.1.9:4791");
+  c.mutable_connect_qp()->mutable_remote()->set_qpn(0x400);
+  EXPECT_EQ(Run(c).code(), 0);
+  EXPECT_EQ(Run(c).code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  c.mutable_connect_qp()->set_qpn(0x9999);
+  EXPECT_EQ(Run(c).code(), static_cast<int>(absl::StatusCode::kNotFound));
+
+  control::ManagerMessage bad;
+  bad.mutable_create_qp()->set_pkey(kPkey);  // no peer
+  EXPECT_EQ(Run(bad).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  bad.mutable_create_qp()->mutable_peer()->mutable_host()->set_job_id(1);
+  bad.mutable_create_qp()->mutable_remote()->set_address("not-an-address");
+  bad.mutable_create_qp()->mutable_remote()->set_qpn(5);
+  EXPECT_EQ(Run(bad).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(dp_->num_qps(), 2u);
+
+  control::ManagerMessage d;
+  d.set_command_id(77);
+  d.mutable_destroy_qp()->set_qpn(host);
+  control::CommandResult r = Run(d);
+  EXPECT_EQ(r.code(), 0);
+  EXPECT_EQ(r.command_id(), 77u);
+  EXPECT_EQ(Run(d).code(), static_cast<int>(absl::StatusCode::kNotFound));
+
+  control::ManagerMessage unknown;
+  unknown.set_command_id(5);
+  EXPECT_EQ(Run(unknown).code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(CommandsTest, InstallGroupFollowsTheContract) {
+  const uint32_t q0 = HostQp(0);
+  const uint32_t q1 = HostQp(1);
+  const uint32_t down = SwitchQp("leaf1");
+  const uint32_t unconnected = SwitchQp("leaf2", /*connect=*/false);
+  auto code = [&](const control::ManagerMessage& m) { return Run(m).code(); };
+  const int kInvalid = static_cast<int>(absl::StatusCode::kInvalidArgument);
+  const int kPrecondition = static_cast<int>(absl::StatusCode::kFailedPrecondition);
+
+  // Widths of the aggregation header.
+  control::CommandResult r = Run(Install(1ull << 32, 1, 0, {q0, q1}));
+  EXPECT_EQ(r.code(), kInvalid);
+  EXPECT_NE(r.message().find("32-bit group_id"), std::string::npos) << r.message();
+  r = Run(Install(1, 1, 1u << 16, {q0, q1}));
+  EXPECT_EQ(r.code(), kInvalid);
+  EXPECT_NE(r.message().find("16-bit tree_id"), std::string::npos) << r.message();
+  // QPs that are missing or not connected.
+  EXPECT_EQ(code(Install(1, 1, 0, {q0, 0x9999})), kPrecondition);
+  EXPECT_EQ(code(Install(1, 1, 0, {q0, unconnected})), kPrecondition);
+  control::ManagerMessage no_parent = Install(1, 1, 0, {q0, q1});
+  no_parent.mutable_install_group()->set_is_root(false);
+  no_parent.mutable_install_group()->set_parent_qpn(unconnected);
+  EXPECT_EQ(code(no_parent), kPrecondition);
+  // Slots above capacity, a switch child without its ranks, a bad group address.
+  control::ManagerMessage big = Install(1, 1, 0, {q0, q1});
+  big.mutable_install_group()->set_slot_bytes(2048);
+  EXPECT_EQ(code(big), kInvalid);
+  control::ManagerMessage bare = Install(1, 1, 0, {q0}, down);
+  bare.mutable_install_group()->mutable_children(1)->clear_subtree_ranks();
+  r = Run(bare);
+  EXPECT_EQ(r.code(), kInvalid);
+  EXPECT_NE(r.message().find("subtree_ranks"), std::string::npos) << r.message();
+  control::ManagerMessage unicast = Install(1, 1, 0, {q0, q1});
+  unicast.mutable_install_group()->set_multicast_address("10.1.1.1:4791");
+  EXPECT_EQ(code(unicast), kInvalid);
+  EXPECT_EQ(dp_->num_groups(), 0u);
+
+  // Installed, with the switch child's ranks sorted; again: a no-op.
+  ASSERT_EQ(code(Install(1, 5, 0, {q0}, down)), 0);
+  ASSERT_EQ(code(Install(1, 5, 0, {q0}, down)), 0);
+  EXPECT_EQ(dp_->num_groups(), 1u);
+  const GroupSpec* g = FindGroupById(*dp_, 1);
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(g->children[1].ranks, (std::vector<uint32_t>{4, 5}));
+  EXPECT_EQ(g->children[0].ranks, (std::vector<uint32_t>{0}));
+  ASSERT_TRUE(g->multicast.has_value());
+  // Older epoch refused; newer replaces, even on another tree.
+  EXPECT_EQ(code(Install(1, 4, 0, {q0}, down)), kPrecondition);
+  ASSERT_EQ(code(Install(1, 6, 2, {q0, q1})), 0);
+  EXPECT_EQ(dp_->num_groups(), 1u);
+  g = FindGroupById(*dp_, 1);
+  EXPECT_EQ(g->tree_id, 2);
+  EXPECT_EQ(g->epoch, 6u);
+  EXPECT_EQ(dp_->num_slots_used(), 4u);
+
+  // remove_group: another epoch leaves it, epoch 0 removes any, absent is OK.
+  EXPECT_EQ(code(Remove(1, 5)), 0);
+  EXPECT_EQ(dp_->num_groups(), 1u);
+  EXPECT_EQ(code(Remove(1, 0)), 0);
+  EXPECT_EQ(dp_->num_groups(), 0u);
+  EXPECT_EQ(dp_->num_slots_used(), 0u);
+  EXPECT_EQ(code(Remove(1, 0)), 0);
+}
+
+TEST_F(CommandsTest, TreesPerSwitchAreLimited) {
+  limits_.max_trees = 1;
+  const uint32_t q0 = HostQp(0);
+  ASSERT_EQ(Run(Install(1, 1, 0, {q0})).code(), 0);
+  ASSERT_EQ(Run(Install(2, 1, 0, {q0})).code(), 0);
+  control::CommandResult r = Run(Install(3, 1, 1, {q0}));
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kResourceExhausted));
+  // Moving the only group of tree 0 to tree 1 is fine once it is alone there.
+  ASSERT_EQ(Run(Remove(2, 0)).code(), 0);
+  EXPECT_EQ(Run(Install(1, 2, 1, {q0})).code(), 0);
+}
+
+TEST_F(CommandsTest, DestroyingAQpRemovesTheGroupsUsingIt) {
+  const uint32_t q0 = HostQp(0);
+  const uint32_t q1 = HostQp(1);
+  ASSERT_EQ(Run(Install(1, 1, 0, {q0, q1})).code(), 0);
+  ASSERT_EQ(Run(Install(2, 1, 0, {q0})).code(), 0);
+  control::ManagerMessage d;
+  d.mutable_destroy_qp()->set_qpn(q1);
+  EXPECT_EQ(Run(d).code(), 0);
+  EXPECT_EQ(FindGroupById(*dp_, 1), nullptr);
+  EXPECT_NE(FindGroupById(*dp_, 2), nullptr);
+  EXPECT_EQ(dp_->num_slots_used(), 4u);
+}
+
+TEST_F(CommandsTest, RegistrationReportsWhatIsHeld) {
+  const uint32_t q0 = HostQp(0);
+  const uint32_t link = SwitchQp("root0");
+  control::ManagerMessage m = Install(9, 3, 4, {q0});
+  m.mutable_install_group()->set_is_root(false);
+  m.mutable_install_group()->set_parent_qpn(link);
+  ASSERT_EQ(Run(m).code(), 0);
+  control::RegisterSwitch reg;
+  FillHeldState(*dp_, &reg);
+  ASSERT_EQ(reg.installed_groups_size(), 1);
+  EXPECT_EQ(reg.installed_groups(0).group_id(), 9u);
+  EXPECT_EQ(reg.installed_groups(0).epoch(), 3u);
+  EXPECT_EQ(reg.installed_groups(0).tree_id(), 4u);
+  ASSERT_EQ(reg.qpns_size(), 2);
+  EXPECT_EQ(reg.qpns(0), std::min(q0, link));
+  control::ResourceUsage u = UsageOf(*dp_);
+  EXPECT_EQ(u.groups(), 1u);
+  EXPECT_EQ(u.slots(), 4u);
+  EXPECT_EQ(u.qps(), 2u);
+  control::SwitchCapacity cap = CapacityOf(dp_->config(), 12);
+  EXPECT_EQ(cap.max_trees(), 12u);
+  EXPECT_EQ(cap.slot_bytes(), 1024u);
+}
+
+TEST_F(CommandsTest, AdminAnswersDescribeTheSwitch) {
+  const uint32_t q0 = HostQp(0);
+  const uint32_t q1 = HostQp(1);
+  ASSERT_EQ(Run(Install(1, 1, 0, {q0, q1})).code(), 0);
+
+  control::ListGroupsResponse groups;
+  FillGroups(*dp_, &groups);
+  ASSERT_EQ(groups.groups_size(), 1);
+  const control::SwitchGroup& g = groups.groups(0);
+  EXPECT_EQ(g.group_id(), 1u);
+  EXPECT_TRUE(g.is_root());
+  EXPECT_EQ(g.multicast_address(), "239.77.0.1:4791");
+  ASSERT_EQ(g.children_size(), 2);
+  EXPECT_EQ(g.children(1).qpn(), q1);
+  EXPECT_EQ(g.children(1).peer(), "job 1 rank 1");
+  EXPECT_EQ(g.busy_slots(), 0u);
+  EXPECT_EQ(groups.usage().slots(), 4u);
+
+  // A link fault toward rank 0's address, then on every peer.
+  control::SetLinkFaultRequest req;
+  req.set_peer("10.0.2.1:4791");
+  req.set_direction(control::LINK_DIRECTION_SEND);
+  req.set_impairment("drop=0.25,seed=4");
+  absl::StatusOr<control::SetLinkFaultResponse> lf = ApplyLinkFault(*port_, req);
+  ASSERT_TRUE(lf.ok()) << lf.status();
+  ASSERT_EQ(lf->links_size(), 1);
+  EXPECT_EQ(lf->links(0).peer(), "10.0.2.1:4791");
+  EXPECT_NE(lf->links(0).send().find("drop=0.25"), std::string::npos) << lf->links(0).send();
+  EXPECT_EQ(lf->links(0).receive(), "none");
+  req.set_peer("all");
+  req.set_direction(control::LINK_DIRECTION_BOTH);
+  req.set_impairment("none");
+  lf = ApplyLinkFault(*port_, req);
+  ASSERT_TRUE(lf.ok()) << lf.status();
+  EXPECT_EQ(lf->links(lf->links_size() - 1).peer(), "default");
+  for (const auto& l : lf->links()) EXPECT_EQ(l.send(), "none") << l.peer();
+  req.set_impairment("drop=3");
+  EXPECT_EQ(ApplyLinkFault(*port_, req).status().code(), absl::StatusCode::kInvalidArgument);
+  req.set_impairment("");
+  req.set_peer("somewhere");
+  EXPECT_EQ(ApplyLinkFault(*port_, req).status().code(), absl::StatusCode::kInvalidArgument);
+
+  control::GetCountersResponse counters;
+  FillCounters(*dp_, port_, &counters);
+  ASSERT_EQ(counters.qps_size(), 2);
+  EXPECT_EQ(counters.qps(0).state(), "RTS");
+  EXPECT_EQ(counters.qps(0).job_id(), 1u);
+  EXPECT_FALSE(counters.qps(0).remote_address().empty());
+  ASSERT_EQ(counters.groups_size(), 1);
+  EXPECT_EQ(counters.groups(0).num_slots(), 4u);
+  EXPECT_EQ(counters.groups(0).latency_us_log2_size(), 20);
+  bool has_unknown_group = false;
+  for (const auto& d : counters.drops()) has_unknown_group |= d.name() == "switch.unknown_group";
+  EXPECT_TRUE(has_unknown_group);
+  ASSERT_GE(counters.peers_size(), 1);
+  bool named = false;
+  for (const auto& p : counters.peers()) {
+    if (p.peer() == "10.0.2.1:4791") named = p.name() == "job 1 rank 0";
+  }
+  EXPECT_TRUE(named);
+  EXPECT_EQ(counters.usage().groups(), 1u);
+}
+
+}  // namespace
+}  // namespace netfold::sw

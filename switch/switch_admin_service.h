@@ -1,0 +1,94 @@
+// The SwitchAdmin gRPC service of netfold-switchd (proto/control/
+// netfold_control.proto, docs/switch.md "Admin API"): counters, installed
+// groups, and link faults set at run time.
+//
+//   SwitchAdminService service(&data_plane, peer_port, info);
+//   absl::StatusOr<std::unique_ptr<AdminServer>> server =
+//       AdminServer::Start("127.0.0.1:0", &service);
+//   (*server)->port();          // the bound port
+//   (*server)->Shutdown();      // before the data plane stops
+//
+// GetCounters and ListGroups read state that belongs to the data-plane
+// thread, so they post a snapshot request to it (SwitchDataPlane::Post) and
+// wait at most `timeout` for it (UNAVAILABLE past that). SetLinkFault
+// talks to the PeerImpairedPort directly (it is thread-safe).
+//
+// The Fill* functions build the answers; they run on the data-plane thread
+// (tests call them directly). Thread-safety: the service is thread-safe.
+#ifndef NETFOLD_SWITCH_SWITCH_ADMIN_SERVICE_H_
+#define NETFOLD_SWITCH_SWITCH_ADMIN_SERVICE_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/control/netfold_control.grpc.pb.h"
+#include "switch/switch_data_plane.h"
+#include "transport/peer_impaired_port.h"
+
+namespace netfold::sw {
+
+// What the admin API says about the switch itself.
+struct SwitchIdentity {
+  std::string name;
+  std::string data_address;
+  uint64_t incarnation = 0;
+  absl::Time started = absl::Now();
+  control::SwitchCapacity capacity;
+};
+
+// Every counter (data-plane thread). `port` may be null (no per-peer data).
+void FillCounters(SwitchDataPlane& dp, const transport::PeerImpairedPort* port,
+                  control::GetCountersResponse* out);
+// The installed groups (data-plane thread).
+void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out);
+// Applies a SetLinkFault request (any thread). InvalidArgument for a bad
+// peer, direction or impairment text; ResourceExhausted if the port tracks
+// too many peers already.
+absl::StatusOr<control::SetLinkFaultResponse> ApplyLinkFault(
+    transport::PeerImpairedPort& port, const control::SetLinkFaultRequest& request);
+
+class SwitchAdminService final : public control::SwitchAdmin::Service {
+ public:
+  // `dp` and `port` must outlive the service.
+  SwitchAdminService(SwitchDataPlane* dp, transport::PeerImpairedPort* port,
+                     SwitchIdentity identity, absl::Duration timeout = absl::Seconds(2));
+
+  grpc::Status GetCounters(grpc::ServerContext* ctx, const control::GetCountersRequest* request,
+                           control::GetCountersResponse* response) override;
+  grpc::Status ListGroups(grpc::ServerContext* ctx, const control::ListGroupsRequest* request,
+                          control::ListGroupsResponse* response) override;
+  grpc::Status SetLinkFault(grpc::ServerContext* ctx, const control::SetLinkFaultRequest* request,
+                            control::SetLinkFaultResponse* response) override;
+
+ private:
+  SwitchDataPlane* const dp_;
+  transport::PeerImpairedPort* const port_;
+  const SwitchIdentity identity_;
+  const absl::Duration timeout_;
+};
+
+// A gRPC server for one service on one address.
+class AdminServer {
+ public:
+  // Unavailable if it cannot listen on `address` ("ip:port"; port 0 picks).
+  static absl::StatusOr<std::unique_ptr<AdminServer>> Start(const std::string& address,
+                                                            grpc::Service* service);
+  ~AdminServer();
+  int port() const { return port_; }
+  // Ends in-flight calls (after `grace`) and stops. Idempotent.
+  void Shutdown(absl::Duration grace = absl::Milliseconds(500));
+
+ private:
+  AdminServer() = default;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  bool shut_down_ = false;
+};
+
+}  // namespace netfold::sw
+
+#endif  // NETFOLD_SWITCH_SWITCH_ADMIN_SERVICE_H_

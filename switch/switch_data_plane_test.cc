@@ -1,0 +1,342 @@
+// The control API of SwitchDataPlane: QPs (automatic and fixed numbers,
+// connect, destroy), group installation and its validation, quotas per job
+// and per switch, epoch replacement, and removal freeing every slot.
+#include "switch/switch_data_plane.h"
+
+#include <memory>
+#include <vector>
+
+#include "base/clock.h"
+#include "gtest/gtest.h"
+#include "proto/aggregation_header.h"
+#include "transport/memory_port.h"
+#include "transport/roce_endpoint.h"
+
+namespace netfold::sw {
+namespace {
+
+using transport::Ipv4Endpoint;
+using transport::QpState;
+
+constexpr Ipv4Endpoint kSwitch{0x0a000001, 4791};
+constexpr uint16_t kPkey = 0x8001;
+constexpr uint32_t kQkey = 0x5eed;
+
+Ipv4Endpoint HostAddress(int i) { return {0x0a000100u + static_cast<uint32_t>(i), 4791}; }
+
+class DataPlaneTest : public ::testing::Test {
+ protected:
+  struct Host {
+    std::unique_ptr<transport::RoceEndpoint> ep;
+    transport::RcQueuePair* rc = nullptr;
+    uint32_t switch_qpn = 0;
+  };
+
+  void MakeSwitch(SwitchConfig config = {}) {
+    config.name = "s0";
+    config.psn_seed = 42;
+    config.ack_timeout = absl::Milliseconds(1);
+    auto port = net_.CreatePort({.local = kSwitch});
+    ASSERT_TRUE(port.ok());
+    dp_ = std::make_unique<SwitchDataPlane>(std::move(*port), clock_, config);
+  }
+
+  // A host whose RC QP is connected to a new switch QP of `job`.
+  Host& AddHost(uint64_t job = 1, uint16_t pkey = kPkey) {
+    auto h = std::make_unique<Host>();
+    const int i = static_cast<int>(hosts_.size());
+    h->ep = std::make_unique<transport::RoceEndpoint>(
+        *net_.CreatePort({.local = HostAddress(i)}), clock_);
+    h->rc = *h->ep->CreateRcQp();
+    transport::RcQpAttributes attrs;
+    attrs.pkey = pkey;
+    attrs.timeout = absl::Milliseconds(1);
+    EXPECT_TRUE(h->rc->Modify(QpState::kInit, attrs).ok());
+    const uint32_t host_psn = 100 + static_cast<uint32_t>(i);
+    absl::StatusOr<QpCreated> qp =
+        dp_->CreateQp({.job_id = job, .pkey = pkey, .remote = HostAddress(i),
+                       .remote_qpn = h->rc->qpn(), .remote_psn = host_psn, .peer = "host"});
+    EXPECT_TRUE(qp.ok()) << qp.status();
+    attrs.remote = kSwitch;
+    attrs.remote_qpn = qp->qpn;
+    attrs.rq_psn = qp->psn;
+    attrs.sq_psn = host_psn;
+    EXPECT_TRUE(h->rc->Modify(QpState::kRtr, attrs).ok());
+    EXPECT_TRUE(h->rc->Modify(QpState::kRts, attrs).ok());
+    h->switch_qpn = qp->qpn;
+    hosts_.push_back(std::move(h));
+    return *hosts_.back();
+  }
+
+  GroupSpec Spec(uint32_t group, const std::vector<uint32_t>& qpns, uint64_t job = 1,
+                 uint32_t slots = 4) {
+    GroupSpec g;
+    g.job_id = job;
+    g.tree_id = 3;
+    g.group_id = group;
+    g.epoch = 1;
+    g.pkey = kPkey;
+    g.qkey = kQkey;
+    g.num_slots = slots;
+    g.slot_bytes = 256;
+    for (size_t i = 0; i < qpns.size(); ++i) {
+      g.children.push_back({qpns[i], {static_cast<uint32_t>(i)}});
+    }
+    return g;
+  }
+
+  void Run(int steps) {
+    for (int i = 0; i < steps; ++i) {
+      dp_->RunOnce(absl::ZeroDuration());
+      for (auto& h : hosts_) h->ep->Progress(absl::ZeroDuration());
+      clock_.Advance(absl::Microseconds(50));
+    }
+  }
+
+  // An allreduce request (4 int32) for `seq` of group `group` from host `h`.
+  void Request(Host& h, uint32_t group, uint64_t seq, uint32_t epoch = 1) {
+    proto::AggregationHeader hdr;
+    hdr.tree_id = 3;
+    hdr.group_id = group;
+    hdr.epoch = epoch;
+    hdr.dtype = proto::DataType::kInt32;
+    hdr.op = proto::ReduceOp::kSum;
+    hdr.count = 4;
+    hdr.has_data = true;
+    hdr.seq = seq;
+    std::vector<uint8_t> elements(16, 1);
+    std::vector<uint8_t> msg(proto::kAggregationHeaderSize + 16);
+    ASSERT_TRUE(proto::EncodeAggregationMessage(hdr, elements, msg).ok());
+    ASSERT_TRUE(h.rc->PostSend(msg, 0).ok());
+  }
+
+  // Aggregation messages host `h` received (headers only).
+  std::vector<proto::AggregationHeader> Received(Host& h) {
+    std::vector<proto::AggregationHeader> out;
+    transport::RecvMessage m;
+    while (h.rc->PeekRecv(&m)) {
+      absl::StatusOr<proto::AggregationHeader> hdr = proto::DecodeAggregationMessage(m.data);
+      EXPECT_TRUE(hdr.ok()) << hdr.status();
+      if (hdr.ok()) out.push_back(*hdr);
+      h.rc->PopRecv();
+    }
+    return out;
+  }
+
+  FakeClock clock_{absl::Seconds(1)};
+  transport::MemoryNetwork net_;
+  std::unique_ptr<SwitchDataPlane> dp_;
+  std::vector<std::unique_ptr<Host>> hosts_;
+};
+
+TEST_F(DataPlaneTest, QpsAreCreatedInInitConnectedAndDestroyed) {
+  MakeSwitch();
+  absl::StatusOr<QpCreated> a = dp_->CreateQp({.peer = "child switch"});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_LE(a->psn, 0xffffffu);
+  EXPECT_EQ(dp_->endpoint().FindRcQp(a->qpn)->state(), QpState::kInit);
+  ASSERT_TRUE(dp_->ConnectQp(a->qpn, HostAddress(9), 0x321, 5).ok());
+  EXPECT_EQ(dp_->endpoint().FindRcQp(a->qpn)->state(), QpState::kRts);
+  EXPECT_EQ(dp_->ConnectQp(0x777, HostAddress(9), 0x321, 5).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(dp_->num_qps(), 1u);
+  EXPECT_EQ(dp_->QpJobId(a->qpn), 0u);
+  ASSERT_TRUE(dp_->DestroyQp(a->qpn).ok());
+  EXPECT_EQ(dp_->DestroyQp(a->qpn).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(dp_->num_qps(), 0u);
+}
+
+TEST_F(DataPlaneTest, FixedQpnAndPsnForStaticPeers) {
+  MakeSwitch();
+  absl::StatusOr<QpCreated> a = dp_->CreateQp({.job_id = 1, .pkey = kPkey, .qpn = 0x500, .psn = 77});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->qpn, 0x500u);
+  EXPECT_EQ(a->psn, 77u);
+  EXPECT_EQ(dp_->CreateQp({.qpn = 0x500}).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(dp_->CreateQp({.qpn = 1}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(dp_->CreateQp({.qpn = 0xffffff}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(dp_->CreateQp({.psn = 0x1000000}).status().code(), absl::StatusCode::kInvalidArgument);
+  // A refused request leaves nothing behind and does not count against quotas.
+  EXPECT_EQ(dp_->num_qps(), 1u);
+  // Automatic numbering skips a QPN taken by a fixed one.
+  transport::RoceEndpoint& ep = dp_->endpoint();
+  ASSERT_TRUE(ep.CreateRcQpWithQpn(0x101).ok());
+  EXPECT_EQ(ep.CreateRcQpWithQpn(0x101).status().code(), absl::StatusCode::kAlreadyExists);
+  std::vector<uint32_t> auto_qpns;
+  for (int i = 0; i < 4; ++i) auto_qpns.push_back((*ep.CreateRcQp())->qpn());
+  for (uint32_t q : auto_qpns) {
+    EXPECT_NE(q, 0x101u);
+    EXPECT_NE(q, 0x500u);
+  }
+}
+
+TEST_F(DataPlaneTest, QpQuotasPerJobAndPerSwitch) {
+  SwitchConfig config;
+  config.max_qps = 4;
+  config.default_quota.max_qps = 2;
+  MakeSwitch(config);
+  ASSERT_TRUE(dp_->CreateQp({.job_id = 7, .pkey = kPkey}).ok());
+  ASSERT_TRUE(dp_->CreateQp({.job_id = 7, .pkey = kPkey}).ok());
+  absl::StatusOr<QpCreated> over = dp_->CreateQp({.job_id = 7, .pkey = kPkey});
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(over.status().message().find("quota"), std::string::npos) << over.status();
+  // Another job has its own quota; a raised quota lets job 7 go on.
+  dp_->SetJobQuota(7, {.max_qps = 3});
+  ASSERT_TRUE(dp_->CreateQp({.job_id = 7, .pkey = kPkey}).ok());
+  ASSERT_TRUE(dp_->CreateQp({.job_id = 8, .pkey = kPkey}).ok());
+  // The switch is full now, whatever the quota.
+  absl::StatusOr<QpCreated> full = dp_->CreateQp({.peer = "switch"});
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(full.status().message().find("QPs are in use"), std::string::npos) << full.status();
+}
+
+TEST_F(DataPlaneTest, InstallGroupValidatesItsSpec) {
+  MakeSwitch({.max_slot_bytes = 1024});
+  Host& h0 = AddHost();
+  Host& h1 = AddHost();
+  Host& other = AddHost(/*job=*/2);
+  auto code = [&](const GroupSpec& g) { return dp_->InstallGroup(g).code(); };
+
+  EXPECT_EQ(code(Spec(1, {})), absl::StatusCode::kInvalidArgument);  // no children
+  GroupSpec g = Spec(1, {h0.switch_qpn, h1.switch_qpn});
+  g.slot_bytes = 100;  // not a multiple of 16
+  EXPECT_EQ(code(g), absl::StatusCode::kInvalidArgument);
+  g.slot_bytes = 2048;  // above this switch's capacity
+  EXPECT_EQ(code(g), absl::StatusCode::kResourceExhausted);
+  g = Spec(1, {h0.switch_qpn, 0x7777});  // a QP that does not exist
+  EXPECT_EQ(code(g), absl::StatusCode::kInvalidArgument);
+  g = Spec(1, {h0.switch_qpn, other.switch_qpn});  // another job's QP
+  EXPECT_EQ(code(g), absl::StatusCode::kPermissionDenied);
+  g = Spec(1, {h0.switch_qpn, h0.switch_qpn});  // a QP twice
+  EXPECT_EQ(code(g), absl::StatusCode::kInvalidArgument);
+  g = Spec(1, {h0.switch_qpn, h1.switch_qpn});
+  g.parent_qpn = h1.switch_qpn;  // parent and child at once
+  EXPECT_EQ(code(g), absl::StatusCode::kInvalidArgument);
+  g = Spec(1, {h0.switch_qpn, h1.switch_qpn});
+  g.multicast = Ipv4Endpoint{0x0a000009, 4791};  // not a multicast address
+  EXPECT_EQ(code(g), absl::StatusCode::kInvalidArgument);
+  g.num_slots = 0;
+  EXPECT_EQ(code(g), absl::StatusCode::kInvalidArgument);
+  // None of that left anything behind.
+  EXPECT_EQ(dp_->num_groups(), 0u);
+  EXPECT_EQ(dp_->num_slots_used(), 0u);
+
+  g = Spec(1, {h0.switch_qpn, h1.switch_qpn});
+  g.multicast = Ipv4Endpoint{0xef010001, 4791};
+  ASSERT_TRUE(dp_->InstallGroup(g).ok());
+  EXPECT_EQ(dp_->num_groups(), 1u);
+  EXPECT_EQ(dp_->num_slots_used(), 4u);
+  // A QP in use by a group cannot be destroyed.
+  EXPECT_EQ(dp_->DestroyQp(h0.switch_qpn).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(DataPlaneTest, GroupAndSlotQuotasPerJobAndPerSwitch) {
+  SwitchConfig config;
+  config.max_groups = 3;
+  config.max_slots = 16;
+  config.default_quota = {.max_groups = 2, .max_slots = 12, .max_qps = 16};
+  MakeSwitch(config);
+  Host& a0 = AddHost(1);
+  Host& a1 = AddHost(1);
+  Host& b0 = AddHost(2);
+  const std::vector<uint32_t> job1 = {a0.switch_qpn, a1.switch_qpn};
+  ASSERT_TRUE(dp_->InstallGroup(Spec(1, job1, 1, 4)).ok());
+  ASSERT_TRUE(dp_->InstallGroup(Spec(2, job1, 1, 4)).ok());
+  // The job's third group: over its group quota.
+  absl::Status s = dp_->InstallGroup(Spec(3, job1, 1, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("quota of 2 groups"), std::string::npos) << s;
+  // Slots: a raised group quota, but 8 + 8 > 12 slots.
+  dp_->SetJobQuota(1, {.max_groups = 4, .max_slots = 12, .max_qps = 16});
+  s = dp_->InstallGroup(Spec(3, job1, 1, 8));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("its quota is 12"), std::string::npos) << s;
+  // Job 2 is within its own quota, but the switch runs out: 8 + 12 > 16.
+  s = dp_->InstallGroup(Spec(4, {b0.switch_qpn}, 2, 12));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(s.message().find("out of capacity"), std::string::npos) << s;
+  ASSERT_TRUE(dp_->InstallGroup(Spec(4, {b0.switch_qpn}, 2, 4)).ok());
+  // Three groups: the switch's group capacity.
+  s = dp_->InstallGroup(Spec(5, job1, 1, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(dp_->num_slots_used(), 12u);
+  // Removing a group gives its slots and its entry back.
+  ASSERT_TRUE(dp_->RemoveGroup(3, 1).ok());
+  EXPECT_EQ(dp_->num_slots_used(), 8u);
+  ASSERT_TRUE(dp_->InstallGroup(Spec(5, job1, 1, 8)).ok());
+  EXPECT_EQ(dp_->num_slots_used(), 16u);
+}
+
+TEST_F(DataPlaneTest, EpochsReplaceOlderOnesAndRefuseStaleOnes) {
+  MakeSwitch();
+  Host& h0 = AddHost();
+  Host& h1 = AddHost();
+  GroupSpec g = Spec(9, {h0.switch_qpn, h1.switch_qpn});
+  g.epoch = 5;
+  ASSERT_TRUE(dp_->InstallGroup(g).ok());
+  ASSERT_TRUE(dp_->InstallGroup(g).ok());  // the same again: nothing changes
+  EXPECT_EQ(dp_->num_groups(), 1u);
+  EXPECT_EQ(dp_->num_slots_used(), 4u);
+  // Host 0 starts an operation under epoch 5.
+  Request(h0, 9, 0, 5);
+  Run(20);
+  EXPECT_EQ(dp_->num_busy_slots(), 1u);
+
+  GroupSpec older = g;
+  older.epoch = 4;
+  EXPECT_EQ(dp_->InstallGroup(older).code(), absl::StatusCode::kFailedPrecondition);
+
+  GroupSpec newer = g;
+  newer.epoch = 6;
+  newer.num_slots = 8;
+  ASSERT_TRUE(dp_->InstallGroup(newer).ok());
+  EXPECT_EQ(dp_->num_groups(), 1u);
+  EXPECT_EQ(dp_->num_slots_used(), 8u);  // the old slots were released
+  EXPECT_EQ(dp_->num_busy_slots(), 0u);  // the in-flight operation was aborted
+  Run(20);
+  std::vector<proto::AggregationHeader> got = Received(h0);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back().type, proto::AggregationMessageType::kAbort);
+  // A request of the old epoch now gets a stale_epoch abort.
+  Request(h1, 9, 0, 5);
+  Run(20);
+  got = Received(h1);
+  bool stale = false;
+  for (const auto& hdr : got) stale = stale || hdr.status == proto::AggregationStatus::kStaleEpoch;
+  EXPECT_TRUE(stale);
+}
+
+TEST_F(DataPlaneTest, RemoveGroupAbortsInFlightOperationsAndFreesEverySlot) {
+  MakeSwitch();
+  Host& h0 = AddHost();
+  Host& h1 = AddHost();
+  GroupSpec g = Spec(4, {h0.switch_qpn, h1.switch_qpn}, 1, 4);
+  g.multicast = Ipv4Endpoint{0xef010004, 4791};
+  ASSERT_TRUE(dp_->InstallGroup(g).ok());
+  // Three operations in flight, each waiting for host 1.
+  for (uint64_t s = 0; s < 3; ++s) Request(h0, 4, s);
+  Run(30);
+  EXPECT_EQ(dp_->num_busy_slots(), 3u);
+
+  EXPECT_EQ(dp_->RemoveGroup(3, 4, /*epoch=*/2).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(dp_->RemoveGroup(1, 4).code(), absl::StatusCode::kNotFound);  // another tree
+  ASSERT_TRUE(dp_->RemoveGroup(3, 4, 1).ok());
+  EXPECT_EQ(dp_->num_groups(), 0u);
+  EXPECT_EQ(dp_->num_slots_used(), 0u);
+  EXPECT_EQ(dp_->num_busy_slots(), 0u);
+  EXPECT_EQ(dp_->RemoveGroup(3, 4).code(), absl::StatusCode::kNotFound);
+  Run(30);
+  for (Host* h : {&h0, &h1}) {
+    std::vector<proto::AggregationHeader> got = Received(*h);
+    ASSERT_FALSE(got.empty());
+    EXPECT_EQ(got.back().type, proto::AggregationMessageType::kAbort);
+    EXPECT_EQ(got.back().status, proto::AggregationStatus::kAborted);
+  }
+  // Its QPs are free to go now; later requests for the group are counted drops.
+  Request(h1, 4, 0);
+  Run(20);
+  EXPECT_EQ(dp_->counters().drops[static_cast<size_t>(SwitchDropReason::kUnknownGroup)].load(), 1u);
+  ASSERT_TRUE(dp_->DestroyQp(h0.switch_qpn).ok());
+}
+
+}  // namespace
+}  // namespace netfold::sw

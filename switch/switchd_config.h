@@ -1,0 +1,121 @@
+// Configuration of netfold-switchd: a YAML file (docs/switch.md, example in
+// deploy/switchd.example.yaml), overridden by command-line flags.
+//
+//   absl::StatusOr<SwitchdConfig> config = LoadSwitchdConfig("/etc/netfold/leaf0.yaml");
+//   config->manager_address = "127.0.0.1:47910";      // a flag wins
+//   NETFOLD_RETURN_IF_ERROR(ValidateSwitchdConfig(*config));
+//
+// Every key is optional but `name`. With `manager` the switch registers
+// with the aggregation manager, which installs its state at run time; without
+// it the switch runs in static mode: the QPs and groups of the `static:`
+// section are installed at start (so a switch can be tested without a
+// manager). The two are exclusive.
+//
+//   name: leaf0
+//   data_address: 127.0.0.1:4791        # port 0: the kernel picks one
+//   backend: udp                        # udp; dpdk later
+//   admin_address: 127.0.0.1:0          # "": no admin service
+//   manager: 127.0.0.1:47910            # omit for static mode
+//   secret: ""
+//   log_level: info
+//   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
+//   job_quota: {groups: 64, slots: 1024, qps: 256}
+//   transport: {path_mtu: 4096, ack_timeout_ms: 4, retry_count: 7,
+//               idle_wait_us: 1000, packet_buffers: 8192}
+//   link_faults:
+//     - {peer: default, direction: both, impairment: "drop=0.01,seed=3"}
+//     - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
+//   static:
+//     jobs: [{id: 1, quota: {groups: 4, slots: 64, qps: 8}}]
+//     qps:
+//       - {qpn: 0x100, psn: 1000, job: 1, pkey: 0x8001, peer: "rank 0",
+//          remote: {address: 127.0.0.1:6000, qpn: 0x200, psn: 2000}}
+//     groups:
+//       - {tree: 0, group: 1, epoch: 1, job: 1, pkey: 0x8001, qkey: 0x1234,
+//          num_slots: 8, slot_bytes: 1024, multicast: 239.1.0.1:4791,
+//          children: [{qpn: 0x100, ranks: [0]}, {qpn: 0x101, ranks: [1]}]}
+//
+// Numbers may be decimal or hexadecimal (0x...). yaml-cpp reports errors by
+// throwing; the parser catches at its boundary and returns InvalidArgument
+// naming the key and its line.
+//
+// Thread-safe (pure functions).
+#ifndef NETFOLD_SWITCH_SWITCHD_CONFIG_H_
+#define NETFOLD_SWITCH_SWITCHD_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "switch/switch_data_plane.h"
+#include "transport/ipv4_endpoint.h"
+#include "transport/link_impairment.h"
+#include "transport/peer_impaired_port.h"
+
+namespace netfold::sw {
+
+// A link fault from the config or the command line. `peer` is "default"
+// (peers seen later), "all" (the same at start) or "ip:port".
+struct LinkFaultSpec {
+  std::string peer = "default";
+  transport::LinkDirection direction = transport::LinkDirection::kBoth;
+  transport::ImpairmentConfig impairment;
+};
+
+struct SwitchdConfig {
+  std::string name;
+  transport::Ipv4Endpoint data_address{0x7f000001, transport::kDefaultRocePort};
+  std::string backend = "udp";
+  std::string admin_address = "127.0.0.1:0";  // "" = no admin service
+  std::string manager_address;                // "" = static mode
+  std::string secret;
+  std::string log_level;  // "" = leave NETFOLD_LOG_LEVEL's choice
+  // Files the daemon writes once serving: the bound data-plane UDP port and
+  // admin port (useful with port 0). "" = none.
+  std::string data_port_file;
+  std::string admin_port_file;
+
+  // Capacities, per-job quota defaults and RC parameters. data_plane.name
+  // follows `name`.
+  SwitchConfig data_plane;
+  uint32_t max_trees = 64;
+  // How long the data-plane thread waits for packets when idle: it bounds
+  // how late a control command (from the manager or the admin API) runs.
+  absl::Duration idle_wait = absl::Milliseconds(1);
+  uint32_t packet_buffers = 8192;
+
+  std::vector<LinkFaultSpec> link_faults;
+
+  // Static mode.
+  std::vector<std::pair<uint64_t, JobQuota>> static_job_quotas;
+  std::vector<QpRequest> static_qps;  // each with qpn and psn set
+  std::vector<GroupSpec> static_groups;
+};
+
+// Parses YAML text over the defaults in `base`. InvalidArgument names the
+// key and its line.
+absl::StatusOr<SwitchdConfig> ParseSwitchdConfig(std::string_view yaml_text,
+                                                 SwitchdConfig base = {});
+absl::StatusOr<SwitchdConfig> LoadSwitchdConfig(const std::string& path);
+
+// Checks what depends on several keys: a name, a usable data address, the
+// backend, slot size against the MTU, manager vs static mode, static QPNs
+// unique. InvalidArgument (Unimplemented for the dpdk backend, not built yet).
+absl::Status ValidateSwitchdConfig(const SwitchdConfig& config);
+
+// "PEER/DIRECTION/IMPAIRMENT" entries separated by ';' (the --link_faults
+// flag), e.g. "all/both/drop=0.05,seed=3;127.0.0.1:5000/send/down=1".
+absl::StatusOr<std::vector<LinkFaultSpec>> ParseLinkFaultList(std::string_view text);
+
+// The largest slot (P) whose multicast result fits one packet of `path_mtu`:
+// the 40-byte aggregation header plus P bytes, P a multiple of 16.
+uint32_t MaxSlotBytesForMtu(uint32_t path_mtu);
+
+}  // namespace netfold::sw
+
+#endif  // NETFOLD_SWITCH_SWITCHD_CONFIG_H_

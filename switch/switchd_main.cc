@@ -1,0 +1,217 @@
+// netfold-switchd: one emulated switch (docs/switch.md).
+//
+//   netfold-switchd --name leaf0 --data_address 127.0.0.1:4791
+//       --manager 127.0.0.1:47910 [--admin_address 127.0.0.1:0] [--config leaf0.yaml]
+//   netfold-switchd --config static.yaml            # static mode: no manager
+//
+// Flags override the config file. SIGTERM or SIGINT shut it down cleanly:
+// the control stream ends, every group is removed (no slot left behind),
+// exit status 0. Exit status 1 for a runtime error, 2 for a bad command line
+// or config.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "base/errno_status.h"
+#include "base/log.h"
+#include "switch/switch_daemon.h"
+#include "switch/switchd_config.h"
+
+ABSL_FLAG(std::string, config, "", "YAML config file (docs/switch.md)");
+ABSL_FLAG(std::string, name, "", "the switch's name (as in the manager's topology)");
+ABSL_FLAG(std::string, data_address, "",
+          "data-plane ip:port (RoCEv2 over UDP; port 0 picks one; default 127.0.0.1:4791)");
+ABSL_FLAG(std::string, backend, "", "I/O backend: udp (dpdk later)");
+ABSL_FLAG(std::string, admin_address, "",
+          "admin API ip:port (default 127.0.0.1:0; \"none\" turns it off)");
+ABSL_FLAG(std::string, manager, "",
+          "the aggregation manager's address ip:port (none: static mode from --config)");
+ABSL_FLAG(std::string, secret, "", "the fabric's switch secret, if the manager requires one");
+ABSL_FLAG(std::string, log_level, "", "error|warning|info|debug|trace");
+ABSL_FLAG(std::string, data_port_file, "", "write the bound data-plane UDP port here once serving");
+ABSL_FLAG(std::string, admin_port_file, "", "write the bound admin port here once serving");
+ABSL_FLAG(std::string, link_faults, "",
+          "link faults at start: PEER/DIRECTION/IMPAIRMENT entries separated by ';', PEER = "
+          "default|all|ip:port, DIRECTION = send|receive|both, e.g. all/both/drop=0.01,seed=3");
+ABSL_FLAG(int, ack_timeout_ms, -1, "RC ACK timeout (default 4)");
+ABSL_FLAG(int, retry_count, -1, "RC retransmissions before a QP fails, 0..7 (default 7)");
+ABSL_FLAG(int, max_groups, -1, "capacity: groups held at once");
+ABSL_FLAG(int, max_slots, -1, "capacity: slots in total");
+ABSL_FLAG(int, slot_bytes, -1, "capacity: the largest slot (P), a multiple of 16");
+ABSL_FLAG(int, max_qps, -1, "capacity: RC queue pairs");
+
+namespace netfold::sw {
+namespace {
+
+// SIGTERM/SIGINT write the signal number here; main waits on the other end.
+// A handler (not sigwait) because gRPC may start threads before main, and
+// any thread may take the signal.
+int g_signal_pipe[2] = {-1, -1};
+
+void OnSignal(int sig) {
+  const unsigned char b = static_cast<unsigned char>(sig);
+  (void)!write(g_signal_pipe[1], &b, 1);
+}
+
+absl::Status InstallSignalHandlers() {
+  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
+  struct sigaction sa = {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  if (sigaction(SIGTERM, &sa, nullptr) != 0 || sigaction(SIGINT, &sa, nullptr) != 0) {
+    return ErrnoToStatus(errno, "sigaction");
+  }
+  signal(SIGPIPE, SIG_IGN);
+  return absl::OkStatus();
+}
+
+int WaitForSignal() {
+  unsigned char b = 0;
+  while (true) {
+    ssize_t n = read(g_signal_pipe[0], &b, 1);
+    if (n == 1) return b;
+    if (n < 0 && errno == EINTR) continue;
+    return -1;
+  }
+}
+
+int Fail(int code, const absl::Status& s) {
+  std::fprintf(stderr, "netfold-switchd: %s\n", std::string(s.message()).c_str());
+  return code;
+}
+
+absl::Status WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrFormat("open %s", tmp));
+  const std::string text = absl::StrFormat("%d\n", port);
+  const ssize_t n = write(fd, text.data(), text.size());
+  const int e = errno;
+  close(fd);
+  if (n != static_cast<ssize_t>(text.size())) {
+    return ErrnoToStatus(e, absl::StrFormat("write %s", tmp));
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    return ErrnoToStatus(errno, absl::StrFormat("rename %s", tmp));
+  }
+  return absl::OkStatus();
+}
+
+// The config file, then the flags over it.
+absl::StatusOr<SwitchdConfig> BuildConfig() {
+  SwitchdConfig config;
+  if (!absl::GetFlag(FLAGS_config).empty()) {
+    absl::StatusOr<SwitchdConfig> loaded = LoadSwitchdConfig(absl::GetFlag(FLAGS_config));
+    if (!loaded.ok()) return loaded.status();
+    config = *std::move(loaded);
+  }
+  auto set = [](const std::string& flag, std::string* field) {
+    if (!flag.empty()) *field = flag;
+  };
+  set(absl::GetFlag(FLAGS_name), &config.name);
+  set(absl::GetFlag(FLAGS_backend), &config.backend);
+  set(absl::GetFlag(FLAGS_manager), &config.manager_address);
+  set(absl::GetFlag(FLAGS_secret), &config.secret);
+  set(absl::GetFlag(FLAGS_log_level), &config.log_level);
+  set(absl::GetFlag(FLAGS_data_port_file), &config.data_port_file);
+  set(absl::GetFlag(FLAGS_admin_port_file), &config.admin_port_file);
+  if (const std::string a = absl::GetFlag(FLAGS_admin_address); !a.empty()) {
+    config.admin_address = a == "none" ? "" : a;
+  }
+  if (const std::string a = absl::GetFlag(FLAGS_data_address); !a.empty()) {
+    absl::StatusOr<transport::Ipv4Endpoint> ep = transport::ParseIpv4Endpoint(a);
+    if (!ep.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("--data_address '%s' is not ip:port", a));
+    }
+    config.data_address = *ep;
+  }
+  if (const std::string lf = absl::GetFlag(FLAGS_link_faults); !lf.empty()) {
+    absl::StatusOr<std::vector<LinkFaultSpec>> faults = ParseLinkFaultList(lf);
+    if (!faults.ok()) return faults.status();
+    config.link_faults.insert(config.link_faults.end(), faults->begin(), faults->end());
+  }
+  auto set_int = [](int flag, const char* what, int64_t max, auto* field) -> absl::Status {
+    if (flag < 0) return absl::OkStatus();
+    if (flag > max) {
+      return absl::InvalidArgumentError(absl::StrFormat("--%s %d is larger than %d", what, flag, max));
+    }
+    *field = static_cast<std::remove_reference_t<decltype(*field)>>(flag);
+    return absl::OkStatus();
+  };
+  SwitchConfig& d = config.data_plane;
+  if (absl::GetFlag(FLAGS_ack_timeout_ms) >= 0) {
+    d.ack_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_ack_timeout_ms));
+  }
+  if (absl::Status s = set_int(absl::GetFlag(FLAGS_retry_count), "retry_count", 7, &d.retry_count);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = set_int(absl::GetFlag(FLAGS_max_groups), "max_groups", 1 << 20, &d.max_groups);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = set_int(absl::GetFlag(FLAGS_max_slots), "max_slots", 1 << 24, &d.max_slots);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s =
+          set_int(absl::GetFlag(FLAGS_slot_bytes), "slot_bytes", 1 << 20, &d.max_slot_bytes);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = set_int(absl::GetFlag(FLAGS_max_qps), "max_qps", 1 << 24, &d.max_qps);
+      !s.ok()) {
+    return s;
+  }
+  return config;
+}
+
+int Main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "one netfold switch: aggregation nodes on a RoCEv2 data plane.\n"
+      "  netfold-switchd --name NAME --manager IP:PORT [--data_address IP:PORT] [--config FILE]\n"
+      "  netfold-switchd --config FILE          (static mode: QPs and groups from the file)");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = InstallSignalHandlers(); !s.ok()) return Fail(1, s);
+
+  absl::StatusOr<SwitchdConfig> config = BuildConfig();
+  if (!config.ok()) return Fail(2, config.status());
+  if (absl::Status s = ValidateSwitchdConfig(*config); !s.ok()) return Fail(2, s);
+  if (!config->log_level.empty()) SetLogLevel(*ParseLogLevel(config->log_level));
+  SetLogTag(absl::StrFormat("switchd %s", config->name));
+
+  absl::StatusOr<std::unique_ptr<SwitchDaemon>> daemon = SwitchDaemon::Start(*config);
+  if (!daemon.ok()) return Fail(1, daemon.status());
+  if (!config->data_port_file.empty()) {
+    if (absl::Status s = WritePortFile(config->data_port_file, (*daemon)->data_address().port);
+        !s.ok()) {
+      return Fail(1, s);
+    }
+  }
+  if (!config->admin_port_file.empty() && (*daemon)->admin_port() != 0) {
+    if (absl::Status s = WritePortFile(config->admin_port_file, (*daemon)->admin_port()); !s.ok()) {
+      return Fail(1, s);
+    }
+  }
+
+  const int sig = WaitForSignal();
+  NETFOLD_LOG(kWarning) << "signal " << sig << ": shutting down";
+  absl::StatusOr<ShutdownReport> report = (*daemon)->Stop();
+  daemon->reset();
+  if (!report.ok()) return Fail(1, report.status());
+  return 0;
+}
+
+}  // namespace
+}  // namespace netfold::sw
+
+int main(int argc, char** argv) { return netfold::sw::Main(argc, argv); }
