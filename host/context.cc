@@ -118,6 +118,24 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
 }
 
 // The gRPC side: a channel, the stub, and the credentials of the job.
+// Calls the manager with the remaining time of `deadline` as the RPC
+// deadline; UNAVAILABLE (the manager restarting, not reachable yet) is
+// retried until the deadline, other errors return at once.
+template <typename Rpc>
+absl::Status CallManager(Deadline deadline, std::string_view what, Rpc rpc) {
+  absl::Status s;
+  do {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(std::max<int64_t>(
+                       1, absl::ToInt64Milliseconds(deadline.Remaining()))));
+    s = FromGrpc(rpc(&c), what);
+    if (s.ok() || !absl::IsUnavailable(s)) return s;
+    absl::SleepFor(absl::Milliseconds(100));
+  } while (!deadline.Expired());
+  return s;
+}
+
 struct Context::ManagerClient {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<control::HostControl::Stub> stub;
@@ -179,10 +197,10 @@ absl::Status Context::Join(Oob& world) {
     req.mutable_quota()->set_num_slots(options_.num_slots);
     req.mutable_quota()->set_slot_bytes(options_.slot_bytes);
     control::CreateJobResponse resp;
-    grpc::ClientContext c;
-    manager_->Deadline(&c, options_.timeout);
-    absl::Status s = FromGrpc(manager_->stub->CreateJob(&c, req, &resp),
-                              absl::StrFormat("creating the job at the manager %s", options_.manager));
+    absl::Status s = CallManager(
+        Deadline(RealClock(), options_.timeout),
+        absl::StrFormat("creating the job at the manager %s", options_.manager),
+        [&](grpc::ClientContext* c) { return manager_->stub->CreateJob(c, req, &resp); });
     outcome = EncodeOutcome(s, resp.SerializeAsString());
   }
   NETFOLD_RETURN_IF_ERROR(world.BcastString(&outcome, 0));
@@ -409,10 +427,14 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
     req.set_delivery(options_.delivery == proto::DeliveryMode::kRcTree
                          ? control::DELIVERY_RC_DOWN
                          : control::DELIVERY_MULTICAST);
+    // A tag makes the request idempotent, so a retry after a lost answer
+    // cannot create a second group.
+    req.set_tag(absl::StrFormat("rank%d-group%d", options_.rank, ++groups_created_));
     control::CreateGroupResponse resp;
-    grpc::ClientContext c;
-    manager_->Deadline(&c, options_.timeout);
-    absl::Status s = FromGrpc(manager_->stub->CreateGroup(&c, req, &resp), "creating a group");
+    absl::Status s = CallManager(Deadline(RealClock(), options_.timeout), "creating a group",
+                                 [&](grpc::ClientContext* c) {
+                                   return manager_->stub->CreateGroup(c, req, &resp);
+                                 });
     if (absl::IsResourceExhausted(s)) s = WithErrorCode(s, NETFOLD_ERR_NO_RESOURCES);
     outcome = EncodeOutcome(s, resp.group().SerializeAsString());
   }
@@ -524,9 +546,10 @@ absl::Status Context::Finalize(Oob& world) {
     control::DestroyJobRequest req;
     *req.mutable_job() = manager_->creds;
     control::DestroyJobResponse resp;
-    grpc::ClientContext c;
-    manager_->Deadline(&c, options_.timeout);
-    absl::Status s = FromGrpc(manager_->stub->DestroyJob(&c, req, &resp), "destroying the job");
+    absl::Status s = CallManager(Deadline(RealClock(), options_.timeout), "destroying the job",
+                                 [&](grpc::ClientContext* c) {
+                                   return manager_->stub->DestroyJob(c, req, &resp);
+                                 });
     if (result.ok()) result = s;
   }
   return result;
@@ -601,10 +624,10 @@ absl::Status Group::Destroy(Oob& group_oob) {
     *req.mutable_job() = ctx_->manager_->creds;
     req.set_group_id(group_id_);
     control::DestroyGroupResponse resp;
-    grpc::ClientContext c;
-    ctx_->manager_->Deadline(&c, ctx_->options_.timeout);
-    absl::Status s = FromGrpc(ctx_->manager_->stub->DestroyGroup(&c, req, &resp),
-                              "destroying a group");
+    absl::Status s = CallManager(Deadline(RealClock(), ctx_->options_.timeout),
+                                 "destroying a group", [&](grpc::ClientContext* c) {
+                                   return ctx_->manager_->stub->DestroyGroup(c, req, &resp);
+                                 });
     if (result.ok()) result = s;
   }
   engine_->Fail(WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));

@@ -116,6 +116,7 @@ class Context {
   uint16_t pkey_ = 0;
   uint32_t qkey_ = 0;
   uint32_t num_slots_ = 8, slot_bytes_ = 4032, max_groups_ = 0;
+  uint64_t groups_created_ = 0;  // for idempotency tags
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
 
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_

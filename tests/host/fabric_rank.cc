@@ -15,6 +15,15 @@
 //   victim       start a long stream of allreduces; the test kills one rank;
 //                the others must fail cleanly (exit 0 if they did, within
 //                the deadline)
+//   stream N     N allreduces of 1 to 3 slots (order-free inputs, every
+//                result checked); prints "rank R: stream ok=K errors=E
+//                wrong=W"; exit 0 if every operation completed and W == 0
+//   hold         create the group, print "holding", wait for
+//                $NETFOLD_TEST_RELEASE, run 10 operations
+//   outage N     a stream that stops at its first error (the test kills a
+//                switch), then waits for $NETFOLD_TEST_PHASE2 to exist,
+//                joins the fabric again and runs N more operations that
+//                must all succeed
 #include <signal.h>
 #include <unistd.h>
 
@@ -215,6 +224,44 @@ void Nonblocking(netfold_group_t all) {
   }
 }
 
+// One checked allreduce of 1 to 3 slots' worth; returns the netfold code,
+// with *wrong set if the result differed from the reference.
+int CheckedAllreduce(netfold_group_t g, uint64_t k, bool* wrong) {
+  const size_t count = 1 + (k * 97) % 700;
+  std::vector<uint8_t> in = Input(DataType::kInt32, ReduceOp::kSum, g_rank, count, 5000 + k);
+  std::vector<uint8_t> out(in.size());
+  const int rc = netfold_allreduce(g, in.data(), out.data(), count, NETFOLD_DTYPE_INT32,
+                                   NETFOLD_OP_SUM);
+  *wrong = rc == NETFOLD_SUCCESS &&
+           out != Reference(DataType::kInt32, ReduceOp::kSum, count, 5000 + k);
+  return rc;
+}
+
+struct StreamResult {
+  int ok = 0, errors = 0, wrong = 0;
+  std::string first_error;
+};
+
+StreamResult Stream(netfold_group_t g, int n, bool stop_at_error) {
+  StreamResult r;
+  for (int k = 0; k < n; ++k) {
+    bool wrong = false;
+    const int rc = CheckedAllreduce(g, static_cast<uint64_t>(k), &wrong);
+    if (rc == NETFOLD_SUCCESS && !wrong) {
+      ++r.ok;
+    } else if (wrong) {
+      ++r.wrong;
+    } else {
+      ++r.errors;
+      if (r.first_error.empty()) {
+        r.first_error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
+      }
+      if (stop_at_error) break;
+    }
+  }
+  return r;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -288,6 +335,53 @@ int main(int argc, char** argv) {
       float want = 0;
       for (int r = 0; r < g_size; ++r) want += static_cast<float>((i + r) % 7);
       Check(v[i] == want, absl::StrFormat("large allreduce element %d", i));
+    }
+  } else if (scenario == "stream") {
+    int n = 200;
+    if (argc > 2) (void)absl::SimpleAtoi(argv[2], &n);
+    StreamResult r = Stream(g, n, /*stop_at_error=*/false);
+    std::printf("rank %d: stream ok=%d errors=%d wrong=%d%s%s\n", g_rank, r.ok, r.errors, r.wrong,
+                r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
+    Check(r.wrong == 0, "wrong results");
+    Check(r.ok + r.errors == n, "operations unaccounted for");
+  } else if (scenario == "hold") {
+    // Holds the group until the test creates $NETFOLD_TEST_RELEASE.
+    std::printf("rank %d: holding\n", g_rank);
+    std::fflush(stdout);
+    const char* flag = std::getenv("NETFOLD_TEST_RELEASE");
+    for (int i = 0; flag != nullptr && i < 1200 && access(flag, F_OK) != 0; ++i) usleep(50000);
+    StreamResult r = Stream(g, 10, false);
+    std::printf("rank %d: stream ok=%d errors=%d wrong=%d\n", g_rank, r.ok, r.errors, r.wrong);
+    Check(r.ok == 10, "operations failed while holding");
+  } else if (scenario == "outage") {
+    int n = 100;
+    if (argc > 2) (void)absl::SimpleAtoi(argv[2], &n);
+    StreamResult r1 = Stream(g, 100000, /*stop_at_error=*/true);
+    std::printf("rank %d: phase1 ok=%d errors=%d wrong=%d first error: %s\n", g_rank, r1.ok,
+                r1.errors, r1.wrong, r1.first_error.c_str());
+    std::fflush(stdout);
+    Check(r1.wrong == 0, "wrong results before the outage");
+    Check(r1.errors == 1, "the outage was never reported");
+    // Join again once the test restarted the switch.
+    const char* flag = std::getenv("NETFOLD_TEST_PHASE2");
+    for (int i = 0; flag != nullptr && i < 1200 && access(flag, F_OK) != 0; ++i) usleep(50000);
+    (void)(*oob)->Barrier();
+    netfold_group_destroy(g);  // may report an error: the group is gone
+    netfold_finalize(ctx);
+    ctx = nullptr;
+    g = nullptr;
+    rc = netfold_init(&spec, &ctx);
+    if (rc == NETFOLD_SUCCESS) rc = netfold_group_create(ctx, &gs, &g);
+    CheckRc(rc, "joining again after the outage");
+    if (rc == NETFOLD_SUCCESS) {
+      StreamResult r2 = Stream(g, n, /*stop_at_error=*/false);
+      std::printf("rank %d: phase2 ok=%d errors=%d wrong=%d %s\n", g_rank, r2.ok, r2.errors,
+                  r2.wrong, r2.first_error.c_str());
+      Check(r2.ok == n, "operations failed after the fabric came back");
+    }
+    if (g == nullptr || ctx == nullptr) {
+      std::printf("rank %d: FAIL %s\n", g_rank, g_failure.c_str());
+      return 1;
     }
   } else if (scenario == "victim") {
     // Everyone streams allreduces; the test kills rank 1 after the first one.

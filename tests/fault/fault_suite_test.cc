@@ -1,0 +1,242 @@
+// The fault-injection suite (DESIGN.md, "Faults are a feature"): seeded
+// scenarios on a local fabric of real daemons. Each asserts the promise:
+// every operation returns the exact expected bits or a clear error within its
+// deadline, no slot is leaked on any switch, the manager loses no job.
+//
+// The seeds are fixed (fast, reproducible in CI); NETFOLD_SOAK=N multiplies
+// the operations of each scenario for a longer soak (docs/faults.md).
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "proto/control/netfold_control.grpc.pb.h"
+#include "tests/host/rank_launcher.h"
+#include "tools/local_fabric.h"
+
+namespace netfold {
+namespace {
+
+using testing::Launch;
+using testing::RankResult;
+
+int Soak() {
+  const char* s = std::getenv("NETFOLD_SOAK");
+  int n = s ? std::atoi(s) : 1;
+  return n > 0 ? n : 1;
+}
+std::string Ops(int base) { return std::to_string(base * Soak()); }
+
+std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& switch_faults = "",
+                                                const std::string& topology = "") {
+  tools::LocalFabricOptions o;
+  o.hosts = hosts;
+  o.topology_file = topology;
+  o.default_slot_bytes = 1024;
+  o.default_slots = 8;
+  if (!switch_faults.empty()) o.link_faults = "default/both/" + switch_faults;
+  auto fabric = tools::LocalFabric::Start(o);
+  EXPECT_TRUE(fabric.ok()) << fabric.status();
+  return fabric.ok() ? std::move(*fabric) : nullptr;
+}
+
+control::GetStatusResponse Status(const std::string& manager) {
+  auto stub = control::Admin::NewStub(grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+  control::GetStatusResponse status;
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    grpc::ClientContext c;
+    c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    if (stub->GetStatus(&c, control::GetStatusRequest(), &status).ok()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  return status;
+}
+
+// No switch holds a slot or a group once every job is gone (as the
+// switches themselves report it in their heartbeats).
+void ExpectNoLeaks(const std::string& manager) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  control::GetStatusResponse st;
+  bool clean = false;
+  while (!clean && absl::Now() < deadline) {
+    st = Status(manager);
+    clean = st.switches_size() > 0;
+    for (const auto& sw : st.switches()) {
+      if (sw.reported().slots() != 0 || sw.reported().groups() != 0) clean = false;
+    }
+    if (!clean) absl::SleepFor(absl::Milliseconds(200));
+  }
+  for (const auto& sw : st.switches()) {
+    EXPECT_EQ(sw.reported().slots(), 0u) << "switch " << sw.name() << " leaked slots";
+    EXPECT_EQ(sw.reported().groups(), 0u) << "switch " << sw.name() << " leaked groups";
+  }
+}
+
+// Every rank completed every operation with the right bits.
+void ExpectStreamClean(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    EXPECT_NE(results[r].output.find("errors=0 wrong=0"), std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+  }
+}
+
+struct LinkCase {
+  const char* name;
+  std::string host_faults;    // every host port (NETFOLD_FAULTS)
+  std::string switch_faults;  // every switch port
+};
+
+class LinkFaults : public ::testing::TestWithParam<LinkCase> {};
+
+TEST_P(LinkFaults, EveryOperationExactAndNoSlotLeaked) {
+  const LinkCase& c = GetParam();
+  auto fabric = StartFabric(4, c.switch_faults);
+  ASSERT_NE(fabric, nullptr);
+  std::map<std::string, std::string> env;
+  if (!c.host_faults.empty()) env["NETFOLD_FAULTS"] = c.host_faults;
+  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(150)}, env);
+  ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
+  ExpectNoLeaks(fabric->manager_address());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Seeded, LinkFaults,
+    ::testing::Values(
+        LinkCase{"random_loss_on_host_links", "drop=0.05,seed=11", ""},
+        LinkCase{"bursty_loss_on_switch_links", "", "burst=0.01:0.3:1.0,seed=12"},
+        LinkCase{"loss_of_multicast_results_only", "mcast_drop=0.3,seed=13", ""},
+        LinkCase{"duplication", "dup=0.1,seed=14", "dup=0.05,seed=15"},
+        LinkCase{"reordering", "reorder=0.2:300us,seed=16", "reorder=0.1:300us,seed=17"},
+        LinkCase{"corruption", "corrupt=0.02,seed=18", "corrupt=0.01,seed=19"},
+        LinkCase{"everything_at_once", "drop=0.02,dup=0.02,reorder=0.05,corrupt=0.005,seed=20",
+                 "drop=0.02,burst=0.005:0.3,dup=0.02,reorder=0.05,corrupt=0.005,seed=21"}),
+    [](const ::testing::TestParamInfo<LinkCase>& info) { return std::string(info.param.name); });
+
+TEST(ProcessFaults, ManagerKilledAndRestartedMidJobLosesNothing) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  // Long enough to outlive the manager's absence.
+  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(4000)});
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Status(fabric->manager_address()).groups_size() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));  // the job and its group exist: it runs
+  }
+  const int jobs_before = Status(fabric->manager_address()).jobs_size();
+  EXPECT_EQ(jobs_before, 1);
+  ASSERT_TRUE(fabric->Kill("manager", SIGKILL).ok());
+  absl::SleepFor(absl::Seconds(1));  // the data plane carries on without it
+  ASSERT_TRUE(fabric->Restart("manager").ok());
+  const control::GetStatusResponse st = Status(fabric->manager_address());
+  EXPECT_EQ(st.jobs_size(), 1) << "the restarted manager lost the job";
+  ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
+  ExpectNoLeaks(fabric->manager_address());
+}
+
+TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  const std::string flag =
+      (std::filesystem::temp_directory_path() / absl::StrFormat("netfold-phase2-%d", getpid())).string();
+  std::remove(flag.c_str());
+  Launch ranks(fabric->manager_address(), 4, 0, {"outage", Ops(100)},
+               {{"NETFOLD_TEST_PHASE2", flag}, {"NETFOLD_TIMEOUT_MS", "5000"}});
+  absl::SleepFor(absl::Seconds(2));
+  const absl::Time killed = absl::Now();
+  ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_TRUE(ranks.WaitForOutput(r, "phase1", absl::Seconds(30))) << ranks.output(r);
+  }
+  EXPECT_LT(absl::Now() - killed, absl::Seconds(20)) << "the failure took too long to surface";
+  ASSERT_TRUE(fabric->Restart("leaf0").ok());
+  { std::ofstream(flag) << "go\n"; }
+  auto results = ranks.Wait(absl::Minutes(3));
+  std::remove(flag.c_str());
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    EXPECT_NE(results[r].output.find("phase2 ok=" + Ops(100)), std::string::npos) << results[r].output;
+  }
+  ExpectNoLeaks(fabric->manager_address());
+}
+
+TEST(ProcessFaults, RankKilledMidOperationFailsTheOthersWithinTheirDeadline) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(fabric->manager_address(), 4, 0, {"victim"}, {{"NETFOLD_TIMEOUT_MS", "4000"}});
+  ASSERT_TRUE(ranks.WaitForOutput(2, "started", absl::Seconds(60)));
+  ranks.Kill(2);
+  auto results = ranks.Wait(absl::Seconds(60));
+  for (int r : {0, 1, 3}) {
+    EXPECT_EQ(results[r].exit_code, 0) << results[r].output;
+    EXPECT_NE(results[r].output.find("failed cleanly"), std::string::npos) << results[r].output;
+  }
+  // The manager revokes the dead rank's groups; the job ends with the others.
+  ExpectNoLeaks(fabric->manager_address());
+}
+
+TEST(ProcessFaults, StragglerRankPausedThenResumedDelaysButBreaksNothing) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(300)}, {{"NETFOLD_TIMEOUT_MS", "30000"}});
+  absl::SleepFor(absl::Seconds(1));
+  ranks.Signal(1, SIGSTOP);
+  absl::SleepFor(absl::Seconds(2));  // shorter than the deadline and the manager's host timeout
+  ranks.Signal(1, SIGCONT);
+  ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
+  ExpectNoLeaks(fabric->manager_address());
+}
+
+TEST(ResourceFaults, QuotaExhaustedByASecondJobIsRefusedClearlyAndRecovers) {
+  // Switches with room for one group each: job A takes it, job B is refused
+  // with a message naming the switch and the resource; after A, B fits.
+  const std::string topo =
+      (std::filesystem::temp_directory_path() / absl::StrFormat("netfold-tiny-%d.yaml", getpid())).string();
+  {
+    std::ofstream f(topo);
+    f << "name: tiny\n"
+         "defaults:\n"
+         "  capacity: {trees: 4, groups: 1, slots: 64, slot_bytes: 4048, qps: 64}\n"
+         "switches:\n"
+         "  - {name: root, tier: 1}\n"
+         "  - {name: leaf0, tier: 0}\n"
+         "  - {name: leaf1, tier: 0}\n"
+         "links:\n  - [leaf0, root]\n  - [leaf1, root]\n"
+         "hosts:\n";
+    for (int h = 0; h < 4; ++h) f << "  - {name: h" << h << ", switch: leaf" << (h < 2 ? 0 : 1) << "}\n";
+  }
+  auto fabric = StartFabric(4, "", topo);
+  ASSERT_NE(fabric, nullptr);
+  const std::string release =
+      (std::filesystem::temp_directory_path() / absl::StrFormat("netfold-release-%d", getpid())).string();
+  std::remove(release.c_str());
+  {
+    Launch a(fabric->manager_address(), 2, 0, {"hold"}, {{"NETFOLD_TEST_RELEASE", release}});
+    ASSERT_TRUE(a.WaitForOutput(0, "holding", absl::Seconds(60))) << a.output(0);  // leaf0's only group
+    Launch b(fabric->manager_address(), 2, 0, {"stream", "10"});
+    auto rb = b.Wait(absl::Minutes(2));
+    for (const auto& r : rb) {
+      EXPECT_NE(r.exit_code, 0) << r.output;
+      EXPECT_NE(r.output.find("no resources"), std::string::npos) << r.output;
+      EXPECT_NE(r.output.find("leaf0"), std::string::npos) << "the refusal names the switch:\n" << r.output;
+    }
+    { std::ofstream(release) << "go\n"; }
+    ExpectStreamClean(a.Wait(absl::Minutes(3)));
+    std::remove(release.c_str());
+  }
+  Launch again(fabric->manager_address(), 2, 0, {"stream", "20"});
+  ExpectStreamClean(again.Wait(absl::Minutes(2)));
+  ExpectNoLeaks(fabric->manager_address());
+  std::remove(topo.c_str());
+}
+
+}  // namespace
+}  // namespace netfold

@@ -1,0 +1,55 @@
+// Launches fabric_rank processes (tests/host/fabric_rank.cc) for end-to-end
+// and fault tests: a TCP rendezvous, one process per rank with its host
+// name and environment, output captured, every process killed at the end.
+//
+//   Launch ranks(fabric->manager_address(), 4, /*first_host=*/0, {"stream", "100"});
+//   auto results = ranks.Wait(absl::Minutes(2));
+#ifndef NETFOLD_TESTS_HOST_RANK_LAUNCHER_H_
+#define NETFOLD_TESTS_HOST_RANK_LAUNCHER_H_
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "host/tcp_oob.h"
+
+namespace netfold::testing {
+
+struct RankResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+class Launch {
+ public:
+  Launch(const std::string& manager, int n, int first_host, std::vector<std::string> args,
+         std::map<std::string, std::string> env = {});
+  ~Launch();
+  // Reads what the ranks printed so far.
+  void Drain();
+  // Waits until rank r printed `text`.
+  bool WaitForOutput(int r, const std::string& text, absl::Duration timeout);
+  // Sends `signal` to rank r (SIGKILL also reaps it).
+  void Signal(int r, int signal);
+  void Kill(int r) { Signal(r, 9); }
+  // Waits for every rank (deadline), returning their results.
+  std::vector<RankResult> Wait(absl::Duration timeout);
+  const std::string& output(int r) const { return results_[r].output; }
+
+ private:
+  std::unique_ptr<host::TcpOobServer> server_;
+  std::vector<pid_t> pids_;
+  std::vector<int> out_fds_;
+  std::vector<RankResult> results_;
+};
+
+// The directory of the running test binary (fabric_rank sits next to it).
+std::string TestBinaryDir();
+
+}  // namespace netfold::testing
+
+#endif  // NETFOLD_TESTS_HOST_RANK_LAUNCHER_H_
