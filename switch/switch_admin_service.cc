@@ -319,6 +319,14 @@ grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*, const control
   response->set_incarnation(identity_.incarnation);
   response->set_uptime_ms(absl::ToInt64Milliseconds(absl::Now() - identity_.started));
   *response->mutable_capacity() = identity_.capacity;
+  response->set_backend(identity_.backend);
+  if (identity_.backend_counters) {
+    identity_.backend_counters([response](std::string_view name, uint64_t count) {
+      control::NamedCount* c = response->add_backend_counters();
+      c->set_name(std::string(name));
+      c->set_count(count);
+    });
+  }
   return grpc::Status::OK;
 }
 

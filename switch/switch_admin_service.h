@@ -20,8 +20,10 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -38,6 +40,10 @@ struct SwitchIdentity {
   uint64_t incarnation = 0;
   absl::Time started = absl::Now();
   control::SwitchCapacity capacity;
+  std::string backend = "udp";  // udp or dpdk
+  // The backend's own counters (the DPDK port's links, bridge, ARP), any
+  // thread; empty for the socket backend.
+  std::function<void(const std::function<void(std::string_view, uint64_t)>&)> backend_counters;
 };
 
 // Every counter (data-plane thread). `port` may be null (no per-peer data).

@@ -1,5 +1,6 @@
 #include "switch/switch_daemon.h"
 
+#include <algorithm>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -12,6 +13,9 @@
 #include "base/status_macros.h"
 #include "switch/control_commands.h"
 #include "transport/udp_port.h"
+#ifdef NETFOLD_HAVE_DPDK
+#include "transport/dpdk/dpdk_port.h"
+#endif
 
 namespace netfold::sw {
 namespace {
@@ -48,8 +52,37 @@ absl::StatusOr<std::unique_ptr<transport::Port>> CreateBackendPort(const Switchd
     return std::unique_ptr<transport::Port>(std::move(*port));
   }
   if (config.backend == "dpdk") {
-    // The seam: transport/dpdk/ will provide a Port over a DPDK ethdev.
-    return absl::UnimplementedError("the dpdk backend is not built yet; use udp");
+#ifdef NETFOLD_HAVE_DPDK
+    namespace dpdk = transport::dpdk;
+    const DpdkBackendConfig& d = config.dpdk;
+    dpdk::DpdkPortConfig pc;
+    if (!d.eal_args.empty()) pc.eal_args = dpdk::SplitEalArgs(d.eal_args);
+    for (const DpdkLinkSpec& l : d.links) {
+      pc.links.push_back({.device = l.device, .send = l.send, .receive = l.receive});
+    }
+    pc.port.local = config.data_address;
+    if (!d.mac.empty()) {
+      NETFOLD_ASSIGN_OR_RETURN(pc.port.mac, dpdk::ParseMacAddress(d.mac));
+    }
+    pc.port.prefix_length = d.prefix_length;
+    pc.port.gateway = d.gateway;
+    pc.port.busy_poll = d.busy_poll;
+    pc.port.bridge = d.bridge;
+    pc.port.pool.num_buffers = config.packet_buffers;
+    pc.link_options.num_mbufs = d.mbufs_per_link;
+    pc.link_options.mbuf_data_size =
+        d.mbuf_data_size != 0 ? d.mbuf_data_size
+                              : std::max<uint32_t>(8192, config.data_plane.path_mtu + 256);
+    absl::StatusOr<std::unique_ptr<dpdk::FramePort>> port = dpdk::CreateDpdkPort(pc);
+    if (!port.ok()) {
+      return absl::Status(port.status().code(),
+                          absl::StrFormat("DPDK data plane on %s: %s",
+                                          config.data_address.ToString(), port.status().message()));
+    }
+    return std::unique_ptr<transport::Port>(std::move(*port));
+#else
+    return absl::UnimplementedError("this netfold-switchd was built without DPDK; use udp");
+#endif
   }
   return absl::InvalidArgumentError(absl::StrFormat("unknown backend '%s'", config.backend));
 }
@@ -61,6 +94,11 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
 
   NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Port> backend, CreateBackendPort(config));
   d->data_address_ = backend->local();
+#ifdef NETFOLD_HAVE_DPDK
+  // The DPDK port's own counters for the admin API; the daemon keeps the
+  // port (inside port_) as long as the admin service.
+  auto* frame_port = dynamic_cast<transport::dpdk::FramePort*>(backend.get());
+#endif
   auto port = std::make_unique<transport::PeerImpairedPort>(std::move(backend), RealClock());
   for (const LinkFaultSpec& f : config.link_faults) {
     if (f.peer == "default") {
@@ -88,7 +126,13 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
                             .data_address = d->data_address_.ToString(),
                             .incarnation = incarnation,
                             .started = absl::Now(),
-                            .capacity = capacity};
+                            .capacity = capacity,
+                            .backend = config.backend};
+#ifdef NETFOLD_HAVE_DPDK
+    if (frame_port != nullptr) {
+      identity.backend_counters = [frame_port](const auto& fn) { frame_port->ForEachCounter(fn); };
+    }
+#endif
     d->admin_service_ =
         std::make_unique<SwitchAdminService>(d->dp_.get(), d->port_, std::move(identity));
     NETFOLD_ASSIGN_OR_RETURN(d->admin_server_,

@@ -140,6 +140,74 @@ absl::Status ParseQuota(const YAML::Node& node, std::string_view where, JobQuota
   return absl::OkStatus();
 }
 
+absl::Status OptionalBool(const YAML::Node& map, std::string_view key, std::string_view where,
+                          bool* out) {
+  const YAML::Node n = map[std::string(key)];
+  if (!n.IsDefined()) return absl::OkStatus();
+  const std::string text = n.IsScalar() ? n.Scalar() : "";
+  if (text == "true" || text == "yes" || text == "on") {
+    *out = true;
+  } else if (text == "false" || text == "no" || text == "off") {
+    *out = false;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: '%s' is not true or false", At(n, Path(where, key)), text));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status OptionalImpairment(const YAML::Node& map, std::string_view key,
+                                std::string_view where, transport::ImpairmentConfig* out) {
+  std::string text;
+  NETFOLD_RETURN_IF_ERROR(OptionalString(map, key, where, &text));
+  absl::StatusOr<transport::ImpairmentConfig> c = transport::ParseImpairment(text);
+  if (!c.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: %s", At(map[std::string(key)], Path(where, key)), c.status().message()));
+  }
+  *out = *c;
+  return absl::OkStatus();
+}
+
+absl::Status ParseDpdk(const YAML::Node& node, DpdkBackendConfig* d) {
+  NETFOLD_RETURN_IF_ERROR(CheckKeys(node,
+                                    {"eal_args", "links", "prefix_length", "gateway", "mac",
+                                     "busy_poll", "bridge", "mbufs_per_link", "mbuf_data_size"},
+                                    "dpdk"));
+  NETFOLD_RETURN_IF_ERROR(OptionalString(node, "eal_args", "dpdk", &d->eal_args));
+  NETFOLD_RETURN_IF_ERROR(OptionalUint(node, "prefix_length", "dpdk", 32, &d->prefix_length));
+  if (const YAML::Node g = node["gateway"]; g.IsDefined()) {
+    NETFOLD_ASSIGN_OR_RETURN(std::string text, ReadString(g, "dpdk.gateway"));
+    absl::StatusOr<uint32_t> ip = transport::ParseIpv4Address(text);
+    if (!text.empty() && !ip.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: '%s' is not an IPv4 address", At(g, "dpdk.gateway"), text));
+    }
+    d->gateway = text.empty() ? 0 : *ip;
+  }
+  NETFOLD_RETURN_IF_ERROR(OptionalString(node, "mac", "dpdk", &d->mac));
+  NETFOLD_RETURN_IF_ERROR(OptionalBool(node, "busy_poll", "dpdk", &d->busy_poll));
+  NETFOLD_RETURN_IF_ERROR(OptionalBool(node, "bridge", "dpdk", &d->bridge));
+  NETFOLD_RETURN_IF_ERROR(OptionalUint(node, "mbufs_per_link", "dpdk", 1u << 20, &d->mbufs_per_link));
+  NETFOLD_RETURN_IF_ERROR(OptionalUint(node, "mbuf_data_size", "dpdk", 65535, &d->mbuf_data_size));
+  if (const YAML::Node links = node["links"]; links.IsDefined()) {
+    if (!links.IsSequence()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s: expected a list of {device, send_faults, receive_faults}", At(links, "dpdk.links")));
+    }
+    for (size_t i = 0; i < links.size(); ++i) {
+      const std::string w = absl::StrFormat("dpdk.links[%d]", i);
+      NETFOLD_RETURN_IF_ERROR(CheckKeys(links[i], {"device", "send_faults", "receive_faults"}, w));
+      DpdkLinkSpec link;
+      NETFOLD_ASSIGN_OR_RETURN(link.device, ReadString(links[i]["device"], Path(w, "device")));
+      NETFOLD_RETURN_IF_ERROR(OptionalImpairment(links[i], "send_faults", w, &link.send));
+      NETFOLD_RETURN_IF_ERROR(OptionalImpairment(links[i], "receive_faults", w, &link.receive));
+      d->links.push_back(std::move(link));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<LinkFaultSpec> ParseLinkFault(const YAML::Node& node, std::string_view where) {
   NETFOLD_RETURN_IF_ERROR(CheckKeys(node, {"peer", "direction", "impairment"}, where));
   LinkFaultSpec spec;
@@ -256,7 +324,8 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   }
   if (root.IsNull()) return c;  // an empty file: the defaults
   NETFOLD_RETURN_IF_ERROR(CheckKeys(root,
-                                    {"name", "data_address", "backend", "admin_address", "manager",
+                                    {"name", "data_address", "backend", "dpdk", "admin_address",
+                                     "manager",
                                      "secret", "log_level", "data_port_file", "admin_port_file",
                                      "capacity", "job_quota", "transport", "link_faults", "static"},
                                     "config"));
@@ -265,6 +334,9 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
     NETFOLD_ASSIGN_OR_RETURN(c.data_address, ReadEndpoint(root["data_address"], "data_address"));
   }
   NETFOLD_RETURN_IF_ERROR(OptionalString(root, "backend", "", &c.backend));
+  if (const YAML::Node d = root["dpdk"]; d.IsDefined()) {
+    NETFOLD_RETURN_IF_ERROR(ParseDpdk(d, &c.dpdk));
+  }
   NETFOLD_RETURN_IF_ERROR(OptionalString(root, "admin_address", "", &c.admin_address));
   NETFOLD_RETURN_IF_ERROR(OptionalString(root, "manager", "", &c.manager_address));
   NETFOLD_RETURN_IF_ERROR(OptionalString(root, "secret", "", &c.secret));
@@ -407,10 +479,33 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {
         c.data_address.ToString()));
   }
   if (c.backend == "dpdk") {
+#ifndef NETFOLD_HAVE_DPDK
     return absl::UnimplementedError(
-        "backend dpdk: the DPDK I/O backend is not built yet (transport/dpdk/); use udp");
+        "backend dpdk: this netfold-switchd was built without DPDK (install libdpdk-dev and "
+        "rebuild with -Ddpdk=enabled); use udp");
+#endif
+    if (c.dpdk.links.empty()) {
+      return invalid("backend dpdk: dpdk.links lists no device (docs/dpdk.md)");
+    }
+    for (size_t i = 0; i < c.dpdk.links.size(); ++i) {
+      if (c.dpdk.links[i].device.empty()) {
+        return invalid(absl::StrFormat("dpdk.links[%d].device is empty", i));
+      }
+    }
+    if (c.dpdk.prefix_length < 1 || c.dpdk.prefix_length > 32) {
+      return invalid("dpdk.prefix_length must be 1..32");
+    }
+    if (c.dpdk.mbufs_per_link < 64) return invalid("dpdk.mbufs_per_link must be at least 64");
+    if (c.dpdk.mbuf_data_size != 0 && c.dpdk.mbuf_data_size < c.data_plane.path_mtu + 128) {
+      return invalid(absl::StrFormat(
+          "dpdk.mbuf_data_size %d cannot hold a frame of the %d-byte path MTU (at least %d)",
+          c.dpdk.mbuf_data_size, c.data_plane.path_mtu, c.data_plane.path_mtu + 128));
+    }
+  } else if (!c.dpdk.links.empty()) {
+    return invalid(absl::StrFormat("a dpdk: section with backend %s; set backend: dpdk",
+                                   c.backend));
   }
-  if (c.backend != "udp") {
+  if (c.backend != "udp" && c.backend != "dpdk") {
     return invalid(absl::StrFormat("backend '%s' is not one of udp, dpdk", c.backend));
   }
   if (!c.admin_address.empty() && !transport::ParseIpv4Endpoint(c.admin_address).ok()) {

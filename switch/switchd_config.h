@@ -13,7 +13,18 @@
 //
 //   name: leaf0
 //   data_address: 127.0.0.1:4791        # port 0: the kernel picks one
-//   backend: udp                        # udp; dpdk later
+//   backend: udp                        # udp, or dpdk (needs the dpdk: section)
+//   dpdk:                               # docs/dpdk.md
+//     eal_args: "--no-huge --no-shconf --no-pci -m 256 -l 0"
+//     links: [{device: "net_af_packet0,iface=leaf0-p0,blocksz=8192,framesz=8192",
+//              send_faults: "drop=0.01,seed=3", receive_faults: ""}]
+//     prefix_length: 24
+//     gateway: 10.0.0.1
+//     mac: "02:6e:66:00:00:01"
+//     busy_poll: false
+//     bridge: true
+//     mbufs_per_link: 2047
+//     mbuf_data_size: 8192
 //   admin_address: 127.0.0.1:0          # "": no admin service
 //   manager: 127.0.0.1:47910            # omit for static mode
 //   secret: ""
@@ -67,10 +78,33 @@ struct LinkFaultSpec {
   transport::ImpairmentConfig impairment;
 };
 
+// The DPDK backend (`backend: dpdk`, docs/dpdk.md): plain data, so that the
+// config parses (and is checked) in builds without DPDK too.
+struct DpdkLinkSpec {
+  // A port the EAL probed ("net_tap0", a PCI address) or a virtual device's
+  // devargs ("net_af_packet0,iface=leaf0-p0,blocksz=8192,framesz=8192").
+  std::string device;
+  transport::ImpairmentConfig send;     // faults on frames leaving by this link
+  transport::ImpairmentConfig receive;  // faults on frames arriving on it
+};
+
+struct DpdkBackendConfig {
+  std::string eal_args;  // "" = the defaults of docs/dpdk.md
+  std::vector<DpdkLinkSpec> links;
+  int prefix_length = 24;        // on-link subnet of data_address
+  uint32_t gateway = 0;          // next hop beyond it; 0 = none
+  std::string mac;               // "" = derived from data_address
+  bool busy_poll = false;        // spin instead of the idle backoff
+  bool bridge = true;            // forward frames not for the switch
+  uint32_t mbufs_per_link = 2047;
+  uint32_t mbuf_data_size = 0;   // 0 = path_mtu + 4096 (room for af_packet frames)
+};
+
 struct SwitchdConfig {
   std::string name;
   transport::Ipv4Endpoint data_address{0x7f000001, transport::kDefaultRocePort};
   std::string backend = "udp";
+  DpdkBackendConfig dpdk;  // with backend dpdk
   std::string admin_address = "127.0.0.1:0";  // "" = no admin service
   std::string manager_address;                // "" = static mode
   std::string secret;
@@ -105,7 +139,8 @@ absl::StatusOr<SwitchdConfig> LoadSwitchdConfig(const std::string& path);
 
 // Checks what depends on several keys: a name, a usable data address, the
 // backend, slot size against the MTU, manager vs static mode, static QPNs
-// unique. InvalidArgument (Unimplemented for the dpdk backend, not built yet).
+// unique, the dpdk section. InvalidArgument (Unimplemented for the dpdk
+// backend in a build without DPDK).
 absl::Status ValidateSwitchdConfig(const SwitchdConfig& config);
 
 // "PEER/DIRECTION/IMPAIRMENT" entries separated by ';' (the --link_faults

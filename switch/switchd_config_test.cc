@@ -91,6 +91,46 @@ TEST(SwitchdConfig, ParsesEveryKey) {
   EXPECT_TRUE(ValidateSwitchdConfig(*c).ok()) << ValidateSwitchdConfig(*c);
 }
 
+TEST(SwitchdConfig, ParsesTheDpdkSection) {
+  absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig(
+      "name: leaf0\n"
+      "data_address: 10.0.0.254:4791\n"
+      "backend: dpdk\n"
+      "dpdk:\n"
+      "  eal_args: \"--no-huge --no-pci -l 0\"\n"
+      "  links:\n"
+      "    - {device: \"net_af_packet0,iface=p0\", send_faults: \"drop=0.5,seed=2\"}\n"
+      "    - {device: net_tap1, receive_faults: \"down=1\"}\n"
+      "  prefix_length: 16\n"
+      "  gateway: 10.0.0.1\n"
+      "  mac: \"02:00:00:00:00:07\"\n"
+      "  busy_poll: true\n"
+      "  bridge: no\n"
+      "  mbufs_per_link: 1023\n"
+      "  mbuf_data_size: 8192\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backend, "dpdk");
+  EXPECT_EQ(c->dpdk.eal_args, "--no-huge --no-pci -l 0");
+  ASSERT_EQ(c->dpdk.links.size(), 2u);
+  EXPECT_EQ(c->dpdk.links[0].device, "net_af_packet0,iface=p0");
+  EXPECT_DOUBLE_EQ(c->dpdk.links[0].send.drop, 0.5);
+  EXPECT_FALSE(c->dpdk.links[0].receive.link_down);
+  EXPECT_TRUE(c->dpdk.links[1].receive.link_down);
+  EXPECT_EQ(c->dpdk.prefix_length, 16);
+  EXPECT_EQ(c->dpdk.gateway, 0x0a000001u);
+  EXPECT_EQ(c->dpdk.mac, "02:00:00:00:00:07");
+  EXPECT_TRUE(c->dpdk.busy_poll);
+  EXPECT_FALSE(c->dpdk.bridge);
+  EXPECT_EQ(c->dpdk.mbufs_per_link, 1023u);
+  EXPECT_EQ(c->dpdk.mbuf_data_size, 8192u);
+
+  EXPECT_FALSE(ParseSwitchdConfig("name: a\ndpdk: {busy_poll: maybe}\n").ok());
+  EXPECT_FALSE(ParseSwitchdConfig("name: a\ndpdk: {links: [{device: x, faults: y}]}\n").ok());
+  EXPECT_FALSE(ParseSwitchdConfig("name: a\ndpdk: {gateway: 10.0.0}\n").ok());
+  EXPECT_FALSE(
+      ParseSwitchdConfig("name: a\ndpdk: {links: [{device: x, send_faults: \"drop=2\"}]}\n").ok());
+}
+
 TEST(SwitchdConfig, EmptyFileGivesTheDefaultsButNoName) {
   absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig("");
   ASSERT_TRUE(c.ok()) << c.status();
@@ -176,7 +216,18 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, InvalidConfig,
     ::testing::Values(
         InvalidCase{"name: \"a b\"\n", absl::StatusCode::kInvalidArgument, "name 'a b'"},
-        InvalidCase{"name: a\nbackend: dpdk\n", absl::StatusCode::kUnimplemented, "dpdk"},
+#ifdef NETFOLD_HAVE_DPDK
+        InvalidCase{"name: a\nbackend: dpdk\n", absl::StatusCode::kInvalidArgument,
+                    "dpdk.links lists no device"},
+        InvalidCase{"name: a\nbackend: dpdk\ndpdk: {links: [{device: x}], mbuf_data_size: 1000}\n",
+                    absl::StatusCode::kInvalidArgument, "cannot hold a frame"},
+        InvalidCase{"name: a\nbackend: dpdk\ndpdk: {links: [{device: \"\"}]}\n",
+                    absl::StatusCode::kInvalidArgument, "device is empty"},
+#else
+        InvalidCase{"name: a\nbackend: dpdk\n", absl::StatusCode::kUnimplemented, "without DPDK"},
+#endif
+        InvalidCase{"name: a\ndpdk: {links: [{device: x}]}\n", absl::StatusCode::kInvalidArgument,
+                    "set backend: dpdk"},
         InvalidCase{"name: a\nbackend: rdma\n", absl::StatusCode::kInvalidArgument,
                     "not one of udp, dpdk"},
         InvalidCase{"name: a\ndata_address: 0.0.0.0:4791\n", absl::StatusCode::kInvalidArgument,

@@ -29,7 +29,7 @@ ABSL_FLAG(std::string, config, "", "YAML config file (docs/switch.md)");
 ABSL_FLAG(std::string, name, "", "the switch's name (as in the manager's topology)");
 ABSL_FLAG(std::string, data_address, "",
           "data-plane ip:port (RoCEv2 over UDP; port 0 picks one; default 127.0.0.1:4791)");
-ABSL_FLAG(std::string, backend, "", "I/O backend: udp (dpdk later)");
+ABSL_FLAG(std::string, backend, "", "I/O backend: udp or dpdk (the dpdk: section of --config; docs/dpdk.md)");
 ABSL_FLAG(std::string, admin_address, "",
           "admin API ip:port (default 127.0.0.1:0; \"none\" turns it off)");
 ABSL_FLAG(std::string, manager, "",
