@@ -117,8 +117,8 @@ TEST_F(AllocatorTest, GroupEntriesAndPayloadAreChecked) {
   absl::StatusOr<Placement> big = alloc_->PlanGroup(Request({"h0", "h1"}, 1, 8192), &why);
   ASSERT_FALSE(big.ok());
   EXPECT_EQ(why[0].resource, "slot_bytes");
-  EXPECT_EQ(why[0].capacity, 4096u);
-  EXPECT_NE(big.status().message().find("at most 4096 bytes per slot"), std::string::npos);
+  EXPECT_EQ(why[0].capacity, 4048u);
+  EXPECT_NE(big.status().message().find("at most 4048 bytes per slot"), std::string::npos);
   // 64 group entries on sw0.
   for (int i = 0; i < 64; ++i) {
     absl::StatusOr<Placement> p = alloc_->PlanGroup(Request({"h0"}, 1, 64), nullptr);
