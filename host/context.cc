@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -109,6 +110,9 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
       return absl::InvalidArgumentError(
           absl::StrFormat("NETFOLD_DELIVERY='%s': use multicast or rc", v));
     }
+  }
+  if (std::string v = Env("NETFOLD_ALGORITHM"); !v.empty()) {
+    NETFOLD_ASSIGN_OR_RETURN(o->algorithm, algorithms::ParseAlgorithmPolicy(v));
   }
   if (auto level = Env("NETFOLD_LOG_LEVEL"); !level.empty() && !ParseLogLevel(level)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -322,7 +326,7 @@ void Context::RunControlThread() {
 void Context::HandleEvent(const control::JobEvent& e) {
   auto fail_group = [&](uint64_t id, absl::Status why) {
     auto it = groups_.find(static_cast<uint32_t>(id));
-    if (it != groups_.end()) it->second->engine().Fail(why);
+    if (it != groups_.end()) it->second->engine_->Fail(why);
   };
   switch (e.kind()) {
     case control::JobEvent::GROUP_REVOKED:
@@ -339,7 +343,7 @@ void Context::HandleEvent(const control::JobEvent& e) {
     case control::JobEvent::RANK_DETACHED:
     case control::JobEvent::JOB_DESTROYED:
       for (auto& [id, g] : groups_) {
-        g->engine().Fail(WithErrorCode(
+        g->engine_->Fail(WithErrorCode(
             absl::UnavailableError(absl::StrFormat("the job lost its fabric: %s", e.reason())),
             NETFOLD_ERR_UNAVAILABLE));
       }
@@ -359,11 +363,11 @@ void Context::Progress(absl::Duration timeout) {
     }
     for (const auto& e : events) HandleEvent(*e);
   }
-  for (auto& [id, g] : groups_) g->engine().Poll();
+  for (auto& [id, g] : groups_) g->engine_->Poll();
   endpoint_->Flush();
   absl::Duration wait = timeout;
   for (auto& [id, g] : groups_) {
-    if (auto t = g->engine().NextTimerNs()) {
+    if (auto t = g->engine_->NextTimerNs()) {
       wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - RealClock().NowNanos())));
     }
   }
@@ -376,7 +380,7 @@ void Context::Progress(absl::Duration timeout) {
       return;  // counted by nobody but harmless; the switch validates what it sends
     }
     auto it = groups_.find(h.group_id);
-    if (it != groups_.end()) it->second->engine().OnMessage(h, elements);
+    if (it != groups_.end()) it->second->engine_->OnMessage(h, elements);
   };
   transport::RecvMessage m;
   while (rc_->PeekRecv(&m)) {
@@ -393,13 +397,13 @@ void Context::Progress(absl::Duration timeout) {
   }
   if (rc_->state() == QpState::kError) {
     for (auto& [id, g] : groups_) {
-      g->engine().Fail(WithErrorCode(
+      g->engine_->Fail(WithErrorCode(
           absl::UnavailableError(absl::StrFormat("the connection to the leaf switch failed: %s",
                                                  rc_->error().message())),
           NETFOLD_ERR_UNAVAILABLE));
     }
   }
-  for (auto& [id, g] : groups_) g->engine().Poll();
+  for (auto& [id, g] : groups_) g->engine_->Poll();
   endpoint_->Flush();
 }
 
@@ -417,6 +421,39 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
     return absl::InvalidArgumentError(
         "the group spec's world rank for this process is not this process's rank");
   }
+  namespace alg = algorithms;
+  const alg::AlgorithmPolicy policy = options_.algorithm;
+  const bool hosts_only = policy == alg::AlgorithmPolicy::kRing ||
+                          policy == alg::AlgorithmPolicy::kBidirRing ||
+                          policy == alg::AlgorithmPolicy::kTree ||
+                          policy == alg::AlgorithmPolicy::kTreeScatter;
+  const bool may_fall_back = policy != alg::AlgorithmPolicy::kInNetwork;
+  auto group = std::unique_ptr<Group>(new Group(this));
+  group->group_rank_ = group_oob.rank();
+  group->world_ranks_ = world_ranks;
+  auto connect_hosts = [&]() -> absl::Status {
+    HostCollectivesOptions ho;
+    ho.policy = policy;
+    ho.pkey = pkey_;
+    ho.op_timeout = options_.timeout;
+    absl::StatusOr<std::unique_ptr<HostCollectives>> hc =
+        HostCollectives::Connect(endpoint_.get(), group_oob, ho);
+    if (!hc.ok()) return hc.status();
+    group->host_ = *std::move(hc);
+    return absl::OkStatus();
+  };
+  auto host_group = [&](const std::string& why) -> absl::StatusOr<std::unique_ptr<Group>> {
+    NETFOLD_RETURN_IF_ERROR(connect_hosts());
+    group->mode_ = Group::Mode::kHost;
+    group->description_ = absl::StrFormat("host group of %d ranks (NETFOLD_ALGORITHM=%s): %s",
+                                          world_ranks.size(),
+                                          alg::AlgorithmPolicyName(policy), why);
+    if (!hosts_only && group_oob.rank() == 0) NETFOLD_LOG(kWarning) << group->description_;
+    all_groups_.push_back(group.get());
+    return std::move(group);
+  };
+  if (hosts_only) return host_group("the policy asks for host algorithms");
+
   std::string outcome;
   if (group_oob.rank() == 0) {
     control::CreateGroupRequest req;
@@ -439,14 +476,21 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
     outcome = EncodeOutcome(s, resp.group().SerializeAsString());
   }
   NETFOLD_RETURN_IF_ERROR(group_oob.BcastString(&outcome, 0));
-  NETFOLD_ASSIGN_OR_RETURN(std::string payload, DecodeOutcome(outcome));
+  absl::StatusOr<std::string> payload = DecodeOutcome(outcome);
+  if (!payload.ok()) {
+    // The fabric cannot serve the group (no resources, a switch or the
+    // manager gone): the hosts can, unless the policy forbids it.
+    if (may_fall_back &&
+        (absl::IsResourceExhausted(payload.status()) || absl::IsUnavailable(payload.status()) ||
+         absl::IsDeadlineExceeded(payload.status()) || absl::IsFailedPrecondition(payload.status()))) {
+      return host_group(std::string(payload.status().message()));
+    }
+    return payload.status();
+  }
   control::GroupInfo info;
-  if (!info.ParseFromString(payload)) return absl::InternalError("malformed group description");
+  if (!info.ParseFromString(*payload)) return absl::InternalError("malformed group description");
 
-  auto group = std::unique_ptr<Group>(new Group(this));
   group->group_id_ = info.group_id();
-  group->group_rank_ = group_oob.rank();
-  group->world_ranks_ = world_ranks;
   absl::Status mine = absl::OkStatus();
   if (info.group_id() > 0xffffffffull || info.tree_id() > 0xffff) {
     mine = absl::InternalError("the manager returned a group or tree id wider than the data plane's");
@@ -479,6 +523,11 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
   // Everyone listens before anyone posts: otherwise a fast rank's first
   // multicast result could reach a member not yet attached.
   NETFOLD_RETURN_IF_ERROR(AgreeOnStatus(group_oob, mine));
+  // The hosts stand by to take over if the fabric fails mid-job.
+  if (may_fall_back) {
+    absl::Status hosts = connect_hosts();
+    NETFOLD_RETURN_IF_ERROR(AgreeOnStatus(group_oob, hosts));
+  }
   Register(group.get());
   return group;
 }
@@ -487,12 +536,21 @@ absl::Status Context::LeafSender::SendRequest(std::span<const uint8_t> message) 
   return ctx->rc_->PostSend(message, 0);
 }
 
-void Context::Register(Group* g) { groups_[static_cast<uint32_t>(g->group_id_)] = g; }
+void Context::Register(Group* g) {
+  groups_[static_cast<uint32_t>(g->group_id_)] = g;
+  all_groups_.push_back(g);
+}
 
 void Context::Unregister(Group* g) {
+  if (auto it = std::find(all_groups_.begin(), all_groups_.end(), g); it != all_groups_.end()) {
+    all_groups_.erase(it);
+    retired_host_ops_ += g->host_ops_;
+    retired_failovers_ += g->failed_over_ ? 1 : 0;
+  }
+  if (g->engine_ == nullptr) return;  // the hosts served it from the start
   auto it = groups_.find(static_cast<uint32_t>(g->group_id_));
   if (it != groups_.end() && it->second == g) {
-    const GroupEngineStats& s = g->engine().stats();
+    const GroupEngineStats& s = g->engine_->stats();
     retired_.ops_started += s.ops_started;
     retired_.ops_completed += s.ops_completed;
     retired_.ops_failed += s.ops_failed;
@@ -511,6 +569,12 @@ void Context::Unregister(Group* g) {
 ContextStats Context::stats() const {
   ContextStats out;
   out.engines = retired_;
+  out.host_ops = retired_host_ops_;
+  out.failovers = retired_failovers_;
+  for (const Group* g : all_groups_) {
+    out.host_ops += g->host_ops_;
+    out.failovers += g->failed_over_ ? 1 : 0;
+  }
   for (const auto& [id, g] : groups_) {
     const GroupEngineStats& s = g->engine_->stats();
     out.engines.ops_started += s.ops_started;
@@ -565,12 +629,32 @@ Context::~Context() {
   if (manager_ != nullptr && manager_->heartbeat_thread.joinable()) {
     manager_->heartbeat_thread.join();
   }
-  for (auto& [id, g] : groups_) g->ctx_ = nullptr;  // groups outliving the context
+  for (Group* g : all_groups_) g->ctx_ = nullptr;  // groups outliving the context
+  all_groups_.clear();
   groups_.clear();
   endpoint_.reset();
 }
 
 // --- Group ------------------------------------------------------------------
+//
+// Operations run on the fabric (GroupEngine) or on the hosts
+// (HostCollectives). With a host fallback (policy auto/treeorder), a fabric
+// operation that fails because the fabric went away (the group revoked, the
+// leaf or root switch gone, no result in time) moves the group to the
+// hosts: the members first agree on how many operations each completed
+// (Resync), the ranks ahead hand the result of the one operation some ranks
+// missed to those behind, and every operation not completed anywhere is run
+// again on the hosts from its inputs (in-place inputs are kept for that).
+
+namespace {
+
+bool CanFailOver(const absl::Status& s) {
+  return absl::IsUnavailable(s) || absl::IsAborted(s) || absl::IsDeadlineExceeded(s);
+}
+
+bool InPlace(const CollectiveArgs& a) { return a.send == nullptr || a.send == a.recv; }
+
+}  // namespace
 
 Group::~Group() {
   if (ctx_ != nullptr) ctx_->Unregister(this);
@@ -578,6 +662,7 @@ Group::~Group() {
 
 absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   if (ctx_ == nullptr) return absl::FailedPreconditionError("the context was finalized");
+  const uint32_t group_root = args.root;
   if (args.collective == proto::CollectiveType::kReduce ||
       args.collective == proto::CollectiveType::kBcast) {
     if (args.root >= world_ranks_.size()) {
@@ -592,34 +677,236 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
       return WithErrorCode(absl::UnimplementedError(s.message()), NETFOLD_ERR_NOT_SUPPORTED);
     }
   }
-  return engine_->Start(args);
+  Pending p;
+  p.args = args;
+  p.group_root = group_root;
+  if (mode_ == Mode::kHost) {
+    NETFOLD_RETURN_IF_ERROR(StartOnHost(p));
+  } else {
+    NETFOLD_ASSIGN_OR_RETURN(p.inner, engine_->Start(args));
+    const bool reduces = args.collective == proto::CollectiveType::kAllreduce ||
+                         args.collective == proto::CollectiveType::kReduce;
+    if (host_ != nullptr && reduces && InPlace(args) && args.count > 0) {
+      const auto* in = static_cast<const uint8_t*>(args.recv);
+      p.saved_input.assign(in, in + args.count * proto::DataTypeSize(args.dtype));
+    }
+  }
+  const OpId id = next_id_++;
+  ops_.emplace(id, std::move(p));
+  return id;
+}
+
+absl::Status Group::StartOnHost(Pending& p) {
+  if (host_ == nullptr) return absl::FailedPreconditionError("no host fallback");
+  CollectiveArgs a = p.args;
+  a.root = p.group_root;
+  if (!p.saved_input.empty()) {
+    std::memcpy(a.recv, p.saved_input.data(), p.saved_input.size());
+    a.send = a.recv;
+  }
+  NETFOLD_ASSIGN_OR_RETURN(p.inner, host_->Start(a));
+  p.on_host = true;
+  ++host_ops_;
+  return absl::OkStatus();
+}
+
+void Group::Progress(absl::Duration timeout) {
+  if (ctx_ == nullptr) return;
+  if (mode_ == Mode::kHost) {
+    host_->Progress(timeout);
+    ctx_->Progress(absl::ZeroDuration());
+  } else {
+    ctx_->Progress(timeout);
+    if (host_ != nullptr) host_->Progress(absl::ZeroDuration());
+  }
+  Settle();
+}
+
+void Group::Settle() {
+  for (auto it = ops_.begin(); it != ops_.end(); ++it) {
+    Pending& p = it->second;
+    if (p.outcome) continue;
+    if (p.on_host) {
+      if (!host_->Done(p.inner)) return;
+      p.outcome = host_->Finish(p.inner);
+      ++completed_;
+      continue;
+    }
+    if (!engine_->Done(p.inner)) return;
+    absl::Status s = engine_->Finish(p.inner);
+    if (!s.ok() && host_ != nullptr && CanFailOver(s)) {
+      Failover(s);
+      return;
+    }
+    p.outcome = s;
+    ++completed_;
+    if (host_ != nullptr && s.ok()) {
+      // Kept for the ranks that may have missed it (Resync).
+      const CollectiveArgs& a = p.args;
+      const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
+      last_.collective = a.collective;
+      last_.group_root = p.group_root;
+      last_.result.clear();
+      last_.input.clear();
+      if (a.collective == proto::CollectiveType::kAllreduce ||
+          a.collective == proto::CollectiveType::kBcast) {
+        const auto* r = static_cast<const uint8_t*>(a.recv);
+        last_.result.assign(r, r + bytes);
+      } else if (a.collective == proto::CollectiveType::kReduce) {
+        if (!p.saved_input.empty()) {
+          last_.input = p.saved_input;
+        } else {
+          const auto* in = static_cast<const uint8_t*>(a.send);
+          last_.input.assign(in, in + bytes);
+        }
+      }
+    }
+  }
+}
+
+void Group::Failover(const absl::Status& why) {
+  NETFOLD_LOG(kWarning) << absl::StrFormat(
+      "rank %d: group %d: the fabric failed (%s); the hosts take over", ctx_->options_.rank,
+      group_id_, why.message());
+  mode_ = Mode::kHost;
+  failed_over_ = true;
+  engine_->Fail(WithErrorCode(absl::AbortedError("the group failed over to the hosts"),
+                              NETFOLD_ERR_ABORTED));
+  for (auto& [id, p] : ops_) {
+    if (!p.outcome && !p.on_host) (void)engine_->Finish(p.inner);
+  }
+  absl::Status s = Resync();
+  for (auto& [id, p] : ops_) {
+    if (p.outcome || p.on_host) continue;
+    if (s.ok()) s = StartOnHost(p);
+    if (!s.ok()) {
+      p.outcome = WithErrorCode(
+          absl::UnavailableError(absl::StrFormat(
+              "the fabric failed (%s) and the hosts could not take over: %s", why.message(),
+              s.message())),
+          NETFOLD_ERR_UNAVAILABLE);
+    }
+  }
+}
+
+absl::Status Group::Resync() {
+  // hi and lo: the most and the fewest operations a member completed.
+  int64_t marks[2] = {static_cast<int64_t>(completed_), -static_cast<int64_t>(completed_)};
+  NETFOLD_RETURN_IF_ERROR(host_->Run({.collective = proto::CollectiveType::kAllreduce,
+                                      .dtype = proto::DataType::kInt64,
+                                      .op = proto::ReduceOp::kMax,
+                                      .send = marks,
+                                      .recv = marks,
+                                      .count = 2}));
+  const uint64_t hi = static_cast<uint64_t>(marks[0]);
+  const uint64_t lo = static_cast<uint64_t>(-marks[1]);
+  if (hi == lo) return absl::OkStatus();
+  if (hi > lo + 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the members completed between %d and %d operations: only one operation apart can be "
+        "recovered (wait for each operation before starting the next to fail over safely)",
+        lo, hi));
+  }
+  // Operation `lo` completed on some members only. Those behind have it as
+  // their first unsettled operation; those ahead recorded it in last_.
+  Pending* behind = nullptr;
+  if (completed_ == lo) {
+    for (auto& [id, p] : ops_) {
+      if (!p.outcome) {
+        behind = &p;
+        break;
+      }
+    }
+    if (behind == nullptr) return absl::InternalError("resync: no operation to complete");
+  }
+  const proto::CollectiveType kind = behind ? behind->args.collective : last_.collective;
+  const uint32_t root = behind ? behind->group_root : last_.group_root;
+  if (kind == proto::CollectiveType::kAllreduce || kind == proto::CollectiveType::kBcast) {
+    // The ranks ahead hold the result: OR it over bytes with zeros from
+    // those behind.
+    const size_t bytes = behind ? behind->args.count * proto::DataTypeSize(behind->args.dtype)
+                                : last_.result.size();
+    std::vector<uint8_t> buf = behind ? std::vector<uint8_t>(bytes, 0) : last_.result;
+    NETFOLD_RETURN_IF_ERROR(host_->Run({.collective = proto::CollectiveType::kAllreduce,
+                                        .dtype = proto::DataType::kUint8,
+                                        .op = proto::ReduceOp::kBor,
+                                        .send = buf.data(),
+                                        .recv = buf.data(),
+                                        .count = buf.size()}));
+    if (behind && bytes > 0) std::memcpy(behind->args.recv, buf.data(), bytes);
+  } else if (kind == proto::CollectiveType::kReduce) {
+    // Whether the root has the result: it is behind or ahead.
+    int64_t root_behind = (behind != nullptr && static_cast<uint32_t>(group_rank_) == root) ? 1 : 0;
+    NETFOLD_RETURN_IF_ERROR(host_->Run({.collective = proto::CollectiveType::kAllreduce,
+                                        .dtype = proto::DataType::kInt64,
+                                        .op = proto::ReduceOp::kMax,
+                                        .send = &root_behind,
+                                        .recv = &root_behind,
+                                        .count = 1}));
+    if (root_behind != 0) {
+      // The root missed it: everyone reduces again from the inputs.
+      CollectiveArgs a;
+      a.collective = proto::CollectiveType::kReduce;
+      a.root = root;
+      std::vector<uint8_t> input;
+      if (behind) {
+        a.dtype = behind->args.dtype;
+        a.op = behind->args.op;
+        a.count = behind->args.count;
+        const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
+        const auto* in = static_cast<const uint8_t*>(
+            behind->saved_input.empty() ? behind->args.send : behind->saved_input.data());
+        input.assign(in, in + bytes);
+        a.recv = behind->args.recv;
+      } else {
+        return absl::FailedPreconditionError(
+            "resync: a reduce the root missed needs the dtype and op of the ranks behind");
+      }
+      a.send = input.data();
+      NETFOLD_RETURN_IF_ERROR(host_->Run(a));
+    }
+  }
+  if (behind) {
+    behind->outcome = absl::OkStatus();
+    ++completed_;
+  }
+  return absl::OkStatus();
 }
 
 bool Group::Test(OpId id) {
-  if (ctx_ != nullptr && !engine_->Done(id)) ctx_->Progress(absl::ZeroDuration());
-  return engine_->Done(id);
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return true;
+  if (!it->second.outcome) Progress(absl::ZeroDuration());
+  return it->second.outcome.has_value();
 }
 
 absl::Status Group::Wait(OpId id) {
-  if (ctx_ == nullptr) return absl::FailedPreconditionError("the context was finalized");
-  // The engine enforces the operation's deadline; this one only guards
-  // against a bug leaving an operation forever pending.
-  Deadline guard(RealClock(), ctx_->options_.timeout + absl::Seconds(5));
-  while (!engine_->Done(id)) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
+  if (ctx_ == nullptr && !it->second.outcome) {
+    return absl::FailedPreconditionError("the context was finalized");
+  }
+  // The engines enforce the operation's deadline; this one only guards
+  // against a bug leaving an operation forever pending (a failover may add
+  // a second deadline).
+  Deadline guard(RealClock(), 2 * ctx_->options_.timeout + absl::Seconds(5));
+  while (!it->second.outcome) {
     if (guard.Expired()) {
-      engine_->Fail(absl::DeadlineExceededError("operation did not complete in time"));
+      it->second.outcome = absl::DeadlineExceededError("operation did not complete in time");
       break;
     }
-    ctx_->Progress(absl::Milliseconds(10));
+    Progress(absl::Milliseconds(10));
   }
-  return engine_->Finish(id);
+  absl::Status s = *it->second.outcome;
+  ops_.erase(it);
+  return s;
 }
 
 absl::Status Group::Destroy(Oob& group_oob) {
   if (destroyed_ || ctx_ == nullptr) return absl::OkStatus();
   destroyed_ = true;
   absl::Status result = group_oob.Barrier();
-  if (group_rank_ == 0) {
+  if (group_rank_ == 0 && engine_ != nullptr) {
     control::DestroyGroupRequest req;
     *req.mutable_job() = ctx_->manager_->creds;
     req.set_group_id(group_id_);
@@ -628,12 +915,16 @@ absl::Status Group::Destroy(Oob& group_oob) {
                                  "destroying a group", [&](grpc::ClientContext* c) {
                                    return ctx_->manager_->stub->DestroyGroup(c, req, &resp);
                                  });
-    if (result.ok()) result = s;
+    // A group the manager already revoked (the failover's cause) is gone.
+    if (result.ok() && !(failed_over_ && absl::IsNotFound(s))) result = s;
   }
-  engine_->Fail(WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+  if (engine_ != nullptr) {
+    engine_->Fail(WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+  }
   ctx_->Unregister(this);
   ctx_ = nullptr;
   absl::Status barrier = group_oob.Barrier();
+  host_.reset();
   return result.ok() ? barrier : result;
 }
 

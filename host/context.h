@@ -16,7 +16,9 @@
 
 #include <atomic>
 #include <deque>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +29,9 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "host/algorithms/selection.h"
 #include "host/group_engine.h"
+#include "host/host_collectives.h"
 #include "host/oob.h"
 #include "transport/impaired_port.h"
 #include "transport/roce_endpoint.h"
@@ -52,6 +56,10 @@ struct ContextOptions {
   uint32_t slot_bytes = 0;           // P requested (0: default)
   proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
   absl::Duration repair_after = absl::Milliseconds(20);
+  // NETFOLD_ALGORITHM (docs/algorithms.md): auto (the fabric, else the
+  // hosts; failover), innetwork (the fabric only), ring, bidir, tree,
+  // treescatter (always the hosts), treeorder.
+  algorithms::AlgorithmPolicy algorithm = algorithms::AlgorithmPolicy::kAuto;
 };
 
 // Reads NETFOLD_* environment variables into `options` where the field was
@@ -60,6 +68,8 @@ absl::Status ApplyEnvironment(ContextOptions* options);
 
 struct ContextStats {
   GroupEngineStats engines;    // summed over every group, alive or destroyed
+  uint64_t host_ops = 0;       // operations the hosts ran (host algorithms)
+  uint64_t failovers = 0;      // groups moved from the fabric to the hosts
   uint64_t link_tx_bytes = 0;
   uint64_t link_rx_bytes = 0;
   uint64_t retransmissions = 0;
@@ -125,6 +135,8 @@ class Context {
   transport::UdQueuePair* ud_ = nullptr;
   absl::flat_hash_map<uint32_t, Group*> groups_;  // by group id (data-plane 32-bit)
   GroupEngineStats retired_;                      // stats of destroyed groups
+  std::vector<Group*> all_groups_;                // every live group, fabric or not
+  uint64_t retired_host_ops_ = 0, retired_failovers_ = 0;
 
   // The control thread and what it hands over.
   std::thread control_thread_;
@@ -140,7 +152,8 @@ class Group {
   // Starts a collective. `args.root` is a group rank; InvalidArgument for a
   // bad root or buffers, Unimplemented for an op MPI forbids on the type.
   absl::StatusOr<OpId> Start(CollectiveArgs args);
-  // Makes progress; true once the op is done.
+  // Makes progress; true once the op is done. A failover (below) runs
+  // inside the call that notices the fabric failed.
   bool Test(OpId id);
   // Waits for `id` (deadline: the context's timeout + margin) and returns its
   // outcome; the op is forgotten.
@@ -151,19 +164,58 @@ class Group {
   uint64_t group_id() const { return group_id_; }
   int rank() const { return group_rank_; }
   int size() const { return static_cast<int>(world_ranks_.size()); }
-  GroupEngine& engine() { return *engine_; }
-  // A human-readable description (tree, switches, K, P).
+  // The fabric's engine; null for a group the hosts serve from the start.
+  GroupEngine* engine() { return engine_.get(); }
+  // True while the fabric serves the group; false once the hosts do (from
+  // the start, or after a failover).
+  bool on_fabric() const { return mode_ == Mode::kFabric; }
+  // A human-readable description (tree, switches, K, P; or the host algorithm).
   const std::string& description() const { return description_; }
+  uint64_t host_ops() const { return host_ops_; }
+  bool failed_over() const { return failed_over_; }
 
  private:
   friend class Context;
+  enum class Mode { kFabric, kHost };
+  // An operation between Start and Wait.
+  struct Pending {
+    CollectiveArgs args;               // root: the world rank (fabric) as started
+    uint32_t group_root = 0;           // root as a group rank
+    std::vector<uint8_t> saved_input;  // in-place input, kept for a re-run
+    bool on_host = false;
+    OpId inner = 0;                    // the fabric's or the host's op id
+    std::optional<absl::Status> outcome;  // set once settled
+  };
+  // What the ranks ahead hand to those behind in a failover (the last
+  // operation completed on the fabric).
+  struct LastOp {
+    proto::CollectiveType collective = proto::CollectiveType::kBarrier;
+    uint32_t group_root = 0;
+    std::vector<uint8_t> result;  // allreduce, bcast
+    std::vector<uint8_t> input;   // reduce
+  };
   Group(Context* ctx) : ctx_(ctx) {}
+  void Progress(absl::Duration timeout);
+  // Settles the fabric operations that are done, in start order, and fails
+  // over when one failed in a way the hosts can repair.
+  void Settle();
+  void Failover(const absl::Status& why);
+  absl::Status Resync();
+  absl::Status StartOnHost(Pending& p);
 
   Context* ctx_;
   uint64_t group_id_ = 0;
   int group_rank_ = 0;
   std::vector<int> world_ranks_;
+  Mode mode_ = Mode::kFabric;
   std::unique_ptr<GroupEngine> engine_;
+  std::unique_ptr<HostCollectives> host_;  // null: no host fallback (policy innetwork)
+  std::map<OpId, Pending> ops_;
+  OpId next_id_ = 1;
+  uint64_t completed_ = 0;  // operations settled in start order
+  LastOp last_;
+  uint64_t host_ops_ = 0;
+  bool failed_over_ = false;
   std::optional<transport::Ipv4Endpoint> multicast_;
   std::string description_;
   bool destroyed_ = false;

@@ -191,6 +191,10 @@ void JoinFabric() {
   spec.world_size = size;
   spec.oob = Oob(&g.world_oob);
   spec.job_name = "mpi";
+  // When the fabric cannot serve a communicator, MPI's own collectives do
+  // (the fallback above), not libnetfold's host algorithms: ask libnetfold
+  // for in-network only, unless the user chose a policy.
+  setenv("NETFOLD_ALGORITHM", "innetwork", /*overwrite=*/0);
   const int rc = netfold_init(&spec, &g.ctx);
   if (rc == NETFOLD_SUCCESS) {
     g.fabric = true;

@@ -246,6 +246,9 @@ typedef struct {
   uint64_t link_rx_bytes;      /*   all headers included */
   uint64_t retransmissions;    /* RC packets sent again */
   uint64_t packets_dropped;    /* received and dropped, any reason */
+  uint64_t host_ops;           /* operations the hosts ran (host algorithms:
+                                  NETFOLD_ALGORITHM, no fabric, failover) */
+  uint64_t failovers;          /* groups moved from the fabric to the hosts */
 } netfold_stats_t;
 
 /* Counters of this rank since init. Returns SUCCESS or INVALID_ARGUMENT. */

@@ -148,8 +148,11 @@ TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
   const std::string flag =
       (std::filesystem::temp_directory_path() / absl::StrFormat("netfold-phase2-%d", getpid())).string();
   std::remove(flag.c_str());
+  // In-network only: the error must reach the ranks (the next test covers
+  // the failover to the hosts).
   Launch ranks(fabric->manager_address(), 4, 0, {"outage", Ops(100)},
-               {{"NETFOLD_TEST_PHASE2", flag}, {"NETFOLD_TIMEOUT_MS", "5000"}});
+               {{"NETFOLD_TEST_PHASE2", flag}, {"NETFOLD_TIMEOUT_MS", "5000"},
+                {"NETFOLD_ALGORITHM", "innetwork"}});
   absl::SleepFor(absl::Seconds(2));
   const absl::Time killed = absl::Now();
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
@@ -166,6 +169,27 @@ TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
     EXPECT_NE(results[r].output.find("phase2 ok=" + Ops(100)), std::string::npos) << results[r].output;
   }
   ExpectNoLeaks(fabric->manager_address());
+}
+
+TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  // The default policy (auto): the hosts take over and no operation fails.
+  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(3000)},
+               {{"NETFOLD_TIMEOUT_MS", "5000"}});
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Status(fabric->manager_address()).groups_size() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  absl::SleepFor(absl::Milliseconds(500));  // mid-stream
+  ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
+  auto results = ranks.Wait(absl::Minutes(4));
+  ExpectStreamClean(results);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
+        << "rank " << r << " never failed over (was the switch killed too late?):\n"
+        << results[r].output;
+  }
 }
 
 TEST(ProcessFaults, RankKilledMidOperationFailsTheOthersWithinTheirDeadline) {
@@ -221,12 +245,20 @@ TEST(ResourceFaults, QuotaExhaustedByASecondJobIsRefusedClearlyAndRecovers) {
   {
     Launch a(fabric->manager_address(), 2, 0, {"hold"}, {{"NETFOLD_TEST_RELEASE", release}});
     ASSERT_TRUE(a.WaitForOutput(0, "holding", absl::Seconds(60))) << a.output(0);  // leaf0's only group
-    Launch b(fabric->manager_address(), 2, 0, {"stream", "10"});
+    // In-network only, job B is refused...
+    Launch b(fabric->manager_address(), 2, 0, {"stream", "10"}, {{"NETFOLD_ALGORITHM", "innetwork"}});
     auto rb = b.Wait(absl::Minutes(2));
     for (const auto& r : rb) {
       EXPECT_NE(r.exit_code, 0) << r.output;
       EXPECT_NE(r.output.find("no resources"), std::string::npos) << r.output;
       EXPECT_NE(r.output.find("leaf0"), std::string::npos) << "the refusal names the switch:\n" << r.output;
+    }
+    // ... and by default the hosts serve it instead, with the same results.
+    Launch c(fabric->manager_address(), 2, 0, {"stream", "10"});
+    auto rc = c.Wait(absl::Minutes(2));
+    ExpectStreamClean(rc);
+    for (const auto& r : rc) {
+      EXPECT_NE(r.output.find("host_ops=10"), std::string::npos) << r.output;
     }
     { std::ofstream(release) << "go\n"; }
     ExpectStreamClean(a.Wait(absl::Minutes(3)));

@@ -59,6 +59,26 @@ TEST(HostFabric, SweepOnFiveRanksAcrossTwoLeaves) {
   ExpectAllOk(ranks.Wait(absl::Minutes(4)));
 }
 
+// The same sweep on the host algorithms (NETFOLD_ALGORITHM): every dtype x
+// op, reduce, bcast and barrier, on an odd number of ranks, none of it
+// through the switches.
+class HostAlgorithmSweep : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(HostAlgorithmSweep, SweepOnFiveRanks) {
+  auto fabric = StartFabric(5);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(fabric->manager_address(), 5, 0, {"sweep"}, {{"NETFOLD_ALGORITHM", GetParam()}});
+  auto results = ranks.Wait(absl::Minutes(4));
+  ExpectAllOk(results);
+  for (const auto& r : results) {
+    EXPECT_EQ(r.output.find("host_ops=0,"), std::string::npos) << "the fabric ran it:\n" << r.output;
+    EXPECT_NE(r.output.find("host_ops="), std::string::npos) << r.output;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, HostAlgorithmSweep,
+                         ::testing::Values("ring", "bidir", "tree", "treescatter"));
+
 TEST(HostFabric, SixteenRanksWithConcurrentGroups) {
   auto fabric = StartFabric(16);
   ASSERT_NE(fabric, nullptr);

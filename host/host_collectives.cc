@@ -1,0 +1,129 @@
+#include "host/host_collectives.h"
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "base/clock.h"
+#include "base/status_macros.h"
+#include "proto/data_type.h"
+#include "proto/reduce_op.h"
+
+namespace netfold::host {
+
+namespace alg = algorithms;
+
+absl::StatusOr<std::unique_ptr<HostCollectives>> HostCollectives::Connect(
+    transport::RoceEndpoint* endpoint, Oob& group_oob, const HostCollectivesOptions& options) {
+  std::unique_ptr<HostCollectives> hc(new HostCollectives());
+  hc->options_ = options;
+  hc->rank_ = static_cast<uint32_t>(group_oob.rank());
+  hc->size_ = static_cast<uint32_t>(group_oob.size());
+  hc->ops_by_algorithm_.assign(alg::kHostAlgorithms.size() + 1, 0);
+  alg::RcPeerChannelsOptions co;
+  co.pkey = options.pkey;
+  NETFOLD_ASSIGN_OR_RETURN(hc->channels_,
+                           alg::RcPeerChannels::Create(endpoint, hc->rank_, hc->size_, co));
+  NETFOLD_RETURN_IF_ERROR(hc->channels_->ConnectWithOob({
+      .allgather = [&](std::span<const uint8_t> mine, std::span<uint8_t> all) {
+        return group_oob.Allgather(mine.data(), all.data(), mine.size());
+      },
+      .barrier = [&] { return group_oob.Barrier(); },
+  }));
+  alg::EngineOptions eo;
+  eo.op_timeout = options.op_timeout;
+  eo.fragment_bytes = std::min<size_t>(eo.fragment_bytes,
+                                       hc->channels_->max_message_bytes() - alg::kMessageHeaderBytes);
+  NETFOLD_ASSIGN_OR_RETURN(hc->engine_, alg::AllreduceEngine::Create(hc->channels_.get(), eo));
+  return hc;
+}
+
+HostCollectives::~HostCollectives() = default;
+
+absl::StatusOr<OpId> HostCollectives::Start(const CollectiveArgs& args) {
+  const size_t elem = proto::DataTypeSize(args.dtype);
+  const size_t bytes = args.count * elem;
+  if (args.count > 0 && args.recv == nullptr &&
+      !(args.collective == proto::CollectiveType::kReduce && args.root != rank_)) {
+    return absl::InvalidArgumentError("recv is null");
+  }
+  Op op;
+  alg::AllreduceArgs a;
+  a.dtype = args.dtype;
+  a.op = args.op;
+  a.count = args.count;
+  a.send = args.send;
+  a.recv = args.recv;
+  switch (args.collective) {
+    case proto::CollectiveType::kAllreduce:
+      break;
+    case proto::CollectiveType::kReduce:
+      if (args.root >= size_) return absl::InvalidArgumentError("root out of range");
+      if (args.root != rank_) {
+        op.scratch_out.resize(bytes);
+        a.recv = op.scratch_out.data();
+      }
+      break;
+    case proto::CollectiveType::kBcast:
+      if (args.root >= size_) return absl::InvalidArgumentError("root out of range");
+      // Bitwise OR over bytes: the root's data OR zeros from everyone else.
+      a.dtype = proto::DataType::kUint8;
+      a.op = proto::ReduceOp::kBor;
+      a.count = bytes;
+      if (args.root != rank_) {
+        op.scratch_in.assign(bytes, 0);
+        a.send = op.scratch_in.data();
+      } else if (a.send == nullptr) {
+        a.send = args.recv;
+      }
+      break;
+    case proto::CollectiveType::kBarrier:
+      a.count = 0;
+      a.send = a.recv = nullptr;
+      break;
+  }
+  if (a.count > 0 && a.send == nullptr) a.send = a.recv;  // in place
+  NETFOLD_ASSIGN_OR_RETURN(
+      alg::Selection sel,
+      alg::SelectAlgorithm({.policy = options_.policy,
+                            .fabric_available = false,
+                            .fabric_tree_known = false,
+                            .bytes = a.count * proto::DataTypeSize(a.dtype),
+                            .num_ranks = size_}));
+  a.algorithm = sel.algorithm;
+  NETFOLD_ASSIGN_OR_RETURN(op.inner, engine_->Start(a));
+  const size_t index = static_cast<size_t>(sel.algorithm);
+  if (index < ops_by_algorithm_.size()) ++ops_by_algorithm_[index];
+  const OpId id = next_id_++;
+  ops_.emplace(id, std::move(op));
+  return id;
+}
+
+bool HostCollectives::Done(OpId id) const {
+  auto it = ops_.find(id);
+  return it == ops_.end() || engine_->Done(it->second.inner);
+}
+
+absl::Status HostCollectives::Finish(OpId id) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
+  absl::Status s = engine_->Finish(it->second.inner);
+  ops_.erase(it);
+  return s;
+}
+
+void HostCollectives::Progress(absl::Duration timeout) { engine_->Progress(timeout); }
+
+absl::Status HostCollectives::Run(const CollectiveArgs& args) {
+  NETFOLD_ASSIGN_OR_RETURN(OpId id, Start(args));
+  // The engine's deadline ends the operation; this guard only catches a bug.
+  Deadline guard(RealClock(), options_.op_timeout + absl::Seconds(5));
+  while (!Done(id) && !guard.Expired()) Progress(absl::Milliseconds(5));
+  if (!Done(id)) {
+    ops_.erase(id);
+    return absl::DeadlineExceededError("a host-side collective did not finish in time");
+  }
+  return Finish(id);
+}
+
+}  // namespace netfold::host
