@@ -3,7 +3,8 @@
 //   netfold demo [--hosts N] [--faults] [--seed S] [--quick]
 //   netfold up [--topology FILE] [--hosts N] [--state-dir DIR] [--faults SPEC]
 //   netfold down [--state-dir DIR]
-//   netfold status [--manager IP:PORT | --state-dir DIR]
+//   netfold status [--manager IP:PORT | --state-dir DIR] [--switch NAME]
+//   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
 //   netfold bench allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--quick]
 //
 // See docs/operations.md.
@@ -45,6 +46,11 @@ constexpr char kUsage[] =
     "  down    stop the fabric started by `up`.   --state-dir DIR\n"
     "  status  print switches, trees, jobs, groups and resources.\n"
     "          --manager IP:PORT (default: the fabric of --state-dir, or $NETFOLD_MANAGER)\n"
+    "          --switch NAME: that switch's own counters, peers, QPs and groups instead\n"
+    "  fault   SWITCH IMPAIRMENT: set link faults on a running switch, e.g.\n"
+    "          `netfold fault leaf0 drop=0.05,seed=3` or `netfold fault root down=1`;\n"
+    "          `none` clears them.   --peer IP:PORT|all (default)|default\n"
+    "          --direction both (default)|send|receive   --manager/--state-dir as status\n"
     "  bench   allreduce|reduce|bcast|barrier: the fabric against Open MPI (shared memory\n"
     "          and TCP) in the same run: a table of ratios, a CSV and PNG plots.\n"
     "          --ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  --quick\n"
@@ -171,9 +177,9 @@ int Down(int argc, char** argv) {
   return 0;
 }
 
-int Status(int argc, char** argv) {
-  Args args = Args::Parse(argc, argv, {}, {"manager", "state-dir", "log-level"});
-  if (!args.error.empty()) return Fail(args.error);
+// The manager to talk to: --manager, the fabric of --state-dir, or
+// $NETFOLD_MANAGER; "" if none.
+std::string FindManager(const Args& args) {
   std::string manager = args.Get("manager");
   if (manager.empty()) {
     std::ifstream in(args.Get("state-dir", LocalFabric::DefaultStateDir()) + "/manager.address");
@@ -182,16 +188,162 @@ int Status(int argc, char** argv) {
   if (manager.empty()) {
     if (const char* m = std::getenv("NETFOLD_MANAGER")) manager = m;
   }
-  if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
+  return manager;
+}
+
+std::chrono::system_clock::time_point RpcDeadline() {
+  return std::chrono::system_clock::now() + std::chrono::seconds(5);
+}
+
+absl::StatusOr<control::GetStatusResponse> GetManagerStatus(const std::string& manager) {
   auto stub = control::Admin::NewStub(grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
   grpc::ClientContext c;
-  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  c.set_deadline(RpcDeadline());
   control::GetStatusResponse status;
   grpc::Status s = stub->GetStatus(&c, control::GetStatusRequest(), &status);
   if (!s.ok()) {
-    return Fail(absl::StrFormat("manager %s: %s", manager, s.error_message()));
+    return absl::UnavailableError(absl::StrFormat("manager %s: %s", manager, s.error_message()));
   }
-  std::printf("manager %s\n%s", manager.c_str(), manager::FormatStatus(status).c_str());
+  return status;
+}
+
+// The admin address of switch `name`, as it registered with the manager.
+absl::StatusOr<std::string> SwitchAdminAddress(const std::string& manager, const std::string& name) {
+  absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager);
+  if (!status.ok()) return status.status();
+  std::string names;
+  for (const control::SwitchStatus& sw : status->switches()) {
+    if (sw.name() == name) {
+      if (sw.admin_address().empty()) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "switch %s has no admin address (not registered, or started with --admin_address "
+            "none)",
+            name));
+      }
+      return sw.admin_address();
+    }
+    names += (names.empty() ? "" : ", ") + sw.name();
+  }
+  return absl::NotFoundError(
+      absl::StrFormat("no switch '%s' at manager %s (switches: %s)", name, manager, names));
+}
+
+std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>& counts) {
+  std::string out;
+  for (const control::NamedCount& c : counts) {
+    if (c.count() != 0) out += absl::StrFormat(" %s=%d", c.name(), c.count());
+  }
+  return out.empty() ? " none" : out;
+}
+
+int SwitchStatus(const std::string& manager, const std::string& name) {
+  absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name);
+  if (!admin.ok()) return Fail(std::string(admin.status().message()));
+  auto stub = control::SwitchAdmin::NewStub(
+      grpc::CreateChannel(*admin, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.set_deadline(RpcDeadline());
+  control::GetCountersResponse r;
+  grpc::Status s = stub->GetCounters(&c, control::GetCountersRequest(), &r);
+  if (!s.ok()) return Fail(absl::StrFormat("switch %s (%s): %s", name, *admin, s.error_message()));
+  absl::PrintF("switch %s: data %s (%s), admin %s, up %.1f s, incarnation %d\n", r.name(),
+              r.data_address(), r.backend(), admin->c_str(),
+              static_cast<double>(r.uptime_ms()) / 1000.0, r.incarnation());
+  absl::PrintF("  port: rx %d packets %d bytes, tx %d packets %d bytes; drops:%s\n",
+              r.port().rx_packets(), r.port().rx_bytes(), r.port().tx_packets(),
+              r.port().tx_bytes(), Counts(r.port().drops()));
+  absl::PrintF("  aggregation messages: %d received, %d sent, %d multicasts; data-plane drops:%s\n",
+              r.messages_received(), r.messages_sent(), r.multicasts_sent(),
+              Counts(r.drops()));
+  absl::PrintF("  resources: %d groups, %d slots, %d QPs in use\n", r.usage().groups(),
+              r.usage().slots(), r.usage().qps());
+  for (const control::PeerCounters& p : r.peers()) {
+    absl::PrintF("  peer %-21s %-24s rx %d tx %d  faults: send %s, receive %s\n", p.peer(),
+                p.name(), p.rx_packets(), p.tx_packets(), p.send_impairment(),
+                p.receive_impairment());
+  }
+  for (const control::QpCounters& q : r.qps()) {
+    absl::PrintF("  qp 0x%06x %-5s %-24s sent %d (%d retransmitted), received %d, timeouts %d%s%s\n",
+                q.qpn(), q.state(), q.peer(), q.packets_sent(),
+                q.packets_retransmitted(), q.packets_received(), q.timeouts(),
+                q.error().empty() ? "" : ", error: ", q.error());
+  }
+  for (const control::GroupCounters& g : r.groups()) {
+    absl::PrintF("  group %d (tree %d, epoch %d, job %d): %d requests, %d completed, %d results, "
+                "%d repairs answered, %d/%d slots busy; drops:%s\n",
+                g.group_id(), g.tree_id(), g.epoch(), g.job_id(), g.requests_received(),
+                g.operations_completed(), g.results_distributed(), g.repairs_answered(),
+                g.busy_slots(), g.num_slots(), Counts(g.drops()));
+  }
+  if (r.backend_counters_size() > 0) {
+    absl::PrintF("  backend:%s\n", Counts(r.backend_counters()));
+  }
+  return 0;
+}
+
+int Status(int argc, char** argv) {
+  Args args = Args::Parse(argc, argv, {}, {"manager", "state-dir", "switch", "log-level"});
+  if (!args.error.empty()) return Fail(args.error);
+  const std::string manager = FindManager(args);
+  if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
+  if (args.Has("switch")) return SwitchStatus(manager, args.Get("switch"));
+  absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager);
+  if (!status.ok()) return Fail(std::string(status.status().message()));
+  absl::PrintF("manager %s\n%s", manager, manager::FormatStatus(*status));
+  return 0;
+}
+
+int Fault(int argc, char** argv) {
+  // netfold fault SWITCH IMPAIRMENT [options]
+  std::vector<char*> positional, rest = {argv[0], argv[1]};
+  for (int i = 2; i < argc; ++i) {
+    const bool option = argv[i][0] == '-' && argv[i][1] == '-';
+    if (option) {
+      rest.push_back(argv[i]);
+      const std::string a = argv[i];
+      if (a.find('=') == std::string::npos && i + 1 < argc) rest.push_back(argv[++i]);
+    } else {
+      positional.push_back(argv[i]);
+    }
+  }
+  Args args = Args::Parse(static_cast<int>(rest.size()), rest.data(), {},
+                          {"manager", "state-dir", "peer", "direction", "log-level"});
+  if (!args.error.empty()) return Fail(args.error);
+  if (positional.size() != 2) {
+    return Fail("usage: netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] "
+                "[--direction both|send|receive] (IMPAIRMENT e.g. drop=0.05,seed=3; none clears)");
+  }
+  const std::string manager = FindManager(args);
+  if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
+  const std::string name = positional[0];
+  control::SetLinkFaultRequest req;
+  req.set_peer(args.Get("peer", "all"));
+  req.set_impairment(positional[1]);
+  const std::string direction = args.Get("direction", "both");
+  if (direction == "both") {
+    req.set_direction(control::LINK_DIRECTION_BOTH);
+  } else if (direction == "send") {
+    req.set_direction(control::LINK_DIRECTION_SEND);
+  } else if (direction == "receive") {
+    req.set_direction(control::LINK_DIRECTION_RECEIVE);
+  } else {
+    return Fail(absl::StrFormat("--direction '%s': use both, send or receive", direction));
+  }
+  absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name);
+  if (!admin.ok()) return Fail(std::string(admin.status().message()));
+  auto stub = control::SwitchAdmin::NewStub(
+      grpc::CreateChannel(*admin, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.set_deadline(RpcDeadline());
+  control::SetLinkFaultResponse resp;
+  grpc::Status s = stub->SetLinkFault(&c, req, &resp);
+  if (!s.ok()) return Fail(absl::StrFormat("switch %s: %s", name, s.error_message()));
+  absl::PrintF("switch %s: %d link%s changed\n", name, resp.links_size(),
+              resp.links_size() == 1 ? "" : "s");
+  for (const control::LinkFault& l : resp.links()) {
+    absl::PrintF("  %-21s send %s, receive %s\n", l.peer(), l.send(),
+                l.receive());
+  }
   return 0;
 }
 
@@ -254,6 +406,7 @@ int main(int argc, char** argv) {
   if (command == "down") return Down(argc, argv);
   if (command == "status") return Status(argc, argv);
   if (command == "bench") return Bench(argc, argv);
+  if (command == "fault") return Fault(argc, argv);
   if (command == "__demo-rank") return RunDemoRank();
   std::fprintf(stderr, "netfold: unknown command '%s'\n\n%s", command.c_str(), kUsage);
   return 2;

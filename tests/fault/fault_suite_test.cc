@@ -7,6 +7,7 @@
 // the operations of each scenario for a longer soak (docs/faults.md).
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,8 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -216,6 +219,44 @@ TEST(ProcessFaults, StragglerRankPausedThenResumedDelaysButBreaksNothing) {
   absl::SleepFor(absl::Seconds(2));  // shorter than the deadline and the manager's host timeout
   ranks.Signal(1, SIGCONT);
   ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
+  ExpectNoLeaks(fabric->manager_address());
+}
+
+// Runs the netfold CLI with `args`; its exit code and output.
+std::pair<int, std::string> Cli(const std::string& args) {
+  const char* cli = std::getenv("NETFOLD_CLI");
+  if (cli == nullptr) return {-1, "NETFOLD_CLI is not set (run the test through meson)"};
+  std::string out;
+  FILE* f = popen((std::string(cli) + " " + args + " 2>&1").c_str(), "r");
+  if (f == nullptr) return {-1, "popen failed"};
+  char buf[512];
+  while (fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+  const int status = pclose(f);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(LinkFaultsAtRunTime, NetfoldFaultChangesALiveSwitchAndTheJobStaysExact) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  const std::string m = " --manager " + fabric->manager_address();
+  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(1500)});
+  auto [rc, out] = Cli("fault leaf1 drop=0.03,reorder=0.05,seed=4" + m);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("1 link changed"), std::string::npos) << out;
+  std::tie(rc, out) = Cli("status --switch leaf1" + m);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("drop=0.03"), std::string::npos) << out;
+  // Bad input: a clear error and exit code 2, the switch unchanged.
+  std::tie(rc, out) = Cli("fault leaf1 drop=2" + m);
+  EXPECT_EQ(rc, 2) << out;
+  std::tie(rc, out) = Cli("fault nosuch none" + m);
+  EXPECT_EQ(rc, 2) << out;
+  EXPECT_NE(out.find("no switch 'nosuch'"), std::string::npos) << out;
+  ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
+  std::tie(rc, out) = Cli("fault leaf1 none" + m);
+  EXPECT_EQ(rc, 0) << out;
+  std::tie(rc, out) = Cli("status --switch leaf1" + m);
+  EXPECT_EQ(out.find("drop=0.03"), std::string::npos) << "the fault was not cleared:\n" << out;
   ExpectNoLeaks(fabric->manager_address());
 }
 
