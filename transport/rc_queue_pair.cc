@@ -359,6 +359,13 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet) {
         }
         rnr_resume_at_ns_ = clock_.NowNanos() +
                             absl::ToInt64Nanoseconds(RnrTimerDelay(proto::GetAethValue(aeth)));
+        // The receiver answered: it is alive. The ACK timer and its retry
+        // budget start over when the packets go out again after the RNR
+        // wait (TransmitOne arms it), so a wait longer than the ACK
+        // timeout is not taken for silence.
+        retries_ = 0;
+        backoff_ = 0;
+        retransmit_at_ns_ = -1;
         GoBackTo(psn);
         return;
       }

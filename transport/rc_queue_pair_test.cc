@@ -282,6 +282,35 @@ TEST(RcQueuePair, FullReceiveQueueIsRnrNakedAndRecovered) {
   EXPECT_EQ(got, 10);
 }
 
+// An RNR NAK is an answer: a receiver that stays busy longer than the ACK
+// timeout times the retry budget must not be declared dead.
+TEST(RcQueuePair, RnrWaitsLongerThanTheAckTimeoutDoNotExhaustTheRetries) {
+  RcQpConfig config;
+  config.max_recv_queue = 1;
+  config.min_rnr_timer = 18;  // 5.12 ms, longer than the 2 ms ACK timeout
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(2);
+  attrs.retry_count = 2;  // 2 + 4 + 8 ms of silence would end it
+  RcPair pair({}, config, attrs);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(pair.qa_->PostSend(Message(i, 100), i).ok());
+  // The receiver holds its one slot for 200 ms.
+  for (int step = 0; step < 2000; ++step) pair.Step(absl::Microseconds(100));
+  ASSERT_EQ(pair.qa_->state(), QpState::kRts) << pair.qa_->error();
+  EXPECT_GT(pair.qa_->counters().rnr_naks_received, 10u);
+  int got = 0;
+  for (int step = 0; step < 20000 && got < 3; ++step) {
+    RecvMessage m;
+    while (pair.qb_->PeekRecv(&m)) {
+      EXPECT_EQ(std::vector<uint8_t>(m.data.begin(), m.data.end()), Message(got, 100));
+      ++got;
+      pair.qb_->PopRecv();
+    }
+    pair.Step(absl::Microseconds(100));
+  }
+  EXPECT_EQ(got, 3);
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts) << pair.qa_->error();
+}
+
 TEST(RcQueuePair, LimitedRnrRetriesEndInError) {
   RcQpConfig config;
   config.max_recv_queue = 1;
