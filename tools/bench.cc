@@ -129,13 +129,22 @@ int RunBench(const BenchOptions& o) {
   }
   std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=32 slots of P=4032 bytes\n\n",
               (*fabric)->manager_address().c_str());
-  const std::vector<Variant> variants = {
-      {"netfold", absl::StrFormat("-x NETFOLD_MANAGER=%s -x LD_PRELOAD=%s -x NETFOLD_MPI_ENABLE=1",
-                                  (*fabric)->manager_address(), interposer),
-       true},
+  const std::string netfold_options =
+      absl::StrFormat("-x NETFOLD_MANAGER=%s -x LD_PRELOAD=%s -x NETFOLD_MPI_ENABLE=1",
+                      (*fabric)->manager_address(), interposer);
+  std::vector<Variant> variants = {
+      {"netfold", netfold_options, true},
       {"ompi-sm", "--mca btl self,vader", false},
       {"ompi-tcp", "--mca btl self,tcp --mca btl_tcp_if_include lo", false},
   };
+  // libnetfold's host algorithms (docs/algorithms.md) over the same
+  // transport, forced with NETFOLD_ALGORITHM: what the fabric buys.
+  const std::vector<std::string> host_algorithms = {"ring", "bidir", "tree"};
+  if (o.op == "allreduce") {
+    for (const std::string& a : host_algorithms) {
+      variants.push_back({a, netfold_options + " -x NETFOLD_ALGORITHM=" + a, true});
+    }
+  }
   std::string size_list;
   for (long s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
 
@@ -191,6 +200,33 @@ int RunBench(const BenchOptions& o) {
                   nf && tcp ? absl::StrFormat("%.2fx", nf->avg / tcp->avg).c_str() : "-",
                   nf && nf->link_bytes >= 0 ? absl::StrFormat("%.0f", nf->link_bytes).c_str() : "-",
                   ring >= 0 ? absl::StrFormat("%.0f", ring).c_str() : "-");
+    }
+  }
+  if (o.op == "allreduce") {
+    // The host algorithms next to in-network: time and the bytes on one
+    // rank's link per operation.
+    std::printf("\nin-network against libnetfold's host algorithms (same transport, same ranks):\n");
+    std::printf("%-5s %9s  %11s %11s %11s %11s  %12s %12s %12s %12s\n", "ranks", "size",
+                "in-network", "ring", "bidir", "tree", "in-net B/op", "ring B/op", "bidir B/op",
+                "tree B/op");
+    for (int p : ranks) {
+      for (long size : sizes) {
+        auto get = [&](const std::string& variant) -> const Point* {
+          for (const Point& pt : results[variant][p]) {
+            if (pt.size == size) return &pt;
+          }
+          return nullptr;
+        };
+        std::vector<const Point*> row = {get("netfold")};
+        for (const std::string& a : host_algorithms) row.push_back(get(a));
+        std::string times, bytes;
+        for (const Point* pt : row) times += absl::StrFormat(" %11s", Us(pt ? pt->avg : -1));
+        for (const Point* pt : row) {
+          bytes += absl::StrFormat(
+              " %12s", pt && pt->link_bytes >= 0 ? absl::StrFormat("%.0f", pt->link_bytes) : "-");
+        }
+        std::printf("%-5d %9s %s %s\n", p, HumanSize(size).c_str(), times.c_str(), bytes.c_str());
+      }
     }
   }
   csv.close();
