@@ -25,13 +25,18 @@ def main(path, out_dir):
     for r in rows:
         data[(r["variant"], int(r["ranks"]))][int(r["size_bytes"])] = float(r["avg_us"])
     ranks = sorted({k[1] for k in data})
+    # In-network and Open MPI first, then libnetfold's host algorithms
+    # (dashed) when the run measured them.
     variants = ["netfold", "ompi-sm", "ompi-tcp"]
+    variants += sorted({k[0] for k in data} - set(variants))
     fig, axes = plt.subplots(1, len(ranks), figsize=(4.5 * len(ranks), 4), squeeze=False)
     for ax, p in zip(axes[0], ranks):
         for v in variants:
             pts = sorted(data.get((v, p), {}).items())
             if pts:
-                ax.loglog([max(s, 1) for s, _ in pts], [t for _, t in pts], marker="o", label=v)
+                style = "-" if v in ("netfold", "ompi-sm", "ompi-tcp") else "--"
+                ax.loglog([max(s, 1) for s, _ in pts], [t for _, t in pts], marker="o",
+                          linestyle=style, label=v if style == "-" else f"host {v}")
         ax.set_title(f"{op}, {p} ranks")
         ax.set_xlabel("message size (bytes)")
         ax.set_ylabel("average latency (us)")
