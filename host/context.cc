@@ -73,6 +73,31 @@ absl::Status AgreeOnStatus(Oob& oob, const absl::Status& mine) {
   return absl::OkStatus();
 }
 
+// The group's planned tree with group ranks as leaves (tree-order mode);
+// nullopt if the manager did not send it or it does not describe exactly
+// the group's members.
+std::optional<algorithms::TreeSpec> FabricTree(const control::GroupInfo& info,
+                                               const std::vector<int>& world_ranks) {
+  algorithms::TreeSpec tree;
+  for (const control::GroupNode& node : info.nodes()) {
+    std::vector<int>& children = tree.children.emplace_back();
+    for (int32_t c : node.children()) {
+      if (c >= 0) {
+        children.push_back(c);
+        continue;
+      }
+      const int world = -1 - c;
+      auto it = std::find(world_ranks.begin(), world_ranks.end(), world);
+      if (it == world_ranks.end()) return std::nullopt;
+      children.push_back(-1 - static_cast<int>(it - world_ranks.begin()));
+    }
+  }
+  if (tree.children.empty() || !tree.Validate(static_cast<uint32_t>(world_ranks.size())).ok()) {
+    return std::nullopt;
+  }
+  return tree;
+}
+
 }  // namespace
 
 absl::Status ApplyEnvironment(ContextOptions* o) {
@@ -431,11 +456,12 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
   auto group = std::unique_ptr<Group>(new Group(this));
   group->group_rank_ = group_oob.rank();
   group->world_ranks_ = world_ranks;
-  auto connect_hosts = [&]() -> absl::Status {
+  auto connect_hosts = [&](std::optional<alg::TreeSpec> fabric_tree) -> absl::Status {
     HostCollectivesOptions ho;
     ho.policy = policy;
     ho.pkey = pkey_;
     ho.op_timeout = options_.timeout;
+    ho.fabric_tree = std::move(fabric_tree);
     absl::StatusOr<std::unique_ptr<HostCollectives>> hc =
         HostCollectives::Connect(endpoint_.get(), group_oob, ho);
     if (!hc.ok()) return hc.status();
@@ -443,7 +469,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
     return absl::OkStatus();
   };
   auto host_group = [&](const std::string& why) -> absl::StatusOr<std::unique_ptr<Group>> {
-    NETFOLD_RETURN_IF_ERROR(connect_hosts());
+    NETFOLD_RETURN_IF_ERROR(connect_hosts(std::nullopt));
     group->mode_ = Group::Mode::kHost;
     group->description_ = absl::StrFormat("host group of %d ranks (NETFOLD_ALGORITHM=%s): %s",
                                           world_ranks.size(),
@@ -525,7 +551,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
   NETFOLD_RETURN_IF_ERROR(AgreeOnStatus(group_oob, mine));
   // The hosts stand by to take over if the fabric fails mid-job.
   if (may_fall_back) {
-    absl::Status hosts = connect_hosts();
+    absl::Status hosts = connect_hosts(FabricTree(info, world_ranks));
     NETFOLD_RETURN_IF_ERROR(AgreeOnStatus(group_oob, hosts));
   }
   Register(group.get());

@@ -87,10 +87,11 @@ absl::StatusOr<OpId> HostCollectives::Start(const CollectiveArgs& args) {
       alg::Selection sel,
       alg::SelectAlgorithm({.policy = options_.policy,
                             .fabric_available = false,
-                            .fabric_tree_known = false,
+                            .fabric_tree_known = options_.fabric_tree.has_value(),
                             .bytes = a.count * proto::DataTypeSize(a.dtype),
                             .num_ranks = size_}));
   a.algorithm = sel.algorithm;
+  if (sel.use_fabric_tree && options_.fabric_tree) a.tree = &*options_.fabric_tree;
   NETFOLD_ASSIGN_OR_RETURN(op.inner, engine_->Start(a));
   const size_t index = static_cast<size_t>(sel.algorithm);
   if (index < ops_by_algorithm_.size()) ++ops_by_algorithm_[index];

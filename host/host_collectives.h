@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "host/algorithms/allreduce_engine.h"
 #include "host/algorithms/peer_channels.h"
 #include "host/algorithms/selection.h"
+#include "host/algorithms/tree_spec.h"
 #include "host/group_engine.h"
 #include "host/oob.h"
 #include "transport/roce_endpoint.h"
@@ -39,6 +41,9 @@ struct HostCollectivesOptions {
   algorithms::AlgorithmPolicy policy = algorithms::AlgorithmPolicy::kAuto;
   uint16_t pkey = 0xFFFF;
   absl::Duration op_timeout = absl::Seconds(30);
+  // The tree the fabric planned the group on (group ranks as leaves): with
+  // the treeorder policy the hosts associate exactly as its switches do.
+  std::optional<algorithms::TreeSpec> fabric_tree;
 };
 
 class HostCollectives {

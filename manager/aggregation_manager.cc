@@ -1031,8 +1031,18 @@ control::GroupInfo AggregationManager::GroupInfoLocked(const Group& g) const {
       m->set_child_index(static_cast<uint32_t>(pos - n.host_ranks.begin()));
     }
   }
-  for (const SubtreeNode& n : g.placement.subtree.nodes) {
+  const std::vector<SubtreeNode>& nodes = g.placement.subtree.nodes;
+  for (const SubtreeNode& n : nodes) {
     info.add_switches(topo_->switch_at(n.switch_index).name);
+    control::GroupNode* node = info.add_nodes();
+    node->set_name(topo_->switch_at(n.switch_index).name);
+    // The reduction order: host ranks, then child switches.
+    for (uint32_t r : n.host_ranks) node->add_children(-1 - static_cast<int32_t>(r));
+    for (int child : n.child_switches) {
+      for (size_t i = 0; i < nodes.size(); ++i) {
+        if (nodes[i].switch_index == child) node->add_children(static_cast<int32_t>(i));
+      }
+    }
   }
   return info;
 }

@@ -195,6 +195,51 @@ TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
   }
 }
 
+// "rank R: digest=XXXX" of every rank; they must agree.
+std::string Digest(const std::vector<RankResult>& results) {
+  std::string digest;
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    const size_t at = results[r].output.find("digest=");
+    if (at == std::string::npos || results[r].output.size() < at + 7 + 16) {
+      ADD_FAILURE() << "rank " << r << " printed no digest:\n" << results[r].output;
+      return "";
+    }
+    const std::string d = results[r].output.substr(at + 7, 16);
+    if (digest.empty()) digest = d;
+    EXPECT_EQ(d, digest) << "ranks disagree on the bits";
+  }
+  return digest;
+}
+
+TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
+  const std::string n = Ops(2000);
+  std::string healthy;
+  {
+    auto fabric = StartFabric(4);
+    ASSERT_NE(fabric, nullptr);
+    Launch ranks(fabric->manager_address(), 4, 0, {"digest", n}, {{"NETFOLD_ALGORITHM", "treeorder"}});
+    healthy = Digest(ranks.Wait(absl::Minutes(4)));
+  }
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(fabric->manager_address(), 4, 0, {"digest", n},
+               {{"NETFOLD_ALGORITHM", "treeorder"}, {"NETFOLD_TIMEOUT_MS", "5000"}});
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Status(fabric->manager_address()).groups_size() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // mid-stream
+  ASSERT_TRUE(fabric->Kill("leaf1", SIGKILL).ok());
+  auto results = ranks.Wait(absl::Minutes(4));
+  EXPECT_EQ(Digest(results), healthy)
+      << "the hosts did not reproduce the fabric's association order";
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
+        << "rank " << r << " never failed over:\n" << results[r].output;
+  }
+}
+
 TEST(ProcessFaults, RankKilledMidOperationFailsTheOthersWithinTheirDeadline) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);

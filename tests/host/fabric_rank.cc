@@ -18,6 +18,8 @@
 //   stream N     N allreduces of 1 to 3 slots (order-free inputs, every
 //                result checked); prints "rank R: stream ok=K errors=E
 //                wrong=W"; exit 0 if every operation completed and W == 0
+//   digest N     N fp32 sums whose bits depend on the association order;
+//                prints "rank R: digest=<FNV-1a of every result>"
 //   hold         create the group, print "holding", wait for
 //                $NETFOLD_TEST_RELEASE, run 10 operations
 //   outage N     a stream that stops at its first error (the test kills a
@@ -27,6 +29,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -262,6 +265,32 @@ StreamResult Stream(netfold_group_t g, int n, bool stop_at_error) {
   return r;
 }
 
+// N fp32 sums of values whose magnitudes differ so much that the
+// association order shows in the bits; returns a digest of every result
+// (FNV-1a), or "" after an error.
+std::string FloatDigest(netfold_group_t g, int n, int* errors) {
+  uint64_t digest = 1469598103934665603ull;
+  for (int k = 0; k < n; ++k) {
+    const size_t count = 1000;
+    std::mt19937_64 rng(static_cast<uint64_t>(k) * 1000003u + static_cast<uint64_t>(g_rank));
+    std::vector<float> v(count);
+    for (float& x : v) {
+      const int exp = static_cast<int>(rng() % 40) - 20;
+      x = std::ldexp(static_cast<float>(rng() % 1000000) / 1e6f - 0.5f, exp);
+    }
+    const int rc = netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), count, NETFOLD_DTYPE_FP32,
+                                     NETFOLD_OP_SUM);
+    if (rc != NETFOLD_SUCCESS) {
+      ++*errors;
+      CheckRc(rc, absl::StrFormat("fp32 sum %d", k));
+      return "";
+    }
+    const auto* b = reinterpret_cast<const uint8_t*>(v.data());
+    for (size_t i = 0; i < count * sizeof(float); ++i) digest = (digest ^ b[i]) * 1099511628211ull;
+  }
+  return absl::StrFormat("%016x", digest);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -344,6 +373,12 @@ int main(int argc, char** argv) {
                 r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
     Check(r.wrong == 0, "wrong results");
     Check(r.ok + r.errors == n, "operations unaccounted for");
+  } else if (scenario == "digest") {
+    int n = 1000;
+    if (argc > 2) (void)absl::SimpleAtoi(argv[2], &n);
+    int errors = 0;
+    const std::string d = FloatDigest(g, n, &errors);
+    std::printf("rank %d: digest=%s errors=%d\n", g_rank, d.c_str(), errors);
   } else if (scenario == "hold") {
     // Holds the group until the test creates $NETFOLD_TEST_RELEASE.
     std::printf("rank %d: holding\n", g_rank);
