@@ -43,7 +43,7 @@ using proto::AggregationHeader;
 using proto::DataType;
 using proto::ReduceOp;
 
-constexpr size_t kChildren = 8;
+constexpr size_t kChildren = 8;  // the main table's fan-in
 constexpr size_t kPayload = 4096;
 constexpr uint32_t kSlots = 8;
 
@@ -89,8 +89,8 @@ class CountingOutput : public NodeOutput {
 };
 
 // Input buffers that are normal finite numbers as fp32 and as int32.
-std::vector<std::vector<uint8_t>> Inputs() {
-  std::vector<std::vector<uint8_t>> in(kChildren, std::vector<uint8_t>(kPayload));
+std::vector<std::vector<uint8_t>> Inputs(size_t children) {
+  std::vector<std::vector<uint8_t>> in(children, std::vector<uint8_t>(kPayload));
   uint32_t x = 12345;
   for (auto& buf : in) {
     for (size_t i = 0; i < kPayload; i += 4) {
@@ -108,9 +108,9 @@ struct Row {
   double fold_ratio = 0, chain_ratio = 0;            // medians of per-repetition ratios
 };
 
-Row Measure(DataType type, bool root, bool reverse, double seconds, int reps) {
+Row Measure(DataType type, bool root, bool reverse, size_t children, double seconds, int reps) {
   const size_t count = kPayload / proto::DataTypeSize(type);
-  const std::vector<std::vector<uint8_t>> in = Inputs();
+  const std::vector<std::vector<uint8_t>> in = Inputs(children);
   absl::StatusOr<reduce::Kernel> kernel = reduce::GetKernel(type, ReduceOp::kSum);
   if (!kernel.ok()) {
     std::fprintf(stderr, "no kernel: %s\n", kernel.status().ToString().c_str());
@@ -124,7 +124,7 @@ Row Measure(DataType type, bool root, bool reverse, double seconds, int reps) {
   config.epoch = 1;
   config.num_slots = kSlots;
   config.slot_bytes = kPayload;
-  for (uint32_t c = 0; c < kChildren; ++c) config.children.push_back({{c}});
+  for (uint32_t c = 0; c < children; ++c) config.children.push_back({{c}});
   config.has_parent = !root;
   config.multicast = true;
   absl::StatusOr<std::unique_ptr<AggregationNode>> node =
@@ -146,16 +146,16 @@ Row Measure(DataType type, bool root, bool reverse, double seconds, int reps) {
   auto node_batch = [&] {
     for (size_t i = 0; i < kBatch; ++i, ++seq) {
       h.seq = seq;
-      for (size_t k = 0; k < kChildren; ++k) {
-        const size_t c = reverse ? kChildren - 1 - k : k;
+      for (size_t k = 0; k < children; ++k) {
+        const size_t c = reverse ? children - 1 - k : k;
         (*node)->OnChildMessage(c, h, in[c]);
       }
     }
   };
 
   std::vector<uint8_t> acc(kPayload);
-  const void* inputs[kChildren];
-  for (size_t c = 0; c < kChildren; ++c) inputs[c] = in[c].data();
+  std::vector<const void*> inputs(children);
+  for (size_t c = 0; c < children; ++c) inputs[c] = in[c].data();
   uint64_t sink = 0;
   auto fold_batch = [&] {
     for (size_t i = 0; i < kBatch; ++i) {
@@ -166,7 +166,7 @@ Row Measure(DataType type, bool root, bool reverse, double seconds, int reps) {
   auto chain_batch = [&] {
     for (size_t i = 0; i < kBatch; ++i) {
       std::memcpy(acc.data(), in[0].data(), kPayload);
-      for (size_t c = 1; c < kChildren; ++c) kernel->Reduce(acc.data(), in[c].data(), count);
+      for (size_t c = 1; c < children; ++c) kernel->Reduce(acc.data(), in[c].data(), count);
       sink += acc[i % kPayload];
     }
   };
@@ -228,7 +228,7 @@ int Main(int argc, char** argv) {
   for (DataType type : {DataType::kFp32, DataType::kInt32}) {
     for (auto [root, reverse] : {std::pair{true, false}, std::pair{false, false},
                                  std::pair{true, true}}) {
-      const Row r = Measure(type, root, reverse, seconds, reps);
+      const Row r = Measure(type, root, reverse, kChildren, seconds, reps);
       std::printf("%-26s %12.0f %9.2f | %9.2f %6.2fx | %11.2f %6.2fx |  %s / %s\n",
                   r.name.c_str(), r.node_ops, r.node_ops * bytes * 1e-9, r.fold_ops * bytes * 1e-9,
                   r.fold_ratio, r.chain_ops * bytes * 1e-9, r.chain_ratio,
@@ -237,6 +237,18 @@ int Main(int argc, char** argv) {
   }
   std::printf("\n\"reversed\": children arrive 7..0, so seven contributions wait in the slot's\n"
               "buffer before the in-order fold can start (an extra copy each).\n");
+  // As the group grows: the fan-in of one node (its children: ranks on a
+  // leaf, or child switches), fp32 sum at the group root, in order.
+  std::printf("\nfan-in (children of one node), fp32 sum, root, in order:\n");
+  std::printf("%-8s %12s %9s | %9s %7s | %11s %7s\n", "children", "node ops/s", "node GB/s",
+              "Fold GB/s", "ratio", "chain GB/s", "ratio");
+  for (size_t children : {2, 4, 8, 16, 32}) {
+    const Row r = Measure(DataType::kFp32, true, false, children, seconds, reps);
+    const double b = static_cast<double>(children * kPayload);
+    std::printf("%-8zu %12.0f %9.2f | %9.2f %6.2fx | %11.2f %6.2fx\n", children, r.node_ops,
+                r.node_ops * b * 1e-9, r.fold_ops * b * 1e-9, r.fold_ratio,
+                r.chain_ops * b * 1e-9, r.chain_ratio);
+  }
   // The goal is reported, not enforced: a loaded machine must not fail CI.
   return 0;
 }
