@@ -12,7 +12,7 @@ PACKAGES="
   dpdk-dev libdpdk-dev
   libibverbs-dev librdmacm-dev rdma-core ibverbs-utils
   openmpi-bin libopenmpi-dev
-  tshark python3-scapy python3-numpy python3-matplotlib
+  tshark python3-scapy python3-numpy python3-matplotlib python3-yaml
   clang iproute2 nftables procps psmisc
 "
 

@@ -1,0 +1,114 @@
+// Prints what a netfold daemon's admin API answers, as JSON on stdout, for
+// scripts without gRPC bindings: the testbed test
+// (tests/testbed/testbed_test.py) and deploy/testbed/netfold-testbed.
+//
+//   testbed_query counters 10.78.0.3:40371   # SwitchAdmin.GetCounters of a switch
+//   testbed_query manager 10.78.0.1:45000    # Admin.GetStatus of the manager
+//   testbed_query fault 10.78.0.3:40371 all both drop=0.05,seed=3
+//                                            # SwitchAdmin.SetLinkFault (docs/switch.md)
+//   testbed_query ... --timeout_ms 2000      # deadline of the call (default 5000)
+//
+// Every field is printed, zeros included (proto field names; 64-bit
+// integers as strings, as protobuf's JSON mapping does). Exit status: 0 with
+// the JSON, 1 if the call failed (the gRPC status on stderr), 2 for a bad
+// command line.
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "google/protobuf/message.h"
+#include "google/protobuf/util/json_util.h"
+#include "proto/control/netfold_control.grpc.pb.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: testbed_query counters|manager IP:PORT [--timeout_ms N]\n"
+    "       testbed_query fault IP:PORT PEER both|send|receive IMPAIRMENT [--timeout_ms N]\n";
+
+namespace control = netfold::control;
+
+int Print(const grpc::Status& status, const std::string& what, const std::string& address,
+          const google::protobuf::Message& answer) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "testbed_query: %s at %s: %s (code %d)\n", what.c_str(),
+                 address.c_str(), status.error_message().c_str(),
+                 static_cast<int>(status.error_code()));
+    return 1;
+  }
+  google::protobuf::util::JsonPrintOptions options;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string json;
+  if (!google::protobuf::util::MessageToJsonString(answer, &json, options).ok()) {
+    std::fprintf(stderr, "testbed_query: cannot convert the %s answer to JSON\n", what.c_str());
+    return 1;
+  }
+  std::printf("%s\n", json.c_str());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  const std::string what = argv[1];
+  const std::string address = argv[2];
+  const int num_args = what == "fault" ? 6 : 3;  // before the optional --timeout_ms N
+  if (argc != num_args && argc != num_args + 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  long timeout_ms = 5000;
+  if (argc == num_args + 2) {
+    char* end = nullptr;
+    timeout_ms = std::strtol(argv[num_args + 1], &end, 10);
+    if (std::string(argv[num_args]) != "--timeout_ms" || *end != '\0' || timeout_ms <= 0) {
+      std::fputs(kUsage, stderr);
+      return 2;
+    }
+  }
+  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  if (what == "counters") {
+    control::GetCountersResponse answer;
+    grpc::Status s = control::SwitchAdmin::NewStub(channel)->GetCounters(
+        &context, control::GetCountersRequest(), &answer);
+    return Print(s, "SwitchAdmin.GetCounters", address, answer);
+  }
+  if (what == "manager") {
+    control::GetStatusResponse answer;
+    grpc::Status s =
+        control::Admin::NewStub(channel)->GetStatus(&context, control::GetStatusRequest(), &answer);
+    return Print(s, "Admin.GetStatus", address, answer);
+  }
+  if (what == "fault") {
+    control::SetLinkFaultRequest request;
+    request.set_peer(argv[3]);
+    const std::string direction = argv[4];
+    if (direction == "both") {
+      request.set_direction(control::LINK_DIRECTION_BOTH);
+    } else if (direction == "send") {
+      request.set_direction(control::LINK_DIRECTION_SEND);
+    } else if (direction == "receive") {
+      request.set_direction(control::LINK_DIRECTION_RECEIVE);
+    } else {
+      std::fprintf(stderr, "testbed_query: direction '%s' is not both, send or receive\n",
+                   direction.c_str());
+      return 2;
+    }
+    request.set_impairment(argv[5]);
+    control::SetLinkFaultResponse answer;
+    grpc::Status s = control::SwitchAdmin::NewStub(channel)->SetLinkFault(&context, request, &answer);
+    return Print(s, "SwitchAdmin.SetLinkFault", address, answer);
+  }
+  std::fputs(kUsage, stderr);
+  return 2;
+}
