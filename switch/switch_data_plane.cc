@@ -159,7 +159,7 @@ absl::Status SwitchDataPlane::ConnectQp(uint32_t qpn, const Ipv4Endpoint& remote
   attrs.rq_psn = remote_psn;
   attrs.path_mtu = config_.path_mtu;
   attrs.sq_psn = qp.local_psn;
-  attrs.timeout = config_.ack_timeout;
+  attrs.timeout = qp.job_id != 0 ? config_.host_ack_timeout : config_.ack_timeout;
   attrs.retry_count = config_.retry_count;
   NETFOLD_RETURN_IF_ERROR(qp.rc->Modify(QpState::kRtr, attrs));
   NETFOLD_RETURN_IF_ERROR(qp.rc->Modify(QpState::kRts, attrs));

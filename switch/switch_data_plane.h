@@ -60,7 +60,14 @@ struct SwitchConfig {
   uint32_t max_slot_bytes = 4048;  // a multicast result must fit one 4096-byte packet
   uint32_t max_qps = 4096;
   uint32_t path_mtu = 4096;
-  absl::Duration ack_timeout = absl::Milliseconds(4);
+  absl::Duration ack_timeout = absl::Milliseconds(4);  // toward other switches
+  // Toward hosts (QPs of a job). A host's library acknowledges only while
+  // the application is inside a netfold call (there is no NIC to do it),
+  // so a host busy elsewhere must not be taken for a dead one: with 7
+  // retries and the doubling (capped at 64x) a host is declared dead after
+  // 191 x this (12 s at 64 ms). The manager's heartbeats find dead hosts
+  // sooner.
+  absl::Duration host_ack_timeout = absl::Milliseconds(64);
   uint8_t retry_count = 7;
   // Initial PSNs are random; a non-zero seed makes them reproducible (tests).
   uint64_t psn_seed = 0;

@@ -360,13 +360,19 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   }
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
-        t, {"path_mtu", "ack_timeout_ms", "retry_count", "idle_wait_us", "packet_buffers"},
+        t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "retry_count", "idle_wait_us",
+            "packet_buffers"},
         "transport"));
     NETFOLD_RETURN_IF_ERROR(OptionalUint(t, "path_mtu", "transport", 4096, &c.data_plane.path_mtu));
     if (t["ack_timeout_ms"].IsDefined()) {
       NETFOLD_ASSIGN_OR_RETURN(uint64_t ms,
                                ReadUint(t["ack_timeout_ms"], "transport.ack_timeout_ms", 60000));
       c.data_plane.ack_timeout = absl::Milliseconds(static_cast<int64_t>(ms));
+    }
+    if (t["host_ack_timeout_ms"].IsDefined()) {
+      NETFOLD_ASSIGN_OR_RETURN(
+          uint64_t ms, ReadUint(t["host_ack_timeout_ms"], "transport.host_ack_timeout_ms", 60000));
+      c.data_plane.host_ack_timeout = absl::Milliseconds(static_cast<int64_t>(ms));
     }
     NETFOLD_RETURN_IF_ERROR(
         OptionalUint(t, "retry_count", "transport", 7, &c.data_plane.retry_count));
@@ -531,6 +537,9 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {
     return invalid("capacity: trees, groups, slots and qps must be positive");
   }
   if (d.ack_timeout <= absl::ZeroDuration()) return invalid("transport.ack_timeout_ms must be positive");
+  if (d.host_ack_timeout <= absl::ZeroDuration()) {
+    return invalid("transport.host_ack_timeout_ms must be positive");
+  }
   if (d.retry_count > 7) return invalid("transport.retry_count must be 0..7");
   if (c.packet_buffers < 256) return invalid("transport.packet_buffers must be at least 256");
   if (c.idle_wait < absl::ZeroDuration()) return invalid("transport.idle_wait_us must not be negative");
