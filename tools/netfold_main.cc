@@ -258,9 +258,11 @@ int SwitchStatus(const std::string& manager, const std::string& name) {
   absl::PrintF("  resources: %d groups, %d slots, %d QPs in use\n", r.usage().groups(),
               r.usage().slots(), r.usage().qps());
   for (const control::PeerCounters& p : r.peers()) {
-    absl::PrintF("  peer %-21s %-24s rx %d tx %d  faults: send %s, receive %s\n", p.peer(),
-                p.name(), p.rx_packets(), p.tx_packets(), p.send_impairment(),
-                p.receive_impairment());
+    absl::PrintF("  peer %-21s %-24s rx %d tx %d  faults: send %s, receive %s; dropped: send%s, "
+                 "receive%s\n",
+                 p.peer(), p.name(), p.rx_packets(), p.tx_packets(), p.send_impairment(),
+                 p.receive_impairment(), Counts(p.send_stage().drops()),
+                 Counts(p.receive_stage().drops()));
   }
   for (const control::QpCounters& q : r.qps()) {
     absl::PrintF("  qp 0x%06x %-5s %-24s sent %d (%d retransmitted), received %d, timeouts %d%s%s\n",
