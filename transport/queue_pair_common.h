@@ -38,7 +38,7 @@ enum class QpDropReason : uint8_t {
   kWrongPkey,           // P_Key does not match the QP's
   kWrongQkey,           // UD: Q_Key does not match the QP's
   kWrongTransport,      // UD opcode to an RC QP or the reverse
-  kWrongSource,         // RC: not from the QP's connected peer
+  kWrongSource,         // RC: not from the QP's connected peer's IP address
   kBadState,            // the QP is not in a state that receives (RESET, INIT, ERROR)
   kOutOfSequence,       // RC: PSN ahead of the expected PSN (a NAK was sent)
   kDuplicate,           // RC: PSN already received (re-ACKed)

@@ -194,7 +194,10 @@ void RcQueuePair::OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoi
     counters_.drops.Count(QpDropReason::kWrongTransport);
     return;
   }
-  if (!(from == attrs_.remote)) {
+  // The peer's address, whatever its UDP source port: a RoCE NIC sends
+  // from a port of its own choosing and listens on 4791 (IBTA RoCEv2
+  // annex; the source port is entropy for ECMP). Replies go to attrs_.remote.
+  if (from.ip != attrs_.remote.ip) {
     counters_.drops.Count(QpDropReason::kWrongSource);
     return;
   }

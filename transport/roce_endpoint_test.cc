@@ -131,6 +131,23 @@ TEST_F(EndpointTest, AcceptsAValidRcSendAndAcksIt) {
   EXPECT_EQ(replies[0].aeth->msn, 1u);
 }
 
+// A RoCE NIC sends from a UDP source port of its own choosing (rxe: 0xC000
+// + a hash of the QPN) and listens on 4791: an RC QP must accept its peer's
+// packets from any source port of the peer's address, and answer to the
+// connected address.
+TEST_F(EndpointTest, AcceptsThePeersPacketsFromAnySourcePortAndAnswersTheConnectedAddress) {
+  const Ipv4Endpoint nic_source{kAddrB.ip, 0xC123};
+  std::unique_ptr<MemoryPort> nic = *net_.CreatePort({.local = nic_source});
+  Inject(*nic, Build(RcSend(rc_->qpn(), 100), nic_source));
+  RecvMessage m;
+  ASSERT_TRUE(rc_->PeekRecv(&m));
+  EXPECT_EQ(rc_->counters().drops.Get(QpDropReason::kWrongSource), 0u);
+  auto replies = Replies();  // at kAddrB, the connected address
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].bth.opcode, BthOpcode::kRcAcknowledge);
+  EXPECT_EQ(replies[0].bth.psn, 100u);
+}
+
 struct DropCase {
   std::string name;
   std::function<std::vector<uint8_t>(EndpointTest&)> make;
