@@ -1,10 +1,13 @@
 // Tests of base/: status macros, errno mapping, log levels, clocks.
 #include <cerrno>
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/clock.h"
+#include "base/daemon.h"
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -123,6 +126,19 @@ TEST(Clock, FakeClockAndDeadline) {
   clock.Advance(absl::Milliseconds(40));
   EXPECT_TRUE(d.Expired());
   EXPECT_EQ(d.Remaining(), absl::ZeroDuration());
+}
+
+TEST(Daemon, WritePortFileWritesThePortAndFailsClearly) {
+  const std::string path = ::testing::TempDir() + "/base_test.port";
+  ASSERT_TRUE(WritePortFile(path, 47910).ok());
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "47910");
+  std::remove(path.c_str());
+  absl::Status s = WritePortFile("/nonexistent-dir/x.port", 1);
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/nonexistent-dir/x.port.tmp"), std::string::npos) << s;
 }
 
 }  // namespace

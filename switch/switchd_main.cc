@@ -8,9 +8,6 @@
 // the control stream ends, every group is removed (no slot left behind),
 // exit status 0. Exit status 1 for a runtime error, 2 for a bad command line
 // or config.
-#include <fcntl.h>
-#include <signal.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -20,7 +17,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
-#include "base/errno_status.h"
+#include "base/daemon.h"
 #include "base/log.h"
 #include "switch/switch_daemon.h"
 #include "switch/switchd_config.h"
@@ -51,59 +48,9 @@ ABSL_FLAG(int, max_qps, -1, "capacity: RC queue pairs");
 namespace netfold::sw {
 namespace {
 
-// SIGTERM/SIGINT write the signal number here; main waits on the other end.
-// A handler (not sigwait) because gRPC may start threads before main, and
-// any thread may take the signal.
-int g_signal_pipe[2] = {-1, -1};
-
-void OnSignal(int sig) {
-  const unsigned char b = static_cast<unsigned char>(sig);
-  (void)!write(g_signal_pipe[1], &b, 1);
-}
-
-absl::Status InstallSignalHandlers() {
-  if (pipe2(g_signal_pipe, O_CLOEXEC) != 0) return ErrnoToStatus(errno, "pipe");
-  struct sigaction sa = {};
-  sa.sa_handler = OnSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  if (sigaction(SIGTERM, &sa, nullptr) != 0 || sigaction(SIGINT, &sa, nullptr) != 0) {
-    return ErrnoToStatus(errno, "sigaction");
-  }
-  signal(SIGPIPE, SIG_IGN);
-  return absl::OkStatus();
-}
-
-int WaitForSignal() {
-  unsigned char b = 0;
-  while (true) {
-    ssize_t n = read(g_signal_pipe[0], &b, 1);
-    if (n == 1) return b;
-    if (n < 0 && errno == EINTR) continue;
-    return -1;
-  }
-}
-
 int Fail(int code, const absl::Status& s) {
   std::fprintf(stderr, "netfold-switchd: %s\n", std::string(s.message()).c_str());
   return code;
-}
-
-absl::Status WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrFormat("open %s", tmp));
-  const std::string text = absl::StrFormat("%d\n", port);
-  const ssize_t n = write(fd, text.data(), text.size());
-  const int e = errno;
-  close(fd);
-  if (n != static_cast<ssize_t>(text.size())) {
-    return ErrnoToStatus(e, absl::StrFormat("write %s", tmp));
-  }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return ErrnoToStatus(errno, absl::StrFormat("rename %s", tmp));
-  }
-  return absl::OkStatus();
 }
 
 // The config file, then the flags over it.
@@ -181,7 +128,7 @@ int Main(int argc, char** argv) {
       "  netfold-switchd --name NAME --manager IP:PORT [--data_address IP:PORT] [--config FILE]\n"
       "  netfold-switchd --config FILE          (static mode: QPs and groups from the file)");
   absl::ParseCommandLine(argc, argv);
-  if (absl::Status s = InstallSignalHandlers(); !s.ok()) return Fail(1, s);
+  if (absl::Status s = InstallTerminationHandlers(); !s.ok()) return Fail(1, s);
 
   absl::StatusOr<SwitchdConfig> config = BuildConfig();
   if (!config.ok()) return Fail(2, config.status());
@@ -203,7 +150,7 @@ int Main(int argc, char** argv) {
     }
   }
 
-  const int sig = WaitForSignal();
+  const int sig = WaitForTerminationSignal();
   NETFOLD_LOG(kWarning) << "signal " << sig << ": shutting down";
   absl::StatusOr<ShutdownReport> report = (*daemon)->Stop();
   daemon->reset();

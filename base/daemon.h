@@ -1,0 +1,31 @@
+// What every netfold daemon's main() needs: SIGTERM/SIGINT turned into a
+// value main() waits for, and the bound port written to a file for whoever
+// started the daemon with port 0.
+//
+//   if (absl::Status s = InstallTerminationHandlers(); !s.ok()) return Fail(s);
+//   ... start serving ...
+//   NETFOLD_RETURN_IF_ERROR(WritePortFile("/run/x.port", server->port()));
+//   const int sig = WaitForTerminationSignal();   // SIGTERM or SIGINT
+//
+// The handlers write the signal number into a pipe (a handler, not
+// sigwait: gRPC may start threads before main, and any thread may take the
+// signal); SIGPIPE is ignored. Install once per process.
+#ifndef NETFOLD_BASE_DAEMON_H_
+#define NETFOLD_BASE_DAEMON_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace netfold {
+
+absl::Status InstallTerminationHandlers();
+// Blocks until SIGTERM or SIGINT; returns the signal number (-1 if the pipe
+// failed).
+int WaitForTerminationSignal();
+// Writes "PORT\n" to `path` atomically (a temporary file, then rename).
+absl::Status WritePortFile(const std::string& path, int port);
+
+}  // namespace netfold
+
+#endif  // NETFOLD_BASE_DAEMON_H_
