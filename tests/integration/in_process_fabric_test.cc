@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "reduce/reduce.h"
 #include "tests/integration/in_process_fabric.h"
+#include "tests/integration/random_elements.h"
 
 namespace netfold::testing {
 namespace {
@@ -22,43 +23,6 @@ using proto::ReduceOp;
 using Bytes = std::vector<uint8_t>;
 
 constexpr char kFaults[] = "drop=0.05,dup=0.02,reorder=0.05:200us,corrupt=0.01";
-
-Bytes RandomElements(DataType type, size_t count, std::mt19937_64& rng) {
-  const size_t size = proto::DataTypeSize(type);
-  Bytes b(count * size);
-  for (auto& x : b) x = static_cast<uint8_t>(rng());
-  for (size_t i = 0; i < count; ++i) {
-    uint8_t* e = b.data() + i * size;
-    switch (type) {
-      case DataType::kFp32: {
-        float v = std::uniform_real_distribution<float>(-100, 100)(rng);
-        std::memcpy(e, &v, 4);
-        break;
-      }
-      case DataType::kFp64: {
-        double v = std::uniform_real_distribution<double>(-100, 100)(rng);
-        std::memcpy(e, &v, 8);
-        break;
-      }
-      case DataType::kFp16:
-      case DataType::kBf16: {
-        const float f = std::uniform_real_distribution<float>(-4, 4)(rng);
-        const uint16_t v = type == DataType::kFp16 ? reduce::FloatToFp16(f) : reduce::FloatToBf16(f);
-        std::memcpy(e, &v, 2);
-        break;
-      }
-      case DataType::kFloatInt: {
-        const float v = static_cast<float>(rng() % 5);
-        std::memcpy(e, &v, 4);
-        break;
-      }
-      default:
-        if (proto::IsPairType(type)) e[0] %= 4;  // ties for MINLOC/MAXLOC
-        break;
-    }
-  }
-  return b;
-}
 
 // The reference result at switch `node`: children folded in order, child
 // switches reduced the same way first.

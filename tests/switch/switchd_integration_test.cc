@@ -26,6 +26,7 @@
 #include "manager/temp_dir.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "reduce/reduce.h"
+#include "tests/integration/random_elements.h"
 #include "tests/manager/subprocess.h"
 #include "tests/switch/switchd_test_host.h"
 
@@ -61,43 +62,6 @@ std::optional<int> WaitPortFile(const std::string& path, Subprocess* p, absl::Du
       timeout);
   if (!ok || text.empty()) return std::nullopt;
   return std::stoi(text);
-}
-
-Bytes RandomElements(DataType type, size_t count, std::mt19937_64& rng) {
-  const size_t size = proto::DataTypeSize(type);
-  Bytes b(count * size);
-  for (auto& x : b) x = static_cast<uint8_t>(rng());
-  for (size_t i = 0; i < count; ++i) {
-    uint8_t* e = b.data() + i * size;
-    switch (type) {
-      case DataType::kFp32: {
-        const float v = std::uniform_real_distribution<float>(-100, 100)(rng);
-        std::memcpy(e, &v, 4);
-        break;
-      }
-      case DataType::kFp64: {
-        const double v = std::uniform_real_distribution<double>(-100, 100)(rng);
-        std::memcpy(e, &v, 8);
-        break;
-      }
-      case DataType::kFp16:
-      case DataType::kBf16: {
-        const float f = std::uniform_real_distribution<float>(-4, 4)(rng);
-        const uint16_t v = type == DataType::kFp16 ? reduce::FloatToFp16(f) : reduce::FloatToBf16(f);
-        std::memcpy(e, &v, 2);
-        break;
-      }
-      case DataType::kFloatInt: {
-        const float v = static_cast<float>(rng() % 5);
-        std::memcpy(e, &v, 4);
-        break;
-      }
-      default:
-        if (proto::IsPairType(type)) e[0] %= 4;  // ties for MINLOC/MAXLOC
-        break;
-    }
-  }
-  return b;
 }
 
 Bytes Fold(DataType type, ReduceOp op, size_t count, const std::vector<Bytes>& parts) {
