@@ -1,0 +1,110 @@
+// A group of ranks in a context (host/context.h): its collectives run on
+// the fabric (GroupEngine) or, when the fabric cannot serve it or fails, on
+// the hosts (HostCollectives; docs/algorithms.md, "In libnetfold").
+//
+//   auto group = *ctx->CreateGroup(group_oob, world_ranks);    // collective
+//   auto op = *group->Start({.dtype = ..., .send = in, .recv = out, .count = n});
+//   absl::Status s = group->Wait(op);
+//   group->Destroy(group_oob);                                 // collective
+//
+// Not thread-safe: the caller serialises calls on a context and its groups.
+#ifndef NETFOLD_HOST_GROUP_H_
+#define NETFOLD_HOST_GROUP_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "host/group_engine.h"
+#include "host/host_collectives.h"
+#include "host/oob.h"
+#include "transport/ipv4_endpoint.h"
+
+namespace netfold::host {
+
+class Context;
+
+class Group {
+ public:
+  ~Group();
+  // Starts a collective. `args.root` is a group rank; InvalidArgument for a
+  // bad root or buffers, Unimplemented for an op MPI forbids on the type.
+  absl::StatusOr<OpId> Start(CollectiveArgs args);
+  // Makes progress; true once the op is done. A failover (below) runs
+  // inside the call that notices the fabric failed.
+  bool Test(OpId id);
+  // Waits for `id` (deadline: the context's timeout + margin) and returns its
+  // outcome; the op is forgotten.
+  absl::Status Wait(OpId id);
+  // Collective over the members: releases the group at the manager.
+  absl::Status Destroy(Oob& group_oob);
+
+  uint64_t group_id() const { return group_id_; }
+  int rank() const { return group_rank_; }
+  int size() const { return static_cast<int>(world_ranks_.size()); }
+  // The fabric's engine; null for a group the hosts serve from the start.
+  GroupEngine* engine() { return engine_.get(); }
+  // True while the fabric serves the group; false once the hosts do (from
+  // the start, or after a failover).
+  bool on_fabric() const { return mode_ == Mode::kFabric; }
+  // A human-readable description (tree, switches, K, P; or the host algorithm).
+  const std::string& description() const { return description_; }
+  uint64_t host_ops() const { return host_ops_; }
+  bool failed_over() const { return failed_over_; }
+
+ private:
+  friend class Context;
+  enum class Mode { kFabric, kHost };
+  // An operation between Start and Wait.
+  struct Pending {
+    CollectiveArgs args;               // root: the world rank (fabric) as started
+    uint32_t group_root = 0;           // root as a group rank
+    std::vector<uint8_t> saved_input;  // in-place input, kept for a re-run
+    bool on_host = false;
+    OpId inner = 0;                    // the fabric's or the host's op id
+    std::optional<absl::Status> outcome;  // set once settled
+  };
+  // What the ranks ahead hand to those behind in a failover (the last
+  // operation completed on the fabric).
+  struct LastOp {
+    proto::CollectiveType collective = proto::CollectiveType::kBarrier;
+    uint32_t group_root = 0;
+    std::vector<uint8_t> result;  // allreduce, bcast
+    std::vector<uint8_t> input;   // reduce
+  };
+  Group(Context* ctx) : ctx_(ctx) {}
+  void Progress(absl::Duration timeout);
+  // Settles the fabric operations that are done, in start order, and fails
+  // over when one failed in a way the hosts can repair.
+  void Settle();
+  void Failover(const absl::Status& why);
+  absl::Status Resync();
+  absl::Status StartOnHost(Pending& p);
+
+  Context* ctx_;
+  uint64_t group_id_ = 0;
+  int group_rank_ = 0;
+  std::vector<int> world_ranks_;
+  Mode mode_ = Mode::kFabric;
+  std::unique_ptr<GroupEngine> engine_;
+  std::unique_ptr<HostCollectives> host_;  // null: no host fallback (policy innetwork)
+  std::map<OpId, Pending> ops_;
+  OpId next_id_ = 1;
+  uint64_t completed_ = 0;  // operations settled in start order
+  LastOp last_;
+  uint64_t host_ops_ = 0;
+  bool failed_over_ = false;
+  std::optional<transport::Ipv4Endpoint> multicast_;
+  std::string description_;
+  bool destroyed_ = false;
+};
+
+}  // namespace netfold::host
+
+#endif  // NETFOLD_HOST_GROUP_H_
