@@ -218,18 +218,33 @@ void PeerImpairedPort::Flush() {
   TransmitPending();
 }
 
+PeerImpairedPort::Peer* PeerImpairedPort::DataPlanePeer(const Ipv4Endpoint& address) {
+  if (auto it = dp_lookup_.find(address); it != dp_lookup_.end()) return it->second;
+  Peer* peer;
+  {
+    absl::MutexLock lock(&mu_);
+    peer = FindOrCreateLocked(address);
+    if (dp_peers_.size() != peer_list_.size()) dp_peers_ = peer_list_;
+  }
+  // Addresses beyond the tracking limit share the overflow peer; caching
+  // each of them would grow without bound.
+  if (dp_lookup_.size() < 2 * max_peers_) dp_lookup_[address] = peer;
+  return peer;
+}
+
+void PeerImpairedPort::RefreshDataPlanePeers() {
+  if (num_peers_.load(std::memory_order_relaxed) == dp_peers_.size()) return;
+  absl::MutexLock lock(&mu_);
+  dp_peers_ = peer_list_;
+}
+
 size_t PeerImpairedPort::SendBurst(std::span<PacketBuffer* const> packets) {
   size_t i = 0;
   while (i < packets.size()) {
     // A run of packets to the same peer goes through its stage at once.
     size_t j = i + 1;
     while (j < packets.size() && packets[j]->dst == packets[i]->dst) ++j;
-    Peer* peer;
-    {
-      absl::MutexLock lock(&mu_);
-      peer = FindOrCreateLocked(packets[i]->dst);
-      if (dp_peers_.size() != peer_list_.size()) dp_peers_ = peer_list_;
-    }
+    Peer* peer = DataPlanePeer(packets[i]->dst);
     uint64_t bytes = 0;
     for (size_t k = i; k < j; ++k) bytes += packets[k]->len();
     peer->traffic.tx_packets.fetch_add(j - i, std::memory_order_relaxed);
@@ -245,10 +260,7 @@ size_t PeerImpairedPort::SendBurst(std::span<PacketBuffer* const> packets) {
 }
 
 size_t PeerImpairedPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) {
-  {
-    absl::MutexLock lock(&mu_);
-    if (dp_peers_.size() != peer_list_.size()) dp_peers_ = peer_list_;
-  }
+  RefreshDataPlanePeers();
   Flush();
   const int64_t deadline_ns = clock_.NowNanos() + absl::ToInt64Nanoseconds(timeout);
   PacketBuffer* burst[64];
@@ -265,12 +277,7 @@ size_t PeerImpairedPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration 
     while (i < n) {
       size_t j = i + 1;
       while (j < n && burst[j]->src == burst[i]->src) ++j;
-      Peer* peer;
-      {
-        absl::MutexLock lock(&mu_);
-        peer = FindOrCreateLocked(burst[i]->src);
-        if (dp_peers_.size() != peer_list_.size()) dp_peers_ = peer_list_;
-      }
+      Peer* peer = DataPlanePeer(burst[i]->src);
       uint64_t bytes = 0;
       for (size_t k = i; k < j; ++k) bytes += burst[k]->len();
       peer->traffic.rx_packets.fetch_add(j - i, std::memory_order_relaxed);

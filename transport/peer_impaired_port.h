@@ -151,6 +151,10 @@ class PeerImpairedPort : public Port {
   void TransmitPending();
   void ReleaseHeld();
   std::optional<int64_t> NextDueNs();
+  // The peer of `address` for the data-plane thread (creates it if new).
+  Peer* DataPlanePeer(const Ipv4Endpoint& address);
+  // Picks up peers another thread added (data-plane thread).
+  void RefreshDataPlanePeers();
 
   std::unique_ptr<Port> inner_;
   const Clock& clock_;
@@ -162,8 +166,11 @@ class PeerImpairedPort : public Port {
   // Peers are never removed, so Peer pointers stay valid for the port's life.
   absl::flat_hash_map<Ipv4Endpoint, std::unique_ptr<Peer>> peers_ ABSL_GUARDED_BY(mu_);
   std::vector<Peer*> peer_list_ ABSL_GUARDED_BY(mu_);
-  // The data-plane thread's copy of peer_list_, refreshed when it grows.
+  // The data-plane thread's copy of peer_list_, refreshed when it grows,
+  // and its address -> peer cache (bounded), so that the packet path takes
+  // mu_ only for an address it has not seen.
   std::vector<Peer*> dp_peers_;
+  absl::flat_hash_map<Ipv4Endpoint, Peer*> dp_lookup_;
   std::atomic<size_t> num_peers_{0};
 
   std::vector<PacketBuffer*> scratch_;
