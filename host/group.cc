@@ -123,6 +123,9 @@ void Group::Settle() {
       const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
       last_.collective = a.collective;
       last_.group_root = p.group_root;
+      last_.dtype = a.dtype;
+      last_.op = a.op;
+      last_.count = a.count;
       last_.result.clear();
       last_.input.clear();
       if (a.collective == proto::CollectiveType::kAllreduce ||
@@ -236,8 +239,12 @@ absl::Status Group::Resync() {
         input.assign(in, in + bytes);
         a.recv = behind->args.recv;
       } else {
-        return absl::FailedPreconditionError(
-            "resync: a reduce the root missed needs the dtype and op of the ranks behind");
+        // Ahead (so not the root): the recorded operation and input.
+        a.dtype = last_.dtype;
+        a.op = last_.op;
+        a.count = last_.count;
+        input = last_.input;
+        a.recv = nullptr;
       }
       a.send = input.data();
       NETFOLD_RETURN_IF_ERROR(host_->Run(a));

@@ -75,6 +75,9 @@ class Group {
   struct LastOp {
     proto::CollectiveType collective = proto::CollectiveType::kBarrier;
     uint32_t group_root = 0;
+    proto::DataType dtype = proto::DataType::kInt32;  // reduce: to run it again
+    proto::ReduceOp op = proto::ReduceOp::kSum;
+    size_t count = 0;
     std::vector<uint8_t> result;  // allreduce, bcast
     std::vector<uint8_t> input;   // reduce
   };
