@@ -58,17 +58,23 @@ constexpr char kUsage[] =
     "Common: --log-level error|warning|info|debug|trace. The state directory defaults to\n"
     "$NETFOLD_STATE_DIR or /tmp/netfold-<uid>.\n";
 
-// --key=value / --key value / --flag, after the command.
+// --key=value / --key value / --flag, after the command, and up to
+// `max_positional` plain arguments among them (in `positional`).
 struct Args {
   std::map<std::string, std::string> values;
+  std::vector<std::string> positional;
   std::string error;
 
   static Args Parse(int argc, char** argv, const std::vector<std::string>& flags,
-                    const std::vector<std::string>& valued) {
+                    const std::vector<std::string>& valued, size_t max_positional = 0) {
     Args a;
     for (int i = 2; i < argc; ++i) {
       std::string arg = argv[i];
       if (arg.rfind("--", 0) != 0) {
+        if (a.positional.size() < max_positional) {
+          a.positional.push_back(arg);
+          continue;
+        }
         a.error = absl::StrFormat("unexpected argument '%s'", arg);
         return a;
       }
@@ -297,30 +303,19 @@ int Status(int argc, char** argv) {
 
 int Fault(int argc, char** argv) {
   // netfold fault SWITCH IMPAIRMENT [options]
-  std::vector<char*> positional, rest = {argv[0], argv[1]};
-  for (int i = 2; i < argc; ++i) {
-    const bool option = argv[i][0] == '-' && argv[i][1] == '-';
-    if (option) {
-      rest.push_back(argv[i]);
-      const std::string a = argv[i];
-      if (a.find('=') == std::string::npos && i + 1 < argc) rest.push_back(argv[++i]);
-    } else {
-      positional.push_back(argv[i]);
-    }
-  }
-  Args args = Args::Parse(static_cast<int>(rest.size()), rest.data(), {},
-                          {"manager", "state-dir", "peer", "direction", "log-level"});
+  Args args = Args::Parse(argc, argv, {}, {"manager", "state-dir", "peer", "direction", "log-level"},
+                          /*max_positional=*/2);
   if (!args.error.empty()) return Fail(args.error);
-  if (positional.size() != 2) {
+  if (args.positional.size() != 2) {
     return Fail("usage: netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] "
                 "[--direction both|send|receive] (IMPAIRMENT e.g. drop=0.05,seed=3; none clears)");
   }
   const std::string manager = FindManager(args);
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
-  const std::string name = positional[0];
+  const std::string name = args.positional[0];
   control::SetLinkFaultRequest req;
   req.set_peer(args.Get("peer", "all"));
-  req.set_impairment(positional[1]);
+  req.set_impairment(args.positional[1]);
   const std::string direction = args.Get("direction", "both");
   if (direction == "both") {
     req.set_direction(control::LINK_DIRECTION_BOTH);
@@ -352,17 +347,10 @@ int Fault(int argc, char** argv) {
 int Bench(int argc, char** argv) {
   BenchOptions o;
   o.self = SelfPath(argv[0]);
-  int first = 2;
-  if (argc > 2 && argv[2][0] != '-') {
-    o.op = argv[2];
-    first = 3;
-  }
-  // Re-use the option parser on the rest.
-  std::vector<char*> rest = {argv[0], argv[1]};
-  for (int i = first; i < argc; ++i) rest.push_back(argv[i]);
-  Args args = Args::Parse(static_cast<int>(rest.size()), rest.data(), {"quick"},
-                          {"ranks", "sizes", "seconds", "out", "log-level"});
+  Args args = Args::Parse(argc, argv, {"quick"}, {"ranks", "sizes", "seconds", "out", "log-level"},
+                          /*max_positional=*/1);
   if (!args.error.empty()) return Fail(args.error);
+  if (!args.positional.empty()) o.op = args.positional[0];
   o.quick = args.Has("quick");
   if (o.quick) {
     o.ranks = {2, 4};
