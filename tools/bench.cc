@@ -87,6 +87,21 @@ std::vector<Point> Parse(const std::string& csv) {
   return points;
 }
 
+// results[variant][ranks] = points
+using Results = std::map<std::string, std::map<int, std::vector<Point>>>;
+
+// The point of `variant` at `ranks` and `size`, or nullptr if it was not measured.
+const Point* Find(const Results& results, const std::string& variant, int ranks, long size) {
+  auto v = results.find(variant);
+  if (v == results.end()) return nullptr;
+  auto r = v->second.find(ranks);
+  if (r == v->second.end()) return nullptr;
+  for (const Point& pt : r->second) {
+    if (pt.size == size) return &pt;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 int RunBench(const BenchOptions& o) {
@@ -148,8 +163,7 @@ int RunBench(const BenchOptions& o) {
   std::string size_list;
   for (long s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
 
-  // results[variant][ranks] = points
-  std::map<std::string, std::map<int, std::vector<Point>>> results;
+  Results results;
   for (int p : ranks) {
     for (const Variant& v : variants) {
       std::fprintf(stderr, "  measuring %s on %d ranks ...\n", v.name.c_str(), p);
@@ -176,12 +190,7 @@ int RunBench(const BenchOptions& o) {
               "nf link B/op", "ring 2(p-1)V/p");
   for (int p : ranks) {
     for (long size : sizes) {
-      auto get = [&](const std::string& variant) -> const Point* {
-        for (const Point& pt : results[variant][p]) {
-          if (pt.size == size) return &pt;
-        }
-        return nullptr;
-      };
+      auto get = [&](const std::string& variant) { return Find(results, variant, p, size); };
       const Point* nf = get("netfold");
       const Point* sm = get("ompi-sm");
       const Point* tcp = get("ompi-tcp");
@@ -211,12 +220,7 @@ int RunBench(const BenchOptions& o) {
                 "tree B/op");
     for (int p : ranks) {
       for (long size : sizes) {
-        auto get = [&](const std::string& variant) -> const Point* {
-          for (const Point& pt : results[variant][p]) {
-            if (pt.size == size) return &pt;
-          }
-          return nullptr;
-        };
+        auto get = [&](const std::string& variant) { return Find(results, variant, p, size); };
         std::vector<const Point*> row = {get("netfold")};
         for (const std::string& a : host_algorithms) row.push_back(get(a));
         std::string times, bytes;
