@@ -13,7 +13,9 @@ namespace netfold::manager {
 namespace {
 
 constexpr uint32_t kProtocolVersion = control::PROTOCOL_VERSION_CURRENT;
-constexpr uint32_t kFabricPkey = 0xFFFF;  // the default partition, between switches
+constexpr uint32_t kDefaultPkey = 0xFFFF;  // the default partition: between switches, and
+                                           // jobs that ask for it (RoCE NICs)
+constexpr uint32_t kFabricPkey = kDefaultPkey;
 constexpr uint32_t kMax24 = 0xFFFFFF;
 constexpr size_t kJobKeyBytes = 16;
 constexpr uint32_t kRocePort = 4791;
@@ -180,7 +182,7 @@ absl::Status AggregationManager::Recover(const state::Snapshot& snap) {
       continue;
     }
     next_job_id_ = std::max(next_job_id_, job.id + 1);
-    pkeys_used_.insert(job.pkey);
+    if (job.pkey != kDefaultPkey) pkeys_used_.insert(job.pkey);
     jobs_[job.id] = std::move(job);
   }
 
@@ -720,9 +722,13 @@ absl::StatusOr<control::CreateJobResponse> AggregationManager::CreateJob(
   job.id = *id;
   job.name = req.name().empty() ? absl::StrFormat("job-%d", job.id) : req.name();
   job.key = RandomBytes(kJobKeyBytes);
-  do {
-    job.pkey = 0x8000u | static_cast<uint32_t>(RandomU64() & 0x7fff);
-  } while (job.pkey == 0x8000u || job.pkey == 0xffffu || pkeys_used_.count(job.pkey) > 0);
+  if (req.default_partition()) {
+    job.pkey = kDefaultPkey;  // shared by every such job; never in pkeys_used_
+  } else {
+    do {
+      job.pkey = 0x8000u | static_cast<uint32_t>(RandomU64() & 0x7fff);
+    } while (job.pkey == 0x8000u || job.pkey == kDefaultPkey || pkeys_used_.count(job.pkey) > 0);
+  }
   job.qkey = static_cast<uint32_t>(RandomU64() & 0x7fffffffu) | 1u;  // high bit: privileged
   job.quota = quota;
   const absl::Duration now = clock_->Now();
@@ -740,7 +746,7 @@ absl::StatusOr<control::CreateJobResponse> AggregationManager::CreateJob(
     alloc_.ReleaseQps(qps);
     return s;
   }
-  pkeys_used_.insert(job.pkey);
+  if (job.pkey != kDefaultPkey) pkeys_used_.insert(job.pkey);
   control::CreateJobResponse resp;
   resp.set_job_id(job.id);
   resp.set_job_key(job.key);
@@ -780,7 +786,7 @@ absl::Status AggregationManager::DestroyJob(const control::DestroyJobRequest& re
       }
     }
     alloc_.ReleaseQps(std::vector<std::pair<int, uint32_t>>(qps.begin(), qps.end()));
-    pkeys_used_.erase(job->pkey);
+    if (job->pkey != kDefaultPkey) pkeys_used_.erase(job->pkey);
     control::JobEvent ev;
     ev.set_kind(control::JobEvent::JOB_DESTROYED);
     ev.set_reason("the job was destroyed");

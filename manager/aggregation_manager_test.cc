@@ -72,8 +72,10 @@ class ManagerTest : public testing::Test {
   }
 
   control::CreateJobResponse CreateJob(const std::vector<std::string>& hosts,
-                                       control::JobQuota quota = {}) {
+                                       control::JobQuota quota = {},
+                                       bool default_partition = false) {
     control::CreateJobRequest req;
+    req.set_default_partition(default_partition);
     req.set_protocol_version(control::PROTOCOL_VERSION_CURRENT);
     req.set_name("test");
     for (size_t i = 0; i < hosts.size(); ++i) {
@@ -186,6 +188,45 @@ class ManagerTest : public testing::Test {
 };
 
 const std::vector<std::string> kTwoLevelHosts = {"h0", "h1", "h2", "h3", "h4", "h5", "h6", "h7"};
+
+// A job whose ranks use RoCE NICs asks for the default partition: its
+// switch QPs and group state carry P_Key 0xFFFF, and two such jobs coexist
+// (their Q_Keys differ) beside a job with a partition of its own.
+TEST_F(ManagerTest, DefaultPartitionJobsUsePkeyFfffAndShareIt) {
+  Start("two_level.yaml");
+  RegisterAll();
+  control::CreateJobResponse a = CreateJob({"h0", "h1"}, {}, /*default_partition=*/true);
+  control::CreateJobResponse b = CreateJob({"h2", "h3"}, {}, /*default_partition=*/true);
+  control::CreateJobResponse own = CreateJob({"h4", "h5"});
+  EXPECT_EQ(a.pkey(), 0xffffu);
+  EXPECT_EQ(b.pkey(), 0xffffu);
+  EXPECT_NE(a.qkey(), b.qkey());
+  EXPECT_NE(own.pkey(), 0xffffu);
+  EXPECT_NE(own.pkey() & 0x8000, 0u);
+
+  AttachAll(a, 2);
+  absl::StatusOr<control::AttachResponse> att = Attach(a, 1);
+  ASSERT_TRUE(att.ok()) << att.status();
+  EXPECT_EQ(att->pkey(), 0xffffu);
+  std::optional<FakeSwitch::Qp> qp =
+      fabric_->Get(att->leaf_switch())->GetQp(att->switch_endpoint().qpn());
+  ASSERT_TRUE(qp.has_value());
+  EXPECT_EQ(qp->pkey, 0xffffu);
+  absl::StatusOr<control::GroupInfo> g = Group(a, {0, 1});
+  ASSERT_TRUE(g.ok()) << g.status();
+  std::optional<control::InstallGroup> leaf = fabric_->Get("leaf0")->GetGroup(g->group_id());
+  ASSERT_TRUE(leaf.has_value());
+  EXPECT_EQ(leaf->pkey(), 0xffffu);
+  EXPECT_EQ(leaf->qkey(), a.qkey());
+
+  // Destroying one default-partition job leaves the other's partition alone.
+  control::DestroyJobRequest destroy;
+  *destroy.mutable_job() = Creds(a);
+  ASSERT_TRUE(am_->DestroyJob(destroy).ok());
+  absl::StatusOr<control::AttachResponse> att_b = Attach(b, 0);
+  ASSERT_TRUE(att_b.ok()) << att_b.status();
+  EXPECT_EQ(att_b->pkey(), 0xffffu);
+}
 
 TEST_F(ManagerTest, JobAndGroupLifecycleOnTwoLevel) {
   Start("two_level.yaml");

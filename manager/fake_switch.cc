@@ -45,6 +45,7 @@ control::CommandResult FakeSwitch::Apply(const control::ManagerMessage& msg) {
       const uint32_t qpn = next_qpn_++;
       Qp qp;
       qp.peer = msg.create_qp().peer();
+      qp.pkey = msg.create_qp().pkey();
       qp.psn = (qpn * 2654435761u) & 0xffffff;
       if (msg.create_qp().has_remote()) {
         qp.remote = msg.create_qp().remote();

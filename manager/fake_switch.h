@@ -53,6 +53,7 @@ class FakeSwitch {
     control::Endpoint remote;
     bool connected = false;
     uint32_t psn = 0;
+    uint32_t pkey = 0;
   };
   size_t num_qps() const;
   size_t num_groups() const;
