@@ -12,6 +12,10 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
+#include "host/link/soft_leaf_link.h"
+#ifdef NETFOLD_HAVE_VERBS
+#include "host/link/verbs_leaf_link.h"
+#endif
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "proto/control/netfold_control.pb.h"
 #include "transport/udp_port.h"
@@ -19,7 +23,6 @@
 namespace netfold::host {
 
 using transport::Ipv4Endpoint;
-using transport::QpState;
 
 namespace {
 
@@ -139,6 +142,43 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
   if (std::string v = Env("NETFOLD_ALGORITHM"); !v.empty()) {
     NETFOLD_ASSIGN_OR_RETURN(o->algorithm, algorithms::ParseAlgorithmPolicy(v));
   }
+  if (std::string v = Env("NETFOLD_TRANSPORT"); !v.empty()) {
+    if (v == "soft") {
+      o->transport = ContextOptions::Transport::kSoft;
+    } else if (v == "verbs") {
+      o->transport = ContextOptions::Transport::kVerbs;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("NETFOLD_TRANSPORT='%s': use soft or verbs", v));
+    }
+  }
+  if (std::string v = Env("NETFOLD_VERBS_DEVICE"); !v.empty() && o->verbs_device.empty()) {
+    o->verbs_device = v;
+  }
+  auto bounded = [](const char* name, uint32_t max, uint32_t* out) -> absl::Status {
+    std::string v = Env(name);
+    if (v.empty()) return absl::OkStatus();
+    if (!absl::SimpleAtoi(v, out) || *out > max) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s='%s' is not a number from 0 to %d", name, v, max));
+    }
+    return absl::OkStatus();
+  };
+  NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_PORT", 255, &o->verbs_port));
+  NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_MTU", 4096, &o->verbs_mtu));
+  if (!Env("NETFOLD_VERBS_GID_INDEX").empty()) {
+    uint32_t index = 0;
+    NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_GID_INDEX", 255, &index));
+    o->verbs_gid_index = index;
+  }
+  if (std::string v = Env("NETFOLD_PARTITION"); !v.empty()) {
+    if (v == "default") {
+      o->default_partition = true;
+    } else if (v != "job") {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("NETFOLD_PARTITION='%s': use job or default", v));
+    }
+  }
   if (auto level = Env("NETFOLD_LOG_LEVEL"); !level.empty() && !ParseLogLevel(level)) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "NETFOLD_LOG_LEVEL='%s': use error, warning, info, debug or trace", level));
@@ -188,7 +228,12 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   }
   std::unique_ptr<Context> ctx(new Context(options));
   absl::Status joined = ctx->Join(world);
-  NETFOLD_RETURN_IF_ERROR(AgreeOnStatus(world, joined));
+  if (absl::Status all = AgreeOnStatus(world, joined); !all.ok()) {
+    // The job rank 0 created would otherwise hold its QPs until the
+    // manager's host timeout.
+    if (options.rank == 0 && ctx->job_id_ != 0) (void)ctx->DestroyJobAtManager();
+    return all;
+  }
   ctx->control_thread_ = std::thread([c = ctx.get()] { c->RunControlThread(); });
   return ctx;
 }
@@ -211,6 +256,14 @@ absl::Status Context::Join(Oob& world) {
   char mine[kNameBytes] = {};
   std::memcpy(mine, options_.host_name.data(), options_.host_name.size());
   NETFOLD_RETURN_IF_ERROR(world.Allgather(mine, names.data(), kNameBytes));
+  // The job takes the default partition if any rank asks for it (a RoCE
+  // NIC knows no other P_Key).
+  const uint8_t wants_default =
+      options_.default_partition || options_.transport == ContextOptions::Transport::kVerbs;
+  std::vector<uint8_t> partitions(static_cast<size_t>(options_.world_size));
+  NETFOLD_RETURN_IF_ERROR(world.Allgather(&wants_default, partitions.data(), 1));
+  const bool default_partition =
+      std::any_of(partitions.begin(), partitions.end(), [](uint8_t v) { return v != 0; });
 
   // Rank 0 creates the job; everyone learns the outcome.
   std::string outcome;
@@ -225,6 +278,7 @@ absl::Status Context::Join(Oob& world) {
     }
     req.mutable_quota()->set_num_slots(options_.num_slots);
     req.mutable_quota()->set_slot_bytes(options_.slot_bytes);
+    req.set_default_partition(default_partition);
     control::CreateJobResponse resp;
     absl::Status s = CallManager(
         Deadline(RealClock(), options_.timeout),
@@ -249,8 +303,8 @@ absl::Status Context::Join(Oob& world) {
   manager_->creds.set_job_id(job_id_);
   manager_->creds.set_job_key(job_key_);
 
-  // This rank's data plane: a UDP port (with the configured faults), an RC
-  // QP to the leaf switch and a UD QP for multicast results.
+  // This rank's soft engine: a UDP port (with the configured faults) for
+  // the host algorithms, and for the leaf link unless it uses verbs.
   transport::UdpPortConfig port_config;
   NETFOLD_ASSIGN_OR_RETURN(port_config.local,
                            transport::ParseIpv4Endpoint(options_.local_address, 0));
@@ -260,22 +314,15 @@ absl::Status Context::Join(Oob& world) {
   port_ = new transport::ImpairedPort(std::move(udp), faults, faults, RealClock());
   endpoint_ = std::make_unique<transport::RoceEndpoint>(std::unique_ptr<transport::Port>(port_),
                                                         RealClock());
-  transport::RcQpConfig rc_config;
-  rc_config.max_send_queue = 1024;
-  rc_config.max_recv_queue = 1024;
-  rc_config.max_message_size = 64 * 1024;
-  NETFOLD_ASSIGN_OR_RETURN(rc_, endpoint_->CreateRcQp(rc_config));
-  transport::RcQpAttributes attrs;
-  attrs.pkey = pkey_;
-  NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kInit, attrs));
+  NETFOLD_ASSIGN_OR_RETURN(link_, CreateLeafLink());
   absl::BitGen gen;
   const uint32_t psn = absl::Uniform<uint32_t>(gen, 0, 1u << 24);
 
   control::AttachRequest attach;
   *attach.mutable_job() = manager_->creds;
   attach.set_rank(static_cast<uint32_t>(options_.rank));
-  attach.mutable_endpoint()->set_address(endpoint_->local().ToString());
-  attach.mutable_endpoint()->set_qpn(rc_->qpn());
+  attach.mutable_endpoint()->set_address(link_->address());
+  attach.mutable_endpoint()->set_qpn(link_->qpn());
   attach.mutable_endpoint()->set_psn(psn);
   control::AttachResponse attached;
   Deadline deadline(RealClock(), options_.timeout);
@@ -289,20 +336,50 @@ absl::Status Context::Join(Oob& world) {
     absl::SleepFor(absl::Milliseconds(50));
   } while (!deadline.Expired());
   NETFOLD_RETURN_IF_ERROR(s);
-  NETFOLD_ASSIGN_OR_RETURN(attrs.remote,
+  LeafPeer peer;
+  NETFOLD_ASSIGN_OR_RETURN(peer.remote,
                            transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
-  attrs.remote_qpn = attached.switch_endpoint().qpn();
-  attrs.rq_psn = attached.switch_endpoint().psn();
-  attrs.sq_psn = psn;
-  attrs.timeout = absl::Milliseconds(4);
-  NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kRtr, attrs));
-  NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kRts, attrs));
-  NETFOLD_ASSIGN_OR_RETURN(ud_, endpoint_->CreateUdQp({.qkey = qkey_, .pkey = pkey_}));
-  NETFOLD_LOG(kInfo) << absl::StrFormat("rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x",
-                                        options_.rank, job_id_, endpoint_->local().ToString(),
-                                        rc_->qpn(), attached.leaf_switch(),
-                                        attrs.remote.ToString(), attrs.remote_qpn);
+  peer.remote_qpn = attached.switch_endpoint().qpn();
+  peer.rq_psn = attached.switch_endpoint().psn();
+  peer.sq_psn = psn;
+  peer.pkey = pkey_;
+  peer.qkey = qkey_;
+  peer.ack_timeout = absl::Milliseconds(4);
+  NETFOLD_RETURN_IF_ERROR(link_->Connect(peer));
+  NETFOLD_LOG(kInfo) << absl::StrFormat(
+      "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x)",
+      options_.rank, job_id_, link_->address(), link_->qpn(), attached.leaf_switch(),
+      peer.remote.ToString(), peer.remote_qpn,
+      options_.transport == ContextOptions::Transport::kVerbs ? "verbs" : "soft", pkey_);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<LeafLink>> Context::CreateLeafLink() {
+  if (options_.transport == ContextOptions::Transport::kSoft) {
+    NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<SoftLeafLink> soft,
+                             SoftLeafLink::Create(endpoint_.get(), port_));
+    return std::unique_ptr<LeafLink>(std::move(soft));
+  }
+#ifdef NETFOLD_HAVE_VERBS
+  VerbsLinkOptions vo;
+  vo.local_address = options_.local_address;
+  vo.device = options_.verbs_device;
+  vo.port = static_cast<uint8_t>(options_.verbs_port);
+  vo.gid_index = options_.verbs_gid_index;
+  vo.path_mtu = options_.verbs_mtu;
+  vo.max_message = static_cast<uint32_t>(proto::kAggregationHeaderSize) + slot_bytes_;
+  absl::StatusOr<std::unique_ptr<VerbsLeafLink>> verbs = VerbsLeafLink::Create(vo);
+  if (!verbs.ok()) {
+    return absl::Status(verbs.status().code(),
+                        absl::StrFormat("rank %d: NETFOLD_TRANSPORT=verbs: %s", options_.rank,
+                                        verbs.status().message()));
+  }
+  return std::unique_ptr<LeafLink>(*std::move(verbs));
+#else
+  return absl::FailedPreconditionError(
+      "NETFOLD_TRANSPORT=verbs: this libnetfold was built without rdma-core (meson option "
+      "-Dverbs=enabled needs libibverbs-dev and librdmacm-dev)");
+#endif
 }
 
 void Context::RunControlThread() {
@@ -389,14 +466,13 @@ void Context::Progress(absl::Duration timeout) {
     for (const auto& e : events) HandleEvent(*e);
   }
   for (auto& [id, g] : groups_) g->engine_->Poll();
-  endpoint_->Flush();
+  link_->Flush();
   absl::Duration wait = timeout;
   for (auto& [id, g] : groups_) {
     if (auto t = g->engine_->NextTimerNs()) {
       wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - RealClock().NowNanos())));
     }
   }
-  endpoint_->Progress(wait);
   auto deliver = [&](std::span<const uint8_t> message) {
     proto::AggregationHeader h;
     std::span<const uint8_t> elements;
@@ -407,29 +483,14 @@ void Context::Progress(absl::Duration timeout) {
     auto it = groups_.find(h.group_id);
     if (it != groups_.end()) it->second->engine_->OnMessage(h, elements);
   };
-  transport::RecvMessage m;
-  while (rc_->PeekRecv(&m)) {
-    deliver(m.data);
-    rc_->PopRecv();
-  }
-  transport::UdDatagram d;
-  while (ud_->PeekRecv(&d)) {
-    deliver(d.data);
-    ud_->PopRecv();
-  }
-  transport::SendCompletion sc;
-  while (rc_->PollSendCompletion(&sc)) {
-  }
-  if (rc_->state() == QpState::kError) {
+  link_->Progress(wait, deliver);
+  if (absl::Status link = link_->status(); !link.ok()) {
     for (auto& [id, g] : groups_) {
-      g->engine_->Fail(WithErrorCode(
-          absl::UnavailableError(absl::StrFormat("the connection to the leaf switch failed: %s",
-                                                 rc_->error().message())),
-          NETFOLD_ERR_UNAVAILABLE));
+      g->engine_->Fail(WithErrorCode(std::move(link), NETFOLD_ERR_UNAVAILABLE));
     }
   }
   for (auto& [id, g] : groups_) g->engine_->Poll();
-  endpoint_->Flush();
+  link_->Flush();
 }
 
 absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
@@ -532,12 +593,20 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
                                                                  : proto::DeliveryMode::kMulticast;
   params.repair_after = options_.repair_after;
   params.op_timeout = options_.timeout;
+  if (mine.ok() && params.delivery == proto::DeliveryMode::kMulticast &&
+      proto::kAggregationHeaderSize + params.slot_bytes > link_->max_datagram_payload()) {
+    mine = absl::FailedPreconditionError(absl::StrFormat(
+        "a multicast result of %d + %d bytes does not fit this rank's path MTU of %d bytes: "
+        "set NETFOLD_SLOT_BYTES to at most %d, or NETFOLD_DELIVERY=rc",
+        proto::kAggregationHeaderSize, params.slot_bytes, link_->max_datagram_payload(),
+        link_->max_datagram_payload() - proto::kAggregationHeaderSize));
+  }
   if (mine.ok() && params.delivery == proto::DeliveryMode::kMulticast) {
     auto mc = transport::ParseIpv4Endpoint(info.multicast_address());
     if (!mc.ok()) {
       mine = mc.status();
     } else {
-      mine = endpoint_->AttachMulticast(ud_->qpn(), *mc);
+      mine = link_->AttachMulticast(*mc);
       if (mine.ok()) group->multicast_ = *mc;
     }
   }
@@ -559,7 +628,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
 }
 
 absl::Status Context::LeafSender::SendRequest(std::span<const uint8_t> message) {
-  return ctx->rc_->PostSend(message, 0);
+  return ctx->link_->PostRequest(message);
 }
 
 absl::Status Context::DestroyGroupAtManager(uint64_t group_id) {
@@ -600,7 +669,7 @@ void Context::Unregister(Group* g) {
     retired_.unexpected_messages += s.unexpected_messages;
     groups_.erase(it);
   }
-  if (g->multicast_) (void)endpoint_->DetachMulticast(ud_->qpn(), *g->multicast_);
+  if (g->multicast_ && link_ != nullptr) link_->DetachMulticast(*g->multicast_);
 }
 
 ContextStats Context::stats() const {
@@ -625,18 +694,12 @@ ContextStats Context::stats() const {
     out.engines.bytes_received += s.bytes_received;
     out.engines.unexpected_messages += s.unexpected_messages;
   }
-  if (port_ != nullptr) {
-    out.link_tx_bytes = port_->counters().tx_bytes.load();
-    out.link_rx_bytes = port_->counters().rx_bytes.load();
-  }
-  if (rc_ != nullptr) {
-    out.retransmissions = rc_->counters().packets_retransmitted.load();
-    out.packets_dropped += rc_->counters().drops.Total();
-  }
-  if (ud_ != nullptr) out.packets_dropped += ud_->counters().drops.Total();
-  if (endpoint_ != nullptr) {
-    out.packets_dropped += endpoint_->counters().drops.Total();
-    for (const auto& c : endpoint_->counters().parse_drops) out.packets_dropped += c.load();
+  if (link_ != nullptr) {
+    const LeafLinkStats link = link_->stats();
+    out.link_tx_bytes = link.tx_bytes;
+    out.link_rx_bytes = link.rx_bytes;
+    out.retransmissions = link.retransmissions;
+    out.packets_dropped = link.packets_dropped;
   }
   return out;
 }
@@ -644,16 +707,20 @@ ContextStats Context::stats() const {
 absl::Status Context::Finalize(Oob& world) {
   absl::Status result = world.Barrier();
   if (options_.rank == 0 && manager_ != nullptr && job_id_ != 0) {
-    control::DestroyJobRequest req;
-    *req.mutable_job() = manager_->creds;
-    control::DestroyJobResponse resp;
-    absl::Status s = CallManager(Deadline(RealClock(), options_.timeout), "destroying the job",
-                                 [&](grpc::ClientContext* c) {
-                                   return manager_->stub->DestroyJob(c, req, &resp);
-                                 });
+    absl::Status s = DestroyJobAtManager();
     if (result.ok()) result = s;
   }
   return result;
+}
+
+absl::Status Context::DestroyJobAtManager() {
+  control::DestroyJobRequest req;
+  *req.mutable_job() = manager_->creds;
+  control::DestroyJobResponse resp;
+  return CallManager(Deadline(RealClock(), options_.timeout), "destroying the job",
+                     [&](grpc::ClientContext* c) {
+                       return manager_->stub->DestroyJob(c, req, &resp);
+                     });
 }
 
 Context::~Context() {
@@ -669,6 +736,7 @@ Context::~Context() {
   for (Group* g : all_groups_) g->ctx_ = nullptr;  // groups outliving the context
   all_groups_.clear();
   groups_.clear();
+  link_.reset();
   endpoint_.reset();
 }
 

@@ -31,6 +31,7 @@
 #include "base/clock.h"
 #include "host/algorithms/selection.h"
 #include "host/group_engine.h"
+#include "host/link/leaf_link.h"
 #include "host/oob.h"
 #include "transport/impaired_port.h"
 #include "transport/roce_endpoint.h"
@@ -59,6 +60,19 @@ struct ContextOptions {
   // hosts; failover), innetwork (the fabric only), ring, bidir, tree,
   // treescatter (always the hosts), treeorder.
   algorithms::AlgorithmPolicy algorithm = algorithms::AlgorithmPolicy::kAuto;
+  // NETFOLD_TRANSPORT (docs/host.md): how requests reach the leaf switch.
+  // kSoft: netfold's own RoCEv2 engine over UDP; kVerbs: libibverbs on an
+  // RDMA NIC or Soft-RoCE (docs/verbs.md). The host algorithms always use
+  // the soft engine.
+  enum class Transport { kSoft, kVerbs };
+  Transport transport = Transport::kSoft;
+  std::string verbs_device;              // NETFOLD_VERBS_DEVICE ("" = by local_address)
+  uint32_t verbs_port = 0;               // NETFOLD_VERBS_PORT (0 = by local_address)
+  std::optional<uint32_t> verbs_gid_index;  // NETFOLD_VERBS_GID_INDEX
+  uint32_t verbs_mtu = 0;                // NETFOLD_VERBS_MTU (0 = the port's active MTU)
+  // NETFOLD_PARTITION=default: the job uses P_Key 0xFFFF instead of one of
+  // its own (implied when any rank uses the verbs transport).
+  bool default_partition = false;
 };
 
 // Reads NETFOLD_* environment variables into `options` where the field was
@@ -113,12 +127,16 @@ class Context {
   LeafSender leaf_sender_;
   explicit Context(const ContextOptions& options);
   absl::Status Join(Oob& world);
+  // The leaf link of options_.transport (after the job is known: slot_bytes_).
+  absl::StatusOr<std::unique_ptr<LeafLink>> CreateLeafLink();
   void RunControlThread();
   void HandleEvent(const control::JobEvent& event);
   void Register(Group* g);
   void Unregister(Group* g);
   // Releases group `group_id` at the manager (rank 0 of the group calls it).
   absl::Status DestroyGroupAtManager(uint64_t group_id);
+  // Releases the job at the manager (rank 0 calls it).
+  absl::Status DestroyJobAtManager();
 
   ContextOptions options_;
   std::unique_ptr<ManagerClient> manager_;
@@ -130,10 +148,11 @@ class Context {
   uint64_t groups_created_ = 0;  // for idempotency tags
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
 
+  // The soft engine: the host algorithms' queue pairs, and the leaf link's
+  // when the transport is soft.
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
   std::unique_ptr<transport::RoceEndpoint> endpoint_;
-  transport::RcQueuePair* rc_ = nullptr;
-  transport::UdQueuePair* ud_ = nullptr;
+  std::unique_ptr<LeafLink> link_;
   absl::flat_hash_map<uint32_t, Group*> groups_;  // by group id (data-plane 32-bit)
   GroupEngineStats retired_;                      // stats of destroyed groups
   std::vector<Group*> all_groups_;                // every live group, fabric or not

@@ -13,10 +13,13 @@
 #include <string>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "host/tcp_oob.h"
+#include "proto/control/netfold_control.grpc.pb.h"
 #include "tests/host/rank_launcher.h"
 #include "tools/local_fabric.h"
 
@@ -35,6 +38,17 @@ std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& fa
   auto fabric = tools::LocalFabric::Start(o);
   EXPECT_TRUE(fabric.ok()) << fabric.status();
   return fabric.ok() ? std::move(*fabric) : nullptr;
+}
+
+// The number of jobs the manager holds; -1 if it does not answer.
+int NumJobs(const std::string& manager) {
+  auto stub = control::Admin::NewStub(
+      grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  control::GetStatusResponse status;
+  if (!stub->GetStatus(&c, control::GetStatusRequest(), &status).ok()) return -1;
+  return status.jobs_size();
 }
 
 void ExpectAllOk(const std::vector<RankResult>& results) {
@@ -78,6 +92,41 @@ TEST_P(HostAlgorithmSweep, SweepOnFiveRanks) {
 
 INSTANTIATE_TEST_SUITE_P(Policies, HostAlgorithmSweep,
                          ::testing::Values("ring", "bidir", "tree", "treescatter"));
+
+// NETFOLD_PARTITION=default: the job takes P_Key 0xFFFF (what a RoCE NIC
+// needs); the switches' host QPs and multicast results carry it.
+TEST(HostFabric, DefaultPartitionJobRunsTheSweep) {
+  auto fabric = StartFabric(3);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(fabric->manager_address(), 3, 0, {"sweep"},
+               {{"NETFOLD_PARTITION", "default"}, {"NETFOLD_LOG_LEVEL", "info"}});
+  auto results = ranks.Wait(absl::Minutes(4));
+  ExpectAllOk(results);
+  for (const auto& r : results) {
+    EXPECT_NE(r.output.find("P_Key 0xffff"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
+                                                              << r.output;
+  }
+}
+
+// NETFOLD_TRANSPORT=verbs on a host without an RDMA device: every rank's
+// init fails at once with the reason, and the job is released.
+TEST(HostFabric, VerbsTransportWithoutADeviceFailsInitWithTheReason) {
+  if (std::filesystem::exists("/sys/class/infiniband") &&
+      !std::filesystem::is_empty("/sys/class/infiniband")) {
+    GTEST_SKIP() << "this host has an RDMA device";
+  }
+  auto fabric = StartFabric(2);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(fabric->manager_address(), 2, 0, {"sweep"}, {{"NETFOLD_TRANSPORT", "verbs"}});
+  auto results = ranks.Wait(absl::Minutes(1));
+  for (const auto& r : results) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("FAIL init"), std::string::npos) << r.output;
+  }
+  EXPECT_NE(results[0].output.find("no RDMA device"), std::string::npos) << results[0].output;
+  EXPECT_EQ(NumJobs(fabric->manager_address()), 0) << "the failed job still holds its QPs";
+}
 
 TEST(HostFabric, SixteenRanksWithConcurrentGroups) {
   auto fabric = StartFabric(16);

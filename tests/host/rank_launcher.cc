@@ -36,6 +36,7 @@ Launch::Launch(const std::string& manager, int n, int first_host, std::vector<st
     if (pid == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       dup2(fds[1], STDOUT_FILENO);
+      dup2(fds[1], STDERR_FILENO);  // the library's log lines too
       close(fds[0]);
       setenv("NETFOLD_MANAGER", manager.c_str(), 1);
       setenv("NETFOLD_OOB_ADDRESS", server_->address().c_str(), 1);

@@ -1,0 +1,92 @@
+// The data path between one rank and its leaf switch, whatever carries it:
+// one RC connection for requests (and for results when a group delivers over
+// RC), one UD queue pair attached to each group's multicast address for
+// results. Two implementations: `soft` (netfold's own RoCEv2 engine over a
+// UDP socket, soft_leaf_link.h) and `verbs` (libibverbs on an RDMA NIC or
+// Soft-RoCE, verbs_leaf_link.h). The group engine (host/group_engine.h) sits
+// above either and owns chunking, the window and repair.
+//
+//   std::unique_ptr<LeafLink> link = ...;          // INIT: local end known
+//   attach.endpoint = {link->address(), link->qpn(), psn};   // to the manager
+//   link->Connect({.remote = switch_end, .remote_qpn = ..., .rq_psn = ...,
+//                  .sq_psn = psn, .pkey = job_pkey, .qkey = job_qkey});
+//   link->AttachMulticast(group_address);
+//   link->PostRequest(message);                    // ResourceExhausted: try later
+//   link->Progress(timeout, [&](std::span<const uint8_t> m) { ... });
+//
+// Thread-safety: a link belongs to the thread that drives its context;
+// stats() may be called from that thread only.
+#ifndef NETFOLD_HOST_LINK_LEAF_LINK_H_
+#define NETFOLD_HOST_LINK_LEAF_LINK_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "transport/ipv4_endpoint.h"
+
+namespace netfold::host {
+
+// The switch's end of the RC connection and the job's keys, from Attach.
+struct LeafPeer {
+  transport::Ipv4Endpoint remote;  // the switch's data address
+  uint32_t remote_qpn = 0;
+  uint32_t rq_psn = 0;  // the switch's first PSN: what this side expects
+  uint32_t sq_psn = 0;  // this side's first PSN (sent to the manager)
+  uint16_t pkey = 0xffff;
+  uint32_t qkey = 0;
+  // How long an unacknowledged request waits before it is sent again.
+  absl::Duration ack_timeout = absl::Milliseconds(4);
+};
+
+struct LeafLinkStats {
+  uint64_t tx_bytes = 0;         // on the wire (soft) or posted payload (verbs)
+  uint64_t rx_bytes = 0;
+  uint64_t retransmissions = 0;  // soft only; a NIC retransmits on its own
+  uint64_t packets_dropped = 0;  // received and discarded, every reason
+};
+
+class LeafLink {
+ public:
+  virtual ~LeafLink() = default;
+
+  // What this rank tells the manager in Attach: its data address
+  // ("a.b.c.d:port") and the QPN of its RC QP (in RESET until Connect).
+  virtual std::string address() const = 0;
+  virtual uint32_t qpn() const = 0;
+  // The most payload one multicast result datagram may carry to this link
+  // (the path MTU for a NIC). Groups whose results would be larger are
+  // refused with the reason.
+  virtual size_t max_datagram_payload() const = 0;
+
+  // Brings the RC QP through INIT and RTR to RTS toward the switch, and
+  // creates the UD QP for the job's Q_Key and P_Key. Once only.
+  virtual absl::Status Connect(const LeafPeer& peer) = 0;
+  // Queues one request message (copied). ResourceExhausted when the send
+  // queue is full (call again after Progress); Unavailable once the
+  // connection failed.
+  virtual absl::Status PostRequest(std::span<const uint8_t> message) = 0;
+  // Receive results sent to `group` (an IPv4 multicast address with the
+  // RoCEv2 port); Detach is best-effort.
+  virtual absl::Status AttachMulticast(const transport::Ipv4Endpoint& group) = 0;
+  virtual void DetachMulticast(const transport::Ipv4Endpoint& group) = 0;
+
+  // Sends what is queued without waiting.
+  virtual void Flush() = 0;
+  // Waits at most `timeout` for traffic, then hands every received message
+  // (RC or multicast) to `deliver`; the span is valid during the call only.
+  virtual void Progress(absl::Duration timeout,
+                        absl::FunctionRef<void(std::span<const uint8_t>)> deliver) = 0;
+  // OK while the RC connection works; the reason once it failed (retries
+  // exhausted, the QP in error, the device gone). Failure is final.
+  virtual absl::Status status() const = 0;
+  virtual LeafLinkStats stats() const = 0;
+};
+
+}  // namespace netfold::host
+
+#endif  // NETFOLD_HOST_LINK_LEAF_LINK_H_

@@ -1,0 +1,101 @@
+#include "host/link/soft_leaf_link.h"
+
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+
+namespace netfold::host {
+
+using transport::QpState;
+
+absl::StatusOr<std::unique_ptr<SoftLeafLink>> SoftLeafLink::Create(
+    transport::RoceEndpoint* endpoint, const transport::ImpairedPort* port) {
+  std::unique_ptr<SoftLeafLink> link(new SoftLeafLink(endpoint, port));
+  transport::RcQpConfig rc_config;
+  rc_config.max_send_queue = 1024;
+  rc_config.max_recv_queue = 1024;
+  rc_config.max_message_size = 64 * 1024;
+  NETFOLD_ASSIGN_OR_RETURN(link->rc_, endpoint->CreateRcQp(rc_config));
+  return link;
+}
+
+SoftLeafLink::~SoftLeafLink() {
+  if (ud_ != nullptr) (void)endpoint_->DestroyQp(ud_->qpn());
+  if (rc_ != nullptr) (void)endpoint_->DestroyQp(rc_->qpn());
+}
+
+std::string SoftLeafLink::address() const { return endpoint_->local().ToString(); }
+
+size_t SoftLeafLink::max_datagram_payload() const { return transport::UdQpConfig{}.mtu; }
+
+absl::Status SoftLeafLink::Connect(const LeafPeer& peer) {
+  if (ud_ != nullptr) return absl::FailedPreconditionError("the leaf link is already connected");
+  transport::RcQpAttributes attrs;
+  attrs.pkey = peer.pkey;
+  attrs.remote = peer.remote;
+  attrs.remote_qpn = peer.remote_qpn;
+  attrs.rq_psn = peer.rq_psn;
+  attrs.sq_psn = peer.sq_psn;
+  attrs.timeout = peer.ack_timeout;
+  NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kInit, attrs));
+  NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kRtr, attrs));
+  NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kRts, attrs));
+  NETFOLD_ASSIGN_OR_RETURN(ud_, endpoint_->CreateUdQp({.qkey = peer.qkey, .pkey = peer.pkey}));
+  return absl::OkStatus();
+}
+
+absl::Status SoftLeafLink::PostRequest(std::span<const uint8_t> message) {
+  return rc_->PostSend(message, 0);
+}
+
+absl::Status SoftLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group) {
+  if (ud_ == nullptr) return absl::FailedPreconditionError("the leaf link is not connected");
+  return endpoint_->AttachMulticast(ud_->qpn(), group);
+}
+
+void SoftLeafLink::DetachMulticast(const transport::Ipv4Endpoint& group) {
+  if (ud_ != nullptr) (void)endpoint_->DetachMulticast(ud_->qpn(), group);
+}
+
+void SoftLeafLink::Flush() { endpoint_->Flush(); }
+
+void SoftLeafLink::Progress(absl::Duration timeout,
+                            absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
+  endpoint_->Progress(timeout);
+  transport::RecvMessage m;
+  while (rc_->PeekRecv(&m)) {
+    deliver(m.data);
+    rc_->PopRecv();
+  }
+  if (ud_ != nullptr) {
+    transport::UdDatagram d;
+    while (ud_->PeekRecv(&d)) {
+      deliver(d.data);
+      ud_->PopRecv();
+    }
+  }
+  transport::SendCompletion sc;
+  while (rc_->PollSendCompletion(&sc)) {
+  }
+}
+
+absl::Status SoftLeafLink::status() const {
+  if (rc_->state() != QpState::kError) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrFormat("the connection to the leaf switch failed: %s", rc_->error().message()));
+}
+
+LeafLinkStats SoftLeafLink::stats() const {
+  LeafLinkStats out;
+  if (port_ != nullptr) {
+    out.tx_bytes = port_->counters().tx_bytes.load();
+    out.rx_bytes = port_->counters().rx_bytes.load();
+  }
+  out.retransmissions = rc_->counters().packets_retransmitted.load();
+  out.packets_dropped += rc_->counters().drops.Total();
+  if (ud_ != nullptr) out.packets_dropped += ud_->counters().drops.Total();
+  out.packets_dropped += endpoint_->counters().drops.Total();
+  for (const auto& c : endpoint_->counters().parse_drops) out.packets_dropped += c.load();
+  return out;
+}
+
+}  // namespace netfold::host
