@@ -33,6 +33,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "proto/roce_headers.h"
@@ -73,6 +74,20 @@ uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> covere
 uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
                          std::span<const uint8_t, kUdpHeaderSize> udp_header,
                          std::span<const uint8_t> covered);
+
+// For receivers that cannot see the IPv4 header (kernel sockets): the
+// IPv4 identification a sender must have used for `received_icrc` to be
+// the ICRC of `covered` with the canonical headers of `addrs` and that
+// identification (everything else canonical: DF, no fragment offset).
+// ComputeIcrc assumes identification 0, which is what Linux puts in DF
+// datagrams of sockets with IP_PMTUDISC_DO (transport/udp_port.cc sets
+// it), but RoCE NICs (rdma_rxe: __ip_select_ident) fill it in. The CRC is affine, so the identification that explains the
+// difference is found by solving 16 unknowns, or there is none (nullopt).
+// The price: of corrupted packets, about 1 in 2^16 (instead of 1 in 2^32)
+// now passes the check, so receivers use this only when configured to.
+std::optional<uint16_t> SolveIpv4Identification(const IcrcAddresses& addrs,
+                                                std::span<const uint8_t> covered,
+                                                uint32_t received_icrc);
 
 // Writes / reads an ICRC value in its wire byte order (least significant
 // byte first).

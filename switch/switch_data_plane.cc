@@ -68,7 +68,9 @@ class SwitchDataPlane::Output : public NodeOutput {
 
 SwitchDataPlane::SwitchDataPlane(std::unique_ptr<transport::Port> port, const Clock& clock,
                                  const SwitchConfig& config)
-    : config_(config), clock_(clock), endpoint_(std::move(port), clock) {
+    : config_(config), clock_(clock), endpoint_(std::move(port), clock,
+                transport::RoceEndpointConfig{
+                    .solve_ip_identification = config.solve_ip_identification}) {
   if (config_.psn_seed != 0) {
     psn_state_ = config_.psn_seed;
   } else {

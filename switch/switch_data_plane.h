@@ -69,6 +69,10 @@ struct SwitchConfig {
   // sooner.
   absl::Duration host_ack_timeout = absl::Milliseconds(64);
   uint8_t retry_count = 7;
+  // transport.ip_identification: solve (RoceEndpointConfig::
+  // solve_ip_identification): accept RoCE NICs' packets through kernel
+  // sockets, which hide the IPv4 identification the ICRC covers.
+  bool solve_ip_identification = false;
   // Initial PSNs are random; a non-zero seed makes them reproducible (tests).
   uint64_t psn_seed = 0;
 };

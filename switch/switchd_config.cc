@@ -361,7 +361,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
         t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "retry_count", "idle_wait_us",
-            "packet_buffers"},
+            "packet_buffers", "ip_identification"},
         "transport"));
     NETFOLD_RETURN_IF_ERROR(OptionalUint(t, "path_mtu", "transport", 4096, &c.data_plane.path_mtu));
     if (t["ack_timeout_ms"].IsDefined()) {
@@ -383,6 +383,14 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
     }
     NETFOLD_RETURN_IF_ERROR(
         OptionalUint(t, "packet_buffers", "transport", 1u << 20, &c.packet_buffers));
+    if (const YAML::Node id = t["ip_identification"]; id.IsDefined()) {
+      const std::string v = id.IsScalar() ? id.as<std::string>() : "";
+      if (v != "zero" && v != "solve") {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "%s: transport.ip_identification must be zero or solve", At(id, "transport")));
+      }
+      c.data_plane.solve_ip_identification = v == "solve";
+    }
   }
   if (const YAML::Node lf = root["link_faults"]; lf.IsDefined()) {
     if (!lf.IsSequence()) {

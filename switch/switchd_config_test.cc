@@ -23,7 +23,7 @@ data_port_file: /tmp/x.port
 capacity: {trees: 8, groups: 32, slots: 512, slot_bytes: 2048, qps: 100}
 job_quota: {groups: 4, slots: 64, qps: 9}
 transport: {path_mtu: 4096, ack_timeout_ms: 3, retry_count: 5, idle_wait_us: 500,
-            packet_buffers: 1024}
+            packet_buffers: 1024, ip_identification: solve}
 link_faults:
   - {peer: default, direction: receive, impairment: "drop=0.01,seed=3"}
   - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
@@ -59,6 +59,7 @@ TEST(SwitchdConfig, ParsesEveryKey) {
   EXPECT_EQ(c->data_plane.retry_count, 5);
   EXPECT_EQ(c->idle_wait, absl::Microseconds(500));
   EXPECT_EQ(c->packet_buffers, 1024u);
+  EXPECT_TRUE(c->data_plane.solve_ip_identification);
   ASSERT_EQ(c->link_faults.size(), 2u);
   EXPECT_EQ(c->link_faults[0].peer, "default");
   EXPECT_EQ(c->link_faults[0].direction, LinkDirection::kReceive);
@@ -137,6 +138,7 @@ TEST(SwitchdConfig, EmptyFileGivesTheDefaultsButNoName) {
   EXPECT_EQ(c->backend, "udp");
   EXPECT_EQ(c->admin_address, "127.0.0.1:0");
   EXPECT_EQ(c->data_plane.max_slot_bytes, 4048u);
+  EXPECT_FALSE(c->data_plane.solve_ip_identification);
   absl::Status v = ValidateSwitchdConfig(*c);
   EXPECT_EQ(v.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(v.message().find("name"), std::string::npos) << v;
@@ -173,6 +175,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"capacity: {sluts: 3}\n", "unknown key 'sluts'"},
         BadCase{"transport: {retry_count: 9}\n", "transport.retry_count"},
         BadCase{"transport: {retry_count: 9}\n", "larger than 7"},
+        BadCase{"transport: {ip_identification: guess}\n", "must be zero or solve"},
         BadCase{"data_address: localhost\n", "not an ip:port address"},
         BadCase{"link_faults: {peer: all}\n", "expected a list"},
         BadCase{"link_faults:\n  - {peer: all, impairment: \"drop=2\"}\n",

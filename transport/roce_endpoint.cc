@@ -132,8 +132,20 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
   counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
   const proto::IcrcAddresses addrs{p->src.ip, p->dst.ip, p->src.port, p->dst.port};
   proto::RocePacketView view;
-  const proto::RoceParseResult r =
+  proto::RoceParseResult r =
       proto::ParseRocePacket(p->bytes(), config_.check_icrc ? &addrs : nullptr, &view);
+  if (r == proto::RoceParseResult::kBadIcrc && config_.solve_ip_identification &&
+      p->len() >= proto::kIcrcSize) {
+    const std::span<const uint8_t> bytes = p->bytes();
+    const uint32_t icrc = proto::LoadIcrc(bytes.last<proto::kIcrcSize>());
+    if (proto::SolveIpv4Identification(addrs, bytes.first(bytes.size() - proto::kIcrcSize), icrc)
+            .has_value()) {
+      r = proto::ParseRocePacket(p->bytes(), nullptr, &view);
+      if (r == proto::RoceParseResult::kOk) {
+        counters_.ip_identification_solved.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
   if (r != proto::RoceParseResult::kOk) {
     counters_.parse_drops[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
     PacketPool::Free(p);

@@ -40,6 +40,13 @@ namespace netfold::transport {
 
 struct RoceEndpointConfig {
   bool check_icrc = true;
+  // For ports that cannot see the IPv4 header (kernel sockets, which assume
+  // identification 0): accept a packet whose ICRC is right for some IPv4
+  // identification (proto::SolveIpv4Identification), as a RoCE NIC's
+  // packets are. Weakens the check on such packets from 32 to 16 bits, so
+  // off unless a peer is a NIC (docs/verbs.md). Counted in
+  // ip_identification_solved.
+  bool solve_ip_identification = false;
   uint32_t first_qpn = 0x100;  // QPNs are assigned upwards from here
   size_t burst = 32;           // packets per RecvBurst
 };
@@ -48,6 +55,9 @@ struct RoceEndpointCounters {
   std::atomic<uint64_t> rx_packets{0};
   std::atomic<uint64_t> tx_packets{0};
   std::atomic<uint64_t> tx_dropped{0};  // the port would not take them
+  // Packets accepted by RoceEndpointConfig::solve_ip_identification (their
+  // sender's IPv4 identification was not 0).
+  std::atomic<uint64_t> ip_identification_solved{0};
   std::array<std::atomic<uint64_t>, proto::kNumRoceParseResults> parse_drops{};
   QpDropCounters drops;  // kUnknownQp and kNoBuffer at the endpoint level
 

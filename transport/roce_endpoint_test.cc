@@ -148,6 +148,72 @@ TEST_F(EndpointTest, AcceptsThePeersPacketsFromAnySourcePortAndAnswersTheConnect
   EXPECT_EQ(replies[0].bth.psn, 100u);
 }
 
+// A NIC's packet with a non-zero IPv4 identification (rdma_rxe picks one),
+// received through a socket that shows no IP header: dropped as bad_icrc
+// unless the endpoint solves for the identification, which then accepts it
+// and counts it; a corrupted one stays dropped.
+TEST_F(EndpointTest, SolvesTheIpIdentificationOfANicsPacketOnlyWhenConfigured) {
+  std::vector<uint8_t> packet = Build(RcSend(rc_->qpn(), 100), kAddrB);
+  const std::span<const uint8_t> covered =
+      std::span<const uint8_t>(packet).first(packet.size() - proto::kIcrcSize);
+  const proto::IcrcAddresses addrs{kAddrB.ip, kAddrA.ip, kAddrB.port, kAddrA.port};
+  auto headers = proto::MakeIpv4UdpHeaders(addrs, packet.size(), 64, 0);
+  headers[4] = 0x5e;  // identification 0x5e21
+  headers[5] = 0x21;
+  const uint32_t nic_icrc = proto::ComputeIcrcIpv4(
+      std::span<const uint8_t>(headers).first<proto::kIpv4HeaderSize>(),
+      std::span<const uint8_t>(headers).subspan<proto::kIpv4HeaderSize, proto::kUdpHeaderSize>(),
+      covered);
+  proto::StoreIcrc(nic_icrc, std::span<uint8_t>(packet).last<proto::kIcrcSize>());
+
+  Inject(*b_, packet);
+  RecvMessage m;
+  EXPECT_FALSE(rc_->PeekRecv(&m));
+  EXPECT_EQ(a_->counters().ParseDrops(proto::RoceParseResult::kBadIcrc), 1u);
+
+  // The same packet at an endpoint configured to solve.
+  MemoryNetwork net;
+  RoceEndpoint solving(*net.CreatePort({.local = kAddrA}), clock_,
+                       RoceEndpointConfig{.solve_ip_identification = true});
+  std::unique_ptr<MemoryPort> peer = *net.CreatePort({.local = kAddrB});
+  RcQueuePair* qp = *solving.CreateRcQp();
+  RcQpAttributes attrs;
+  attrs.pkey = kPkey;
+  attrs.remote = kAddrB;
+  attrs.remote_qpn = 0x777;
+  attrs.rq_psn = 100;
+  attrs.sq_psn = 500;
+  ASSERT_TRUE(qp->Modify(QpState::kInit, attrs).ok());
+  ASSERT_TRUE(qp->Modify(QpState::kRtr, attrs).ok());
+  ASSERT_TRUE(qp->Modify(QpState::kRts, attrs).ok());
+  auto inject = [&](std::vector<uint8_t> bytes) {
+    PacketBuffer* p = peer->pool().Alloc();
+    std::memcpy(p->data(), bytes.data(), bytes.size());
+    p->set_len(static_cast<uint32_t>(bytes.size()));
+    p->dst = kAddrA;
+    peer->SendBurst({&p, 1});
+    solving.Progress(absl::ZeroDuration());
+  };
+  std::vector<uint8_t> ours = Build(RcSend(qp->qpn(), 100), kAddrB);
+  const std::span<const uint8_t> ours_covered =
+      std::span<const uint8_t>(ours).first(ours.size() - proto::kIcrcSize);
+  proto::StoreIcrc(
+      proto::ComputeIcrcIpv4(
+          std::span<const uint8_t>(headers).first<proto::kIpv4HeaderSize>(),
+          std::span<const uint8_t>(headers).subspan<proto::kIpv4HeaderSize, proto::kUdpHeaderSize>(),
+          ours_covered),
+      std::span<uint8_t>(ours).last<proto::kIcrcSize>());
+  std::vector<uint8_t> corrupted = ours;
+  corrupted[proto::kBthSize + 3] ^= 0x10;  // a payload bit
+  inject(corrupted);
+  EXPECT_FALSE(qp->PeekRecv(&m));
+  EXPECT_EQ(solving.counters().ParseDrops(proto::RoceParseResult::kBadIcrc), 1u);
+  inject(ours);
+  ASSERT_TRUE(qp->PeekRecv(&m));
+  EXPECT_EQ(m.data.size(), 16u);
+  EXPECT_EQ(solving.counters().ip_identification_solved.load(), 1u);
+}
+
 struct DropCase {
   std::string name;
   std::function<std::vector<uint8_t>(EndpointTest&)> make;

@@ -83,6 +83,13 @@ absl::Status UdpPort::Open() {
   if (fd < 0) return ErrnoToStatus(errno, "socket(AF_INET, SOCK_DGRAM)");
   sockets_.push_back({fd, local_});
   SizeBuffers(fd, config_.socket_buffer_bytes);
+  // DF and IPv4 identification 0 on every datagram, the header the ICRC
+  // assumes (proto/icrc.h). Linux sets the identification to 0 only when
+  // the socket does not let the stack fragment (IP_PMTUDISC_DO); under the
+  // default (WANT) it picks one, and a RoCE NIC, which sees the real
+  // header, would drop every packet with a bad ICRC.
+  NETFOLD_RETURN_IF_ERROR(
+      SetOpt(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER"));
   sockaddr_in sa = ToSockaddr(local_);
   if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
     return ErrnoToStatus(errno, absl::StrFormat("bind %s", local_.ToString()));

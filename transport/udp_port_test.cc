@@ -3,6 +3,10 @@
 #include "transport/udp_port.h"
 
 #include <arpa/inet.h>
+#include <linux/if_packet.h>
+#include <net/ethernet.h>
+#include <net/if.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -92,6 +96,42 @@ TEST(UdpPort, UnicastBurstsArriveInOrder) {
   EXPECT_EQ(b->counters().rx_bytes, 200u * 64);
   EXPECT_EQ(a->pool().num_in_use(), 0u);
   EXPECT_EQ(b->pool().num_in_use(), 0u);
+}
+
+// What a RoCE NIC sees of our datagrams: DF set and identification 0, the
+// IPv4 header the ICRC was computed over (a NIC checks the ICRC against the
+// real header). Read back from the wire with a packet socket on lo.
+TEST(UdpPort, DatagramsCarryDfAndIdentificationZero) {
+  const int raw = socket(AF_PACKET, SOCK_DGRAM | SOCK_CLOEXEC, htons(ETH_P_IP));
+  if (raw < 0) GTEST_SKIP() << "no packet socket (needs CAP_NET_RAW): " << std::strerror(errno);
+  sockaddr_ll ll{};
+  ll.sll_family = AF_PACKET;
+  ll.sll_protocol = htons(ETH_P_IP);
+  ll.sll_ifindex = static_cast<int>(if_nametoindex("lo"));
+  ASSERT_EQ(bind(raw, reinterpret_cast<sockaddr*>(&ll), sizeof(ll)), 0);
+  auto a = MakePort();
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  for (uint32_t i = 0; i < 3; ++i) {
+    PacketBuffer* p = Packet(*a, b->local(), 0xabc0 + i, 200);
+    ASSERT_EQ(a->SendBurst({&p, 1}), 1u);
+  }
+  int seen = 0;
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  while (seen < 3 && !deadline.Expired()) {
+    pollfd pfd{raw, POLLIN, 0};
+    if (poll(&pfd, 1, 100) <= 0) continue;
+    uint8_t frame[2048];
+    const ssize_t n = recv(raw, frame, sizeof(frame), 0);
+    if (n < 28 || frame[9] != IPPROTO_UDP) continue;
+    const uint16_t dport = static_cast<uint16_t>(frame[22] << 8 | frame[23]);
+    if (dport != b->local().port) continue;
+    EXPECT_EQ(frame[4] << 8 | frame[5], 0) << "identification";
+    EXPECT_EQ(frame[6] << 8 | frame[7], 0x4000) << "flags and fragment offset: DF only";
+    ++seen;
+  }
+  close(raw);
+  EXPECT_EQ(seen, 3);
 }
 
 TEST(UdpPort, ReceiveTimesOutWithoutTraffic) {
