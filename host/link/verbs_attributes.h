@@ -60,7 +60,10 @@ QpTransition RcToRtr(const RcRtrParams& p);
 struct RcRtsParams {
   uint32_t sq_psn = 0;
   uint8_t timeout_exponent = 14;  // 67 ms: the switch ACKs once per pass
-  uint8_t retry_count = 7;
+  // 6, not 7: IBTA gives 7 no special meaning for transport retries, but
+  // rdma_rxe treats it as "retry forever", so a dead switch would never be
+  // reported (seen in the Soft-RoCE VM test).
+  uint8_t retry_count = 6;
   uint8_t rnr_retry = 7;          // 7: retry forever on RNR NAKs
 };
 // RTR -> RTS.

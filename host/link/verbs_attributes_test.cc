@@ -77,6 +77,7 @@ TEST(VerbsAttributes, RcRtsClampsRetriesToThreeBits) {
   EXPECT_EQ(t.attr.timeout, 14);
   EXPECT_EQ(t.attr.retry_cnt, 7);
   EXPECT_EQ(t.attr.rnr_retry, 7);
+  EXPECT_EQ(RcToRts({}).attr.retry_cnt, 6);  // 7 means "forever" to rdma_rxe
   EXPECT_EQ(t.mask, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                         IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
 }

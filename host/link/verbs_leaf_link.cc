@@ -414,6 +414,7 @@ absl::Status VerbsLeafLink::Connect(const LeafPeer& peer) {
   RcRtsParams rts;
   rts.sq_psn = peer.sq_psn;
   rts.timeout_exponent = AckTimeoutExponent(std::max(m.options.ack_timeout, peer.ack_timeout));
+  rts.retry_count = std::min<uint8_t>(m.options.retry_count, 6);
   NETFOLD_RETURN_IF_ERROR(Modify(m.rc.get(), RcToRts(rts), "RC QP to RTS"));
 
   NETFOLD_RETURN_IF_ERROR(

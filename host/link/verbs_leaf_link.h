@@ -39,7 +39,11 @@ struct VerbsLinkOptions {
   uint32_t max_message = 4096;         // the largest request or RC result, bytes
   uint32_t send_queue = 128;           // requests in flight
   uint32_t recv_queue = 256;           // receive buffers per QP
-  absl::Duration ack_timeout = absl::Milliseconds(67);  // rounded up to 4.096 us x 2^n
+  // The RC QP waits this long for an ACK (rounded up to 4.096 us x 2^n),
+  // then retransmits, `retry_count` times (0..6; see RcRtsParams) before
+  // the link fails: about 7 x 268 ms of silence from the switch by default.
+  absl::Duration ack_timeout = absl::Milliseconds(268);
+  uint8_t retry_count = 6;
   absl::Duration join_timeout = absl::Seconds(5);       // the rdma_cm multicast join
 };
 
