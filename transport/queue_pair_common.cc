@@ -38,6 +38,7 @@ std::string_view QpDropReasonName(QpDropReason reason) {
     case QpDropReason::kOutOfSequence: return "out_of_sequence";
     case QpDropReason::kDuplicate: return "duplicate";
     case QpDropReason::kBadOpcodeSequence: return "bad_opcode_sequence";
+    case QpDropReason::kUnsupportedOpcode: return "unsupported_opcode";
     case QpDropReason::kBadLength: return "bad_length";
     case QpDropReason::kReceiveQueueFull: return "receive_queue_full";
     case QpDropReason::kUnexpectedAck: return "unexpected_ack";

@@ -47,6 +47,8 @@ enum class QpDropReason : uint8_t {
   kReceiveQueueFull,    // RC: RNR NAK sent; UD: dropped
   kUnexpectedAck,       // ACK/NAK for a PSN that was never sent, or stale
   kNoBuffer,            // no packet buffer to build a reply
+  kUnsupportedOpcode,   // RC: a request netfold does not implement, e.g. RDMA WRITE
+                        // (NAK invalid request, as a NIC without that access does)
   kNumReasons
 };
 inline constexpr size_t kNumQpDropReasons = static_cast<size_t>(QpDropReason::kNumReasons);

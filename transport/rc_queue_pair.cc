@@ -185,26 +185,44 @@ absl::Status RcQueuePair::PostSend(std::span<const uint8_t> message, uint64_t wr
   return absl::OkStatus();
 }
 
-void RcQueuePair::OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
+bool RcQueuePair::Admits(uint16_t pkey, const Ipv4Endpoint& from) {
   if (state_ != QpState::kRtr && state_ != QpState::kRts) {
     counters_.drops.Count(QpDropReason::kBadState);
-    return;
-  }
-  if (!proto::OpcodeIsRc(packet.bth.opcode)) {
-    counters_.drops.Count(QpDropReason::kWrongTransport);
-    return;
+    return false;
   }
   // The peer's address, whatever its UDP source port: a RoCE NIC sends
   // from a port of its own choosing and listens on 4791 (IBTA RoCEv2
   // annex; the source port is entropy for ECMP). Replies go to attrs_.remote.
   if (from.ip != attrs_.remote.ip) {
     counters_.drops.Count(QpDropReason::kWrongSource);
-    return;
+    return false;
   }
-  if (!PkeyMatches(packet.bth.pkey, attrs_.pkey)) {
+  if (!PkeyMatches(pkey, attrs_.pkey)) {
     counters_.drops.Count(QpDropReason::kWrongPkey);
-    return;
+    return false;
   }
+  return true;
+}
+
+void RcQueuePair::OnUnsupportedRequest(uint8_t opcode, uint16_t pkey, uint32_t psn,
+                                       const Ipv4Endpoint& from) {
+  if (!Admits(pkey, from)) return;
+  if (!AcceptPsn(psn)) return;
+  RejectInvalidRequest(QpDropReason::kUnsupportedOpcode,
+                       absl::DataLossError(absl::StrFormat(
+                           "QP 0x%06x: opcode 0x%02x at PSN 0x%06x is not supported (netfold "
+                           "implements SEND only): NAK invalid request",
+                           qpn_, opcode, psn)));
+}
+
+void RcQueuePair::OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
+  if (state_ == QpState::kRtr || state_ == QpState::kRts) {
+    if (!proto::OpcodeIsRc(packet.bth.opcode)) {
+      counters_.drops.Count(QpDropReason::kWrongTransport);
+      return;
+    }
+  }
+  if (!Admits(packet.bth.pkey, from)) return;
   if (packet.bth.opcode == BthOpcode::kRcAcknowledge) {
     if (state_ != QpState::kRts) {
       counters_.drops.Count(QpDropReason::kBadState);
@@ -227,13 +245,12 @@ void RcQueuePair::RejectInvalidRequest(QpDropReason reason, absl::Status why) {
   fatal_after_nak_ = std::move(why);
 }
 
-void RcQueuePair::HandleSend(const proto::RocePacketView& packet) {
-  const proto::Bth& bth = packet.bth;
-  const int32_t d = PsnDiff(bth.psn, expected_psn_);
+bool RcQueuePair::AcceptPsn(uint32_t psn) {
+  const int32_t d = PsnDiff(psn, expected_psn_);
   if (d < 0) {
     counters_.drops.Count(QpDropReason::kDuplicate);
     ack_pending_ = true;  // the ACK for it may have been lost: repeat it
-    return;
+    return false;
   }
   if (d > 0) {
     counters_.drops.Count(QpDropReason::kOutOfSequence);
@@ -242,10 +259,16 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet) {
       nak_pending_ = true;
       nak_outstanding_ = true;
     }
-    return;
+    return false;
   }
-  if (!fatal_after_nak_.ok()) return;  // already rejecting an invalid request
+  if (!fatal_after_nak_.ok()) return false;  // already rejecting an invalid request
   nak_outstanding_ = false;
+  return true;
+}
+
+void RcQueuePair::HandleSend(const proto::RocePacketView& packet) {
+  const proto::Bth& bth = packet.bth;
+  if (!AcceptPsn(bth.psn)) return;
   const BthOpcode op = bth.opcode;
   const bool starts = proto::OpcodeIsFirst(op) || proto::OpcodeIsOnly(op);
   const bool ends = proto::OpcodeIsLast(op) || proto::OpcodeIsOnly(op);

@@ -136,6 +136,14 @@ class RcQueuePair {
   // Handles a packet the endpoint parsed and addressed to this QP. `from` is
   // the datagram's source. `packet` stays owned by the caller.
   void OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from);
+  // A valid packet (ICRC checked) with an RC request opcode netfold does not
+  // implement (RDMA WRITE/READ, atomics, SEND with invalidate): after the
+  // same source, P_Key and state checks as OnPacket, at the expected PSN it
+  // is answered with NAK invalid request and the QP enters ERROR (IBTA
+  // 9.7.5.2.2), as a NIC's QP without that access would do; out of sequence
+  // it is NAKed or re-ACKed like a SEND.
+  void OnUnsupportedRequest(uint8_t opcode, uint16_t pkey, uint32_t psn,
+                            const Ipv4Endpoint& from);
 
   // Appends the packets to send now (ACK/NAK, new and retransmitted SENDs)
   // to `sink`, built with ICRCs for `local` -> remote. Call it after
@@ -186,6 +194,11 @@ class RcQueuePair {
   bool TransmitOne(const Ipv4Endpoint& local, PacketSink sink);
   // Responder side.
   void HandleSend(const proto::RocePacketView& packet);
+  // The checks every packet to the QP passes first (counted drops if not).
+  bool Admits(uint16_t pkey, const Ipv4Endpoint& from);
+  // Responder PSN check: true for the expected PSN; duplicates are
+  // re-ACKed, gaps NAKed once (counted drops).
+  bool AcceptPsn(uint32_t psn);
   void RejectInvalidRequest(QpDropReason reason, absl::Status why);
   bool EmitAck(const Ipv4Endpoint& local, PacketSink sink, const proto::Aeth& aeth,
                uint32_t psn);

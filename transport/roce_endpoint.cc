@@ -128,6 +128,34 @@ absl::Status RoceEndpoint::DetachMulticast(uint32_t qpn, const Ipv4Endpoint& gro
       absl::StrFormat("QP 0x%06x is not attached to %s", qpn, group.ToString()));
 }
 
+namespace {
+
+// RC request opcodes netfold does not implement but a NIC may send: RDMA
+// WRITE (0x06-0x0B), RDMA READ request (0x0C), CMP_SWAP/FETCH_ADD (0x13,
+// 0x14), SEND_LAST/ONLY with invalidate (0x16, 0x17). Responses (READ
+// responses, atomic ACKs) are not requests: a peer has no reason to send
+// them to a QP that never asked.
+bool IsUnsupportedRcRequest(uint8_t opcode) {
+  return (opcode >= 0x06 && opcode <= 0x0C) || opcode == 0x13 || opcode == 0x14 ||
+         opcode == 0x16 || opcode == 0x17;
+}
+
+}  // namespace
+
+bool RoceEndpoint::DispatchUnsupportedRequest(const PacketBuffer& p) {
+  // The parser checked the ICRC and stopped at the opcode; the BTH fields
+  // the QP needs sit at fixed offsets (docs/protocol.md, BTH).
+  const std::span<const uint8_t> b = p.bytes();
+  if (b.size() < proto::kBthSize || !IsUnsupportedRcRequest(b[0])) return false;
+  const uint16_t pkey = static_cast<uint16_t>(b[2] << 8 | b[3]);
+  const uint32_t qpn = uint32_t{b[5]} << 16 | uint32_t{b[6]} << 8 | b[7];
+  const uint32_t psn = uint32_t{b[9]} << 16 | uint32_t{b[10]} << 8 | b[11];
+  RcQueuePair* qp = FindRcQp(qpn);
+  if (qp == nullptr) return false;
+  qp->OnUnsupportedRequest(b[0], pkey, psn, p.src);
+  return true;
+}
+
 void RoceEndpoint::Dispatch(PacketBuffer* p) {
   counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
   const proto::IcrcAddresses addrs{p->src.ip, p->dst.ip, p->src.port, p->dst.port};
@@ -145,6 +173,10 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
         counters_.ip_identification_solved.fetch_add(1, std::memory_order_relaxed);
       }
     }
+  }
+  if (r == proto::RoceParseResult::kUnknownOpcode && DispatchUnsupportedRequest(*p)) {
+    PacketPool::Free(p);
+    return;
   }
   if (r != proto::RoceParseResult::kOk) {
     counters_.parse_drops[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);

@@ -110,6 +110,10 @@ class RoceEndpoint {
 
  private:
   uint32_t NextQpn();
+  // An RC request netfold does not implement, to an RC QP of ours: the QP
+  // answers it (NAK invalid request). False if it is not one (the caller
+  // counts the parse drop).
+  bool DispatchUnsupportedRequest(const PacketBuffer& p);
   void Dispatch(PacketBuffer* p);
 
   std::unique_ptr<Port> port_;

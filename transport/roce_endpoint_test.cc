@@ -284,9 +284,16 @@ INSTANTIATE_TEST_SUITE_P(
         DropCase{"icrc_of_another_source",
                  [](EndpointTest& t) { return t.Build(RcSend(t.rc_->qpn(), 100), kAddrB); }, true,
                  proto::RoceParseResult::kBadIcrc},
-        DropCase{"unknown_opcode_rdma_write",
+        // An RDMA WRITE to no QP of ours, and a UC SEND (no UC here): not
+        // answered. (An RDMA WRITE to an RC QP is NAKed: see below.)
+        DropCase{"unknown_opcode_rdma_write_to_no_qp",
                  [](EndpointTest& t) {
-                   return Rewrite(t.Build(RcSend(t.rc_->qpn(), 100), kAddrB), 0, 0x0a, kAddrB);
+                   return Rewrite(t.Build(RcSend(0x999, 100), kAddrB), 0, 0x0a, kAddrB);
+                 },
+                 false, proto::RoceParseResult::kUnknownOpcode},
+        DropCase{"unknown_opcode_uc_send",
+                 [](EndpointTest& t) {
+                   return Rewrite(t.Build(RcSend(t.rc_->qpn(), 100), kAddrB), 0, 0x24, kAddrB);
                  },
                  false, proto::RoceParseResult::kUnknownOpcode},
         DropCase{"bad_transport_version",
@@ -407,6 +414,43 @@ TEST_F(EndpointTest, InvalidRequestIsNakedAndErrorsTheQp) {
             static_cast<uint8_t>(proto::NakCode::kInvalidRequest));
   EXPECT_EQ(rc_->state(), QpState::kError);
   EXPECT_EQ(rc_->error().code(), absl::StatusCode::kDataLoss);
+}
+
+// What a NIC whose QP grants no RDMA access does with an RDMA WRITE, READ
+// or atomic: NAK invalid request at the PSN, then ERROR. Out of sequence it
+// is handled like any request (a NAK for the gap, nothing consumed).
+TEST_F(EndpointTest, UnsupportedRequestsAreNakedInvalidAndErrorTheQp) {
+  for (uint8_t opcode : {0x0a, 0x0c, 0x13}) {
+    RcQueuePair* qp = *a_->CreateRcQp();
+    RcQpAttributes attrs;
+    attrs.pkey = kPkey;
+    attrs.remote = kAddrB;
+    attrs.remote_qpn = 0x777;
+    attrs.rq_psn = 100;
+    attrs.sq_psn = 500;
+    ASSERT_TRUE(qp->Modify(QpState::kInit, attrs).ok());
+    ASSERT_TRUE(qp->Modify(QpState::kRtr, attrs).ok());
+    ASSERT_TRUE(qp->Modify(QpState::kRts, attrs).ok());
+    RcQueuePair* rc_ = qp;  // the checks below read as for the fixture's QP
+    Inject(*b_, Rewrite(Build(RcSend(rc_->qpn(), 101), kAddrB), 0, opcode, kAddrB));
+    auto gap = Replies();
+    ASSERT_EQ(gap.size(), 1u) << int{opcode};
+    EXPECT_EQ(proto::GetAethValue(*gap[0].aeth),
+              static_cast<uint8_t>(proto::NakCode::kPsnSequenceError));
+    EXPECT_EQ(rc_->state(), QpState::kRts);
+
+    Inject(*b_, Rewrite(Build(RcSend(rc_->qpn(), 100), kAddrB), 0, opcode, kAddrB));
+    auto replies = Replies();
+    ASSERT_EQ(replies.size(), 1u) << int{opcode};
+    EXPECT_EQ(replies[0].bth.psn, 100u);
+    EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kNak);
+    EXPECT_EQ(proto::GetAethValue(*replies[0].aeth),
+              static_cast<uint8_t>(proto::NakCode::kInvalidRequest));
+    EXPECT_EQ(rc_->state(), QpState::kError);
+    EXPECT_EQ(rc_->counters().drops.Get(QpDropReason::kUnsupportedOpcode), 1u);
+    EXPECT_EQ(a_->counters().ParseDrops(proto::RoceParseResult::kUnknownOpcode), 0u);
+    EXPECT_NE(rc_->error().message().find("not supported"), std::string::npos);
+  }
 }
 
 TEST_F(EndpointTest, UdUnicastAndMulticastDelivery) {

@@ -8,12 +8,13 @@ packed with struct from the table in docs/protocol.md.
 
 The test starts netfold-switchd in static mode on 127.0.0.1 (a temporary
 directory, path MTU 256, one job, one group delivering results over RC, and
-three RC QPs with fixed QPNs and PSNs whose remote ends are this process's
-UDP sockets), then plays three "NICs":
+four RC QPs with fixed QPNs and PSNs whose remote ends are this process's
+UDP sockets), then plays four "NICs":
 
   NIC A (rank 0, switch QP 0x1000)   the responder rules, PSNs across the wrap
   NIC B (rank 1, switch QP 0x1001)   the second child of the group
   NIC C (switch QP 0x1002)           an invalid request (not in any group)
+  NIC D (switch QP 0x1003)           an RDMA WRITE (not implemented; not in any group)
 
 and checks, packet by packet, the IBTA Vol. 1 chapter 9 rules for RC:
 
@@ -33,11 +34,14 @@ and checks, packet by packet, the IBTA Vol. 1 chapter 9 rules for RC:
     - a duplicate (an acknowledged PSN, recent or old) is re-ACKed at the
       last PSN with the MSN unchanged: not delivered twice;
     - silently dropped (no reply, the QP state untouched): a bad ICRC, a
-      corrupted payload, a foreign P_Key, an unknown QPN, TVer 1, an opcode
-      netfold does not implement (RDMA WRITE); accepted: FECN set (the ICRC
-      masks it), a limited-member P_Key (0x0001 against 0x8001);
+      corrupted payload, a foreign P_Key, an unknown QPN, TVer 1; accepted:
+      FECN set (the ICRC masks it), a limited-member P_Key (0x0001 against
+      0x8001);
     - an invalid request (SEND_MIDDLE outside a message) gets NAK invalid
       request at that PSN, and the QP then answers nothing (ERROR);
+    - an RDMA WRITE (which netfold does not implement, like a NIC's QP that
+      grants no remote write access) gets NAK invalid request at its PSN,
+      then the QP answers nothing (ERROR);
   requester (the switch sending us aggregation results)
     - both children post an int32 sum allreduce (delivery rc_tree); each gets
       a result as an RC SEND_ONLY with AckReq at the switch's PSN, with the
@@ -145,6 +149,7 @@ NIC_SPECS = [
     ("A", 0x1000, 0xFFFFFE, 0x000200, 0xFFFFF4, True),
     ("B", 0x1001, 0x000300, 0x000201, 0x000100, True),
     ("C", 0x1002, 0x654321, 0x000202, 0x123456, False),
+    ("D", 0x1003, 0x000777, 0x000203, 0x000888, False),
 ]
 
 # Aggregation header (docs/protocol.md, "The aggregation header").
@@ -596,7 +601,7 @@ QUIET = 0.25  # seconds of silence that stand for "no reply"
 class Test:
     def __init__(self, switch, nics):
         self.sw = switch
-        self.a, self.b, self.c = nics
+        self.a, self.b, self.c, self.d = nics
         self.junk_delivered = 0  # distinct junk messages the switch must hand up
         self.counters_before = None
 
@@ -748,8 +753,6 @@ class Test:
             ("an unknown QPN 0x001fff",
              a.packet(RC_SEND_ONLY, msg, psn=e, ackreq=True, dqpn=0x001FFF)),
             ("BTH.TVer 1", a.packet(RC_SEND_ONLY, msg, psn=e, ackreq=True, tver=1)),
-            ("RDMA WRITE ONLY (not implemented)",
-             a.packet(RC_RDMA_WRITE_ONLY, b"\0" * 16 + msg, psn=e, ackreq=True)),
         ]
         for what, wire in cases:
             self.step(f"A: a SEND at the expected PSN with {what} -> dropped silently")
@@ -761,7 +764,7 @@ class Test:
         a.send(RC_SEND_ONLY, msg, psn=e, ackreq=True, fecn=1)
         a.psn = psn_add(e, 1)
         a.sw_msn += 1
-        a.expect_ack(e, a.sw_msn, "a FECN-marked SEND after six dropped packets")
+        a.expect_ack(e, a.sw_msn, "a FECN-marked SEND after five dropped packets")
         self.step("A: P_Key 0x0001 (limited member; the switch is a full member) -> ACK")
         self.junk_delivered += 1
         a.send(RC_SEND_ONLY, junk_message(961, 40), psn=a.psn, ackreq=True, pkey=0x0001)
@@ -777,6 +780,15 @@ class Test:
         c.expect_ack(c.psn, 0, "SEND_MIDDLE outside a message", syndrome=SYNDROME_NAK_INVALID)
         c.send(RC_SEND_ONLY, junk_message(970, 40), psn=c.psn, ackreq=True)
         c.expect_silence(QUIET, "a QP in ERROR does not respond")
+
+    def unsupported_request(self):
+        d = self.d
+        self.step("D: RDMA WRITE ONLY (not implemented) at the expected PSN -> NAK (invalid "
+                  "request) at its PSN, then the QP answers nothing (ERROR)")
+        d.send(RC_RDMA_WRITE_ONLY, b"\0" * 16 + junk_message(980, 40), psn=d.psn, ackreq=True)
+        d.expect_ack(d.psn, 0, "RDMA WRITE ONLY", syndrome=SYNDROME_NAK_INVALID)
+        d.send(RC_SEND_ONLY, junk_message(981, 40), psn=d.psn, ackreq=True)
+        d.expect_silence(QUIET, "a QP in ERROR does not respond")
 
     # -- requester ---------------------------------------------------------
 
@@ -977,7 +989,7 @@ class Test:
         want = {
             "roce.bad_icrc": 2,
             "roce.bad_transport_version": 1,
-            "roce.unknown_opcode": 1,
+            "roce.unknown_opcode": 0,  # the RDMA WRITE went to QP D, which NAKed it
             "endpoint.unknown_qp": 1,
             "aggregation.bad_version": self.junk_delivered,
             "aggregation.truncated": 1,
@@ -1012,6 +1024,10 @@ class Test:
         check(qc["state"] == "ERROR", f"QP C state {qc['state']}, expected ERROR")
         check(qc["drops"].get("bad_opcode_sequence", 0) == 1,
               f"QP C drops {qc['drops']}: expected bad_opcode_sequence 1")
+        qd = qp_counters(c, self.d.sw_qpn)
+        check(qd["state"] == "ERROR", f"QP D state {qd['state']}, expected ERROR")
+        check(qd["drops"].get("unsupported_opcode", 0) == 1,
+              f"QP D drops {qd['drops']}: expected unsupported_opcode 1")
         groups = c.get("groups", [])
         check(len(groups) == 1 and int(groups[0]["operations_completed"]) == 4,
               f"groups {groups}: expected one group with 4 operations completed")
@@ -1025,6 +1041,7 @@ class Test:
         self.duplicates()
         self.silent_drops()
         self.invalid_request()
+        self.unsupported_request()
         self.aggregation_and_retransmission()
         self.rnr()
         self.check_counters()
