@@ -31,6 +31,7 @@ import glob
 import gzip
 import io
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +43,8 @@ DEFAULT_KERNEL_DIR = "/var/cache/netfold/rxe-kernel"
 MODULES = ["virtio_pci", "9pnet_virtio", "9p", "overlay", "veth", "crc32_generic",
            "rdma_rxe", "rdma_ucm"]
 EXIT_MARK = "NETFOLD-VM-EXIT"
+ANSI_ESCAPE = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|[@-Z\\-_]|c)")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 HOST_IP, SWITCH_IP = "10.77.0.1", "10.77.0.2"
 MANAGER = f"{HOST_IP}:47910"
 SLOT_BYTES = 976  # 40 + 976 fits rxe's 1024-byte path MTU on a 1500-byte veth
@@ -167,6 +170,9 @@ def outer(args):
             deadline = start + args.timeout
             for raw in proc.stdout:
                 line = raw.decode(errors="replace").rstrip("\r\n")
+                # The firmware's and gtest's terminal escapes, and any other
+                # control character: the test log is text (and XML).
+                line = CONTROL.sub("", ANSI_ESCAPE.sub("", line))
                 print(line, flush=True)
                 if line.startswith(EXIT_MARK):
                     status = int(line.split()[1])
