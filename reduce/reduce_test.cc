@@ -304,9 +304,9 @@ TEST_P(AllTargets, FoldEqualsReferenceAndTheChainOfPairwiseOps) {
   const auto kernels = KernelsOnAllTargets(type, op);
   ASSERT_FALSE(kernels.empty());
   Rng rng(static_cast<uint64_t>(type) * 1000 + static_cast<uint64_t>(op));
-  constexpr size_t kNumInputs[] = {2, 3, 8, 1, 5, 4};
+  constexpr size_t kNumInputs[] = {2, 3, 8, 1, 5, 4, 6, 7};  // every fixed-arity fold, and 1
   for (size_t n = 0; n <= kMaxLength; ++n) {
-    const size_t k = kNumInputs[n % 6];
+    const size_t k = kNumInputs[n % 8];
     std::vector<std::vector<uint8_t>> inputs;
     for (size_t j = 0; j < k; ++j) inputs.push_back(RandomElements(type, n, rng));
     std::vector<const void*> pointers;
