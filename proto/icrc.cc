@@ -90,35 +90,26 @@ std::optional<uint16_t> SolveIpv4Identification(const IcrcAddresses& addrs,
                                                 uint32_t received_icrc) {
   const uint32_t delta = ComputeIcrc(addrs, covered) ^ received_icrc;
   if (delta == 0) return 0;
-  // CRC(a ^ b ^ c) = CRC(a) ^ CRC(b) ^ CRC(c) for equal lengths, so an
-  // identification x changes the ICRC by D(x) = CRC(Z_x) ^ CRC(Z_0), Z_x
-  // being the all-zero input with x in the identification field; D is
-  // linear in x. CRC(Z_x) is the CRC of 12 zero bytes, x (2 bytes, big
-  // endian) and `tail` zero bytes, combined without touching the zeros.
+  // The CRC is affine in its input, so an identification x changes the
+  // ICRC by D(x), linear in x: the CRC difference that x makes in two bytes
+  // (any starting state cancels), carried through the `tail` bytes after
+  // the field. crc32_combine_op(a, 0, op) is exactly that carrying: zlib's
+  // combine is M_len(a) ^ b.
   constexpr size_t kIdOffset = kLrhSize + 4;
   const size_t tail = kPseudoHeaderSize + covered.size() - kIdOffset - 2;
-  static constexpr uint8_t kZeros[kIdOffset] = {};
-  const uLong head = crc32_z(0, kZeros, kIdOffset);
-  // The CRC of the `tail` zero bytes, for crc32_combine.
-  static constexpr uint8_t kZeroBlock[4096] = {};
-  uLong tail_crc = 0;
-  for (size_t left = tail; left > 0;) {
-    const size_t n = left < sizeof(kZeroBlock) ? left : sizeof(kZeroBlock);
-    tail_crc = crc32_z(tail_crc, kZeroBlock, n);
-    left -= n;
-  }
-  auto crc_of = [&](uint16_t x) {
+  const uLong carry = crc32_combine_gen(static_cast<z_off_t>(tail));
+  static constexpr uint8_t kZeroId[2] = {};
+  const uLong zero_id = crc32_z(0, kZeroId, 2);
+  auto difference_of = [&](uint16_t x) {
     const uint8_t id[2] = {static_cast<uint8_t>(x >> 8), static_cast<uint8_t>(x)};
-    return static_cast<uint32_t>(crc32_combine(crc32_z(head, id, 2), tail_crc,
-                                               static_cast<z_off_t>(tail)));
+    return static_cast<uint32_t>(crc32_combine_op(crc32_z(0, id, 2) ^ zero_id, 0, carry));
   };
-  const uint32_t base = crc_of(0);
   // Gaussian elimination over GF(2): basis[b] has its highest set bit b and
   // combo[b] the identification bits that produce it.
   uint32_t basis[32] = {};
   uint16_t combo[32] = {};
   for (int i = 0; i < 16; ++i) {
-    uint32_t v = crc_of(static_cast<uint16_t>(1u << i)) ^ base;
+    uint32_t v = difference_of(static_cast<uint16_t>(1u << i));
     uint16_t c = static_cast<uint16_t>(1u << i);
     for (int b = 31; b >= 0 && v != 0; --b) {
       if ((v >> b & 1) == 0) continue;

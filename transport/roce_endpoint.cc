@@ -143,16 +143,17 @@ bool IsUnsupportedRcRequest(uint8_t opcode) {
 }  // namespace
 
 bool RoceEndpoint::DispatchUnsupportedRequest(const PacketBuffer& p) {
-  // The parser checked the ICRC and stopped at the opcode; the BTH fields
-  // the QP needs sit at fixed offsets (docs/protocol.md, BTH).
-  const std::span<const uint8_t> b = p.bytes();
-  if (b.size() < proto::kBthSize || !IsUnsupportedRcRequest(b[0])) return false;
-  const uint16_t pkey = static_cast<uint16_t>(b[2] << 8 | b[3]);
-  const uint32_t qpn = uint32_t{b[5]} << 16 | uint32_t{b[6]} << 8 | b[7];
-  const uint32_t psn = uint32_t{b[9]} << 16 | uint32_t{b[10]} << 8 | b[11];
-  RcQueuePair* qp = FindRcQp(qpn);
+  // The parser checked the ICRC and stopped at the opcode; the BTH itself
+  // is whole.
+  if (p.len() < proto::kBthSize) return false;
+  proto::BthWire wire;
+  std::memcpy(&wire, p.data(), sizeof(wire));
+  const proto::Bth bth = proto::DecodeBth(wire);
+  const uint8_t opcode = static_cast<uint8_t>(bth.opcode);
+  if (!IsUnsupportedRcRequest(opcode)) return false;
+  RcQueuePair* qp = FindRcQp(bth.dest_qp);
   if (qp == nullptr) return false;
-  qp->OnUnsupportedRequest(b[0], pkey, psn, p.src);
+  qp->OnUnsupportedRequest(opcode, bth.pkey, bth.psn, p.src);
   return true;
 }
 

@@ -54,7 +54,16 @@ class EndpointTest : public ::testing::Test {
     a_ = std::make_unique<RoceEndpoint>(*net_.CreatePort({.local = kAddrA}), clock_);
     b_ = *net_.CreatePort({.local = kAddrB});
     attacker_ = *net_.CreatePort({.local = kAttacker});
-    rc_ = *a_->CreateRcQp();
+    rc_ = ConnectedToB(*a_);
+    ASSERT_NE(rc_, nullptr);
+    ud_ = *a_->CreateUdQp({.qkey = kQkey, .pkey = kPkey});
+    idle_rc_ = *a_->CreateRcQp();  // stays in RESET
+  }
+
+  // A new RC QP of `ep` in RTS toward B's QP 0x777, expecting PSN 100;
+  // null (and a test failure) if a transition fails.
+  static RcQueuePair* ConnectedToB(RoceEndpoint& ep) {
+    RcQueuePair* qp = *ep.CreateRcQp();
     RcQpAttributes attrs;
     attrs.pkey = kPkey;
     attrs.remote = kAddrB;
@@ -62,21 +71,23 @@ class EndpointTest : public ::testing::Test {
     attrs.rq_psn = 100;
     attrs.sq_psn = 500;
     attrs.path_mtu = 1024;
-    ASSERT_TRUE(rc_->Modify(QpState::kInit, attrs).ok());
-    ASSERT_TRUE(rc_->Modify(QpState::kRtr, attrs).ok());
-    ASSERT_TRUE(rc_->Modify(QpState::kRts, attrs).ok());
-    ud_ = *a_->CreateUdQp({.qkey = kQkey, .pkey = kPkey});
-    idle_rc_ = *a_->CreateRcQp();  // stays in RESET
+    for (QpState s : {QpState::kInit, QpState::kRtr, QpState::kRts}) {
+      absl::Status st = qp->Modify(s, attrs);
+      EXPECT_TRUE(st.ok()) << st;
+      if (!st.ok()) return nullptr;
+    }
+    return qp;
   }
 
-  // Sends raw bytes from `from` to `to`, then lets A process them.
-  void Inject(MemoryPort& from, std::vector<uint8_t> bytes, Ipv4Endpoint to = kAddrA) {
+  // Sends raw bytes from `from` to `to`, then lets `at` (default A) process them.
+  void Inject(MemoryPort& from, std::vector<uint8_t> bytes, Ipv4Endpoint to = kAddrA,
+              RoceEndpoint* at = nullptr) {
     PacketBuffer* p = from.pool().Alloc();
     std::memcpy(p->data(), bytes.data(), bytes.size());
     p->set_len(static_cast<uint32_t>(bytes.size()));
     p->dst = to;
     from.SendBurst({&p, 1});
-    a_->Progress(absl::ZeroDuration());
+    (at != nullptr ? at : a_.get())->Progress(absl::ZeroDuration());
   }
 
   std::vector<uint8_t> Build(const Crafted& c, const Ipv4Endpoint& from,
@@ -148,67 +159,48 @@ TEST_F(EndpointTest, AcceptsThePeersPacketsFromAnySourcePortAndAnswersTheConnect
   EXPECT_EQ(replies[0].bth.psn, 100u);
 }
 
+// Replaces the ICRC of a packet from B to A by the one a NIC computes over
+// its real header, with IPv4 identification `id`.
+void StoreNicIcrc(std::vector<uint8_t>& packet, uint16_t id) {
+  const proto::IcrcAddresses addrs{kAddrB.ip, kAddrA.ip, kAddrB.port, kAddrA.port};
+  auto headers = proto::MakeIpv4UdpHeaders(addrs, packet.size(), 64, 0);
+  headers[4] = static_cast<uint8_t>(id >> 8);
+  headers[5] = static_cast<uint8_t>(id);
+  const std::span<const uint8_t> h(headers);
+  proto::StoreIcrc(
+      proto::ComputeIcrcIpv4(h.first<proto::kIpv4HeaderSize>(),
+                             h.subspan<proto::kIpv4HeaderSize, proto::kUdpHeaderSize>(),
+                             std::span<const uint8_t>(packet).first(packet.size() - proto::kIcrcSize)),
+      std::span<uint8_t>(packet).last<proto::kIcrcSize>());
+}
+
 // A NIC's packet with a non-zero IPv4 identification (rdma_rxe picks one),
 // received through a socket that shows no IP header: dropped as bad_icrc
 // unless the endpoint solves for the identification, which then accepts it
 // and counts it; a corrupted one stays dropped.
 TEST_F(EndpointTest, SolvesTheIpIdentificationOfANicsPacketOnlyWhenConfigured) {
   std::vector<uint8_t> packet = Build(RcSend(rc_->qpn(), 100), kAddrB);
-  const std::span<const uint8_t> covered =
-      std::span<const uint8_t>(packet).first(packet.size() - proto::kIcrcSize);
-  const proto::IcrcAddresses addrs{kAddrB.ip, kAddrA.ip, kAddrB.port, kAddrA.port};
-  auto headers = proto::MakeIpv4UdpHeaders(addrs, packet.size(), 64, 0);
-  headers[4] = 0x5e;  // identification 0x5e21
-  headers[5] = 0x21;
-  const uint32_t nic_icrc = proto::ComputeIcrcIpv4(
-      std::span<const uint8_t>(headers).first<proto::kIpv4HeaderSize>(),
-      std::span<const uint8_t>(headers).subspan<proto::kIpv4HeaderSize, proto::kUdpHeaderSize>(),
-      covered);
-  proto::StoreIcrc(nic_icrc, std::span<uint8_t>(packet).last<proto::kIcrcSize>());
-
+  StoreNicIcrc(packet, 0x5e21);
   Inject(*b_, packet);
   RecvMessage m;
   EXPECT_FALSE(rc_->PeekRecv(&m));
   EXPECT_EQ(a_->counters().ParseDrops(proto::RoceParseResult::kBadIcrc), 1u);
 
-  // The same packet at an endpoint configured to solve.
+  // The same kind of packet at an endpoint configured to solve.
   MemoryNetwork net;
   RoceEndpoint solving(*net.CreatePort({.local = kAddrA}), clock_,
                        RoceEndpointConfig{.solve_ip_identification = true});
   std::unique_ptr<MemoryPort> peer = *net.CreatePort({.local = kAddrB});
-  RcQueuePair* qp = *solving.CreateRcQp();
-  RcQpAttributes attrs;
-  attrs.pkey = kPkey;
-  attrs.remote = kAddrB;
-  attrs.remote_qpn = 0x777;
-  attrs.rq_psn = 100;
-  attrs.sq_psn = 500;
-  ASSERT_TRUE(qp->Modify(QpState::kInit, attrs).ok());
-  ASSERT_TRUE(qp->Modify(QpState::kRtr, attrs).ok());
-  ASSERT_TRUE(qp->Modify(QpState::kRts, attrs).ok());
-  auto inject = [&](std::vector<uint8_t> bytes) {
-    PacketBuffer* p = peer->pool().Alloc();
-    std::memcpy(p->data(), bytes.data(), bytes.size());
-    p->set_len(static_cast<uint32_t>(bytes.size()));
-    p->dst = kAddrA;
-    peer->SendBurst({&p, 1});
-    solving.Progress(absl::ZeroDuration());
-  };
+  RcQueuePair* qp = ConnectedToB(solving);
+  ASSERT_NE(qp, nullptr);
   std::vector<uint8_t> ours = Build(RcSend(qp->qpn(), 100), kAddrB);
-  const std::span<const uint8_t> ours_covered =
-      std::span<const uint8_t>(ours).first(ours.size() - proto::kIcrcSize);
-  proto::StoreIcrc(
-      proto::ComputeIcrcIpv4(
-          std::span<const uint8_t>(headers).first<proto::kIpv4HeaderSize>(),
-          std::span<const uint8_t>(headers).subspan<proto::kIpv4HeaderSize, proto::kUdpHeaderSize>(),
-          ours_covered),
-      std::span<uint8_t>(ours).last<proto::kIcrcSize>());
+  StoreNicIcrc(ours, 0x5e21);
   std::vector<uint8_t> corrupted = ours;
   corrupted[proto::kBthSize + 3] ^= 0x10;  // a payload bit
-  inject(corrupted);
+  Inject(*peer, corrupted, kAddrA, &solving);
   EXPECT_FALSE(qp->PeekRecv(&m));
   EXPECT_EQ(solving.counters().ParseDrops(proto::RoceParseResult::kBadIcrc), 1u);
-  inject(ours);
+  Inject(*peer, ours, kAddrA, &solving);
   ASSERT_TRUE(qp->PeekRecv(&m));
   EXPECT_EQ(m.data.size(), 16u);
   EXPECT_EQ(solving.counters().ip_identification_solved.load(), 1u);
@@ -421,35 +413,26 @@ TEST_F(EndpointTest, InvalidRequestIsNakedAndErrorsTheQp) {
 // is handled like any request (a NAK for the gap, nothing consumed).
 TEST_F(EndpointTest, UnsupportedRequestsAreNakedInvalidAndErrorTheQp) {
   for (uint8_t opcode : {0x0a, 0x0c, 0x13}) {
-    RcQueuePair* qp = *a_->CreateRcQp();
-    RcQpAttributes attrs;
-    attrs.pkey = kPkey;
-    attrs.remote = kAddrB;
-    attrs.remote_qpn = 0x777;
-    attrs.rq_psn = 100;
-    attrs.sq_psn = 500;
-    ASSERT_TRUE(qp->Modify(QpState::kInit, attrs).ok());
-    ASSERT_TRUE(qp->Modify(QpState::kRtr, attrs).ok());
-    ASSERT_TRUE(qp->Modify(QpState::kRts, attrs).ok());
-    RcQueuePair* rc_ = qp;  // the checks below read as for the fixture's QP
-    Inject(*b_, Rewrite(Build(RcSend(rc_->qpn(), 101), kAddrB), 0, opcode, kAddrB));
+    RcQueuePair* qp = ConnectedToB(*a_);  // a fresh QP per opcode: each ends in ERROR
+    ASSERT_NE(qp, nullptr);
+    Inject(*b_, Rewrite(Build(RcSend(qp->qpn(), 101), kAddrB), 0, opcode, kAddrB));
     auto gap = Replies();
     ASSERT_EQ(gap.size(), 1u) << int{opcode};
     EXPECT_EQ(proto::GetAethValue(*gap[0].aeth),
               static_cast<uint8_t>(proto::NakCode::kPsnSequenceError));
-    EXPECT_EQ(rc_->state(), QpState::kRts);
+    EXPECT_EQ(qp->state(), QpState::kRts);
 
-    Inject(*b_, Rewrite(Build(RcSend(rc_->qpn(), 100), kAddrB), 0, opcode, kAddrB));
+    Inject(*b_, Rewrite(Build(RcSend(qp->qpn(), 100), kAddrB), 0, opcode, kAddrB));
     auto replies = Replies();
     ASSERT_EQ(replies.size(), 1u) << int{opcode};
     EXPECT_EQ(replies[0].bth.psn, 100u);
     EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kNak);
     EXPECT_EQ(proto::GetAethValue(*replies[0].aeth),
               static_cast<uint8_t>(proto::NakCode::kInvalidRequest));
-    EXPECT_EQ(rc_->state(), QpState::kError);
-    EXPECT_EQ(rc_->counters().drops.Get(QpDropReason::kUnsupportedOpcode), 1u);
+    EXPECT_EQ(qp->state(), QpState::kError);
+    EXPECT_EQ(qp->counters().drops.Get(QpDropReason::kUnsupportedOpcode), 1u);
     EXPECT_EQ(a_->counters().ParseDrops(proto::RoceParseResult::kUnknownOpcode), 0u);
-    EXPECT_NE(rc_->error().message().find("not supported"), std::string::npos);
+    EXPECT_NE(qp->error().message().find("not supported"), std::string::npos);
   }
 }
 

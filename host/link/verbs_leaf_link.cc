@@ -51,6 +51,21 @@ absl::Status Modify(ibv_qp* qp, const QpTransition& t, std::string_view what) {
   return absl::OkStatus();
 }
 
+// IPv4 address (host order) -> what verbs and rdma_cm take.
+ibv_gid VerbsGidOf(uint32_t ipv4) {
+  const Gid g = Ipv4MappedGid(ipv4);
+  ibv_gid gid;
+  std::memcpy(gid.raw, g.data(), g.size());
+  return gid;
+}
+
+sockaddr_in SockaddrOf(uint32_t ipv4) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(ipv4);
+  return a;
+}
+
 // The device, port and GID index holding `ipv4` (or the ones the options
 // force), and the opened device.
 struct Placement {
@@ -165,17 +180,16 @@ struct VerbsLeafLink::Impl {
 
   ~Impl() {
     if (cq && unacked_cq_events > 0) ibv_ack_cq_events(cq.get(), unacked_cq_events);
-    for (const auto& [ip, joined] : groups) {
-      Gid g = Ipv4MappedGid(ip);
-      ibv_gid gid;
-      std::memcpy(gid.raw, g.data(), g.size());
-      if (ud) (void)ibv_detach_mcast(ud.get(), &gid, 0);
-      if (joined && cm_id) {
-        sockaddr_in a{};
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(ip);
-        (void)rdma_leave_multicast(cm_id.get(), reinterpret_cast<sockaddr*>(&a));
-      }
+    for (const auto& [ip, joined] : groups) Leave(ip, joined);
+  }
+
+  // Detaches the UD QP from group `ip` and leaves it at rdma_cm if joined.
+  void Leave(uint32_t ip, bool joined) {
+    ibv_gid gid = VerbsGidOf(ip);
+    if (ud) (void)ibv_detach_mcast(ud.get(), &gid, 0);
+    if (joined && cm_id) {
+      sockaddr_in a = SockaddrOf(ip);
+      (void)rdma_leave_multicast(cm_id.get(), reinterpret_cast<sockaddr*>(&a));
     }
   }
 
@@ -213,9 +227,7 @@ struct VerbsLeafLink::Impl {
       return StatusFromErrno(errno, "creating an rdma_cm id");
     }
     cm_id.reset(id);
-    sockaddr_in local{};
-    local.sin_family = AF_INET;
-    local.sin_addr.s_addr = htonl(local_ip);
+    sockaddr_in local = SockaddrOf(local_ip);
     if (rdma_bind_addr(id, reinterpret_cast<sockaddr*>(&local)) != 0) {
       return StatusFromErrno(errno, "binding the rdma_cm id to the rank's address");
     }
@@ -484,9 +496,7 @@ absl::Status VerbsLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group
     }
   }
   if (m.cm_id) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(group.ip);
+    sockaddr_in a = SockaddrOf(group.ip);
     if (rdma_join_multicast(m.cm_id.get(), reinterpret_cast<sockaddr*>(&a), nullptr) == 0) {
       const absl::Time deadline = absl::Now() + m.options.join_timeout;
       while (!joined && absl::Now() < deadline) {
@@ -511,11 +521,10 @@ absl::Status VerbsLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group
       }
     }
   }
-  const Gid g = Ipv4MappedGid(group.ip);
-  ibv_gid gid;
-  std::memcpy(gid.raw, g.data(), g.size());
+  ibv_gid gid = VerbsGidOf(group.ip);
   if (int rc = ibv_attach_mcast(m.ud.get(), &gid, 0); rc != 0) {
-    return StatusFromErrno(rc, absl::StrFormat("attaching the UD QP to %s", FormatGid(g)));
+    return StatusFromErrno(rc, absl::StrFormat("attaching the UD QP to %s",
+                                               FormatGid(Ipv4MappedGid(group.ip))));
   }
   m.groups[group.ip] = joined;
   return absl::OkStatus();
@@ -525,16 +534,7 @@ void VerbsLeafLink::DetachMulticast(const transport::Ipv4Endpoint& group) {
   Impl& m = *impl_;
   auto it = m.groups.find(group.ip);
   if (it == m.groups.end()) return;
-  const Gid g = Ipv4MappedGid(group.ip);
-  ibv_gid gid;
-  std::memcpy(gid.raw, g.data(), g.size());
-  (void)ibv_detach_mcast(m.ud.get(), &gid, 0);
-  if (it->second && m.cm_id) {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(group.ip);
-    (void)rdma_leave_multicast(m.cm_id.get(), reinterpret_cast<sockaddr*>(&a));
-  }
+  m.Leave(group.ip, it->second);
   m.groups.erase(it);
 }
 
