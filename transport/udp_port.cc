@@ -19,6 +19,7 @@ namespace netfold::transport {
 namespace {
 
 constexpr size_t kMaxBurst = 64;
+constexpr int kMaxEvents = 16;
 
 sockaddr_in ToSockaddr(const Ipv4Endpoint& ep) {
   sockaddr_in sa{};
@@ -221,35 +222,74 @@ size_t UdpPort::ReadSocket(const Socket& s, std::span<PacketBuffer*> out) {
   }
   counters_.Add(counters_.rx_packets, kept);
   for (size_t i = static_cast<size_t>(n); i < got_bufs; ++i) PacketPool::Free(bufs[i]);
+  // A full burst may have left more behind.
+  if (static_cast<size_t>(n) == got_bufs) backlog_ = true;
   return kept;
 }
 
 size_t UdpPort::ReadAll(std::span<PacketBuffer*> out) {
+  backlog_ = false;
   size_t total = 0;
   const size_t num = sockets_.size();
   for (size_t k = 0; k < num && total < out.size(); ++k) {
     const Socket& s = sockets_[(next_socket_ + k) % num];
     total += ReadSocket(s, out.subspan(total));
   }
+  if (total == out.size()) backlog_ = true;
   next_socket_ = num == 0 ? 0 : (next_socket_ + 1) % num;
   return total;
 }
 
+size_t UdpPort::ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout) {
+  epoll_event events[kMaxEvents];
+  const int ready = Wait(events, timeout);
+  backlog_ = false;
+  size_t total = 0;
+  for (int i = 0; i < ready; ++i) {
+    if (total == out.size()) {
+      backlog_ = true;  // ready sockets left unread
+      break;
+    }
+    for (const Socket& s : sockets_) {
+      if (s.fd == events[i].data.fd) {
+        total += ReadSocket(s, out.subspan(total));
+        break;
+      }
+    }
+  }
+  return total;
+}
+
+int UdpPort::Wait(epoll_event* events, absl::Duration timeout) {
+  timeout = std::clamp(timeout, absl::ZeroDuration(), absl::Hours(1));
+  if (has_epoll_pwait2_) {
+    const timespec ts = absl::ToTimespec(timeout);
+    const int ready = epoll_pwait2(epoll_fd_, events, kMaxEvents, &ts, nullptr);
+    if (ready >= 0 || errno != ENOSYS) return std::max(ready, 0);
+    has_epoll_pwait2_ = false;  // a kernel before 5.11: milliseconds only
+  }
+  // Round up so that a sub-millisecond timeout still waits.
+  const int ms =
+      static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))));
+  return std::max(epoll_wait(epoll_fd_, events, kMaxEvents, ms), 0);
+}
+
 size_t UdpPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) {
   if (out.empty()) return 0;
-  size_t n = ReadAll(out);
-  if (n > 0 || timeout <= absl::ZeroDuration()) return n;
   if (config_.busy_poll) {
+    size_t n = ReadAll(out);
     Deadline deadline(RealClock(), timeout);
     while (n == 0 && !deadline.Expired()) n = ReadAll(out);
     return n;
   }
-  // Round up so that a sub-millisecond timeout still waits.
-  int ms = static_cast<int>(absl::ToInt64Milliseconds(absl::Ceil(timeout, absl::Milliseconds(1))));
-  epoll_event events[8];
-  int ready = epoll_wait(epoll_fd_, events, 8, ms);
-  if (ready <= 0) return 0;  // timeout, or EINTR: the caller loops with its own deadline
-  return ReadAll(out);
+  // Datagrams left behind by a full burst are read at once; otherwise epoll
+  // says which sockets hold any (one call however many groups are joined,
+  // instead of one read per socket) or waits until one does. A timeout or
+  // EINTR returns 0: the caller loops with its own deadline.
+  if (backlog_) {
+    if (const size_t n = ReadAll(out); n > 0) return n;
+  }
+  return ReadReady(out, timeout);
 }
 
 size_t UdpPort::SendBurst(std::span<PacketBuffer* const> packets) {

@@ -8,9 +8,10 @@
 // socket per joined multicast group, bound to the group's address and port
 // with SO_REUSEADDR and IP_MULTICAST_ALL off, so that several ports on one
 // machine receive the same group and nothing else. Bursts use
-// recvmmsg/sendmmsg. RecvBurst blocks in epoll_wait up to its timeout by
-// default; with `busy_poll` it spins on non-blocking reads instead (opt-in:
-// it burns a core). Multicast is sent from the unicast socket with
+// recvmmsg/sendmmsg. RecvBurst asks epoll which sockets hold datagrams,
+// waiting up to its timeout (to the microsecond, epoll_pwait2) when none
+// does, and reads only those; with `busy_poll` it spins on non-blocking
+// reads of every socket instead (opt-in: it burns a core). Multicast is sent from the unicast socket with
 // IP_MULTICAST_IF set to the local address, loopback on, TTL `multicast_ttl`.
 //
 // Thread-safety: as for every Port, one thread polls it; counters() may be
@@ -23,6 +24,8 @@
 
 #include "absl/status/statusor.h"
 #include "transport/port.h"
+
+struct epoll_event;
 
 namespace netfold::transport {
 
@@ -60,6 +63,10 @@ class UdpPort : public Port {
   // Non-blocking read of up to out.size() datagrams from `s`.
   size_t ReadSocket(const Socket& s, std::span<PacketBuffer*> out);
   size_t ReadAll(std::span<PacketBuffer*> out);
+  // Waits up to `timeout` for sockets with datagrams and reads those.
+  size_t ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout);
+  // epoll_pwait2 (exact timeout), or epoll_wait in whole milliseconds.
+  int Wait(epoll_event* events, absl::Duration timeout);
 
   UdpPortConfig config_;
   PacketPool pool_;
@@ -68,6 +75,8 @@ class UdpPort : public Port {
   int epoll_fd_ = -1;
   std::vector<Socket> sockets_;  // [0] is the unicast socket
   size_t next_socket_ = 0;       // round robin among sockets with data
+  bool backlog_ = false;         // the last read may have left datagrams behind
+  bool has_epoll_pwait2_ = true;
 };
 
 }  // namespace netfold::transport

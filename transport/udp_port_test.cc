@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -193,6 +194,44 @@ TEST(UdpPort, MulticastReachesEveryMemberAndOnlyMembers) {
   sender->SendBurst({&p, 1});
   EXPECT_EQ(RecvTags(*members[0], 1), std::vector<uint32_t>{99});
   EXPECT_EQ(members[1]->RecvBurst(rx, absl::Milliseconds(20)), 0u);
+}
+
+// RecvBurst reads the sockets epoll reports ready: whatever is queued on
+// any of them (unicast, several groups, more than one burst) comes out of
+// calls that do not wait, however small the caller's array.
+TEST(UdpPort, EverythingQueuedOnAnySocketIsReadWithoutWaiting) {
+  auto sender = MakePort();
+  auto receiver = MakePort();
+  ASSERT_TRUE(sender && receiver);
+  std::vector<Ipv4Endpoint> destinations = {receiver->local()};
+  for (uint32_t k = 0; k < 3; ++k) {
+    const Ipv4Endpoint g{0xef4f0000u | ((static_cast<uint32_t>(getpid()) & 0xfff) << 4) | k,
+                         sender->local().port};
+    ASSERT_TRUE(receiver->JoinMulticast(g).ok());
+    destinations.push_back(g);
+  }
+  // 100 datagrams to the unicast socket (more than one 64-datagram burst),
+  // 5 to each group.
+  uint32_t tag = 0;
+  for (size_t d = 0; d < destinations.size(); ++d) {
+    for (int i = 0; i < (d == 0 ? 100 : 5); ++i) {
+      PacketBuffer* p = Packet(*sender, destinations[d], tag++);
+      ASSERT_EQ(sender->SendBurst({&p, 1}), 1u);
+    }
+  }
+  // Loopback delivers during sendmmsg: all of it is queued now.
+  std::vector<uint32_t> tags;
+  PacketBuffer* rx[7];
+  for (int call = 0; call < 1000 && tags.size() < tag; ++call) {
+    const size_t got = receiver->RecvBurst(rx, absl::ZeroDuration());
+    if (got == 0) break;
+    for (size_t i = 0; i < got; ++i) tags.push_back(Tag(rx[i]));
+    PacketPool::FreeBurst({rx, got});
+  }
+  std::sort(tags.begin(), tags.end());
+  ASSERT_EQ(tags.size(), tag);
+  for (uint32_t i = 0; i < tag; ++i) EXPECT_EQ(tags[i], i);
+  EXPECT_EQ(receiver->RecvBurst(rx, absl::ZeroDuration()), 0u);
 }
 
 TEST(UdpPort, OversizedDatagramIsCountedAsTruncated) {
