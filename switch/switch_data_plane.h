@@ -68,6 +68,11 @@ struct SwitchConfig {
   // 191 x this (12 s at 64 ms). The manager's heartbeats find dead hosts
   // sooner.
   absl::Duration host_ack_timeout = absl::Milliseconds(64);
+  // How long the switch's ACK of a request may wait to cover the requests
+  // that follow (RcQpConfig::ack_delay): one ACK per few operations instead
+  // of one per request, fewer wakeups of hosts and switch. Capped at a
+  // quarter of ack_timeout; hosts time out after 4 ms (soft) or more.
+  absl::Duration ack_delay = absl::Microseconds(500);
   uint8_t retry_count = 7;
   // transport.ip_identification: solve (RoceEndpointConfig::
   // solve_ip_identification): accept RoCE NICs' packets through kernel

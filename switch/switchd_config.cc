@@ -360,8 +360,8 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   }
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
-        t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "retry_count", "idle_wait_us",
-            "packet_buffers", "ip_identification"},
+        t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "ack_delay_us", "retry_count",
+            "idle_wait_us", "packet_buffers", "ip_identification"},
         "transport"));
     NETFOLD_RETURN_IF_ERROR(OptionalUint(t, "path_mtu", "transport", 4096, &c.data_plane.path_mtu));
     if (t["ack_timeout_ms"].IsDefined()) {
@@ -373,6 +373,11 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
       NETFOLD_ASSIGN_OR_RETURN(
           uint64_t ms, ReadUint(t["host_ack_timeout_ms"], "transport.host_ack_timeout_ms", 60000));
       c.data_plane.host_ack_timeout = absl::Milliseconds(static_cast<int64_t>(ms));
+    }
+    if (t["ack_delay_us"].IsDefined()) {
+      NETFOLD_ASSIGN_OR_RETURN(uint64_t us,
+                               ReadUint(t["ack_delay_us"], "transport.ack_delay_us", 1000000));
+      c.data_plane.ack_delay = absl::Microseconds(static_cast<int64_t>(us));
     }
     NETFOLD_RETURN_IF_ERROR(
         OptionalUint(t, "retry_count", "transport", 7, &c.data_plane.retry_count));

@@ -52,6 +52,7 @@ absl::Status RcQueuePair::Modify(QpState target, const RcQpAttributes& attrs) {
     completions_.clear();
     rq_head_ = rq_count_ = 0;
     in_message_ = nak_outstanding_ = ack_pending_ = false;
+    packets_unacked_ = 0;
     pending_nak_.reset();
     nak_pending_ = false;
     fatal_after_nak_ = absl::OkStatus();
@@ -245,11 +246,19 @@ void RcQueuePair::RejectInvalidRequest(QpDropReason reason, absl::Status why) {
   fatal_after_nak_ = std::move(why);
 }
 
+void RcQueuePair::RequestAck(absl::Duration delay) {
+  const int64_t due = clock_.NowNanos() + absl::ToInt64Nanoseconds(delay);
+  ack_due_ns_ = ack_pending_ ? std::min(ack_due_ns_, due) : due;
+  ack_pending_ = true;
+}
+
 bool RcQueuePair::AcceptPsn(uint32_t psn) {
   const int32_t d = PsnDiff(psn, expected_psn_);
   if (d < 0) {
     counters_.drops.Count(QpDropReason::kDuplicate);
-    ack_pending_ = true;  // the ACK for it may have been lost: repeat it
+    // The ACK for it may have been lost and the requester is retrying:
+    // repeat it now.
+    RequestAck(absl::ZeroDuration());
     return false;
   }
   if (d > 0) {
@@ -313,7 +322,12 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet) {
   } else {
     in_message_ = true;
   }
-  if (bth.ack_req) ack_pending_ = true;
+  ++packets_unacked_;
+  if (packets_unacked_ >= config_.ack_coalesce_packets) {
+    RequestAck(absl::ZeroDuration());
+  } else if (bth.ack_req) {
+    RequestAck(config_.ack_delay);
+  }
 }
 
 bool RcQueuePair::EmitAck(const Ipv4Endpoint& local, PacketSink sink, const proto::Aeth& aeth,
@@ -533,16 +547,18 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
       nak_pending_ = false;
       pending_nak_.reset();
       ack_pending_ = false;
+      packets_unacked_ = 0;
     }
     if (!fatal_after_nak_.ok()) {
       EnterError(std::move(fatal_after_nak_));
       fatal_after_nak_ = absl::OkStatus();
       return;
     }
-  } else if (ack_pending_) {
+  } else if (AckDue(clock_.NowNanos())) {
     if (EmitAck(local, sink, proto::MakeAck(msn_), PsnAdd(expected_psn_, -1))) {
       counters_.acks_sent.fetch_add(1, std::memory_order_relaxed);
       ack_pending_ = false;
+      packets_unacked_ = 0;
     }
   }
   if (state_ != QpState::kRts) return;
@@ -568,20 +584,19 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
 
 std::optional<int64_t> RcQueuePair::NextTimerNs() const {
   if (state_ != QpState::kRtr && state_ != QpState::kRts) return std::nullopt;
-  if (nak_pending_ || ack_pending_) return clock_.NowNanos();
+  if (nak_pending_) return clock_.NowNanos();
   std::optional<int64_t> next;
-  if (retransmit_at_ns_ >= 0 && una_psn_ != max_sent_psn_) next = retransmit_at_ns_;
-  if (rnr_resume_at_ns_ >= 0 && send_psn_ != next_post_psn_) {
-    next = next ? std::min(*next, rnr_resume_at_ns_) : rnr_resume_at_ns_;
-  }
+  auto consider = [&](int64_t t) { next = next ? std::min(*next, t) : t; };
+  if (ack_pending_) consider(ack_due_ns_);
+  if (retransmit_at_ns_ >= 0 && una_psn_ != max_sent_psn_) consider(retransmit_at_ns_);
+  if (rnr_resume_at_ns_ >= 0 && send_psn_ != next_post_psn_) consider(rnr_resume_at_ns_);
   return next;
 }
 
-bool RcQueuePair::HasWork() const {
+bool RcQueuePair::HasWork(int64_t now) const {
   if (state_ != QpState::kRtr && state_ != QpState::kRts) return false;
-  if (nak_pending_ || ack_pending_) return true;
+  if (nak_pending_ || AckDue(now)) return true;
   if (state_ != QpState::kRts) return false;
-  const int64_t now = clock_.NowNanos();
   if (retransmit_at_ns_ >= 0 && now >= retransmit_at_ns_ && una_psn_ != max_sent_psn_) return true;
   if (send_psn_ == next_post_psn_) return false;
   if (rnr_resume_at_ns_ >= 0 && now < rnr_resume_at_ns_) return false;

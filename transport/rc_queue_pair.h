@@ -20,11 +20,14 @@
 //   `ack_req_interval` packets, and keeps at most `max_outstanding_packets`
 //   unacknowledged.
 // - The responder accepts only the expected PSN. It ACKs coalesced: one ACK
-//   per Poll() covering everything received so far. A PSN ahead of the
-//   expected one gets one NAK (PSN sequence error) until the gap is filled;
-//   a duplicate gets a re-ACK. A message that cannot be queued because the
-//   receive queue is full gets an RNR NAK; the requester waits the RNR timer
-//   and resends.
+//   per Poll() covering everything received so far, and with `ack_delay`
+//   the ACK waits that long for later packets to cover them too (a result
+//   that answers a request does not need the ACK to arrive first; fewer
+//   ACKs are fewer wakeups of the requester). NAKs and re-ACKs never wait.
+//   A PSN ahead of the expected one gets one NAK (PSN sequence error) until
+//   the gap is filled; a duplicate gets a re-ACK. A message that cannot be
+//   queued because the receive queue is full gets an RNR NAK; the requester
+//   waits the RNR timer and resends.
 // - The requester goes back to the first unacknowledged PSN on a NAK, on an
 //   RNR NAK (after the RNR delay), and when no ACK arrives within `timeout`;
 //   each timeout doubles the timeout (up to `max_backoff` times). After
@@ -43,6 +46,7 @@
 #ifndef NETFOLD_TRANSPORT_RC_QUEUE_PAIR_H_
 #define NETFOLD_TRANSPORT_RC_QUEUE_PAIR_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <deque>
@@ -67,6 +71,11 @@ struct RcQpConfig {
   uint32_t max_message_size = 1u << 20;    // bytes, both directions
   uint32_t max_outstanding_packets = 256;  // the go-back-N window
   uint32_t ack_req_interval = 32;          // AckReq at least every N packets
+  // Responder: how long a positive ACK may wait to cover later packets as
+  // well (0: sent at the next Poll). Keep it well below the requester's
+  // ACK timeout. At most `ack_coalesce_packets` packets wait for one ACK.
+  absl::Duration ack_delay = absl::ZeroDuration();
+  uint32_t ack_coalesce_packets = 16;
   uint8_t min_rnr_timer = 12;              // RNR NAK timer code we send (0.64 ms)
   uint32_t max_backoff = 6;                // timeout doubles at most 6 times (x64)
 };
@@ -153,8 +162,15 @@ class RcQueuePair {
   // When Poll() has something to do without new input (retransmission
   // timer, RNR wait, pending ACK); nullopt if nothing is pending.
   std::optional<int64_t> NextTimerNs() const;
-  // True if Poll() would send something right now.
-  bool HasWork() const;
+  // True if Poll() would send something at `now` (clock nanoseconds).
+  bool HasWork(int64_t now) const;
+  // A delayed positive ACK is waiting and its delay has passed at `now`.
+  bool AckDue(int64_t now) const { return ack_pending_ && now >= ack_due_ns_; }
+  // Makes a waiting ACK, if any, go out at the next Poll (the endpoint
+  // sends every waiting ACK together when one is due).
+  void ExpediteAck(int64_t now) {
+    if (ack_pending_) ack_due_ns_ = std::min(ack_due_ns_, now);
+  }
 
   bool PollSendCompletion(SendCompletion* out);
   // The oldest received message, if any, without removing it.
@@ -199,6 +215,8 @@ class RcQueuePair {
   // Responder PSN check: true for the expected PSN; duplicates are
   // re-ACKed, gaps NAKed once (counted drops).
   bool AcceptPsn(uint32_t psn);
+  // Asks for an ACK no later than `delay` from now (earlier requests win).
+  void RequestAck(absl::Duration delay);
   void RejectInvalidRequest(QpDropReason reason, absl::Status why);
   bool EmitAck(const Ipv4Endpoint& local, PacketSink sink, const proto::Aeth& aeth,
                uint32_t psn);
@@ -233,6 +251,8 @@ class RcQueuePair {
   bool in_message_ = false;
   bool nak_outstanding_ = false;         // a sequence-error NAK was sent for this gap
   bool ack_pending_ = false;
+  int64_t ack_due_ns_ = 0;               // when the pending ACK goes out
+  uint32_t packets_unacked_ = 0;         // accepted since the last ACK or NAK
   bool nak_pending_ = false;
   std::optional<proto::Aeth> pending_nak_;
   absl::Status fatal_after_nak_;         // invalid request: ERROR once the NAK is out

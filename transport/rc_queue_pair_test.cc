@@ -172,6 +172,111 @@ TEST_P(RcUnderFaults, ExactlyOnceInOrderUnderLossDuplicationReorderAndCorruption
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RcUnderFaults, ::testing::Values(1, 2, 3, 42, 1234));
 
+TEST_P(RcUnderFaults, DelayedAcksKeepExactlyOnceInOrderUnderFaults) {
+  ImpairmentConfig faults = *ParseImpairment("drop=0.1,dup=0.05,reorder=0.1:300us,delay=20us");
+  faults.seed = GetParam();
+  RcQpConfig config;
+  config.ack_delay = absl::Microseconds(300);
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(1);
+  RcPair pair(faults, config, attrs);
+  std::vector<size_t> sizes;
+  for (int round = 0; round < 4; ++round) sizes.insert(sizes.end(), kSizes.begin(), kSizes.end());
+  ExpectExactlyOnceInOrder(Transfer(pair, sizes), sizes);
+  EXPECT_GT(pair.qa_->counters().packets_retransmitted, 0u);
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts);
+  EXPECT_EQ(pair.qb_->state(), QpState::kRts);
+}
+
+// Posts one small message per step for `messages` steps, then steps until
+// `until` has passed since the first; returns the number of completions.
+size_t PostOnePerStep(RcPair& pair, int messages, absl::Duration until) {
+  size_t completed = 0;
+  const absl::Duration start = pair.clock_.Now();
+  for (int i = 0; pair.clock_.Now() - start < until; ++i) {
+    if (i < messages) {
+      EXPECT_TRUE(pair.qa_->PostSend(Message(i, 64), i).ok());
+    }
+    pair.Step();
+    SendCompletion sc;
+    while (pair.qa_->PollSendCompletion(&sc)) ++completed;
+  }
+  return completed;
+}
+
+TEST(RcQueuePair, DelayedAckCoversTheMessagesThatArriveWhileItWaits) {
+  RcQpConfig config;
+  config.ack_delay = absl::Milliseconds(1);
+  RcPair pair({}, config);
+  // Five messages 50 us apart: all delivered at once, none ACKed before
+  // the delay of the first has passed.
+  EXPECT_EQ(PostOnePerStep(pair, 5, absl::Microseconds(900)), 0u);
+  EXPECT_EQ(pair.qb_->counters().messages_received, 5u);
+  EXPECT_EQ(pair.qb_->counters().acks_sent, 0u);
+  ASSERT_TRUE(pair.qb_->NextTimerNs().has_value());
+  // Then one ACK covers all five.
+  EXPECT_EQ(PostOnePerStep(pair, 0, absl::Microseconds(300)), 5u);
+  EXPECT_EQ(pair.qb_->counters().acks_sent, 1u);
+  EXPECT_EQ(pair.qa_->counters().packets_retransmitted, 0u);
+  EXPECT_EQ(pair.qa_->num_outstanding(), 0u);
+}
+
+TEST(RcQueuePair, WithoutAckDelayEveryStepIsAcknowledged) {
+  RcPair pair;
+  EXPECT_EQ(PostOnePerStep(pair, 5, absl::Microseconds(500)), 5u);
+  EXPECT_EQ(pair.qb_->counters().acks_sent, 5u);
+}
+
+TEST(RcQueuePair, ADuplicateIsReAckedAtOnceEvenWithAnAckDelay) {
+  // A requester whose timeout is shorter than the responder's delay
+  // retransmits; the responder answers the duplicate at once instead of
+  // letting it retry until the delay has passed.
+  RcQpConfig config;
+  config.ack_delay = absl::Milliseconds(50);
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(1);
+  RcPair pair({}, config, attrs);
+  EXPECT_EQ(PostOnePerStep(pair, 1, absl::Milliseconds(3)), 1u);
+  EXPECT_EQ(pair.qa_->counters().packets_retransmitted, 1u);
+  EXPECT_GT(pair.qb_->counters().drops.Get(QpDropReason::kDuplicate), 0u);
+  EXPECT_EQ(pair.qb_->counters().messages_received, 1u);
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts);
+}
+
+TEST(RcQueuePair, WhenOneDelayedAckIsDueTheEndpointSendsEveryWaitingAck) {
+  RcQpConfig config;
+  config.ack_delay = absl::Milliseconds(1);
+  RcPair pair({}, config);
+  // A second connection between the same two endpoints.
+  RcQueuePair* qa2 = *pair.a_->CreateRcQp(config);
+  RcQueuePair* qb2 = *pair.b_->CreateRcQp(config);
+  RcPair::Connect(qa2, kAddrB, qb2->qpn(), {}, 0, 0);
+  RcPair::Connect(qb2, kAddrA, qa2->qpn(), {}, 0, 0);
+  ASSERT_TRUE(pair.qa_->PostSend(Message(0, 64), 0).ok());
+  for (int i = 0; i < 8; ++i) pair.Step();  // 400 us
+  ASSERT_TRUE(qa2->PostSend(Message(1, 64), 1).ok());
+  for (int i = 0; i < 14; ++i) pair.Step();  // 1.1 ms after the first
+  // The first ACK was due; the second (due at 1.4 ms) went with it.
+  EXPECT_EQ(pair.qb_->counters().acks_sent, 1u);
+  EXPECT_EQ(qb2->counters().acks_sent, 1u);
+  EXPECT_EQ(pair.qa_->num_outstanding(), 0u);
+  EXPECT_EQ(qa2->num_outstanding(), 0u);
+}
+
+TEST(RcQueuePair, AckCoalescingIsBoundedInPackets) {
+  // 64 KiB is 16 packets at MTU 4096. With at most 4 packets per ACK it is
+  // ACKed as soon as it arrives; with 1000 it waits for the 1 s delay.
+  for (uint32_t limit : {4u, 1000u}) {
+    RcQpConfig config;
+    config.ack_delay = absl::Seconds(1);
+    config.ack_coalesce_packets = limit;
+    RcPair pair({}, config);
+    ASSERT_TRUE(pair.qa_->PostSend(Message(0, 65536), 0).ok());
+    EXPECT_EQ(PostOnePerStep(pair, 0, absl::Milliseconds(1)), limit == 4 ? 1u : 0u) << limit;
+    EXPECT_EQ(pair.qb_->counters().messages_received, 1u);
+  }
+}
+
 TEST(RcQueuePair, BidirectionalTrafficUnderFaults) {
   ImpairmentConfig faults = *ParseImpairment("drop=0.05,dup=0.02,reorder=0.05,seed=9");
   RcPair pair(faults);

@@ -227,8 +227,14 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
 void RoceEndpoint::Flush() {
   const Ipv4Endpoint local = port_->local();
   PacketSink sink{&port_->pool(), &tx_};
+  // When one delayed ACK is due, every waiting ACK goes with it: one wakeup
+  // and one burst for all connections instead of one per connection.
+  const int64_t now = clock_.NowNanos();
+  bool ack_due = false;
+  for (auto& [qpn, qp] : rc_qps_) ack_due = ack_due || qp->AckDue(now);
   for (auto& [qpn, qp] : rc_qps_) {
-    if (qp->HasWork()) qp->Poll(local, sink);
+    if (ack_due) qp->ExpediteAck(now);
+    if (qp->HasWork(now)) qp->Poll(local, sink);
   }
   for (auto& [qpn, qp] : ud_qps_) {
     if (qp->HasWork()) qp->Poll(&tx_);

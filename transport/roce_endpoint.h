@@ -15,7 +15,9 @@
 // endpoint (parse results, unknown QP) or at the QP.
 //
 // Progress() never blocks longer than its timeout and wakes early for QP
-// timers (retransmission, RNR wait, pending ACKs).
+// timers (retransmission, RNR wait, pending ACKs). QPs that delay their
+// ACKs (RcQpConfig::ack_delay) send them together: when one is due, every
+// waiting ACK goes in the same burst.
 //
 // Thread-safety: an endpoint and its QPs belong to one thread. Counters may
 // be read from any thread.

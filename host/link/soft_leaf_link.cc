@@ -14,6 +14,9 @@ absl::StatusOr<std::unique_ptr<SoftLeafLink>> SoftLeafLink::Create(
   rc_config.max_send_queue = 1024;
   rc_config.max_recv_queue = 1024;
   rc_config.max_message_size = 64 * 1024;
+  // Results that come over RC are ACKed coalesced: the switch waits
+  // host_ack_timeout (64 ms) before it retransmits.
+  rc_config.ack_delay = absl::Milliseconds(1);
   NETFOLD_ASSIGN_OR_RETURN(link->rc_, endpoint->CreateRcQp(rc_config));
   return link;
 }
