@@ -69,14 +69,14 @@ struct AggregationNode::Slot {
   uint32_t num_arrived = 0;
   size_t next_fold = 0;
   bool acc_started = false;
-  std::vector<uint8_t> acc;      // header room + P bytes: the partial result
-  std::vector<uint8_t> pending;  // children x P: out-of-order contributions
+  FrameBuffer acc;              // header room + P bytes: the partial result
+  LineOffsetVector<0> pending;  // children x PendingStride(): out-of-order contributions
   int64_t first_arrival_ns = 0;
   // The root's last distributed result, kept until seq + K completes.
   bool has_result = false;
   uint64_t result_seq = 0;
   size_t result_len = 0;
-  std::vector<uint8_t> result;
+  FrameBuffer result;
 };
 
 absl::StatusOr<std::unique_ptr<AggregationNode>> AggregationNode::Create(
@@ -107,9 +107,10 @@ AggregationNode::AggregationNode(const AggregationNodeConfig& config, NodeOutput
     slot->child_data.assign(n, 0);
     slot->acc.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
     slot->result.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
-    slot->pending.assign(n * config_.slot_bytes, 0);
+    slot->pending.assign(n * PendingStride(), 0);
     slots_.push_back(std::move(slot));
   }
+  fold_inputs_.reserve(n + 1);
   scratch_.assign(kAggregationHeaderSize, 0);
   out_.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
 }
@@ -134,7 +135,7 @@ std::optional<size_t> AggregationNode::ChildOfRank(uint32_t rank) const {
   return std::nullopt;
 }
 
-std::span<const uint8_t> AggregationNode::Frame(std::vector<uint8_t>& buffer,
+std::span<const uint8_t> AggregationNode::Frame(FrameBuffer& buffer,
                                                 const AggregationHeader& h, size_t data_bytes) {
   // The header was validated on the way in (or built here from validated
   // fields), so encoding cannot fail; check anyway: a bug must not send junk.
@@ -271,47 +272,44 @@ void AggregationNode::HandleRequest(size_t child, const AggregationHeader& h,
   ++slot.num_arrived;
   const bool has_data = slot.status == AggregationStatus::kOk && h.has_data;
   slot.child_data[child] = has_data;
-  if (has_data) {
-    if (child == slot.next_fold) {
-      // In order: fold straight from the message, no copy.
-      uint8_t* acc = slot.acc.data() + kAggregationHeaderSize;
-      if (!slot.acc_started || !slot.folds) {
-        std::memcpy(acc, elements.data(), elements.size());
-        slot.acc_started = true;
-      } else {
-        slot.kernel.Reduce(acc, elements.data(), h.count);
-      }
-      Bump(counters_.bytes_reduced, elements.size());
-      slot.arrived[child] = kFolded;
-      ++slot.next_fold;
-    } else {
-      std::memcpy(slot.pending.data() + child * config_.slot_bytes, elements.data(),
-                  elements.size());
-    }
+  if (has_data && child != slot.next_fold) {
+    // Out of order: wait in the slot until the children before it are in.
+    std::memcpy(slot.pending.data() + child * PendingStride(), elements.data(),
+                elements.size());
   }
-  Advance(slot);
+  // In order, the message is folded straight from the receive buffer.
+  Advance(slot, child, elements);
   if (slot.num_arrived == config_.children.size()) Complete(slot);
 }
 
-void AggregationNode::Advance(Slot& slot) {
+void AggregationNode::Advance(Slot& slot, size_t in_hand, std::span<const uint8_t> elements) {
   const size_t n = config_.children.size();
   const size_t bytes = static_cast<size_t>(slot.header.count) * proto::DataTypeSize(slot.header.dtype);
+  uint8_t* acc = slot.acc.data() + kAggregationHeaderSize;
+  // Every contribution that is next in child order, in one pass over the
+  // accumulator: acc = ((acc op next) op next+1) ...
+  fold_inputs_.clear();
+  if (slot.acc_started) fold_inputs_.push_back(acc);
   while (slot.next_fold < n && slot.arrived[slot.next_fold] != kNotArrived) {
     const size_t c = slot.next_fold;
     if (slot.arrived[c] == kBuffered && slot.child_data[c] &&
         slot.status == AggregationStatus::kOk) {
-      const uint8_t* src = slot.pending.data() + c * config_.slot_bytes;
-      uint8_t* acc = slot.acc.data() + kAggregationHeaderSize;
-      if (!slot.acc_started || !slot.folds) {
-        std::memcpy(acc, src, bytes);
-        slot.acc_started = true;
+      const uint8_t* src =
+          c == in_hand ? elements.data() : slot.pending.data() + c * PendingStride();
+      if (slot.folds) {
+        fold_inputs_.push_back(src);
       } else {
-        slot.kernel.Reduce(acc, src, slot.header.count);
+        std::memcpy(acc, src, bytes);  // bcast: the one child with the data
       }
+      slot.acc_started = true;
       Bump(counters_.bytes_reduced, bytes);
     }
     slot.arrived[c] = kFolded;
     ++slot.next_fold;
+  }
+  if (slot.folds && slot.status == AggregationStatus::kOk && !fold_inputs_.empty() &&
+      !(fold_inputs_.size() == 1 && fold_inputs_[0] == acc)) {
+    slot.kernel.Fold(acc, fold_inputs_, slot.header.count);
   }
 }
 

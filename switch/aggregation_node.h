@@ -57,6 +57,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/aligned_buffer.h"
 #include "base/clock.h"
 #include "proto/aggregation_header.h"
 #include "reduce/reduce.h"
@@ -161,15 +162,24 @@ class AggregationNode {
   void HandleRequest(size_t child, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
   void HandleRepair(size_t child, const proto::AggregationHeader& h);
-  // Folds buffered contributions that are next in child order.
-  void Advance(Slot& slot);
+  // Folds the contributions that are next in child order: buffered ones,
+  // and child `in_hand`'s `elements` if it is among them.
+  void Advance(Slot& slot, size_t in_hand, std::span<const uint8_t> elements);
   void Complete(Slot& slot);
   void Distribute(Slot& slot);
   void SendResultDown(const proto::AggregationHeader& result, std::span<const uint8_t> data,
                       bool relay);
+  // A message buffer: 40 bytes of header, then elements on a cache line
+  // (what reduce/'s kernels run fastest on).
+  using FrameBuffer = LineOffsetVector<kCacheLine - proto::kAggregationHeaderSize>;
   // Encodes `h` into the first 40 bytes of `buffer` and returns header+data.
-  std::span<const uint8_t> Frame(std::vector<uint8_t>& buffer, const proto::AggregationHeader& h,
+  std::span<const uint8_t> Frame(FrameBuffer& buffer, const proto::AggregationHeader& h,
                                  size_t data_bytes);
+  // Bytes between two children's buffered contributions: P rounded up to
+  // a cache line.
+  size_t PendingStride() const {
+    return (config_.slot_bytes + kCacheLine - 1) / kCacheLine * kCacheLine;
+  }
   std::optional<size_t> ChildOfRank(uint32_t rank) const;
   void SendError(size_t child, const proto::AggregationHeader& about,
                  proto::AggregationMessageType type, proto::AggregationStatus status);
@@ -180,8 +190,9 @@ class AggregationNode {
   std::vector<std::unique_ptr<Slot>> slots_;
   // (seq, child) pairs waiting for a repaired result from the parent.
   std::vector<std::pair<uint64_t, uint32_t>> pending_repairs_;
-  std::vector<uint8_t> scratch_;  // header-only and error messages
-  std::vector<uint8_t> out_;      // full results sent down
+  std::vector<const void*> fold_inputs_;  // Advance's inputs of one Fold
+  FrameBuffer scratch_;  // header-only and error messages
+  FrameBuffer out_;      // full results sent down
   NodeCounters counters_;
 };
 

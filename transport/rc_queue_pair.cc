@@ -297,13 +297,13 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet) {
   }
   RecvSlot& slot = rq_[(rq_head_ + rq_count_) % rq_.size()];
   if (starts) {
-    slot.data.clear();
+    slot.data.assign(config_.recv_line_offset, 0);  // the message starts past the pad
     slot.imm.reset();
   }
   const size_t len = packet.payload.size();
   const bool full_mtu_required = !ends;
   if ((full_mtu_required && len != attrs_.path_mtu) || len > attrs_.path_mtu ||
-      slot.data.size() + len > config_.max_message_size) {
+      slot.data.size() - config_.recv_line_offset + len > config_.max_message_size) {
     RejectInvalidRequest(QpDropReason::kBadLength, absl::DataLossError(absl::StrFormat(
         "QP 0x%06x: %s at PSN 0x%06x carries %d bytes (MTU %d, message limit %d)", qpn_,
         proto::BthOpcodeName(op), bth.psn, len, attrs_.path_mtu, config_.max_message_size)));
@@ -613,7 +613,7 @@ bool RcQueuePair::PollSendCompletion(SendCompletion* out) {
 bool RcQueuePair::PeekRecv(RecvMessage* out) const {
   if (rq_count_ == 0) return false;
   const RecvSlot& slot = rq_[rq_head_];
-  out->data = slot.data;
+  out->data = std::span<const uint8_t>(slot.data).subspan(config_.recv_line_offset);
   out->imm = slot.imm;
   return true;
 }

@@ -57,6 +57,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "base/aligned_buffer.h"
 #include "base/clock.h"
 #include "proto/roce_packet.h"
 #include "transport/ipv4_endpoint.h"
@@ -76,6 +77,10 @@ struct RcQpConfig {
   // ACK timeout. At most `ack_coalesce_packets` packets wait for one ACK.
   absl::Duration ack_delay = absl::ZeroDuration();
   uint32_t ack_coalesce_packets = 16;
+  // Received messages start this many bytes past a cache line (< 64):
+  // e.g. 64 - 40 puts the elements after a 40-byte aggregation header on a
+  // line, where reduce/'s kernels run fastest.
+  uint32_t recv_line_offset = 0;
   uint8_t min_rnr_timer = 12;              // RNR NAK timer code we send (0.64 ms)
   uint32_t max_backoff = 6;                // timeout doubles at most 6 times (x64)
 };
@@ -198,7 +203,7 @@ class RcQueuePair {
     uint32_t num_packets = 0;
   };
   struct RecvSlot {
-    std::vector<uint8_t> data;
+    LineOffsetVector<0> data;  // recv_line_offset bytes of pad, then the message
     std::optional<uint32_t> imm;
   };
 

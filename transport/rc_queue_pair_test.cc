@@ -204,6 +204,44 @@ size_t PostOnePerStep(RcPair& pair, int messages, absl::Duration until) {
   return completed;
 }
 
+TEST(RcQueuePair, ReceivedMessagesStartAtTheConfiguredOffsetFromACacheLine) {
+  for (uint32_t offset : {0u, 24u, 63u}) {
+    RcQpConfig config;
+    config.recv_line_offset = offset;
+    RcPair pair(ImpairmentConfig{.seed = offset + 1, .drop = 0.05}, config);
+    const std::vector<size_t> sizes = {40, 4136, 0, 9000, 1, 65536};
+    size_t seen = 0;
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      ASSERT_TRUE(pair.qa_->PostSend(Message(static_cast<uint32_t>(i), sizes[i]), i).ok());
+    }
+    for (int step = 0; step < 100000 && seen < sizes.size(); ++step) {
+      pair.Step();
+      RecvMessage rm;
+      while (pair.qb_->PeekRecv(&rm)) {
+        EXPECT_EQ(reinterpret_cast<uintptr_t>(rm.data.data()) % kCacheLine, offset);
+        const std::vector<uint8_t> want = Message(static_cast<uint32_t>(seen), sizes[seen]);
+        EXPECT_TRUE(std::equal(rm.data.begin(), rm.data.end(), want.begin(), want.end()))
+            << "offset " << offset << ", message " << seen;
+        pair.qb_->PopRecv();
+        ++seen;
+      }
+    }
+    EXPECT_EQ(seen, sizes.size()) << "offset " << offset;
+  }
+}
+
+TEST(RcQueuePair, AnOffsetOfACacheLineOrMoreIsRefused) {
+  FakeClock clock;
+  MemoryNetwork net;
+  RoceEndpoint endpoint(*net.CreatePort({.local = kAddrA}), clock);
+  RcQpConfig config;
+  config.recv_line_offset = kCacheLine;
+  absl::StatusOr<RcQueuePair*> qp = endpoint.CreateRcQp(config);
+  EXPECT_TRUE(absl::IsInvalidArgument(qp.status())) << qp.status();
+  EXPECT_NE(qp.status().message().find("recv_line_offset"), std::string::npos);
+  EXPECT_TRUE(absl::IsInvalidArgument(endpoint.CreateRcQpWithQpn(0x300, config).status()));
+}
+
 TEST(RcQueuePair, DelayedAckCoversTheMessagesThatArriveWhileItWaits) {
   RcQpConfig config;
   config.ack_delay = absl::Milliseconds(1);

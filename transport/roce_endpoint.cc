@@ -32,7 +32,21 @@ uint32_t RoceEndpoint::NextQpn() {
   }
 }
 
+namespace {
+
+absl::Status CheckRcQpConfig(const RcQpConfig& config) {
+  if (config.recv_line_offset >= kCacheLine) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "recv_line_offset %d is not below the cache line (%d bytes)", config.recv_line_offset,
+        kCacheLine));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<RcQueuePair*> RoceEndpoint::CreateRcQp(const RcQpConfig& config) {
+  NETFOLD_RETURN_IF_ERROR(CheckRcQpConfig(config));
   const uint32_t qpn = NextQpn();
   auto qp = std::make_unique<RcQueuePair>(qpn, config, clock_);
   RcQueuePair* raw = qp.get();
@@ -42,6 +56,7 @@ absl::StatusOr<RcQueuePair*> RoceEndpoint::CreateRcQp(const RcQpConfig& config) 
 
 absl::StatusOr<RcQueuePair*> RoceEndpoint::CreateRcQpWithQpn(uint32_t qpn,
                                                               const RcQpConfig& config) {
+  NETFOLD_RETURN_IF_ERROR(CheckRcQpConfig(config));
   if (qpn < kFirstAssignableQpn || qpn >= kMulticastQpn) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "QPN 0x%x is not assignable (0x%x..0x%x)", qpn, kFirstAssignableQpn, kMulticastQpn - 1));

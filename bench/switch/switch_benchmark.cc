@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/aligned_buffer.h"
 #include "base/clock.h"
 #include "proto/aggregation_header.h"
 #include "reduce/reduce.h"
@@ -88,9 +89,12 @@ class CountingOutput : public NodeOutput {
   }
 };
 
-// Input buffers that are normal finite numbers as fp32 and as int32.
-std::vector<std::vector<uint8_t>> Inputs(size_t children) {
-  std::vector<std::vector<uint8_t>> in(children, std::vector<uint8_t>(kPayload));
+// Input buffers that are normal finite numbers as fp32 and as int32, on a
+// cache line each: where the switch's receive buffers put a request's
+// elements (RcQpConfig::recv_line_offset), and the best case for the
+// references.
+std::vector<LineOffsetVector<0>> Inputs(size_t children) {
+  std::vector<LineOffsetVector<0>> in(children, LineOffsetVector<0>(kPayload));
   uint32_t x = 12345;
   for (auto& buf : in) {
     for (size_t i = 0; i < kPayload; i += 4) {
@@ -110,7 +114,7 @@ struct Row {
 
 Row Measure(DataType type, bool root, bool reverse, size_t children, double seconds, int reps) {
   const size_t count = kPayload / proto::DataTypeSize(type);
-  const std::vector<std::vector<uint8_t>> in = Inputs(children);
+  const std::vector<LineOffsetVector<0>> in = Inputs(children);
   absl::StatusOr<reduce::Kernel> kernel = reduce::GetKernel(type, ReduceOp::kSum);
   if (!kernel.ok()) {
     std::fprintf(stderr, "no kernel: %s\n", kernel.status().ToString().c_str());
@@ -153,7 +157,7 @@ Row Measure(DataType type, bool root, bool reverse, size_t children, double seco
     }
   };
 
-  std::vector<uint8_t> acc(kPayload);
+  LineOffsetVector<0> acc(kPayload);
   std::vector<const void*> inputs(children);
   for (size_t c = 0; c < children; ++c) inputs[c] = in[c].data();
   uint64_t sink = 0;
