@@ -419,11 +419,10 @@ int RunDemo(const DemoOptions& options) {
   absl::Status stopped = (*fabric)->Stop();
   if (!stopped.ok()) std::fprintf(stderr, "netfold demo: %s\n", stopped.ToString().c_str());
   if (failures == 0) {
-    std::error_code ec;
-    std::filesystem::remove_all((*fabric)->state_dir(), ec);  // logs are kept only on failure
     std::printf("\nall results verified on every rank; fabric stopped.\n");
     return 0;
   }
+  (*fabric)->KeepStateDir();  // the logs say what went wrong
   std::printf("\nFAILED: %d of %d rank processes reported errors (logs in %s).\n", failures,
               options.hosts, (*fabric)->state_dir().c_str());
   return 1;

@@ -165,6 +165,7 @@ absl::StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Start(const LocalFabri
   absl::Status s = fabric->Launch(options);
   if (!s.ok()) {
     (void)fabric->Stop(absl::Seconds(2));
+    fabric->KeepStateDir();  // the daemons' logs say why
     return s;
   }
   return fabric;
@@ -175,6 +176,7 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
     std::string tmpl = (fs::temp_directory_path() / "netfold-fabric-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) return ErrnoToStatus(errno, "mkdtemp");
     state_dir_ = tmpl;
+    owns_state_dir_ = std::getenv("NETFOLD_KEEP_STATE") == nullptr;
   } else {
     state_dir_ = options.state_dir;
     std::error_code ec;
@@ -375,6 +377,7 @@ absl::Status LocalFabric::Stop(absl::Duration grace) {
       if (absl::Now() >= deadline) {
         kill(d.pid, SIGKILL);
         waitpid(d.pid, &status, 0);
+        owns_state_dir_ = false;  // its log may say why it hung
         if (result.ok()) {
           result = absl::DeadlineExceededError(
               absl::StrFormat("%s did not stop on SIGTERM within %s; killed", d.name,
@@ -417,7 +420,12 @@ absl::Status LocalFabric::StopStateDir(const std::string& state_dir, absl::Durat
 }
 
 LocalFabric::~LocalFabric() {
-  if (!released_) (void)Stop();
+  if (released_) return;
+  (void)Stop();
+  if (owns_state_dir_) {
+    std::error_code ec;
+    fs::remove_all(state_dir_, ec);
+  }
 }
 
 }  // namespace netfold::tools

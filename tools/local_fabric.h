@@ -10,7 +10,10 @@
 //
 // Everything lives in a state directory: the topology, the manager's config
 // and journal, one log per daemon, and `fabric.pids` / `manager.address`
-// so that `netfold down` (StopStateDir) can find the daemons again.
+// so that `netfold down` (StopStateDir) can find the daemons again. A
+// directory the fabric made itself (no `state_dir` given) is removed when
+// the fabric is destroyed, unless KeepStateDir() was called, a daemon had
+// to be killed, or NETFOLD_KEEP_STATE is set (for reading the logs).
 // Every wait has a deadline; Stop sends SIGTERM, then SIGKILL after 5 s.
 #ifndef NETFOLD_TOOLS_LOCAL_FABRIC_H_
 #define NETFOLD_TOOLS_LOCAL_FABRIC_H_
@@ -59,6 +62,9 @@ class LocalFabric {
   absl::Status Stop(absl::Duration grace = absl::Seconds(5));
   // Leaves the daemons running (their pids stay in the state directory).
   void Release() { released_ = true; }
+  // Keeps a state directory the fabric made itself (e.g. a run failed and
+  // its logs are worth reading).
+  void KeepStateDir() { owns_state_dir_ = false; }
 
   // Sends `signal` to one daemon ("manager" or a switch name), e.g. SIGKILL,
   // SIGSTOP/SIGCONT for fault tests; SIGKILL also reaps it.
@@ -103,6 +109,7 @@ class LocalFabric {
   std::vector<Daemon> daemons_;
   bool released_ = false;
   bool stopped_ = false;
+  bool owns_state_dir_ = false;  // made by Launch: removed by the destructor
 };
 
 }  // namespace netfold::tools
