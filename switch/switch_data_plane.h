@@ -71,8 +71,9 @@ struct SwitchConfig {
   // How long the switch's ACK of a request may wait to cover the requests
   // that follow (RcQpConfig::ack_delay): one ACK per few operations instead
   // of one per request, fewer wakeups of hosts and switch. Capped at a
-  // quarter of ack_timeout; hosts time out after 4 ms (soft) or more.
-  absl::Duration ack_delay = absl::Microseconds(500);
+  // quarter of ack_timeout; the config accepts at most 1 ms, a quarter of
+  // the hosts' own timeout (4 ms, host/context.cc).
+  absl::Duration ack_delay = absl::Milliseconds(1);
   uint8_t retry_count = 7;
   // transport.ip_identification: solve (RoceEndpointConfig::
   // solve_ip_identification): accept RoCE NICs' packets through kernel

@@ -376,7 +376,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
     }
     if (t["ack_delay_us"].IsDefined()) {
       NETFOLD_ASSIGN_OR_RETURN(uint64_t us,
-                               ReadUint(t["ack_delay_us"], "transport.ack_delay_us", 1000000));
+                               ReadUint(t["ack_delay_us"], "transport.ack_delay_us", 1000));
       c.data_plane.ack_delay = absl::Microseconds(static_cast<int64_t>(us));
     }
     NETFOLD_RETURN_IF_ERROR(

@@ -31,7 +31,7 @@
 //   log_level: info
 //   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
 //   job_quota: {groups: 64, slots: 1024, qps: 256}
-//   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 500, retry_count: 7,
+//   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 1000, retry_count: 7,
 //               idle_wait_us: 1000, packet_buffers: 8192}
 //   link_faults:
 //     - {peer: default, direction: both, impairment: "drop=0.01,seed=3"}

@@ -177,7 +177,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"transport: {retry_count: 9}\n", "transport.retry_count"},
         BadCase{"transport: {retry_count: 9}\n", "larger than 7"},
         BadCase{"transport: {ip_identification: guess}\n", "must be zero or solve"},
-        BadCase{"transport: {ack_delay_us: 2000000}\n", "transport.ack_delay_us"},
+        BadCase{"transport: {ack_delay_us: 1001}\n", "transport.ack_delay_us"},
         BadCase{"data_address: localhost\n", "not an ip:port address"},
         BadCase{"link_faults: {peer: all}\n", "expected a list"},
         BadCase{"link_faults:\n  - {peer: all, impairment: \"drop=2\"}\n",
