@@ -6,9 +6,10 @@
 //   collective_bench allreduce|reduce|bcast|barrier SIZES [SECONDS_PER_SIZE]
 //     SIZES: comma-separated bytes, e.g. 4,4096,1048576
 //
-// Per size: warm-up, then iterations until the time budget is spent (at
-// least 5, at most 100000), each iteration timed on rank 0. Rank 0 prints
-// one CSV line per size:
+// Per size: warm-up (5 operations, a probe of 10 that sets the iteration
+// count, then a tenth of that count), then iterations until the time budget
+// is spent (at least 5, at most 100000), each iteration timed on rank 0.
+// Rank 0 prints one CSV line per size:
 //   size,iterations,avg_us,p50_us,p99_us,link_bytes_per_op
 // link_bytes_per_op is this rank's RoCE bytes (both directions) per
 // operation when the interposer is loaded (netfold_mpi_stats), else -1.
@@ -69,13 +70,19 @@ int main(int argc, char** argv) {
     };
     for (int i = 0; i < 5; ++i) once();
     MPI_Barrier(MPI_COMM_WORLD);
-    // Decide the iteration count on rank 0 from a timed probe, share it.
+    // Decide the iteration count on rank 0 from the average of a timed
+    // probe of 10 operations (one operation alone is too noisy when
+    // processes share cores), share it.
+    constexpr int kProbe = 10;
     double t0 = MPI_Wtime();
-    once();
-    double probe = MPI_Wtime() - t0;
+    for (int i = 0; i < kProbe; ++i) once();
+    double probe = (MPI_Wtime() - t0) / kProbe;
     MPI_Bcast(&probe, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     int iters = static_cast<int>(std::min(100000.0, std::max(5.0, budget / std::max(probe, 1e-7))));
     std::vector<double> lat(static_cast<size_t>(iters));
+    // Warm-up proportional to the run (a tenth of it, OSU-style): caches,
+    // connections and the scheduler settle before anything is timed.
+    for (int i = 0; i < iters / 10; ++i) once();
     MPI_Barrier(MPI_COMM_WORLD);
     const int64_t link0 = LinkBytes(stats);
     for (int i = 0; i < iters; ++i) {
