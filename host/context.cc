@@ -344,7 +344,6 @@ absl::Status Context::Join(Oob& world) {
   peer.sq_psn = psn;
   peer.pkey = pkey_;
   peer.qkey = qkey_;
-  peer.ack_timeout = absl::Milliseconds(4);
   NETFOLD_RETURN_IF_ERROR(link_->Connect(peer));
   NETFOLD_LOG(kInfo) << absl::StrFormat(
       "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x)",

@@ -71,8 +71,8 @@ struct SwitchConfig {
   // How long the switch's ACK of a request may wait to cover the requests
   // that follow (RcQpConfig::ack_delay): one ACK per few operations instead
   // of one per request, fewer wakeups of hosts and switch. Capped at a
-  // quarter of ack_timeout; the config accepts at most 1 ms, a quarter of
-  // the hosts' own timeout (4 ms, host/context.cc).
+  // quarter of ack_timeout; the config accepts at most 1 ms, an eighth of
+  // the hosts' own timeout (8 ms, host/link/leaf_link.h).
   absl::Duration ack_delay = absl::Milliseconds(1);
   uint8_t retry_count = 7;
   // transport.ip_identification: solve (RoceEndpointConfig::

@@ -242,6 +242,23 @@ TEST(RcQueuePair, AnOffsetOfACacheLineOrMoreIsRefused) {
   EXPECT_TRUE(absl::IsInvalidArgument(endpoint.CreateRcQpWithQpn(0x300, config).status()));
 }
 
+TEST(RcQueuePair, AnAckThatArrivedWhileTheOwnerWasAwayIsReadBeforeTheTimerFires) {
+  RcPair pair;
+  ASSERT_TRUE(pair.qa_->PostSend(Message(0, 100), 0).ok());
+  pair.a_->Flush();                          // the request goes out
+  pair.b_->Progress(absl::ZeroDuration());   // b receives it and ACKs at once
+  ASSERT_EQ(pair.qb_->counters().acks_sent, 1u);
+  // a was busy elsewhere past its ACK timeout; the ACK waits in its port.
+  pair.clock_.Advance(absl::Milliseconds(10));
+  pair.a_->Flush();
+  EXPECT_EQ(pair.qa_->counters().packets_retransmitted, 0u);
+  EXPECT_EQ(pair.qa_->counters().timeouts, 0u);
+  EXPECT_EQ(pair.qa_->num_outstanding(), 0u);
+  SendCompletion sc;
+  ASSERT_TRUE(pair.qa_->PollSendCompletion(&sc));
+  EXPECT_TRUE(sc.status.ok()) << sc.status;
+}
+
 TEST(RcQueuePair, DelayedAckCoversTheMessagesThatArriveWhileItWaits) {
   RcQpConfig config;
   config.ack_delay = absl::Milliseconds(1);

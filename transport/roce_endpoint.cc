@@ -239,7 +239,7 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
   PacketPool::Free(p);
 }
 
-void RoceEndpoint::Flush() {
+void RoceEndpoint::SendDue() {
   const Ipv4Endpoint local = port_->local();
   PacketSink sink{&port_->pool(), &tx_};
   // When one delayed ACK is due, every waiting ACK goes with it: one wakeup
@@ -276,16 +276,33 @@ std::optional<int64_t> RoceEndpoint::NextTimerNs() const {
   return next;
 }
 
+size_t RoceEndpoint::ReceiveIfTimerDue() {
+  // A timer that fell due while the owner was busy elsewhere fires only
+  // after what arrived meanwhile is read: the ACK a retransmission timer
+  // waits for may be sitting in the socket (the peer delays its ACKs).
+  const std::optional<int64_t> t = NextTimerNs();
+  if (!t || *t > clock_.NowNanos()) return 0;
+  const size_t n = port_->RecvBurst(rx_, absl::ZeroDuration());
+  for (size_t i = 0; i < n; ++i) Dispatch(rx_[i]);
+  return n;
+}
+
+void RoceEndpoint::Flush() {
+  ReceiveIfTimerDue();
+  SendDue();
+}
+
 size_t RoceEndpoint::Progress(absl::Duration timeout) {
-  Flush();
-  absl::Duration wait = timeout;
+  const size_t n = ReceiveIfTimerDue();
+  SendDue();
+  absl::Duration wait = n > 0 ? absl::ZeroDuration() : timeout;
   if (auto t = NextTimerNs()) {
     wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - clock_.NowNanos())));
   }
-  const size_t n = port_->RecvBurst(rx_, wait);
-  for (size_t i = 0; i < n; ++i) Dispatch(rx_[i]);
-  Flush();
-  return n;
+  const size_t m = port_->RecvBurst(rx_, wait);
+  for (size_t i = 0; i < m; ++i) Dispatch(rx_[i]);
+  SendDue();
+  return n + m;
 }
 
 }  // namespace netfold::transport

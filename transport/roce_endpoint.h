@@ -99,7 +99,9 @@ class RoceEndpoint {
   // hands every packet to its QP, then sends what the QPs have to send.
   // Returns the number of packets received.
   size_t Progress(absl::Duration timeout);
-  // Sends what the QPs have to send, without receiving.
+  // Sends what the QPs have to send. Receives only if a QP timer is due
+  // (packets that arrived while the owner was away are read before a
+  // retransmission timer fires), without waiting.
   void Flush();
   // When a QP next needs Progress() without new input (clock nanoseconds).
   std::optional<int64_t> NextTimerNs() const;
@@ -117,6 +119,10 @@ class RoceEndpoint {
   // counts the parse drop).
   bool DispatchUnsupportedRequest(const PacketBuffer& p);
   void Dispatch(PacketBuffer* p);
+  // Reads what is queued, without waiting, if a QP timer is due.
+  size_t ReceiveIfTimerDue();
+  // Polls every QP that has something to send and sends it in one burst.
+  void SendDue();
 
   std::unique_ptr<Port> port_;
   const Clock& clock_;

@@ -39,8 +39,12 @@ struct LeafPeer {
   uint32_t sq_psn = 0;  // this side's first PSN (sent to the manager)
   uint16_t pkey = 0xffff;
   uint32_t qkey = 0;
-  // How long an unacknowledged request waits before it is sent again.
-  absl::Duration ack_timeout = absl::Milliseconds(4);
+  // How long an unacknowledged request waits before it is sent again. The
+  // switch delays its ACKs by up to 1 ms (transport.ack_delay_us), and on
+  // machines where switches share cores with the ranks its timer can fire
+  // late: at 4 ms, `netfold demo` saw up to 14 spurious retransmissions a
+  // run, at 8 ms none.
+  absl::Duration ack_timeout = absl::Milliseconds(8);
 };
 
 struct LeafLinkStats {
