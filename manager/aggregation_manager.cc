@@ -769,39 +769,43 @@ absl::Status AggregationManager::DestroyJob(const control::DestroyJobRequest& re
   {
     absl::MutexLock lock(&mu_);
     NETFOLD_ASSIGN_OR_RETURN(Job * job, AuthJobLocked(req.job()));
-    const uint64_t id = job->id;
-    std::vector<uint64_t> groups(job->groups.begin(), job->groups.end());
-    for (uint64_t g : groups) {
-      ReleaseGroupLocked(groups_.at(g), &out);
-      EraseGroupLocked(g, "", /*notify=*/false);
-    }
-    std::map<int, uint32_t> qps;
-    for (auto& [r, rank] : job->ranks) {
-      qps[rank.leaf] += 1;
-      const SwitchState st = switches_[rank.leaf].state;
-      if (rank.attached && (st == SwitchState::kUp || st == SwitchState::kReconciling)) {
-        control::ManagerMessage m;
-        m.mutable_destroy_qp()->set_qpn(rank.leaf_qpn);
-        out.Add(topo_->switch_at(rank.leaf).name, std::move(m));
-      }
-    }
-    alloc_.ReleaseQps(std::vector<std::pair<int, uint32_t>>(qps.begin(), qps.end()));
-    if (job->pkey != kDefaultPkey) pkeys_used_.erase(job->pkey);
-    control::JobEvent ev;
-    ev.set_kind(control::JobEvent::JOB_DESTROYED);
-    ev.set_reason("the job was destroyed");
-    PublishLocked(*job, ev, {});
-    for (auto& [r, w] : job->watchers) w->Close();
-    jobs_.erase(id);
-    state::JournalEntry e;
-    e.set_delete_job(id);
-    absl::Status s = JournalLocked(e);
-    if (!s.ok()) NETFOLD_LOG(kError) << "job " << id << " destroyed but not journaled";
-    NETFOLD_LOG(kInfo) << "job " << id << " destroyed";
-    MaybeSnapshotLocked();
+    DestroyJobLocked(*job, "the job was destroyed", &out);
   }
   SendBestEffort(std::move(out), "destroy job");
   return absl::OkStatus();
+}
+
+void AggregationManager::DestroyJobLocked(Job& job, const std::string& reason, Outbox* out) {
+  const uint64_t id = job.id;
+  std::vector<uint64_t> groups(job.groups.begin(), job.groups.end());
+  for (uint64_t g : groups) {
+    ReleaseGroupLocked(groups_.at(g), out);
+    EraseGroupLocked(g, "", /*notify=*/false);
+  }
+  std::map<int, uint32_t> qps;
+  for (auto& [r, rank] : job.ranks) {
+    qps[rank.leaf] += 1;
+    const SwitchState st = switches_[rank.leaf].state;
+    if (rank.attached && (st == SwitchState::kUp || st == SwitchState::kReconciling)) {
+      control::ManagerMessage m;
+      m.mutable_destroy_qp()->set_qpn(rank.leaf_qpn);
+      out->Add(topo_->switch_at(rank.leaf).name, std::move(m));
+    }
+  }
+  alloc_.ReleaseQps(std::vector<std::pair<int, uint32_t>>(qps.begin(), qps.end()));
+  if (job.pkey != kDefaultPkey) pkeys_used_.erase(job.pkey);
+  control::JobEvent ev;
+  ev.set_kind(control::JobEvent::JOB_DESTROYED);
+  ev.set_reason(reason);
+  PublishLocked(job, ev, {});
+  for (auto& [r, w] : job.watchers) w->Close();
+  jobs_.erase(id);  // `job` is gone from here on
+  state::JournalEntry e;
+  e.set_delete_job(id);
+  absl::Status s = JournalLocked(e);
+  if (!s.ok()) NETFOLD_LOG(kError) << "job " << id << " destroyed but not journaled";
+  NETFOLD_LOG(kInfo) << "job " << id << " destroyed: " << reason;
+  MaybeSnapshotLocked();
 }
 
 absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
@@ -1766,6 +1770,7 @@ void AggregationManager::Tick() {
   std::vector<int> reconciles;
   std::vector<QpFailure> qp_failures;
   std::vector<std::pair<uint64_t, std::vector<uint32_t>>> silent_hosts;
+  Outbox abandoned_out;
   {
     absl::MutexLock lock(&mu_);
     const absl::Duration now = clock_->Now();
@@ -1795,6 +1800,31 @@ void AggregationManager::Tick() {
         ++it;
       }
     }
+    if (options_.abandoned_job_timeout > absl::ZeroDuration()) {
+      // A job none of whose ranks is attached (they all died, or never
+      // came) holds its QP quota and P_Key until someone destroys it:
+      // after abandoned_job_timeout the manager does.
+      std::vector<uint64_t> abandoned;
+      for (auto& [jid, job] : jobs_) {
+        bool any_attached = false;
+        for (const auto& [r, rank] : job.ranks) any_attached = any_attached || rank.attached;
+        if (any_attached) {
+          job.unattached_since.reset();
+        } else if (!job.unattached_since) {
+          job.unattached_since = now;
+        } else if (now - *job.unattached_since > options_.abandoned_job_timeout) {
+          abandoned.push_back(jid);
+        }
+      }
+      for (uint64_t jid : abandoned) {
+        NETFOLD_LOG(kWarning) << "job " << jid << " has had no attached rank for "
+                              << Ms(options_.abandoned_job_timeout) << "ms: destroying it";
+        DestroyJobLocked(jobs_.at(jid),
+                         absl::StrFormat("no rank was attached for %dms (abandoned_job_timeout)",
+                                         Ms(options_.abandoned_job_timeout)),
+                         &abandoned_out);
+      }
+    }
     if (options_.host_timeout > absl::ZeroDuration()) {
       for (const auto& [jid, job] : jobs_) {
         std::vector<uint32_t> ranks;
@@ -1805,6 +1835,7 @@ void AggregationManager::Tick() {
       }
     }
   }
+  SendBestEffort(std::move(abandoned_out), "destroy abandoned jobs");
   for (int sw : deaths) HandleSwitchDeath(sw);
   for (const QpFailure& f : qp_failures) HandleQpFailure(f);
   for (const auto& [jid, ranks] : silent_hosts) {

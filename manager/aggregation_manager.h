@@ -74,6 +74,9 @@ struct ManagerOptions {
   absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to clients
   absl::Duration switch_timeout = absl::Seconds(2);             // missed heartbeats: dead
   absl::Duration host_timeout = absl::Seconds(5);               // 0: host processes never time out
+  // A job none of whose ranks is attached for this long (its processes were
+  // killed, or never came) is destroyed; 0: jobs live until DestroyJob.
+  absl::Duration abandoned_job_timeout = absl::Seconds(60);
   absl::Duration command_timeout = absl::Seconds(3);            // per batch of switch commands
   absl::Duration link_retry_after = absl::Seconds(10);  // a failed link stays down this long
   bool replan_on_failure = true;
@@ -216,6 +219,9 @@ class AggregationManager {
     // Buffered events with the ranks they are for (empty: every rank).
     std::deque<std::pair<control::JobEvent, std::vector<uint32_t>>> events;
     std::map<uint32_t, std::shared_ptr<EventStream>> watchers;
+    // Since when Tick() has seen no attached rank (unset: one is attached,
+    // or the job was not looked at yet, e.g. just restored from the journal).
+    std::optional<absl::Duration> unattached_since;
   };
 
   enum class GroupState { kInstalling, kReady };
@@ -287,6 +293,10 @@ class AggregationManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Releases a group's resources and queues its removal from switches.
   void ReleaseGroupLocked(Group& group, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Releases everything `job` holds, tells its watchers why, journals and
+  // erases it (`job` dangles afterwards).
+  void DestroyJobLocked(Job& job, const std::string& reason, Outbox* out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops a group entirely (journal, job, events with `reason`).
   void EraseGroupLocked(uint64_t group_id, const std::string& reason, bool notify)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

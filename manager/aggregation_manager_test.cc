@@ -706,6 +706,51 @@ TEST_F(ManagerTest, SilentHostIsDetachedAndItsGroupsRevoked) {
   EXPECT_EQ(fabric_->Get("sw0")->num_qps(), 2u);  // rank 2's QP was destroyed
 }
 
+TEST_F(ManagerTest, AJobWhoseRanksAllDiedIsDestroyedAfterTheAbandonedJobTimeout) {
+  ManagerOptions options;
+  options.host_timeout = absl::Seconds(5);
+  options.abandoned_job_timeout = absl::Seconds(30);
+  Start("single_switch.yaml", options);
+  RegisterAll();
+  control::CreateJobResponse dead = CreateJob({"h0", "h1"});
+  control::CreateJobResponse alive = CreateJob({"h2"});
+  AttachAll(dead, 2);
+  AttachAll(alive, 1);
+  ASSERT_TRUE(Group(dead, {0, 1}).ok());
+  std::shared_ptr<EventStream> w = Watch(dead, 0);
+  ASSERT_EQ(fabric_->Get("sw0")->num_qps(), 3u);
+  // The dead job's processes were killed: only the other job's rank keeps
+  // sending heartbeats. Detached after 5 s, destroyed 30 s later.
+  bool destroyed = false;
+  int seconds_to_destroy = 0;
+  for (int i = 1; i <= 100 && !destroyed; ++i) {
+    clock_.Advance(absl::Milliseconds(500));
+    Heartbeats();
+    control::HostHeartbeatRequest hb;
+    *hb.mutable_job() = Creds(alive);
+    hb.set_rank(0);
+    ASSERT_TRUE(am_->HostHeartbeat(hb).ok());
+    am_->Tick();
+    for (const JobEvent& e : Drain(*w)) {
+      if (e.kind() == JobEvent::JOB_DESTROYED) {
+        destroyed = true;
+        seconds_to_destroy = i / 2;
+        EXPECT_NE(e.reason().find("abandoned_job_timeout"), std::string::npos) << e.reason();
+      }
+    }
+  }
+  ASSERT_TRUE(destroyed);
+  EXPECT_GE(seconds_to_destroy, 35);
+  EXPECT_LE(seconds_to_destroy, 37);
+  control::GetStatusResponse st = am_->GetStatus();
+  ASSERT_EQ(st.jobs_size(), 1);  // the live job stays
+  EXPECT_EQ(st.jobs(0).job_id(), alive.job_id());
+  EXPECT_EQ(fabric_->Get("sw0")->num_qps(), 1u);
+  EXPECT_EQ(SwitchStatus(st, "sw0")->used().qps(), 1u);  // the dead job's quota is back
+  EXPECT_EQ(st.groups_size(), 0);
+  ExpectLedgerMatchesSwitches();
+}
+
 TEST_F(ManagerTest, LinkQpErrorReplansAndTheLinkComesBack) {
   ManagerOptions options;
   options.host_timeout = absl::ZeroDuration();

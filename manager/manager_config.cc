@@ -42,7 +42,8 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
   NETFOLD_RETURN_IF_ERROR(
       CheckKeys(root,
                 {"listen", "topology", "state_dir", "log_level", "heartbeat_interval_ms",
-                 "switch_timeout_ms", "host_timeout_ms", "command_timeout_ms", "link_retry_ms",
+                 "switch_timeout_ms", "host_timeout_ms", "abandoned_job_timeout_ms",
+                 "command_timeout_ms", "link_retry_ms",
                  "replan_on_failure", "switch_secret", "multicast_prefix", "snapshot_every",
                  "max_message_bytes", "max_threads", "rate_limit", "limits"},
                 "manager config"));
@@ -63,6 +64,8 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
   NETFOLD_RETURN_IF_ERROR(ReadMs(root, "heartbeat_interval_ms", &c.manager.heartbeat_interval));
   NETFOLD_RETURN_IF_ERROR(ReadMs(root, "switch_timeout_ms", &c.manager.switch_timeout));
   NETFOLD_RETURN_IF_ERROR(ReadMs(root, "host_timeout_ms", &c.manager.host_timeout));
+  NETFOLD_RETURN_IF_ERROR(
+      ReadMs(root, "abandoned_job_timeout_ms", &c.manager.abandoned_job_timeout));
   NETFOLD_RETURN_IF_ERROR(ReadMs(root, "command_timeout_ms", &c.manager.command_timeout));
   NETFOLD_RETURN_IF_ERROR(ReadMs(root, "link_retry_ms", &c.manager.link_retry_after));
   if (root["replan_on_failure"].IsDefined()) {
@@ -146,6 +149,11 @@ absl::Status ValidateManagerConfig(const ManagerConfig& c) {
   if (m.host_timeout > absl::ZeroDuration() && m.host_timeout < 2 * m.heartbeat_interval) {
     return absl::InvalidArgumentError(
         "host_timeout_ms must be 0 or at least twice heartbeat_interval_ms");
+  }
+  if (m.abandoned_job_timeout > absl::ZeroDuration() &&
+      m.abandoned_job_timeout < 2 * m.heartbeat_interval) {
+    return absl::InvalidArgumentError(
+        "abandoned_job_timeout_ms must be 0 or at least twice heartbeat_interval_ms");
   }
   if (m.command_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("command_timeout_ms must be positive");

@@ -13,6 +13,7 @@
 //   heartbeat_interval_ms: 500
 //   switch_timeout_ms: 2000
 //   host_timeout_ms: 5000           # 0: host processes never time out
+//   abandoned_job_timeout_ms: 60000 # a job with no attached rank this long is destroyed (0: never)
 //   command_timeout_ms: 3000
 //   link_retry_ms: 10000
 //   replan_on_failure: true

@@ -18,6 +18,7 @@ state_dir: /var/lib/x
 heartbeat_interval_ms: 200
 switch_timeout_ms: 1000
 host_timeout_ms: 0
+abandoned_job_timeout_ms: 120000
 replan_on_failure: false
 rate_limit: {requests_per_second: 50, burst: 60}
 limits: {max_jobs: 7, default_slot_bytes: 512}
@@ -30,6 +31,7 @@ limits: {max_jobs: 7, default_slot_bytes: 512}
   EXPECT_EQ(c->manager.heartbeat_interval, absl::Milliseconds(200));
   EXPECT_EQ(c->manager.switch_timeout, absl::Seconds(1));
   EXPECT_EQ(c->manager.host_timeout, absl::ZeroDuration());
+  EXPECT_EQ(c->manager.abandoned_job_timeout, absl::Seconds(120));
   EXPECT_FALSE(c->manager.replan_on_failure);
   EXPECT_EQ(c->server.requests_per_second, 50);
   EXPECT_EQ(c->manager.limits.max_jobs, 7u);
