@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/aligned_buffer.h"
 #include "base/clock.h"
 #include "base/daemon.h"
 #include "base/errno_status.h"
@@ -106,6 +107,25 @@ TEST(Log, ThresholdFiltersWithoutEvaluatingArguments) {
   EXPECT_NE(out.find("boom 1"), std::string::npos);
   EXPECT_EQ(out.back(), '\n');
   SetLogLevel(saved);
+}
+
+template <size_t kOffset>
+void ExpectPlacedAndKept() {
+  LineOffsetVector<kOffset> v(40 + 4096);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % kCacheLine, kOffset);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<uint8_t>(i);
+  v.resize(3 * 4096);  // grows into a new allocation, placed the same way
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(v.data()) % kCacheLine, kOffset);
+  for (size_t i = 0; i < 40 + 4096; ++i) ASSERT_EQ(v[i], static_cast<uint8_t>(i)) << i;
+  LineOffsetVector<kOffset> copy = v;
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(copy.data()) % kCacheLine, kOffset);
+  EXPECT_EQ(copy, v);
+}
+
+TEST(AlignedBuffer, StartsAtTheOffsetFromACacheLineAndKeepsItWhenGrown) {
+  ExpectPlacedAndKept<0>();
+  ExpectPlacedAndKept<24>();
+  ExpectPlacedAndKept<63>();
 }
 
 TEST(Clock, RealClockIsMonotonic) {
