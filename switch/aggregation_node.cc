@@ -289,7 +289,8 @@ void AggregationNode::Advance(Slot& slot, size_t in_hand, std::span<const uint8_
   // Every contribution that is next in child order, in one pass over the
   // accumulator: acc = ((acc op next) op next+1) ...
   fold_inputs_.clear();
-  if (slot.acc_started) fold_inputs_.push_back(acc);
+  const bool had_acc = slot.acc_started;
+  if (had_acc) fold_inputs_.push_back(acc);
   while (slot.next_fold < n && slot.arrived[slot.next_fold] != kNotArrived) {
     const size_t c = slot.next_fold;
     if (slot.arrived[c] == kBuffered && slot.child_data[c] &&
@@ -307,8 +308,8 @@ void AggregationNode::Advance(Slot& slot, size_t in_hand, std::span<const uint8_
     slot.arrived[c] = kFolded;
     ++slot.next_fold;
   }
-  if (slot.folds && slot.status == AggregationStatus::kOk && !fold_inputs_.empty() &&
-      !(fold_inputs_.size() == 1 && fold_inputs_[0] == acc)) {
+  // (Contributions are collected only while the status is OK.)
+  if (slot.folds && fold_inputs_.size() > (had_acc ? 1u : 0u)) {
     slot.kernel.Fold(acc, fold_inputs_, slot.header.count);
   }
 }

@@ -11,8 +11,9 @@
 // recvmmsg/sendmmsg. RecvBurst asks epoll which sockets hold datagrams,
 // waiting up to its timeout (to the microsecond, epoll_pwait2) when none
 // does, and reads only those; with `busy_poll` it spins on non-blocking
-// reads of every socket instead (opt-in: it burns a core). Multicast is sent from the unicast socket with
-// IP_MULTICAST_IF set to the local address, loopback on, TTL `multicast_ttl`.
+// reads of every socket instead (opt-in: it burns a core). Multicast is sent
+// from the unicast socket with IP_MULTICAST_IF set to the local address,
+// loopback on, TTL `multicast_ttl`.
 //
 // Thread-safety: as for every Port, one thread polls it; counters() may be
 // read from anywhere.
