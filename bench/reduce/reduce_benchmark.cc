@@ -220,37 +220,48 @@ class CollectingReporter : public benchmark::ConsoleReporter {
   // Colors only on a terminal: meson and CI capture the output.
   CollectingReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
 
+  // With --benchmark_report_aggregates_only the repetitions never reach a
+  // reporter, only their aggregates: the table then takes the "median"
+  // aggregate and has no spread.
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
-      if (run.run_type != Run::RT_Iteration || run.error_occurred) {
-        continue;
-      }
+      if (run.error_occurred) continue;
       const auto it = run.counters.find("bytes_per_second");
       if (it == run.counters.end()) continue;
-      gbps_[run.run_name.function_name].push_back(it->second.value / 1e9);
+      const std::string& name = run.run_name.function_name;
+      if (run.run_type == Run::RT_Iteration) {
+        gbps_[name].push_back(it->second.value / 1e9);
+      } else if (run.aggregate_name == "median") {
+        aggregate_median_[name] = it->second.value / 1e9;
+      }
     }
     ConsoleReporter::ReportRuns(runs);
   }
   // Median over repetitions; 0 if the benchmark did not run.
   double Median(const std::string& name) const {
     auto it = gbps_.find(name);
-    if (it == gbps_.end() || it->second.empty()) return 0;
+    if (it == gbps_.end() || it->second.empty()) {
+      auto agg = aggregate_median_.find(name);
+      return agg == aggregate_median_.end() ? 0 : agg->second;
+    }
     std::vector<double> v = it->second;
     std::sort(v.begin(), v.end());
     const size_t n = v.size();
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
   }
-  // (max - min) / median over repetitions, 0 with fewer than two.
-  double Spread(const std::string& name) const {
+  // (max - min) / median over repetitions as a column of the table: "-"
+  // with fewer than two repetitions seen.
+  std::string Spread(const std::string& name) const {
     auto it = gbps_.find(name);
-    if (it == gbps_.end() || it->second.size() < 2) return 0;
+    if (it == gbps_.end() || it->second.size() < 2) return "-";
     const auto [lo, hi] = std::minmax_element(it->second.begin(), it->second.end());
     const double median = Median(name);
-    return median > 0 ? (*hi - *lo) / median : 0;
+    return absl::StrFormat("%.0f%%", median > 0 ? 100 * (*hi - *lo) / median : 0);
   }
 
  private:
   std::map<std::string, std::vector<double>> gbps_;
+  std::map<std::string, double> aggregate_median_;
 };
 
 void PrintTable(const CollectingReporter& reporter, const std::vector<Row>& rows,
@@ -268,15 +279,15 @@ void PrintTable(const CollectingReporter& reporter, const std::vector<Row>& rows
     std::string goal;
     if (row.goal > 0) goal = absl::StrFormat(">= %.1f %s", row.goal, ratio >= row.goal ? "met" : "MISSED");
     std::string ref_short = row.reference.substr(0, row.reference.rfind('/'));
-    std::printf("%-34s %9.2f %6.0f%%  %-18s %9.2f %6.0f%% %7.2f  %s\n", row.name.c_str(), got,
-                100 * reporter.Spread(row.name), ref_short.c_str(), ref,
-                100 * reporter.Spread(row.reference), ratio, goal.c_str());
+    std::printf("%-34s %9.2f %7s  %-18s %9.2f %7s %7.2f  %s\n", row.name.c_str(), got,
+                reporter.Spread(row.name).c_str(), ref_short.c_str(), ref,
+                reporter.Spread(row.reference).c_str(), ratio, goal.c_str());
   }
   for (const Size& size : sizes) {
     const std::string name = absl::StrFormat("memcpy/%s", size.name);
     if (reporter.Median(name) == 0) continue;
-    std::printf("%-34s %9.2f %6.0f%%\n", name.c_str(), reporter.Median(name),
-                100 * reporter.Spread(name));
+    std::printf("%-34s %9.2f %7s\n", name.c_str(), reporter.Median(name),
+                reporter.Spread(name).c_str());
   }
 }
 
