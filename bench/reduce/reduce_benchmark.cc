@@ -46,7 +46,9 @@ using proto::DataType;
 using proto::ReduceOp;
 
 constexpr size_t kFoldInputs = 8;
-constexpr size_t kNumBuffers = kFoldInputs + 1;
+constexpr size_t kFoldOutput = kFoldInputs;       // buffer index of the Fold's output
+constexpr size_t kReduceDst = kFoldInputs + 1;    // of Reduce's accumulator
+constexpr size_t kNumBuffers = kFoldInputs + 2;
 
 struct Size {
   std::string_view name;
@@ -58,10 +60,22 @@ struct Size {
 // kNumBuffers vectors of one size, 64-byte aligned, filled once with bytes
 // that are normal finite numbers whether read as fp16, bf16, fp32 or fp64
 // (every 16-bit half is 0x3Cxx), so no kernel slows down on subnormals or
-// NaNs. Shared by every benchmark of that size. Buffer i starts i * 4160
-// bytes into its allocation, so that the streams do not all map to the same
-// cache sets and 4 KiB-alias each other (large allocations come back
-// page-aligned), which real buffers would not do either.
+// NaNs. Shared by every benchmark of that size: the Fold reads 0..7 and
+// writes kFoldOutput, Reduce writes kReduceDst, so no benchmark changes
+// another's inputs. Buffer i starts i * 4544 bytes into its allocation, so
+// that the streams do not all map to the same cache sets and 4 KiB-alias
+// each other (large allocations come back page-aligned), which real
+// buffers would not do either.
+//
+// Products in place would still leave the normal range: dst *= ~2^-7 (the
+// fp32 reading of the fill) falls through the subnormals to zero within a
+// few dozen iterations, and a subnormal product costs an Intel core a
+// microcode assist per vector (fp32 prod measured 0.27x of the reference at
+// DRAM size, spread 20 %, before). So every Reduce row starts from the
+// fill (copied into kReduceDst before it is timed), and prod rows take
+// their source from ones(type): every element is one in that type, which
+// keeps dst where it is and costs the multiplier what any normal operand
+// does.
 class Buffers {
  public:
   static Buffers& ForSize(size_t bytes) {
@@ -72,19 +86,39 @@ class Buffers {
   }
   uint8_t* at(size_t i) { return buffers_[i]; }
   const void* const* inputs() const { return inputs_; }
+  const uint8_t* ones(DataType type) {
+    auto& slot = ones_[type];
+    if (slot == nullptr) {
+      slot = Allocate(bytes_, kNumBuffers);
+      const size_t size = proto::DataTypeSize(type);
+      uint8_t one[8] = {1};  // integers: 1, little-endian
+      if (type == DataType::kFp16) std::memcpy(one, "\x00\x3C", 2);
+      if (type == DataType::kBf16) std::memcpy(one, "\x80\x3F", 2);
+      if (type == DataType::kFp32) std::memcpy(one, "\x00\x00\x80\x3F", 4);
+      if (type == DataType::kFp64) std::memcpy(one, "\x00\x00\x00\x00\x00\x00\xF0\x3F", 8);
+      for (size_t b = 0; b + size <= bytes_; b += size) std::memcpy(slot + b, one, std::min<size_t>(size, 8));
+    }
+    return slot;
+  }
 
  private:
-  explicit Buffers(size_t bytes) {
+  static constexpr size_t kStagger = 4096 + 448;
+
+  // Buffer number i of `bytes`: i * kStagger bytes into a page-aligned block.
+  static uint8_t* Allocate(size_t bytes, size_t i) {
+    const size_t alloc = (bytes + (kNumBuffers + 1) * kStagger + 4095) / 4096 * 4096;
+    auto* base = static_cast<uint8_t*>(std::aligned_alloc(4096, alloc));
+    if (base == nullptr) {
+      std::fprintf(stderr, "out of memory allocating %zu bytes\n", bytes);
+      std::exit(1);
+    }
+    return base + i * kStagger;
+  }
+
+  explicit Buffers(size_t bytes) : bytes_(bytes) {
     uint32_t seed = 12345;
     for (size_t i = 0; i < kNumBuffers; ++i) {
-      constexpr size_t kStagger = 4096 + 448;
-      const size_t alloc = (bytes + kNumBuffers * kStagger + 4095) / 4096 * 4096;
-      auto* base = static_cast<uint8_t*>(std::aligned_alloc(4096, alloc));
-      buffers_[i] = base == nullptr ? nullptr : base + i * kStagger;
-      if (buffers_[i] == nullptr) {
-        std::fprintf(stderr, "out of memory allocating %zu bytes\n", bytes);
-        std::exit(1);
-      }
+      buffers_[i] = Allocate(bytes, i);
       for (size_t b = 0; b < bytes; b += 2) {
         seed = seed * 1664525u + 1013904223u;
         buffers_[i][b] = static_cast<uint8_t>(seed >> 24);
@@ -93,8 +127,10 @@ class Buffers {
       if (i < kFoldInputs) inputs_[i] = buffers_[i];
     }
   }
+  size_t bytes_;
   uint8_t* buffers_[kNumBuffers] = {};
   const void* inputs_[kFoldInputs] = {};
+  std::map<DataType, uint8_t*> ones_;
 };
 
 // ---------------------------------------------------- memory references
@@ -156,14 +192,19 @@ std::string ReferenceName(Kind kind, size_t width, std::string_view size) {
   return absl::StrFormat("ref_%s/u%d/%s", kind == Kind::kReduce ? "add" : "add8", width * 8, size);
 }
 
-void KernelBenchmark(benchmark::State& state, Kernel kernel, Kind kind, size_t vector_bytes) {
+void KernelBenchmark(benchmark::State& state, Kernel kernel, DataType type, ReduceOp op, Kind kind,
+                     size_t vector_bytes) {
   Buffers& buffers = Buffers::ForSize(vector_bytes);
   const size_t count = vector_bytes / kernel.element_size();
+  const uint8_t* src = op == ReduceOp::kProd ? buffers.ones(type) : buffers.at(1);
+  // Other rows leave any bits in the accumulator (the integer reference adds
+  // to the fp bits): start from the fill, outside the timed loop.
+  if (kind == Kind::kReduce) std::memcpy(buffers.at(kReduceDst), buffers.at(2), vector_bytes);
   for (auto _ : state) {
     if (kind == Kind::kReduce) {
-      kernel.Reduce(buffers.at(0), buffers.at(1), count);
+      kernel.Reduce(buffers.at(kReduceDst), src, count);
     } else {
-      kernel.Fold(buffers.at(kFoldInputs), {buffers.inputs(), kFoldInputs}, count);
+      kernel.Fold(buffers.at(kFoldOutput), {buffers.inputs(), kFoldInputs}, count);
     }
     benchmark::ClobberMemory();
   }
@@ -185,9 +226,9 @@ void ReferenceBenchmark(benchmark::State& state, Kind kind, size_t width, size_t
                              : RunAddEight<uint64_t>;
   for (auto _ : state) {
     if (kind == Kind::kReduce) {
-      add(buffers.at(0), buffers.at(1), vector_bytes);
+      add(buffers.at(kReduceDst), buffers.at(1), vector_bytes);
     } else {
-      add8(buffers.at(kFoldInputs), buffers.inputs(), vector_bytes);
+      add8(buffers.at(kFoldOutput), buffers.inputs(), vector_bytes);
     }
     benchmark::ClobberMemory();
   }
@@ -198,7 +239,7 @@ void ReferenceBenchmark(benchmark::State& state, Kind kind, size_t width, size_t
 void MemcpyBenchmark(benchmark::State& state, size_t vector_bytes) {
   Buffers& buffers = Buffers::ForSize(vector_bytes);
   for (auto _ : state) {
-    std::memcpy(buffers.at(kFoldInputs), buffers.at(0), vector_bytes);
+    std::memcpy(buffers.at(kFoldOutput), buffers.at(0), vector_bytes);
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
@@ -372,7 +413,8 @@ int Main(int argc, char** argv) {
                             proto::ReduceOpName(c.op), size.name);
         const size_t width = ReferenceWidth(kernel->element_size());
         const std::string reference = ReferenceName(kind, width, size.name);
-        benchmark::RegisterBenchmark(name.c_str(), KernelBenchmark, *kernel, kind, size.bytes)
+        benchmark::RegisterBenchmark(name.c_str(), KernelBenchmark, *kernel, c.type, c.op, kind,
+                                     size.bytes)
             ->MinTime(min_time);
         if (!references[reference]) {
           references[reference] = true;
