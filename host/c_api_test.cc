@@ -58,6 +58,12 @@ TEST(CApi, BadEnvironmentIsAClearError) {
   setenv("NETFOLD_DELIVERY", "carrier-pigeon", 1);
   EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
   unsetenv("NETFOLD_DELIVERY");
+  for (const char* bad : {"fast", "-1", "1000001"}) {
+    setenv("NETFOLD_POLL_US", bad, 1);
+    EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_POLL_US"), std::string::npos);
+  }
+  unsetenv("NETFOLD_POLL_US");
 }
 
 TEST(CApi, MissingManagerFailsWithinTheDeadline) {

@@ -166,6 +166,11 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
   };
   NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_PORT", 255, &o->verbs_port));
   NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_MTU", 4096, &o->verbs_mtu));
+  if (!Env("NETFOLD_POLL_US").empty()) {
+    uint32_t us = 0;
+    NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_POLL_US", 1000000, &us));
+    o->poll_window = absl::Microseconds(us);
+  }
   if (!Env("NETFOLD_VERBS_GID_INDEX").empty()) {
     uint32_t index = 0;
     NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_GID_INDEX", 255, &index));
@@ -306,6 +311,7 @@ absl::Status Context::Join(Oob& world) {
   // This rank's soft engine: a UDP port (with the configured faults) for
   // the host algorithms, and for the leaf link unless it uses verbs.
   transport::UdpPortConfig port_config;
+  port_config.poll_window = options_.poll_window;
   NETFOLD_ASSIGN_OR_RETURN(port_config.local,
                            transport::ParseIpv4Endpoint(options_.local_address, 0));
   NETFOLD_ASSIGN_OR_RETURN(auto udp, transport::UdpPort::Create(port_config));

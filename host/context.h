@@ -73,6 +73,10 @@ struct ContextOptions {
   // NETFOLD_PARTITION=default: the job uses P_Key 0xFFFF instead of one of
   // its own (implied when any rank uses the verbs transport).
   bool default_partition = false;
+  // NETFOLD_POLL_US: the soft engine reads its socket without sleeping this
+  // long after the last packet it sent or received (opt-in polling; zero:
+  // it sleeps in epoll at once). UdpPortConfig::poll_window.
+  absl::Duration poll_window = absl::ZeroDuration();
 };
 
 // Reads NETFOLD_* environment variables into `options` where the field was

@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<transport::Port>> CreateBackendPort(const Switchd
   if (config.backend == "udp") {
     transport::UdpPortConfig udp;
     udp.local = config.data_address;
+    udp.poll_window = config.poll_window;
     udp.pool.num_buffers = config.packet_buffers;
     absl::StatusOr<std::unique_ptr<transport::UdpPort>> port = transport::UdpPort::Create(udp);
     if (!port.ok()) {

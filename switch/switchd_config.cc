@@ -361,7 +361,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
         t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "ack_delay_us", "retry_count",
-            "idle_wait_us", "packet_buffers", "ip_identification"},
+            "idle_wait_us", "poll_us", "packet_buffers", "ip_identification"},
         "transport"));
     NETFOLD_RETURN_IF_ERROR(OptionalUint(t, "path_mtu", "transport", 4096, &c.data_plane.path_mtu));
     if (t["ack_timeout_ms"].IsDefined()) {
@@ -385,6 +385,10 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
       NETFOLD_ASSIGN_OR_RETURN(uint64_t us,
                                ReadUint(t["idle_wait_us"], "transport.idle_wait_us", 1000000));
       c.idle_wait = absl::Microseconds(static_cast<int64_t>(us));
+    }
+    if (t["poll_us"].IsDefined()) {
+      NETFOLD_ASSIGN_OR_RETURN(uint64_t us, ReadUint(t["poll_us"], "transport.poll_us", 1000000));
+      c.poll_window = absl::Microseconds(static_cast<int64_t>(us));
     }
     NETFOLD_RETURN_IF_ERROR(
         OptionalUint(t, "packet_buffers", "transport", 1u << 20, &c.packet_buffers));

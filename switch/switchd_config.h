@@ -32,7 +32,7 @@
 //   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
 //   job_quota: {groups: 64, slots: 1024, qps: 256}
 //   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 1000, retry_count: 7,
-//               idle_wait_us: 1000, packet_buffers: 8192}
+//               idle_wait_us: 1000, poll_us: 0, packet_buffers: 8192}
 //   link_faults:
 //     - {peer: default, direction: both, impairment: "drop=0.01,seed=3"}
 //     - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
@@ -121,6 +121,10 @@ struct SwitchdConfig {
   // How long the data-plane thread waits for packets when idle: it bounds
   // how late a control command (from the manager or the admin API) runs.
   absl::Duration idle_wait = absl::Milliseconds(1);
+  // udp backend: keep reading without sleeping this long after the last
+  // packet (transport.poll_us; UdpPortConfig::poll_window). Zero: sleep in
+  // epoll at once (the default; polling is opt-in).
+  absl::Duration poll_window = absl::ZeroDuration();
   uint32_t packet_buffers = 8192;
 
   std::vector<LinkFaultSpec> link_faults;

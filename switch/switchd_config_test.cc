@@ -23,7 +23,7 @@ data_port_file: /tmp/x.port
 capacity: {trees: 8, groups: 32, slots: 512, slot_bytes: 2048, qps: 100}
 job_quota: {groups: 4, slots: 64, qps: 9}
 transport: {path_mtu: 4096, ack_timeout_ms: 3, ack_delay_us: 250, retry_count: 5,
-            idle_wait_us: 500, packet_buffers: 1024, ip_identification: solve}
+            idle_wait_us: 500, poll_us: 150, packet_buffers: 1024, ip_identification: solve}
 link_faults:
   - {peer: default, direction: receive, impairment: "drop=0.01,seed=3"}
   - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
@@ -59,6 +59,7 @@ TEST(SwitchdConfig, ParsesEveryKey) {
   EXPECT_EQ(c->data_plane.ack_delay, absl::Microseconds(250));
   EXPECT_EQ(c->data_plane.retry_count, 5);
   EXPECT_EQ(c->idle_wait, absl::Microseconds(500));
+  EXPECT_EQ(c->poll_window, absl::Microseconds(150));
   EXPECT_EQ(c->packet_buffers, 1024u);
   EXPECT_TRUE(c->data_plane.solve_ip_identification);
   ASSERT_EQ(c->link_faults.size(), 2u);
@@ -178,6 +179,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"transport: {retry_count: 9}\n", "larger than 7"},
         BadCase{"transport: {ip_identification: guess}\n", "must be zero or solve"},
         BadCase{"transport: {ack_delay_us: 1001}\n", "transport.ack_delay_us"},
+        BadCase{"transport: {poll_us: 1000001}\n", "transport.poll_us"},
+        BadCase{"transport: {poll_us: -5}\n", "transport.poll_us"},
         BadCase{"data_address: localhost\n", "not an ip:port address"},
         BadCase{"link_faults: {peer: all}\n", "expected a list"},
         BadCase{"link_faults:\n  - {peer: all, impairment: \"drop=2\"}\n",

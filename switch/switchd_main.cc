@@ -44,6 +44,9 @@ ABSL_FLAG(int, max_groups, -1, "capacity: groups held at once");
 ABSL_FLAG(int, max_slots, -1, "capacity: slots in total");
 ABSL_FLAG(int, slot_bytes, -1, "capacity: the largest slot (P), a multiple of 16");
 ABSL_FLAG(int, max_qps, -1, "capacity: RC queue pairs");
+ABSL_FLAG(int, poll_us, -1,
+          "udp backend: read without sleeping this long after the last packet, 0..1000000 "
+          "(default 0: sleep at once)");
 
 namespace netfold::sw {
 namespace {
@@ -119,6 +122,11 @@ absl::StatusOr<SwitchdConfig> BuildConfig() {
       !s.ok()) {
     return s;
   }
+  int64_t poll_us = -1;
+  if (absl::Status s = set_int(absl::GetFlag(FLAGS_poll_us), "poll_us", 1000000, &poll_us); !s.ok()) {
+    return s;
+  }
+  if (poll_us >= 0) config.poll_window = absl::Microseconds(poll_us);
   return config;
 }
 

@@ -137,16 +137,21 @@ int RunBench(const BenchOptions& o) {
   fo.hosts = max_ranks;
   fo.default_slot_bytes = 4032;
   fo.default_slots = 32;
+  fo.switch_poll_us = o.poll_us;
   auto fabric = LocalFabric::Start(fo);
   if (!fabric.ok()) {
     std::fprintf(stderr, "netfold bench: %s\n", fabric.status().ToString().c_str());
     return 2;
   }
-  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=32 slots of P=4032 bytes\n\n",
-              (*fabric)->manager_address().c_str());
-  const std::string netfold_options =
+  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=32 slots of P=4032 bytes; %s\n\n",
+              (*fabric)->manager_address().c_str(),
+              o.poll_us > 0 ? absl::StrFormat("switches and netfold ranks poll %d us after each packet",
+                                              o.poll_us).c_str()
+                            : "netfold sleeps in epoll (no polling; --poll-us N to poll)");
+  std::string netfold_options =
       absl::StrFormat("-x NETFOLD_MANAGER=%s -x LD_PRELOAD=%s -x NETFOLD_MPI_ENABLE=1",
                       (*fabric)->manager_address(), interposer);
+  if (o.poll_us > 0) netfold_options += absl::StrFormat(" -x NETFOLD_POLL_US=%d", o.poll_us);
   std::vector<Variant> variants = {
       {"netfold", netfold_options, true},
       {"ompi-sm", "--mca btl self,vader", false},

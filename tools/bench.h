@@ -18,6 +18,9 @@ struct BenchOptions {
   double seconds_per_size = 0.5;         // measurement budget per point
   std::string out_dir;                   // CSV and plots; empty: ./netfold-bench-<op>
   bool quick = false;
+  // Opt-in polling for netfold's runs: the switches' --poll_us and the
+  // ranks' NETFOLD_POLL_US; 0: both sleep in epoll (the defaults).
+  int poll_us = 0;
   std::string self;                      // this program (to find siblings)
 };
 

@@ -256,6 +256,9 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
                                      "--admin_port_file=" + admin_file,
                                      "--log_level=" + options.log_level};
     if (!options.link_faults.empty()) argv.push_back("--link_faults=" + options.link_faults);
+    if (options.switch_poll_us > 0) {
+      argv.push_back(absl::StrFormat("--poll_us=%d", options.switch_poll_us));
+    }
     NETFOLD_ASSIGN_OR_RETURN(pid_t pid, Spawn(name, argv, options.detach));
     (void)pid;
   }

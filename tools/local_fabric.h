@@ -41,6 +41,7 @@ struct LocalFabricOptions {
   bool detach = false;          // daemons in their own session (outlive the launcher)
   uint32_t default_slot_bytes = 0;  // manager's default P (0: its own default)
   uint32_t default_slots = 0;       // manager's default K
+  int switch_poll_us = 0;           // switches' --poll_us (0: they sleep in epoll at once)
   absl::Duration ready_timeout = absl::Seconds(30);
 };
 

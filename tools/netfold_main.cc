@@ -5,7 +5,7 @@
 //   netfold down [--state-dir DIR]
 //   netfold status [--manager IP:PORT | --state-dir DIR] [--switch NAME]
 //   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
-//   netfold bench allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--quick]
+//   netfold bench allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--quick] [--poll-us N]
 //
 // See docs/operations.md.
 #include <algorithm>
@@ -54,6 +54,7 @@ constexpr char kUsage[] =
     "  bench   allreduce|reduce|bcast|barrier: the fabric against Open MPI (shared memory\n"
     "          and TCP) in the same run: a table of ratios, a CSV and PNG plots.\n"
     "          --ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  --quick\n"
+    "          --poll-us N: netfold's switches and ranks poll N us after each packet (opt-in)\n"
     "\n"
     "Common: --log-level error|warning|info|debug|trace. The state directory defaults to\n"
     "$NETFOLD_STATE_DIR or /tmp/netfold-<uid>.\n";
@@ -347,7 +348,8 @@ int Fault(int argc, char** argv) {
 int Bench(int argc, char** argv) {
   BenchOptions o;
   o.self = SelfPath(argv[0]);
-  Args args = Args::Parse(argc, argv, {"quick"}, {"ranks", "sizes", "seconds", "out", "log-level"},
+  Args args = Args::Parse(argc, argv, {"quick"},
+                          {"ranks", "sizes", "seconds", "out", "poll-us", "log-level"},
                           /*max_positional=*/1);
   if (!args.error.empty()) return Fail(args.error);
   if (!args.positional.empty()) o.op = args.positional[0];
@@ -375,6 +377,10 @@ int Bench(int argc, char** argv) {
   if (args.Has("seconds") && (!absl::SimpleAtod(args.Get("seconds"), &o.seconds_per_size) ||
                               o.seconds_per_size <= 0)) {
     return Fail("--seconds must be a positive number");
+  }
+  if (args.Has("poll-us") && (!absl::SimpleAtoi(args.Get("poll-us"), &o.poll_us) ||
+                              o.poll_us < 0 || o.poll_us > 1000000)) {
+    return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
   }
   o.out_dir = args.Get("out");
   return RunBench(o);

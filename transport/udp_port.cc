@@ -1,6 +1,7 @@
 #include "transport/udp_port.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -287,9 +288,28 @@ size_t UdpPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) 
   // instead of one read per socket) or waits until one does. A timeout or
   // EINTR returns 0: the caller loops with its own deadline.
   if (backlog_) {
-    if (const size_t n = ReadAll(out); n > 0) return n;
+    if (const size_t n = ReadAll(out); n > 0) return Received(n);
   }
-  return ReadReady(out, timeout);
+  if (config_.poll_window > absl::ZeroDuration()) {
+    // Spin until the window since the last packet closes or the timeout
+    // ends, whichever is first; then sleep for what is left.
+    const int64_t start = RealClock().NowNanos();
+    const int64_t end = std::min(last_activity_ns_ + absl::ToInt64Nanoseconds(config_.poll_window),
+                                 start + absl::ToInt64Nanoseconds(timeout));
+    for (int64_t now = start; now < end; now = RealClock().NowNanos()) {
+      if (const size_t n = ReadAll(out); n > 0) return Received(n);
+      sched_yield();
+    }
+    timeout -= absl::Nanoseconds(std::max<int64_t>(0, RealClock().NowNanos() - start));
+  }
+  return Received(ReadReady(out, timeout));
+}
+
+size_t UdpPort::Received(size_t n) {
+  if (n > 0 && config_.poll_window > absl::ZeroDuration()) {
+    last_activity_ns_ = RealClock().NowNanos();
+  }
+  return n;
 }
 
 size_t UdpPort::SendBurst(std::span<PacketBuffer* const> packets) {
@@ -331,6 +351,9 @@ size_t UdpPort::SendBurst(std::span<PacketBuffer* const> packets) {
     counters_.Add(counters_.tx_packets, static_cast<uint64_t>(n));
     taken += static_cast<size_t>(n);
     if (static_cast<size_t>(n) < batch) break;
+  }
+  if (taken > 0 && config_.poll_window > absl::ZeroDuration()) {
+    last_activity_ns_ = RealClock().NowNanos();
   }
   return taken;
 }

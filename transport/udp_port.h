@@ -11,8 +11,12 @@
 // recvmmsg/sendmmsg. RecvBurst asks epoll which sockets hold datagrams,
 // waiting up to its timeout (to the microsecond, epoll_pwait2) when none
 // does, and reads only those; with `busy_poll` it spins on non-blocking
-// reads of every socket instead (opt-in: it burns a core). Multicast is sent
-// from the unicast socket with IP_MULTICAST_IF set to the local address,
+// reads of every socket instead (opt-in: it burns a core). With a
+// `poll_window` it spins, yielding the CPU between reads, for that long
+// after the port last sent or received, and only then sleeps in epoll: a
+// port in the middle of an exchange is not put to sleep and woken again for
+// every packet, an idle one sleeps (opt-in as well). Multicast is sent from
+// the unicast socket with IP_MULTICAST_IF set to the local address,
 // loopback on, TTL `multicast_ttl`.
 //
 // Thread-safety: as for every Port, one thread polls it; counters() may be
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "transport/port.h"
 
 struct epoll_event;
@@ -34,6 +39,9 @@ struct UdpPortConfig {
   Ipv4Endpoint local{0x7f000001, kDefaultRocePort};
   PacketPoolConfig pool;
   bool busy_poll = false;
+  // Read without sleeping this long after the last packet sent or received
+  // (sched_yield between reads); zero: sleep in epoll at once.
+  absl::Duration poll_window = absl::ZeroDuration();
   int multicast_ttl = 1;
   // Socket buffer sizes; large by default so bursts are not dropped by the
   // kernel (as root, beyond net.core.rmem_max).
@@ -68,6 +76,8 @@ class UdpPort : public Port {
   size_t ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout);
   // epoll_pwait2 (exact timeout), or epoll_wait in whole milliseconds.
   int Wait(epoll_event* events, absl::Duration timeout);
+  // Notes the time of a receive of n > 0 packets for the poll window; returns n.
+  size_t Received(size_t n);
 
   UdpPortConfig config_;
   PacketPool pool_;
@@ -78,6 +88,7 @@ class UdpPort : public Port {
   size_t next_socket_ = 0;       // round robin among sockets with data
   bool backlog_ = false;         // the last read may have left datagrams behind
   bool has_epoll_pwait2_ = true;
+  int64_t last_activity_ns_ = 0;  // RealClock() of the last packet sent or received
 };
 
 }  // namespace netfold::transport

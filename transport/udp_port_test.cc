@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -260,6 +261,48 @@ TEST(UdpPort, BusyPollingReceives) {
   PacketBuffer* p = Packet(*b, a->local(), 42);
   b->SendBurst({&p, 1});
   EXPECT_EQ(RecvTags(*a, 1), std::vector<uint32_t>{42});
+}
+
+int64_t ThreadCpuNanos() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
+
+TEST(UdpPort, PollWindowReceivesAndKeepsTheTimeout) {
+  UdpPortConfig config;
+  config.poll_window = absl::Seconds(10);  // longer than any wait below
+  auto a = MakePort(config);
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  // a sends: its window opens; a wait inside it spins, and still ends at
+  // its timeout, not at the end of the window.
+  PacketBuffer* out = Packet(*a, b->local(), 1);
+  ASSERT_EQ(a->SendBurst({&out, 1}), 1u);
+  PacketBuffer* rx[4];
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(a->RecvBurst(rx, absl::Milliseconds(20)), 0u);
+  const absl::Duration waited = absl::Now() - start;
+  EXPECT_GE(waited, absl::Milliseconds(19));
+  EXPECT_LT(waited, absl::Seconds(2));
+  PacketBuffer* p = Packet(*b, a->local(), 42);
+  b->SendBurst({&p, 1});
+  EXPECT_EQ(RecvTags(*a, 1), std::vector<uint32_t>{42});
+}
+
+TEST(UdpPort, PollWindowClosedSleeps) {
+  UdpPortConfig config;
+  config.poll_window = absl::Milliseconds(1);
+  auto a = MakePort(config);
+  ASSERT_TRUE(a);
+  // Nothing sent or received yet: the window is closed and the wait sleeps
+  // in epoll. Spinning for the 100 ms would show as CPU time of this thread.
+  PacketBuffer* rx[4];
+  const int64_t cpu = ThreadCpuNanos();
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(a->RecvBurst(rx, absl::Milliseconds(100)), 0u);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(99));
+  EXPECT_LT(ThreadCpuNanos() - cpu, 30'000'000);
 }
 
 TEST(UdpPort, EmptyPoolLeavesDatagramsQueued) {

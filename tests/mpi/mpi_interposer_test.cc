@@ -175,6 +175,25 @@ TEST_F(MpiInterposer, NoFabricMeansSilentFallbackUnderTryAndAnErrorUnderOne) {
   EXPECT_NE(strict.output.find("cannot use the fabric"), std::string::npos) << strict.output;
 }
 
+// Opt-in polling (switches' --poll_us, ranks' NETFOLD_POLL_US) changes how
+// the daemons and the ranks wait, not what they compute: every result of
+// the sweep is checked, and nothing may fall back to Open MPI.
+TEST(MpiInterposerPolling, EveryTypeAndOpOnFourPollingRanks) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  tools::LocalFabricOptions o;
+  o.hosts = 4;
+  o.switch_poll_us = 200;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  MpiResult r = MpiRun(4, {"sweep"}, (*fabric)->manager_address(),
+                       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_MPI_ENABLE", "1"},
+                        {"NETFOLD_POLL_US", "200"}});
+  ExpectPassed(r, "sweep");
+  EXPECT_NE(r.output.find("offloaded allreduce"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
+}
+
 TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
