@@ -43,6 +43,8 @@ constexpr char kUsage[] =
     "  up      start a manager and the switches of a topology in the background and print\n"
     "          what to export.   --topology FILE | --hosts N (8)   --state-dir DIR\n"
     "          --faults IMPAIRMENT (on every switch port, e.g. drop=0.01,seed=3)\n"
+    "          --poll-us N: the switches poll N us after each packet (opt-in; ranks:\n"
+    "          NETFOLD_POLL_US)\n"
     "  down    stop the fabric started by `up`.   --state-dir DIR\n"
     "  status  print switches, trees, jobs, groups and resources.\n"
     "          --manager IP:PORT (default: the fabric of --state-dir, or $NETFOLD_MANAGER)\n"
@@ -148,7 +150,8 @@ int Demo(int argc, char** argv) {
 }
 
 int Up(int argc, char** argv) {
-  Args args = Args::Parse(argc, argv, {}, {"topology", "hosts", "state-dir", "faults", "log-level"});
+  Args args = Args::Parse(argc, argv, {},
+                          {"topology", "hosts", "state-dir", "faults", "poll-us", "log-level"});
   if (!args.error.empty()) return Fail(args.error);
   ApplyLogLevel(args);
   LocalFabricOptions o;
@@ -160,6 +163,10 @@ int Up(int argc, char** argv) {
     return Fail("--hosts must be a positive number");
   }
   if (args.Has("faults")) o.link_faults = "default/both/" + args.Get("faults");
+  if (args.Has("poll-us") && (!absl::SimpleAtoi(args.Get("poll-us"), &o.switch_poll_us) ||
+                              o.switch_poll_us < 0 || o.switch_poll_us > 1000000)) {
+    return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
+  }
   auto fabric = LocalFabric::Start(o);
   if (!fabric.ok()) return Fail(std::string(fabric.status().message()));
   (*fabric)->Release();
