@@ -646,7 +646,11 @@ TEST_F(SwitchdTest, SwitchesReRegisterAfterAManagerRestartAndKeepServing) {
   StartManager(manager_port_);
   ASSERT_TRUE(WaitAllUp()) << "switches did not re-register";
   for (const std::string& name : kSwitches) {
-    EXPECT_NE(switchd_.at(name)->Log().find("(1 groups"), std::string::npos)
+    // The journal brings the switches back as UP at once; a switch's own
+    // re-registration (it reports its group) follows within its backoff.
+    EXPECT_TRUE(WaitUntil(
+        [&] { return switchd_.at(name)->Log().find("(1 groups") != std::string::npos; },
+        absl::Seconds(10)))
         << name << ":\n" << switchd_.at(name)->Log();
     EXPECT_EQ(ListGroups(name).groups_size(), 1) << name;
   }
