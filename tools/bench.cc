@@ -169,6 +169,7 @@ int RunBench(const BenchOptions& o) {
   for (long s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
 
   Results results;
+  std::vector<std::string> failed;  // "variant on N ranks"
   for (int p : ranks) {
     for (const Variant& v : variants) {
       std::fprintf(stderr, "  measuring %s on %d ranks ...\n", v.name.c_str(), p);
@@ -177,9 +178,20 @@ int RunBench(const BenchOptions& o) {
           bench, o.op, size_list, o.seconds_per_size);
       std::string out;
       const int timeout = 120 + static_cast<int>(sizes.size() * (o.seconds_per_size * 4 + 20));
+      const uintmax_t log_before = fs::exists(log) ? fs::file_size(log) : 0;
       if (!RunCommand(cmd, timeout, &out, log)) {
         std::fprintf(stderr, "  %s on %d ranks failed or timed out (see %s)\n", v.name.c_str(), p,
                      log.c_str());
+        failed.push_back(absl::StrFormat("%s on %d ranks", v.name, p));
+        // collective_bench checks one result per size and aborts on a
+        // wrong one: say so here, the row stays empty.
+        std::ifstream in(log);
+        in.seekg(static_cast<std::streamoff>(log_before));
+        for (std::string line; std::getline(in, line);) {
+          if (line.find("WRONG RESULT") != std::string::npos) {
+            std::fprintf(stderr, "  %s\n", line.c_str());
+          }
+        }
       }
       results[v.name][p] = Parse(out);
     }
@@ -246,6 +258,11 @@ int RunBench(const BenchOptions& o) {
   if (!plot.empty() && system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") == 0) {
     const std::string cmd = absl::StrFormat("/usr/bin/python3 %s %s %s", plot, csv_path, out_dir);
     if (system(cmd.c_str()) == 0) std::printf("plots: %s/*.png\n", out_dir.c_str());
+  }
+  if (!failed.empty()) {
+    // The rows of a failed run are missing ('-'), not guessed.
+    std::printf("FAILED: %s (see %s)\n", absl::StrJoin(failed, ", ").c_str(), log.c_str());
+    return 1;
   }
   return 0;
 }

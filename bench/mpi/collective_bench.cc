@@ -9,6 +9,10 @@
 // Per size: warm-up (5 operations, a probe of 10 that sets the iteration
 // count, then a tenth of that count), then iterations until the time budget
 // is spent (at least 5, at most 100000), each iteration timed on rank 0.
+// After the timed iterations one more operation runs on rank-dependent
+// inputs and every rank that receives a result checks it; a wrong result
+// aborts the job before the size's line is printed, so a row in the table
+// always stands for correct results.
 // Rank 0 prints one CSV line per size:
 //   size,iterations,avg_us,p50_us,p99_us,link_bytes_per_op
 // link_bytes_per_op is this rank's RoCE bytes (both directions) per
@@ -37,6 +41,49 @@ int64_t LinkBytes(StatsFn fn) {
   Stats s{};
   if (fn(&s) != 0) return -1;
   return static_cast<int64_t>(s.link_tx_bytes + s.link_rx_bytes);
+}
+
+// Runs `op` once on inputs that identify the ranks and checks the result
+// where MPI defines one: element i of rank r's input is r + 1 + (i % 3), so
+// the fp32 sum over p ranks is exact (p (p + 1) / 2 + p (i % 3), far below
+// 2^24); bcast sends bytes that depend on the index. Returns an empty
+// string or what was wrong.
+std::string Verify(const std::string& op, long bytes, int rank, int size) {
+  char what[256] = "";
+  if (op == "bcast") {
+    std::vector<unsigned char> buf(static_cast<size_t>(std::max<long>(bytes, 1)));
+    for (size_t i = 0; i < buf.size(); ++i) {
+      buf[i] = rank == 0 ? static_cast<unsigned char>(i * 7 + 3) : 0;
+    }
+    MPI_Bcast(buf.data(), static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+    for (size_t i = 0; i < static_cast<size_t>(bytes); ++i) {
+      if (buf[i] != static_cast<unsigned char>(i * 7 + 3)) {
+        std::snprintf(what, sizeof(what), "bcast byte %zu is %u, expected %u", i, buf[i],
+                      static_cast<unsigned char>(i * 7 + 3));
+        break;
+      }
+    }
+    return what;
+  }
+  if (op != "allreduce" && op != "reduce") return "";
+  const size_t count = static_cast<size_t>(std::max<long>(1, bytes / 4));
+  std::vector<float> in(count), out(count, -1.0f);
+  for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 3));
+  if (op == "allreduce") {
+    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  } else {
+    MPI_Reduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank != 0) return "";
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const float want = static_cast<float>(size * (size + 1) / 2 + size * static_cast<int>(i % 3));
+    if (out[i] != want) {
+      std::snprintf(what, sizeof(what), "%s element %zu is %g, expected %g", op.c_str(), i,
+                    static_cast<double>(out[i]), static_cast<double>(want));
+      break;
+    }
+  }
+  return what;
 }
 
 }  // namespace
@@ -91,6 +138,11 @@ int main(int argc, char** argv) {
       lat[static_cast<size_t>(i)] = MPI_Wtime() - t0;
     }
     const int64_t link1 = LinkBytes(stats);
+    if (const std::string wrong = Verify(op, bytes, rank, size); !wrong.empty()) {
+      std::fprintf(stderr, "collective_bench: WRONG RESULT on rank %d of %d, %ld bytes: %s\n", rank,
+                   size, bytes, wrong.c_str());
+      MPI_Abort(MPI_COMM_WORLD, 3);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
       double sum = 0;
