@@ -424,6 +424,12 @@ int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc) {
   if (g.config.enable == Enable::kOn) {
     std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric: %s: %s\n", g.world_rank,
                  kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
+    // As MPI itself reports an error: through the communicator's error
+    // handler (MPI_ERRORS_ARE_FATAL by default aborts the job), then the
+    // code for handlers that return. A bare return code would let a
+    // program that does not check it go on with a buffer the operation
+    // never wrote.
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
     return MPI_ERR_OTHER;
   }
   ++g.fallbacks[kFabricError];

@@ -10,6 +10,11 @@
 //   mpi_collectives fallback  user op, derived datatype, tiny comm: still right
 //   mpi_collectives outage    allreduces in a loop; the driver kills the
 //                             switches in the middle (after "phase 1 done")
+//   mpi_collectives strict return|fatal   phase 1 of outage, then (with
+//                             NETFOLD_MPI_ENABLE=1) one allreduce on the dead
+//                             fabric: it must return an error under
+//                             MPI_ERRORS_RETURN and abort the job under the
+//                             default MPI_ERRORS_ARE_FATAL
 //   mpi_collectives bench COUNT ITERS   (used by bench/)
 #include <mpi.h>
 #include <unistd.h>
@@ -292,6 +297,36 @@ void Outage() {
   for (int i = 0; i < 20; ++i) AllOps<double>(MPI_COMM_WORLD, MPI_DOUBLE, "double", {300}, seed);
 }
 
+// Phase 1 of Outage, then one allreduce after the driver killed the
+// switches, under the error handler `handler` names.
+void Strict(const std::string& handler) {
+  uint64_t seed = 900;
+  for (int i = 0; i < 5; ++i) AllOps<int32_t>(MPI_COMM_WORLD, MPI_INT, "int", {64}, seed);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    std::printf("phase 1 done\n");
+    std::fflush(stdout);
+  }
+  const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
+  for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+  if (handler == "return") MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  const int in = g_rank + 1;
+  int out = -1;
+  const int rc = MPI_Allreduce(&in, &out, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  ++g_checks;
+  if (handler == "fatal") {
+    Fail("the failed allreduce returned (rc " + std::to_string(rc) + ") instead of aborting");
+  } else if (rc == MPI_SUCCESS) {
+    if (out != g_size * (g_size + 1) / 2) Fail("MPI_SUCCESS with a wrong result");
+    Fail("the allreduce on a dead fabric returned MPI_SUCCESS under NETFOLD_MPI_ENABLE=1");
+  } else {
+    int error_class = 0;
+    MPI_Error_class(rc, &error_class);
+    std::printf("rank %d: allreduce returned error class %d\n", g_rank, error_class);
+    if (error_class != MPI_ERR_OTHER) Fail("error class " + std::to_string(error_class));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -303,6 +338,7 @@ int main(int argc, char** argv) {
   else if (what == "comms") Comms();
   else if (what == "fallback") Fallback();
   else if (what == "outage") Outage();
+  else if (what == "strict") Strict(argc > 2 ? argv[2] : "fatal");
   else if (what == "bench") {
     const long count = argc > 2 ? std::atol(argv[2]) : 1;
     const int iters = argc > 3 ? std::atoi(argv[3]) : 100;

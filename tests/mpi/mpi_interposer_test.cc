@@ -220,5 +220,48 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
 }
 
+// NETFOLD_MPI_ENABLE=1 and a fabric that dies: the failed collective goes
+// through the communicator's error handler, as an error inside MPI would.
+// The default handler aborts the job (a program that does not check return
+// codes must not go on with a buffer nothing wrote); MPI_ERRORS_RETURN
+// gets MPI_ERR_OTHER back.
+TEST(MpiInterposerOutage, UnderEnableOneAFabricFailureGoesThroughTheErrorHandler) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  for (const std::string handler : {"return", "fatal"}) {
+    SCOPED_TRACE(handler);
+    tools::LocalFabricOptions o;
+    o.hosts = 2;
+    auto fabric = tools::LocalFabric::Start(o);
+    ASSERT_TRUE(fabric.ok()) << fabric.status();
+    const std::string flag = (fs::temp_directory_path() /
+                              absl::StrFormat("netfold-strict-%d", getpid())).string();
+    std::remove(flag.c_str());
+    auto kill_switches = [&] {
+      for (const std::string& name : (*fabric)->switch_names()) {
+        EXPECT_TRUE((*fabric)->Kill(name, SIGKILL).ok());
+      }
+      std::FILE* f = std::fopen(flag.c_str(), "w");
+      if (f) std::fclose(f);
+    };
+    MpiResult r = MpiRun(2, {"strict", handler}, (*fabric)->manager_address(),
+                         {{"NETFOLD_MPI_ENABLE", "1"}, {"NETFOLD_TIMEOUT_MS", "2000"},
+                          {"NETFOLD_TEST_OUTAGE_FILE", flag}},
+                         absl::Minutes(3), "phase 1 done", kill_switches);
+    std::remove(flag.c_str());
+    EXPECT_NE(r.output.find("allreduce failed on the fabric"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("[killed by the test"), std::string::npos) << r.output;
+    if (handler == "return") {
+      ExpectPassed(r, "strict");
+      EXPECT_NE(r.output.find("allreduce returned error class"), std::string::npos) << r.output;
+    } else {
+      EXPECT_NE(r.exit_code, 0) << r.output;
+      EXPECT_EQ(r.output.find("instead of aborting"), std::string::npos) << r.output;
+      EXPECT_EQ(r.output.find("mpi_collectives strict:"), std::string::npos)
+          << "the job ran to its end:\n" << r.output;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace netfold
