@@ -8,15 +8,23 @@
 //
 // Per size: warm-up (5 operations, a probe of 10 that sets the iteration
 // count, then a tenth of that count), then iterations until the time budget
-// is spent (at least 5, at most 100000), each iteration timed on rank 0.
+// is spent (at least 5, at most 100000). As in the OSU collective
+// benchmarks, every rank times every iteration and the iterations are
+// separated by a barrier outside the timed region, so a collective that
+// lets some ranks leave early (reduce and bcast on Open MPI) cannot overlap
+// one iteration with the next; the latencies are those of all ranks. The
+// barrier is PMPI_Barrier, Open MPI's own, in every variant, so it is the
+// same separator for all of them and adds nothing to netfold's link
+// counters.
 // After the timed iterations one more operation runs on rank-dependent
 // inputs and every rank that receives a result checks it; a wrong result
 // aborts the job before the size's line is printed, so a row in the table
 // always stands for correct results.
 // Rank 0 prints one CSV line per size:
 //   size,iterations,avg_us,p50_us,p99_us,link_bytes_per_op
-// link_bytes_per_op is this rank's RoCE bytes (both directions) per
-// operation when the interposer is loaded (netfold_mpi_stats), else -1.
+// avg_us, p50_us and p99_us are over every (rank, iteration) sample.
+// link_bytes_per_op is rank 0's RoCE bytes (both directions) per operation
+// when the interposer is loaded (netfold_mpi_stats), else -1.
 #include <dlfcn.h>
 #include <mpi.h>
 
@@ -118,11 +126,14 @@ int main(int argc, char** argv) {
     for (int i = 0; i < 5; ++i) once();
     MPI_Barrier(MPI_COMM_WORLD);
     // Decide the iteration count on rank 0 from the average of a timed
-    // probe of 10 operations (one operation alone is too noisy when
-    // processes share cores), share it.
+    // probe of 10 iterations (one alone is too noisy when processes share
+    // cores), share it.
     constexpr int kProbe = 10;
     double t0 = MPI_Wtime();
-    for (int i = 0; i < kProbe; ++i) once();
+    for (int i = 0; i < kProbe; ++i) {
+      once();
+      PMPI_Barrier(MPI_COMM_WORLD);
+    }
     double probe = (MPI_Wtime() - t0) / kProbe;
     MPI_Bcast(&probe, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     int iters = static_cast<int>(std::min(100000.0, std::max(5.0, budget / std::max(probe, 1e-7))));
@@ -136,8 +147,12 @@ int main(int argc, char** argv) {
       t0 = MPI_Wtime();
       once();
       lat[static_cast<size_t>(i)] = MPI_Wtime() - t0;
+      PMPI_Barrier(MPI_COMM_WORLD);
     }
     const int64_t link1 = LinkBytes(stats);
+    // Every rank's samples, at rank 0 (at most 100000 x 16 doubles).
+    std::vector<double> all(rank == 0 ? lat.size() * static_cast<size_t>(size) : 0);
+    PMPI_Gather(lat.data(), iters, MPI_DOUBLE, all.data(), iters, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     if (const std::string wrong = Verify(op, bytes, rank, size); !wrong.empty()) {
       std::fprintf(stderr, "collective_bench: WRONG RESULT on rank %d of %d, %ld bytes: %s\n", rank,
                    size, bytes, wrong.c_str());
@@ -146,12 +161,12 @@ int main(int argc, char** argv) {
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) {
       double sum = 0;
-      for (double l : lat) sum += l;
-      std::sort(lat.begin(), lat.end());
-      const double p50 = lat[lat.size() / 2], p99 = lat[std::min(lat.size() - 1, lat.size() * 99 / 100)];
+      for (double l : all) sum += l;
+      std::sort(all.begin(), all.end());
+      const double p50 = all[all.size() / 2], p99 = all[std::min(all.size() - 1, all.size() * 99 / 100)];
       const double link = link0 < 0 ? -1 : static_cast<double>(link1 - link0) / iters;
-      std::printf("%ld,%d,%.3f,%.3f,%.3f,%.1f\n", bytes, iters, sum / iters * 1e6, p50 * 1e6,
-                  p99 * 1e6, link);
+      std::printf("%ld,%d,%.3f,%.3f,%.3f,%.1f\n", bytes, iters,
+                  sum / static_cast<double>(all.size()) * 1e6, p50 * 1e6, p99 * 1e6, link);
       std::fflush(stdout);
     }
   }
