@@ -58,6 +58,7 @@ absl::Status RcQueuePair::Modify(QpState target, const RcQpAttributes& attrs) {
     fatal_after_nak_ = absl::OkStatus();
     retransmit_at_ns_ = rnr_resume_at_ns_ = -1;
     retries_ = rnr_retries_ = backoff_ = 0;
+    probing_ = false;
     error_ = absl::OkStatus();
     state_ = QpState::kReset;
     return absl::OkStatus();
@@ -387,6 +388,7 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet) {
         return;
       }
       if (psn != una_psn_) AckUpTo(PsnAdd(psn, -1));
+      probing_ = false;  // an answer: the receiver said where it is
       if (rnr) {
         counters_.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
         ++rnr_retries_;
@@ -438,6 +440,7 @@ void RcQueuePair::AckUpTo(uint32_t psn) {
     if (send_wqe_index_ > 0) --send_wqe_index_;
   }
   una_psn_ = PsnAdd(psn, 1);
+  probing_ = false;
   if (PsnLess(send_psn_, una_psn_)) GoBackTo(una_psn_);
   // Progress: the retry budget and the backoff start over.
   retries_ = 0;
@@ -467,7 +470,8 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
     rnr_resume_at_ns_ = -1;
   }
   const uint32_t in_flight = static_cast<uint32_t>(PsnDiff(send_psn_, una_psn_));
-  if (in_flight >= config_.max_outstanding_packets) return false;
+  const uint32_t window = probing_ ? 1 : config_.max_outstanding_packets;
+  if (in_flight >= window) return false;
 
   SendWqe* w = sq_[send_wqe_index_];
   const uint32_t k = static_cast<uint32_t>(PsnDiff(send_psn_, w->first_psn));
@@ -498,7 +502,7 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
     return false;
   }
   bool ack_req = last || ++packets_since_ack_req_ >= config_.ack_req_interval ||
-                 in_flight + 1 >= config_.max_outstanding_packets;
+                 in_flight + 1 >= window;
   if (ack_req) packets_since_ack_req_ = 0;
 
   proto::RocePacketSpec spec;
@@ -575,6 +579,7 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
     }
     backoff_ = std::min(backoff_ + 1, config_.max_backoff);
     GoBackTo(una_psn_);
+    probing_ = true;
     retransmit_at_ns_ = now + (absl::ToInt64Nanoseconds(attrs_.timeout) << backoff_);
   }
   constexpr int kMaxPacketsPerPoll = 64;

@@ -30,7 +30,12 @@
 //   waits the RNR timer and resends.
 // - The requester goes back to the first unacknowledged PSN on a NAK, on an
 //   RNR NAK (after the RNR delay), and when no ACK arrives within `timeout`;
-//   each timeout doubles the timeout (up to `max_backoff` times). After
+//   each timeout doubles the timeout (up to `max_backoff` times). After a
+//   timeout it sends only that first packet (asking for an ACK) until an
+//   ACK or NAK answers: a receiver that was merely slow, or whose socket
+//   was full, is not buried under a whole window of duplicates, and its
+//   answer says where to go on from (as TCP restarts from one segment
+//   after a retransmission timeout). After
 //   `retry_count` retransmissions without progress (or `rnr_retry` RNR NAKs;
 //   7 means unlimited, as in verbs) the QP goes to ERROR, every posted
 //   message completes with that error, and error() says why.
@@ -248,6 +253,7 @@ class RcQueuePair {
   uint32_t retries_ = 0;
   uint32_t rnr_retries_ = 0;
   uint32_t backoff_ = 0;
+  bool probing_ = false;                 // after a timeout: one packet until answered
   std::deque<SendCompletion> completions_;
 
   // Responder.

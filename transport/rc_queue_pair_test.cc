@@ -418,6 +418,42 @@ TEST(RcQueuePair, RetryExhaustionReachesErrorWithinItsBound) {
   EXPECT_EQ(pair.qa_->counters().timeouts, 4u);
 }
 
+// A timeout resends the first unacknowledged packet alone, not the whole
+// window: a receiver that is only slow (or whose socket is full) gets one
+// duplicate per timeout instead of a window of them. The answer to that
+// packet reopens the window, and everything arrives exactly once.
+TEST(RcQueuePair, ATimeoutResendsOnePacketUntilTheReceiverAnswers) {
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(1);
+  RcPair pair({}, {}, attrs);
+  pair.b_port_->SetReceiveImpairment(*ParseImpairment("down=1"));
+  constexpr int kMessages = 20;
+  for (int i = 0; i < kMessages; ++i) ASSERT_TRUE(pair.qa_->PostSend(Message(i, 4096), i).ok());
+  // All 20 go out and are lost; then three timeouts (1, 2, 4 ms).
+  for (int step = 0; step < 80 && pair.qa_->counters().timeouts < 3; ++step) {
+    pair.Step(absl::Microseconds(100));
+  }
+  ASSERT_EQ(pair.qa_->counters().timeouts, 3u);
+  EXPECT_EQ(pair.qa_->counters().packets_sent, static_cast<uint64_t>(kMessages));
+  EXPECT_EQ(pair.qa_->counters().packets_retransmitted, 3u) << "one packet per timeout";
+  // The link comes back: the next probe is answered, the window reopens.
+  pair.b_port_->SetReceiveImpairment({});
+  for (int step = 0; step < 400 && pair.qb_->counters().messages_received < kMessages; ++step) {
+    pair.Step(absl::Microseconds(100));
+  }
+  EXPECT_EQ(pair.qb_->counters().messages_received, static_cast<uint64_t>(kMessages));
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts);
+  // The probe and then each lost packet once more.
+  EXPECT_EQ(pair.qa_->counters().packets_retransmitted, 3u + kMessages);
+  for (int step = 0; step < 100 && pair.qa_->num_outstanding() > 0; ++step) pair.Step();
+  SendCompletion sc;
+  for (int i = 0; i < kMessages; ++i) {
+    ASSERT_TRUE(pair.qa_->PollSendCompletion(&sc)) << i;
+    EXPECT_EQ(sc.wr_id, static_cast<uint64_t>(i));
+    EXPECT_TRUE(sc.status.ok());
+  }
+}
+
 TEST(RcQueuePair, FullReceiveQueueIsRnrNakedAndRecovered) {
   RcQpConfig config;
   config.max_recv_queue = 4;
