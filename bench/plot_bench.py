@@ -16,6 +16,14 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def human(size):
+    """4 B, 64 B, 1 KiB, 16 KiB, 64 MiB: the table's spelling."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if size >= 1 << shift and size % (1 << shift) == 0:
+            return f"{size >> shift} {unit}"
+    return f"{size} B"
+
+
 def main(path, out_dir):
     rows = list(csv.DictReader(open(path)))
     if not rows:
@@ -57,7 +65,7 @@ def main(path, out_dir):
                     xs.append(p)
                     ys.append(nf / om)
             if xs:
-                ax.plot(xs, ys, marker="o", label=f"{s} B")
+                ax.plot(xs, ys, marker="o", label=human(s))
         ax.axhline(1.0, color="black", linewidth=0.8)
         ax.set_xlabel("ranks")
         ax.set_ylabel(f"netfold / {ref} latency")
