@@ -143,11 +143,24 @@ int RunBench(const BenchOptions& o) {
     std::fprintf(stderr, "netfold bench: %s\n", fabric.status().ToString().c_str());
     return 2;
   }
-  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=32 slots of P=4032 bytes; %s\n\n",
+  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=32 slots of P=4032 bytes; %s\n",
               (*fabric)->manager_address().c_str(),
               o.poll_us > 0 ? absl::StrFormat("switches and netfold ranks poll %d us after each packet",
                                               o.poll_us).c_str()
                             : "netfold sleeps in epoll (no polling; --poll-us N to poll)");
+  // Where the ranks sit decides how many switch processes an operation
+  // crosses (LocalFabric puts the first half of the hosts on leaf0).
+  const int on_leaf0 = (max_ranks + 1) / 2;
+  std::vector<int> one_leaf, three;
+  for (int p : ranks) (p <= on_leaf0 ? one_leaf : three).push_back(p);
+  std::printf("placement: rank r is host h<r>; h0..h%d on leaf0, the rest on leaf1.%s%s\n\n",
+              on_leaf0 - 1,
+              one_leaf.empty() ? ""
+                               : absl::StrFormat(" Ranks %s: leaf0 alone (one switch).",
+                                                 absl::StrJoin(one_leaf, ",")).c_str(),
+              three.empty() ? ""
+                            : absl::StrFormat(" Ranks %s: leaf0, leaf1 and root (three switches).",
+                                              absl::StrJoin(three, ",")).c_str());
   std::string netfold_options =
       absl::StrFormat("-x NETFOLD_MANAGER=%s -x LD_PRELOAD=%s -x NETFOLD_MPI_ENABLE=1",
                       (*fabric)->manager_address(), interposer);
