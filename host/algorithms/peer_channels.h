@@ -114,10 +114,13 @@ struct RcPeerChannelsOptions {
   uint32_t max_outstanding_packets = 64;
   // RC retransmission: a peer that acknowledges nothing for
   // ack_timeout * (1 + 2 + 4 + ... + 64 + 64) = 191 * ack_timeout (7 retries,
-  // docs/transport.md; 1.9 s with these defaults) is declared dead. A rank
+  // docs/transport.md; 12 s with these defaults) is declared dead. A rank
   // that does not progress its transport that long (busy elsewhere while a
-  // peer sends to it) is indistinguishable from a dead one.
-  absl::Duration ack_timeout = absl::Milliseconds(10);
+  // peer sends to it) is indistinguishable from a dead one. The same 64 ms
+  // as a switch's toward hosts (transport.host_ack_timeout_ms): at 10 ms
+  // (1.9 s), 16 ranks of 64 MiB allreduces on 2 cores declared starved,
+  // live peers dead. Operations still end at their own deadline.
+  absl::Duration ack_timeout = absl::Milliseconds(64);
   uint8_t retry_count = 7;
   // A rank waiting on a silent peer probes it this often.
   absl::Duration keepalive_interval = absl::Milliseconds(200);
