@@ -118,8 +118,8 @@ struct RcPeerChannelsOptions {
   // that does not progress its transport that long (busy elsewhere while a
   // peer sends to it) is indistinguishable from a dead one. The same 64 ms
   // as a switch's toward hosts (transport.host_ack_timeout_ms): at 10 ms
-  // (1.9 s), 16 ranks of 64 MiB allreduces on 2 cores declared starved,
-  // live peers dead. Operations still end at their own deadline.
+  // (1.9 s), live but starved peers were declared dead when 16 ranks ran
+  // 64 MiB allreduces on 2 cores. Operations still end at their own deadline.
   absl::Duration ack_timeout = absl::Milliseconds(64);
   uint8_t retry_count = 7;
   // A rank waiting on a silent peer probes it this often.
