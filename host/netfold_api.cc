@@ -1,4 +1,4 @@
-// The C API (host/netfold/netfold.h) over host::Context and host::Group.
+// The C API (host/include/netfold/netfold.h) over host::Context and host::Group.
 // Every entry point validates its arguments, converts absl::Status to a
 // netfold_status_t and records the message for netfold_last_error().
 #include <cstdint>
@@ -12,7 +12,7 @@
 #include "base/log.h"
 #include "host/context.h"
 #include "host/error_codes.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 
 using netfold::host::CallbackOob;
 using netfold::host::CollectiveArgs;

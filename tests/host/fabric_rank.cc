@@ -40,7 +40,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 #include "host/tcp_oob.h"
 #include "proto/data_type.h"
 #include "proto/reduce_op.h"

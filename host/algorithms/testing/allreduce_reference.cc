@@ -1,4 +1,4 @@
-#include "host/algorithms/allreduce_reference.h"
+#include "host/algorithms/testing/allreduce_reference.h"
 
 #include <cmath>
 #include <cstring>

@@ -7,8 +7,8 @@
 //   auto in = MakeInputs(DataType::kFp32, ReduceOp::kSum, count, /*ranks=*/5, /*seed=*/7);
 //   std::vector<uint8_t> want = ReferenceAllreduce(Algorithm::kRing, nullptr, 2,
 //                                                  DataType::kFp32, ReduceOp::kSum, in, count);
-#ifndef NETFOLD_HOST_ALGORITHMS_ALLREDUCE_REFERENCE_H_
-#define NETFOLD_HOST_ALGORITHMS_ALLREDUCE_REFERENCE_H_
+#ifndef NETFOLD_HOST_ALGORITHMS_TESTING_ALLREDUCE_REFERENCE_H_
+#define NETFOLD_HOST_ALGORITHMS_TESTING_ALLREDUCE_REFERENCE_H_
 
 #include <cstdint>
 #include <string>
@@ -50,4 +50,4 @@ std::string CompareBytes(const std::vector<uint8_t>& got, const std::vector<uint
 
 }  // namespace netfold::host::algorithms
 
-#endif  // NETFOLD_HOST_ALGORITHMS_ALLREDUCE_REFERENCE_H_
+#endif  // NETFOLD_HOST_ALGORITHMS_TESTING_ALLREDUCE_REFERENCE_H_

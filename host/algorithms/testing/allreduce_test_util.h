@@ -1,7 +1,7 @@
 // gtest helpers shared by the host algorithm tests: launch one allreduce on
 // every rank of a LoopbackRanks and check it against the reference.
-#ifndef NETFOLD_HOST_ALGORITHMS_ALLREDUCE_TEST_UTIL_H_
-#define NETFOLD_HOST_ALGORITHMS_ALLREDUCE_TEST_UTIL_H_
+#ifndef NETFOLD_HOST_ALGORITHMS_TESTING_ALLREDUCE_TEST_UTIL_H_
+#define NETFOLD_HOST_ALGORITHMS_TESTING_ALLREDUCE_TEST_UTIL_H_
 
 #include <algorithm>
 #include <string>
@@ -10,8 +10,8 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "host/algorithms/allreduce_engine.h"
-#include "host/algorithms/allreduce_reference.h"
-#include "host/algorithms/loopback_ranks.h"
+#include "host/algorithms/testing/allreduce_reference.h"
+#include "host/algorithms/testing/loopback_ranks.h"
 
 namespace netfold::host::algorithms {
 
@@ -100,4 +100,4 @@ inline void Check(LoopbackRanks& ranks, Job& job, uint32_t tree_degree = 2) {
 
 }  // namespace netfold::host::algorithms
 
-#endif  // NETFOLD_HOST_ALGORITHMS_ALLREDUCE_TEST_UTIL_H_
+#endif  // NETFOLD_HOST_ALGORITHMS_TESTING_ALLREDUCE_TEST_UTIL_H_

@@ -1,4 +1,4 @@
-#include "host/algorithms/loopback_ranks.h"
+#include "host/algorithms/testing/loopback_ranks.h"
 
 #include <algorithm>
 

@@ -10,8 +10,8 @@
 // Time moves by `step` per round, and jumps to the next timer (RC
 // retransmission, keepalive, deadline; at most `max_idle_jump` ahead) when a
 // round moved nothing, so waits of seconds cost few rounds. Not thread-safe.
-#ifndef NETFOLD_HOST_ALGORITHMS_LOOPBACK_RANKS_H_
-#define NETFOLD_HOST_ALGORITHMS_LOOPBACK_RANKS_H_
+#ifndef NETFOLD_HOST_ALGORITHMS_TESTING_LOOPBACK_RANKS_H_
+#define NETFOLD_HOST_ALGORITHMS_TESTING_LOOPBACK_RANKS_H_
 
 #include <memory>
 #include <string>
@@ -84,4 +84,4 @@ class LoopbackRanks {
 
 }  // namespace netfold::host::algorithms
 
-#endif  // NETFOLD_HOST_ALGORITHMS_LOOPBACK_RANKS_H_
+#endif  // NETFOLD_HOST_ALGORITHMS_TESTING_LOOPBACK_RANKS_H_

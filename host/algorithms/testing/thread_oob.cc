@@ -1,4 +1,4 @@
-#include "host/algorithms/thread_oob.h"
+#include "host/algorithms/testing/thread_oob.h"
 
 #include <cstring>
 

@@ -7,8 +7,8 @@
 //   NETFOLD_RETURN_IF_ERROR(channels->ConnectWithOob(oob.For(r)));
 //
 // Thread-safe. Every wait gives up after `timeout` (DeadlineExceeded).
-#ifndef NETFOLD_HOST_ALGORITHMS_THREAD_OOB_H_
-#define NETFOLD_HOST_ALGORITHMS_THREAD_OOB_H_
+#ifndef NETFOLD_HOST_ALGORITHMS_TESTING_THREAD_OOB_H_
+#define NETFOLD_HOST_ALGORITHMS_TESTING_THREAD_OOB_H_
 
 #include <cstdint>
 #include <span>
@@ -46,4 +46,4 @@ class ThreadOob {
 
 }  // namespace netfold::host::algorithms
 
-#endif  // NETFOLD_HOST_ALGORITHMS_THREAD_OOB_H_
+#endif  // NETFOLD_HOST_ALGORITHMS_TESTING_THREAD_OOB_H_

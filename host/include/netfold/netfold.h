@@ -16,7 +16,7 @@
  *   rc = netfold_group_create(ctx, &gs, &group);            // collective
  *   rc = netfold_allreduce(group, in, out, count, NETFOLD_DTYPE_FP32,
  *                          NETFOLD_OP_SUM);
- *   if (rc != NETFOLD_SUCCESS) fprintf(stderr, "%s\n", netfold_last_error(ctx));
+ *   if (rc != NETFOLD_SUCCESS) fprintf(stderr, "%s\n", netfold_last_error());
  *   netfold_group_destroy(group);                           // collective
  *   netfold_finalize(ctx);                                  // collective
  *

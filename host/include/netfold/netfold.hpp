@@ -3,11 +3,13 @@
 // no behaviour: every call returns the C API's code (no exceptions).
 //
 //   netfold::Context ctx;
-//   if (int rc = ctx.Init(spec); rc != NETFOLD_SUCCESS) ...
+//   int rc = ctx.Init(spec);                    // spec: a netfold_init_spec_t
 //   netfold::Group world;
-//   rc = world.Create(ctx, group_spec);
+//   if (rc == NETFOLD_SUCCESS) rc = world.Create(ctx, group_spec);
 //   std::vector<float> x(n), y(n);
-//   rc = world.Allreduce(std::span<const float>(x), std::span<float>(y), NETFOLD_OP_SUM);
+//   if (rc == NETFOLD_SUCCESS) {
+//     rc = world.Allreduce(std::span<const float>(x), std::span<float>(y), NETFOLD_OP_SUM);
+//   }
 //
 // Destroying a Group or Context runs the collective destroy/finalize: do it
 // on every rank, in the same order.
