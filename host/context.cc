@@ -78,6 +78,31 @@ std::optional<algorithms::TreeSpec> FabricTree(const control::GroupInfo& info,
   return tree;
 }
 
+// The members' exchanges wait for other processes: outside the data path's
+// lock, so that the progress thread keeps the link answered meanwhile.
+class OutsideOob : public Oob {
+ public:
+  OutsideOob(Oob& inner, ProgressThread& progress) : inner_(inner), progress_(progress) {}
+  absl::Status Allgather(const void* send, void* recv, size_t bytes) override {
+    ProgressThread::Outside outside(progress_);
+    return inner_.Allgather(send, recv, bytes);
+  }
+  absl::Status Bcast(void* buf, size_t bytes, int root) override {
+    ProgressThread::Outside outside(progress_);
+    return inner_.Bcast(buf, bytes, root);
+  }
+  absl::Status Barrier() override {
+    ProgressThread::Outside outside(progress_);
+    return inner_.Barrier();
+  }
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+
+ private:
+  Oob& inner_;
+  ProgressThread& progress_;
+};
+
 // Failures of the fabric the hosts can stand in for.
 bool HostsCanStandIn(const absl::Status& s) {
   return absl::IsResourceExhausted(s) || absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s) ||
@@ -98,16 +123,24 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   if (absl::Status all = AgreeOnStatus(world, joined); !all.ok()) {
     // The job rank 0 created would otherwise hold its QPs until the
     // manager's host timeout.
-    if (options.rank == 0 && ctx->job_id_ != 0) (void)ctx->manager_->DestroyJob();
+    if (options.rank == 0 && ctx->job_id_ != 0) (void)ctx->manager_->DestroyJob(/*patient=*/false);
     return all;
   }
   ctx->manager_->StartControl(static_cast<uint32_t>(options.rank), ctx->heartbeat_interval_,
                               [c = ctx.get()](const control::JobEvent& e) { c->OnEvent(e); });
+  ProgressThreadOptions po;
+  po.enabled = options.progress_thread;
+  po.takeover_after = options.progress_takeover;
+  DataPath* path = ctx->data_path_.get();
+  ctx->progress_ = std::make_unique<ProgressThread>(
+      po, [path](absl::Duration timeout) { path->Progress(timeout); }, [path] { path->Wake(); });
+  ctx->progress_->Start();
   return ctx;
 }
 
 absl::Status Context::Join(Oob& world) {
-  manager_ = std::make_unique<ManagerClient>(options_.manager, options_.timeout);
+  manager_ = std::make_unique<ManagerClient>(options_.manager, options_.timeout,
+                                             options_.connect_timeout);
 
   // Every rank's host name, for the job's rank table.
   constexpr size_t kNameBytes = 64;
@@ -206,6 +239,7 @@ void Context::OnEvent(const control::JobEvent& e) {
       break;
     case control::JobEvent::RANK_DETACHED:
     case control::JobEvent::JOB_DESTROYED:
+      lost_fabric_ = true;
       data_path_->PostFailure(
           std::nullopt,
           WithErrorCode(
@@ -219,8 +253,10 @@ void Context::OnEvent(const control::JobEvent& e) {
 
 void Context::Progress(absl::Duration timeout) { data_path_->Progress(timeout); }
 
-absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& group_oob,
+absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
                                                            const std::vector<int>& world_ranks) {
+  ProgressThread::Inside inside(*progress_);
+  OutsideOob group_oob(members, *progress_);
   if (static_cast<int>(world_ranks.size()) != group_oob.size()) {
     return absl::InvalidArgumentError("the group's rank list and its OOB size differ");
   }
@@ -306,7 +342,11 @@ absl::StatusOr<control::GroupInfo> Context::RequestGroup(Oob& group_oob,
     // A tag makes the request idempotent, so a retry after a lost answer
     // cannot create a second group.
     req.set_tag(absl::StrFormat("rank%d-group%d", options_.rank, ++groups_created_));
-    absl::StatusOr<control::CreateGroupResponse> resp = manager_->CreateGroup(req);
+    absl::StatusOr<control::CreateGroupResponse> resp;
+    {
+      ProgressThread::Outside outside(*progress_);  // the manager may take its time
+      resp = manager_->CreateGroup(req);
+    }
     outcome = EncodeOutcome(resp.status(), resp.ok() ? resp->group().SerializeAsString() : "");
   }
   NETFOLD_RETURN_IF_ERROR(group_oob.BcastString(&outcome, 0));
@@ -364,8 +404,18 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   return all;
 }
 
-absl::Status Context::ReleaseAtManager(uint64_t group_id) {
-  return manager_->DestroyGroup(group_id);
+bool Context::FabricThere() {
+  if (lost_fabric_) return false;
+  ProgressThread::Inside inside(*progress_);
+  if (fabric_failed_ || !data_path_->link().status().ok()) return false;
+  for (const Group* g : groups_) {
+    if (g->engine() != nullptr && !g->engine()->failure().ok()) return false;
+  }
+  return true;
+}
+
+absl::Status Context::ReleaseAtManager(uint64_t group_id, bool fabric_failed) {
+  return manager_->DestroyGroup(group_id, /*patient=*/!fabric_failed && FabricThere());
 }
 
 void Context::Forget(Group& group) {
@@ -374,6 +424,7 @@ void Context::Forget(Group& group) {
   groups_.erase(it);
   retired_host_ops_ += group.host_ops();
   retired_failovers_ += group.failed_over() ? 1 : 0;
+  if (group.fabric_failed()) fabric_failed_ = true;
   if (group.engine() == nullptr) return;  // the hosts served it from the start
   retired_ += group.engine()->stats();
   data_path_->Unroute(static_cast<uint32_t>(group.group_id()));
@@ -381,6 +432,7 @@ void Context::Forget(Group& group) {
 }
 
 ContextStats Context::stats() const {
+  ProgressThread::Inside inside(*progress_);  // the engines' counters move under it
   ContextStats out;
   out.engines = retired_;
   out.host_ops = retired_host_ops_;
@@ -403,13 +455,14 @@ ContextStats Context::stats() const {
 absl::Status Context::Finalize(Oob& world) {
   absl::Status result = world.Barrier();
   if (options_.rank == 0 && manager_ != nullptr && job_id_ != 0) {
-    absl::Status s = manager_->DestroyJob();
+    absl::Status s = manager_->DestroyJob(/*patient=*/FabricThere());
     if (result.ok()) result = s;
   }
   return result;
 }
 
 Context::~Context() {
+  if (progress_ != nullptr) progress_->Stop();
   if (manager_ != nullptr) manager_->StopControl();
   for (Group* g : groups_) g->Orphan();  // groups outliving the context
   groups_.clear();

@@ -8,14 +8,16 @@
 //   absl::Status s = group->Wait(op);
 //   group->Destroy(group_oob);  ctx->Finalize(world_oob);      // collective
 //
-// The manager client's control thread blocks on the manager's event stream
-// and sends heartbeats (it never spins); events reach the data path as
-// posted failures. Everything on the data path happens in the caller's
-// thread inside Start/Test/Wait. Not thread-safe: the caller serialises
-// calls on a context and its groups.
+// Threads: the manager client's control thread blocks on the manager's
+// event stream and sends heartbeats (it never spins); events reach the data
+// path as posted failures. The data path is driven by the caller's thread
+// inside library calls, and by the context's ProgressThread while the
+// caller is away (host/progress_thread.h). Calls may come from several
+// threads: each holds the data path's lock while it touches it.
 #ifndef NETFOLD_HOST_CONTEXT_H_
 #define NETFOLD_HOST_CONTEXT_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -29,6 +31,7 @@
 #include "host/manager_client.h"
 #include "host/oob.h"
 #include "host/options.h"
+#include "host/progress_thread.h"
 
 namespace netfold::host {
 
@@ -57,9 +60,6 @@ class Context : private GroupOwner {
   absl::StatusOr<std::unique_ptr<Group>> CreateGroup(Oob& group_oob,
                                                      const std::vector<int>& world_ranks);
 
-  // Receives and dispatches, waiting at most `timeout`.
-  void Progress(absl::Duration timeout) override;
-
   const ContextOptions& options() const { return options_; }
   uint32_t num_slots() const { return num_slots_; }
   uint32_t slot_bytes() const { return slot_bytes_; }
@@ -78,9 +78,16 @@ class Context : private GroupOwner {
   // delivery, the group address joined. The members agree on the outcome.
   absl::Status JoinFabricGroup(Oob& group_oob, const control::GroupInfo& info, GroupSetup& setup);
   void OnEvent(const control::JobEvent& event);
+  // False once the fabric failed under this rank (its leaf link failed, a
+  // group of its was revoked or lost its switches, the manager detached the
+  // rank or destroyed the job): releases at the manager then do not wait
+  // for a manager that does not answer.
+  bool FabricThere();
 
   // GroupOwner
-  absl::Status ReleaseAtManager(uint64_t group_id) override;
+  ProgressThread& progress() override { return *progress_; }
+  void Progress(absl::Duration timeout) override;
+  absl::Status ReleaseAtManager(uint64_t group_id, bool fabric_failed) override;
   void Forget(Group& group) override;
   int world_rank() const override { return options_.rank; }
   absl::Duration op_timeout() const override { return options_.timeout; }
@@ -95,6 +102,9 @@ class Context : private GroupOwner {
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
 
   std::unique_ptr<DataPath> data_path_;
+  std::unique_ptr<ProgressThread> progress_;  // the data path's lock and thread
+  std::atomic<bool> lost_fabric_{false};      // RANK_DETACHED or JOB_DESTROYED seen
+  bool fabric_failed_ = false;                // a released group had failed
   std::vector<Group*> groups_;   // every live group, fabric or not
   GroupEngineStats retired_;     // stats of destroyed groups' engines
   uint64_t retired_host_ops_ = 0, retired_failovers_ = 0;

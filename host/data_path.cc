@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const ContextOptions&
   path->endpoint_ = std::make_unique<transport::RoceEndpoint>(
       std::unique_ptr<transport::Port>(path->port_), RealClock());
   NETFOLD_ASSIGN_OR_RETURN(path->link_, path->CreateLeafLink(options, slot_bytes));
+  path->soft_link_ = options.transport == ContextOptions::Transport::kSoft;
   path->sender_.link = path->link_.get();
   return path;
 }
@@ -107,11 +108,13 @@ void DataPath::Progress(absl::Duration timeout) {
   ApplyFailures();
   PollEngines();
   absl::Duration wait = timeout;
-  for (auto& [id, engine] : engines_) {
-    if (auto t = engine->NextTimerNs()) {
-      wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - RealClock().NowNanos())));
-    }
-  }
+  auto until = [&](std::optional<int64_t> t) {
+    if (t) wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - RealClock().NowNanos())));
+  };
+  for (auto& [id, engine] : engines_) until(engine->NextTimerNs());
+  // With a NIC link the soft engine (the host algorithms' queue pairs) is
+  // not behind the link's wait: wake for its timers, move it below.
+  if (!soft_link_) until(endpoint_->NextTimerNs());
   auto deliver = [&](std::span<const uint8_t> message) {
     proto::AggregationHeader h;
     std::span<const uint8_t> elements;
@@ -123,6 +126,7 @@ void DataPath::Progress(absl::Duration timeout) {
     if (it != engines_.end()) it->second->OnMessage(h, elements);
   };
   link_->Progress(wait, deliver);
+  if (!soft_link_) endpoint_->Progress(absl::ZeroDuration());
   if (absl::Status link = link_->status(); !link.ok()) {
     for (auto& [id, engine] : engines_) {
       engine->Fail(WithErrorCode(link, NETFOLD_ERR_UNAVAILABLE));

@@ -18,7 +18,8 @@
 // applied at the next Progress.
 //
 // Thread-safety: one thread at a time drives a DataPath (Progress, Route,
-// the link, the endpoint); PostFailure may be called from any thread.
+// the link, the endpoint: the context's ProgressThread lock says which);
+// PostFailure and Wake may be called from any thread.
 #ifndef NETFOLD_HOST_DATA_PATH_H_
 #define NETFOLD_HOST_DATA_PATH_H_
 
@@ -68,6 +69,8 @@ class DataPath {
   // Moves traffic, waiting at most `timeout` (less when an engine has
   // timed work).
   void Progress(absl::Duration timeout);
+  // Makes a Progress waiting in another thread return soon. Any thread.
+  void Wake() { link_->Wake(); }
 
   LeafLinkStats link_stats() const { return link_->stats(); }
 
@@ -93,6 +96,7 @@ class DataPath {
   std::unique_ptr<transport::RoceEndpoint> endpoint_;
   std::unique_ptr<LeafLink> link_;
   LeafSender sender_;
+  bool soft_link_ = true;  // the link's Progress moves the soft engine too
   absl::flat_hash_map<uint32_t, GroupEngine*> engines_;  // by data-plane group id
 
   absl::Mutex failures_mu_;

@@ -55,6 +55,7 @@ void Group::Orphan() {
 
 absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   if (owner_ == nullptr) return absl::FailedPreconditionError("the context was finalized");
+  ProgressThread::Inside inside(owner_->progress());
   const uint32_t group_root = args.root;
   if (args.collective == proto::CollectiveType::kReduce ||
       args.collective == proto::CollectiveType::kBcast) {
@@ -86,6 +87,9 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   }
   const OpId id = next_id_++;
   ops_.emplace(id, std::move(p));
+  // Post what the window allows now: a nonblocking operation is under way
+  // before the caller's next library call (or the progress thread) moves it.
+  Progress(absl::ZeroDuration());
   return id;
 }
 
@@ -279,7 +283,10 @@ absl::Status Group::Resync() {
 bool Group::Test(OpId id) {
   auto it = ops_.find(id);
   if (it == ops_.end()) return true;
-  if (!it->second.outcome) Progress(absl::ZeroDuration());
+  if (!it->second.outcome && owner_ != nullptr) {
+    ProgressThread::Inside inside(owner_->progress());
+    Progress(absl::ZeroDuration());
+  }
   return it->second.outcome.has_value();
 }
 
@@ -292,7 +299,10 @@ absl::Status Group::Wait(OpId id) {
   // The engines enforce the operation's deadline; this one only guards
   // against a bug leaving an operation forever pending (a failover may add
   // a second deadline).
-  Deadline guard(RealClock(), 2 * owner_->op_timeout() + absl::Seconds(5));
+  std::optional<ProgressThread::Inside> inside;
+  if (!it->second.outcome) inside.emplace(owner_->progress());
+  Deadline guard(RealClock(), 2 * (owner_ != nullptr ? owner_->op_timeout() : absl::ZeroDuration()) +
+                                  absl::Seconds(5));
   while (!it->second.outcome) {
     if (guard.Expired()) {
       it->second.outcome = absl::DeadlineExceededError("operation did not complete in time");
@@ -308,19 +318,33 @@ absl::Status Group::Wait(OpId id) {
 absl::Status Group::Destroy(Oob& group_oob) {
   if (destroyed_ || owner_ == nullptr) return absl::OkStatus();
   destroyed_ = true;
+  // Waits for the members and for the manager happen outside the data
+  // path's lock: the progress thread keeps the link answered meanwhile.
   absl::Status result = group_oob.Barrier();
+  if (engine_ != nullptr) {
+    ProgressThread::Inside inside(owner_->progress());
+    fabric_failed_ = !engine_->failure().ok();
+  }
   if (group_rank_ == 0 && engine_ != nullptr) {
-    absl::Status s = owner_->ReleaseAtManager(group_id_);
+    absl::Status s = owner_->ReleaseAtManager(group_id_, fabric_failed_);
     // A group the manager already revoked (the failover's cause) is gone.
     if (result.ok() && !(failed_over_ && absl::IsNotFound(s))) result = s;
   }
-  if (engine_ != nullptr) {
-    engine_->Fail(WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+  {
+    ProgressThread::Inside inside(owner_->progress());
+    if (engine_ != nullptr) {
+      engine_->Fail(
+          WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+    }
+    owner_->Forget(*this);
   }
-  owner_->Forget(*this);
-  owner_ = nullptr;
   absl::Status barrier = group_oob.Barrier();
-  host_.reset();
+  {
+    // The members are past their last message: the peer QPs can go.
+    ProgressThread::Inside inside(owner_->progress());
+    host_.reset();
+  }
+  owner_ = nullptr;
   return result.ok() ? barrier : result;
 }
 

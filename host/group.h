@@ -8,7 +8,9 @@
 //   absl::Status s = group->Wait(op);
 //   group->Destroy(group_oob);                                 // collective
 //
-// Not thread-safe: the caller serialises calls on a context and its groups.
+// Every call takes the data path's lock (GroupOwner::progress()) for the
+// time it touches the data path; calls on one group must still come one at
+// a time (operations are ordered per group, as MPI orders collectives).
 #ifndef NETFOLD_HOST_GROUP_H_
 #define NETFOLD_HOST_GROUP_H_
 
@@ -25,6 +27,7 @@
 #include "host/group_engine.h"
 #include "host/host_collectives.h"
 #include "host/oob.h"
+#include "host/progress_thread.h"
 #include "transport/ipv4_endpoint.h"
 
 namespace netfold::host {
@@ -32,15 +35,21 @@ namespace netfold::host {
 class Group;
 
 // What a group needs of the context that made it (host/context.h), and
-// nothing more: the data path's progress, the manager, its own rank and
-// the operations' deadline.
+// nothing more: the data path's lock and progress, the manager, its own
+// rank and the operations' deadline.
 class GroupOwner {
  public:
   virtual ~GroupOwner() = default;
-  // Moves the context's data path, waiting at most `timeout`.
+  // The data path's lock (held inside every call that touches it) and the
+  // thread that drives it while the application is away.
+  virtual ProgressThread& progress() = 0;
+  // Moves the context's data path, waiting at most `timeout`; with the
+  // data path's lock held.
   virtual void Progress(absl::Duration timeout) = 0;
-  // Releases the group at the manager (group rank 0 calls it).
-  virtual absl::Status ReleaseAtManager(uint64_t group_id) = 0;
+  // Releases the group at the manager (group rank 0 calls it);
+  // `fabric_failed`: the fabric failed under the group (revoked, gone), so
+  // there is no point waiting for a manager that does not answer.
+  virtual absl::Status ReleaseAtManager(uint64_t group_id, bool fabric_failed) = 0;
   // The group is going away: stop routing to it, keep its counters.
   virtual void Forget(Group& group) = 0;
   virtual int world_rank() const = 0;
@@ -97,6 +106,8 @@ class Group {
   const std::string& description() const { return description_; }
   uint64_t host_ops() const { return host_ops_; }
   bool failed_over() const { return failed_over_; }
+  // The fabric had failed under the group when it was destroyed.
+  bool fabric_failed() const { return fabric_failed_; }
 
  private:
   enum class Mode { kFabric, kHost };
@@ -144,6 +155,7 @@ class Group {
   LastOp last_;
   uint64_t host_ops_ = 0;
   bool failed_over_ = false;
+  bool fabric_failed_ = false;
   const std::optional<transport::Ipv4Endpoint> multicast_;
   std::string description_;
   bool destroyed_ = false;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "host/error_codes.h"
 
 namespace netfold::host {
@@ -28,8 +29,11 @@ void SetDeadline(grpc::ClientContext* c, absl::Duration d) {
 
 }  // namespace
 
-ManagerClient::ManagerClient(std::string address, absl::Duration timeout)
-    : address_(std::move(address)), timeout_(timeout) {
+ManagerClient::ManagerClient(std::string address, absl::Duration timeout,
+                             absl::Duration connect_timeout)
+    : address_(std::move(address)),
+      timeout_(timeout),
+      connect_timeout_(std::min(connect_timeout, timeout)) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
   channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
@@ -39,24 +43,51 @@ ManagerClient::ManagerClient(std::string address, absl::Duration timeout)
 ManagerClient::~ManagerClient() { StopControl(); }
 
 template <typename Rpc>
-absl::Status ManagerClient::Call(std::string_view what, absl::Duration retry_every, Rpc rpc) {
-  Deadline deadline(RealClock(), timeout_);
+absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_after,
+                                 absl::Duration retry_for, absl::Duration retry_every, Rpc rpc) {
+  Deadline deadline(RealClock(), std::min(deadline_after, timeout_));
+  Deadline retrying(RealClock(), retry_for);
   absl::Status s;
-  do {
+  while (true) {
     grpc::ClientContext c;
     SetDeadline(&c, deadline.Remaining());
     s = FromGrpc(rpc(&c), what);
     if (s.ok() || !absl::IsUnavailable(s)) return s;
+    if (deadline.Remaining() <= retry_every || retrying.Remaining() <= retry_every) break;
     absl::SleepFor(retry_every);
-  } while (!deadline.Expired());
+  }
   return s;
+}
+
+absl::Status ManagerClient::Connect() {
+  // Refused or unresolvable: the channel fails within milliseconds and
+  // nothing is worth waiting for. Unanswered (a host that drops the
+  // connection attempt): up to connect_timeout.
+  Deadline deadline(RealClock(), connect_timeout_);
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+         state != GRPC_CHANNEL_SHUTDOWN && !deadline.Expired()) {
+    channel_->WaitForStateChange(
+        state, std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline.Remaining())));
+    state = channel_->GetState(/*try_to_connect=*/true);
+  }
+  if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat(
+      "no netfold manager answers at %s (%s): start a fabric with `netfold up` and export the "
+      "NETFOLD_MANAGER it prints",
+      address_,
+      state == GRPC_CHANNEL_TRANSIENT_FAILURE
+          ? "connection refused or the name does not resolve"
+          : absl::StrFormat("no answer within %s", absl::FormatDuration(connect_timeout_))));
 }
 
 absl::StatusOr<control::CreateJobResponse> ManagerClient::CreateJob(
     const control::CreateJobRequest& request) {
+  NETFOLD_RETURN_IF_ERROR(Connect());
   control::CreateJobResponse response;
-  absl::Status s = Call(absl::StrFormat("creating the job at the manager %s", address_),
-                        absl::Milliseconds(100), [&](grpc::ClientContext* c) {
+  absl::Status s = Call(absl::StrFormat("creating the job at the manager %s", address_), timeout_,
+                        connect_timeout_, absl::Milliseconds(100), [&](grpc::ClientContext* c) {
                           return stub_->CreateJob(c, request, &response);
                         });
   if (!s.ok()) return s;
@@ -74,7 +105,7 @@ absl::StatusOr<control::AttachResponse> ManagerClient::Attach(
   *req.mutable_job() = credentials_;
   control::AttachResponse response;
   absl::Status s = Call(absl::StrFormat("rank %d attaching to its leaf switch", req.rank()),
-                        absl::Milliseconds(50), [&](grpc::ClientContext* c) {
+                        timeout_, timeout_, absl::Milliseconds(50), [&](grpc::ClientContext* c) {
                           return stub_->Attach(c, req, &response);
                         });
   if (!s.ok()) return s;
@@ -86,31 +117,36 @@ absl::StatusOr<control::CreateGroupResponse> ManagerClient::CreateGroup(
   control::CreateGroupRequest req = request;
   *req.mutable_job() = credentials_;
   control::CreateGroupResponse response;
-  absl::Status s = Call("creating a group", absl::Milliseconds(100), [&](grpc::ClientContext* c) {
-    return stub_->CreateGroup(c, req, &response);
-  });
+  absl::Status s = Call("creating a group", timeout_, timeout_, absl::Milliseconds(100),
+                        [&](grpc::ClientContext* c) {
+                          return stub_->CreateGroup(c, req, &response);
+                        });
   if (absl::IsResourceExhausted(s)) return WithErrorCode(s, NETFOLD_ERR_NO_RESOURCES);
   if (!s.ok()) return s;
   return response;
 }
 
-absl::Status ManagerClient::DestroyGroup(uint64_t group_id) {
+absl::Status ManagerClient::DestroyGroup(uint64_t group_id, bool patient) {
   control::DestroyGroupRequest req;
   *req.mutable_job() = credentials_;
   req.set_group_id(group_id);
   control::DestroyGroupResponse response;
-  return Call("destroying a group", absl::Milliseconds(100), [&](grpc::ClientContext* c) {
-    return stub_->DestroyGroup(c, req, &response);
-  });
+  return Call("destroying a group", patient ? timeout_ : connect_timeout_,
+              patient ? timeout_ : absl::ZeroDuration(), absl::Milliseconds(100),
+              [&](grpc::ClientContext* c) {
+                return stub_->DestroyGroup(c, req, &response);
+              });
 }
 
-absl::Status ManagerClient::DestroyJob() {
+absl::Status ManagerClient::DestroyJob(bool patient) {
   control::DestroyJobRequest req;
   *req.mutable_job() = credentials_;
   control::DestroyJobResponse response;
-  return Call("destroying the job", absl::Milliseconds(100), [&](grpc::ClientContext* c) {
-    return stub_->DestroyJob(c, req, &response);
-  });
+  return Call("destroying the job", patient ? timeout_ : connect_timeout_,
+              patient ? timeout_ : absl::ZeroDuration(), absl::Milliseconds(100),
+              [&](grpc::ClientContext* c) {
+                return stub_->DestroyJob(c, req, &response);
+              });
 }
 
 void ManagerClient::StartControl(uint32_t rank, absl::Duration heartbeat_interval,
@@ -126,6 +162,7 @@ void ManagerClient::StopControl() {
   {
     absl::MutexLock lock(&watch_mu_);
     if (watch_context_) watch_context_->TryCancel();
+    if (heartbeat_context_ != nullptr) heartbeat_context_->TryCancel();
   }
   if (control_thread_.joinable()) control_thread_.join();
   if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
@@ -143,7 +180,16 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
       control::HostHeartbeatResponse resp;
       grpc::ClientContext c;
       SetDeadline(&c, heartbeat_interval);
+      {
+        absl::MutexLock lock(&watch_mu_);
+        if (stop_.HasBeenNotified()) break;
+        heartbeat_context_ = &c;
+      }
       grpc::Status s = stub_->Heartbeat(&c, req, &resp);
+      {
+        absl::MutexLock lock(&watch_mu_);
+        heartbeat_context_ = nullptr;
+      }
       if (!s.ok()) NETFOLD_LOG(kDebug) << "heartbeat: " << s.error_message();
     }
   });

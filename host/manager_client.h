@@ -11,10 +11,16 @@
 //   ...
 //   manager.StopControl();                                  // joins it
 //
-// Every call has a deadline of `timeout`; a manager that is not reachable
-// yet (UNAVAILABLE: restarting, not started) is asked again until the
-// deadline, other errors return at once, as a Status whose message says
-// what was being done.
+// Every call has a deadline of `timeout`. A manager that is not reachable
+// (UNAVAILABLE: restarting, not started, gone) is asked again, but not for
+// long where waiting helps nobody: the job's first call (CreateJob) gives
+// up after `connect_timeout` (nothing listens: the job goes on without the
+// fabric at once); the releases (DestroyGroup, DestroyJob) retry only when
+// the caller says the fabric is still there (a manager restarting), and
+// try once otherwise (a fabric that is gone reclaims nothing; a manager
+// that comes back reclaims the job as abandoned). The others (Attach,
+// CreateGroup) retry until the deadline. Other errors return at once, as a
+// Status whose message says what was being done.
 //
 // Thread-safety: the calls may be made from any thread, but SetJob must
 // happen before StartControl and any call that carries the job's
@@ -40,7 +46,8 @@ namespace netfold::host {
 class ManagerClient {
  public:
   // `address` is host:port. Connects lazily (on the first call).
-  ManagerClient(std::string address, absl::Duration timeout);
+  ManagerClient(std::string address, absl::Duration timeout,
+                absl::Duration connect_timeout = absl::Seconds(1));
   ~ManagerClient();  // stops the control thread
   ManagerClient(const ManagerClient&) = delete;
   ManagerClient& operator=(const ManagerClient&) = delete;
@@ -54,8 +61,10 @@ class ManagerClient {
   // Retries while the leaf switch is not up yet (UNAVAILABLE).
   absl::StatusOr<control::AttachResponse> Attach(const control::AttachRequest& request);
   absl::StatusOr<control::CreateGroupResponse> CreateGroup(const control::CreateGroupRequest& request);
-  absl::Status DestroyGroup(uint64_t group_id);
-  absl::Status DestroyJob();
+  // `patient`: retry UNAVAILABLE until the deadline (the fabric is still
+  // there: the manager is restarting); otherwise one attempt.
+  absl::Status DestroyGroup(uint64_t group_id, bool patient);
+  absl::Status DestroyJob(bool patient);
 
   // Starts the control thread: a heartbeat for `rank` every `interval`, and
   // the job's events, each handed to `on_event` (WATCH_STARTED markers are
@@ -67,15 +76,19 @@ class ManagerClient {
   void StopControl();
 
  private:
-  // Calls `rpc` with the remaining time of a `timeout` deadline; retries
-  // UNAVAILABLE every `retry_every` until then.
+  // Calls `rpc` with the remaining time of `deadline` (capped at
+  // timeout_); retries UNAVAILABLE every `retry_every` for `retry_for`.
+  // Waits (at most connect_timeout) for a connection to the manager.
+  absl::Status Connect();
   template <typename Rpc>
-  absl::Status Call(std::string_view what, absl::Duration retry_every, Rpc rpc);
+  absl::Status Call(std::string_view what, absl::Duration deadline, absl::Duration retry_for,
+                    absl::Duration retry_every, Rpc rpc);
   void RunControl(uint32_t rank, absl::Duration heartbeat_interval,
                   const std::function<void(const control::JobEvent&)>& on_event);
 
   const std::string address_;
   const absl::Duration timeout_;
+  const absl::Duration connect_timeout_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<control::HostControl::Stub> stub_;
   control::JobCredentials credentials_;
@@ -83,8 +96,9 @@ class ManagerClient {
   std::thread control_thread_;
   std::thread heartbeat_thread_;
   absl::Notification stop_;
-  absl::Mutex watch_mu_;
+  absl::Mutex watch_mu_;  // the calls StopControl cancels
   std::unique_ptr<grpc::ClientContext> watch_context_ ABSL_GUARDED_BY(watch_mu_);
+  grpc::ClientContext* heartbeat_context_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
 };
 
 }  // namespace netfold::host

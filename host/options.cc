@@ -33,6 +33,14 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
     }
     o->timeout = absl::Milliseconds(ms);
   }
+  if (std::string v = Env("NETFOLD_CONNECT_TIMEOUT_MS"); !v.empty()) {
+    int ms = 0;
+    if (!absl::SimpleAtoi(v, &ms) || ms <= 0) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "NETFOLD_CONNECT_TIMEOUT_MS='%s' is not a positive number of milliseconds", v));
+    }
+    o->connect_timeout = absl::Milliseconds(ms);
+  }
   auto number = [](const char* name, uint32_t* out) -> absl::Status {
     std::string v = Env(name);
     if (v.empty() || *out != 0) return absl::OkStatus();
@@ -85,6 +93,21 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
     uint32_t us = 0;
     NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_POLL_US", 1000000, &us));
     o->poll_window = absl::Microseconds(us);
+  }
+  if (std::string v = Env("NETFOLD_PROGRESS_THREAD"); !v.empty()) {
+    if (v == "1" || v == "on" || v == "yes") {
+      o->progress_thread = true;
+    } else if (v == "0" || v == "off" || v == "no") {
+      o->progress_thread = false;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("NETFOLD_PROGRESS_THREAD='%s': use 1 or 0", v));
+    }
+  }
+  if (!Env("NETFOLD_PROGRESS_TAKEOVER_US").empty()) {
+    uint32_t us = 0;
+    NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_PROGRESS_TAKEOVER_US", 10000000, &us));
+    o->progress_takeover = absl::Microseconds(us);
   }
   if (!Env("NETFOLD_VERBS_GID_INDEX").empty()) {
     uint32_t index = 0;

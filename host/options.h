@@ -29,6 +29,10 @@ struct ContextOptions {
   std::string local_address = "127.0.0.1";
   std::string job_name = "netfold";
   absl::Duration timeout = absl::Seconds(30);  // per operation and per RPC wait
+  // NETFOLD_CONNECT_TIMEOUT_MS: how long init waits for a manager that
+  // does not answer (one that refuses, or a name that does not resolve,
+  // fails at once).
+  absl::Duration connect_timeout = absl::Seconds(1);
   std::string faults;                // link faults on this rank's port ("" none)
   uint32_t num_slots = 0;            // K requested for groups (0: the manager's default)
   uint32_t slot_bytes = 0;           // P requested (0: default)
@@ -55,6 +59,12 @@ struct ContextOptions {
   // long after the last packet it sent or received (opt-in polling; zero:
   // it sleeps in epoll at once). UdpPortConfig::poll_window.
   absl::Duration poll_window = absl::ZeroDuration();
+  // NETFOLD_PROGRESS_THREAD (docs/host.md, "Progress and threads"): a
+  // thread of the library drives the data path while the application is
+  // out of the library for `progress_takeover` (NETFOLD_PROGRESS_TAKEOVER_US),
+  // as a NIC would; false: only inside library calls.
+  bool progress_thread = true;
+  absl::Duration progress_takeover = absl::Milliseconds(1);
 };
 
 // Reads NETFOLD_* environment variables into `options` where the field was

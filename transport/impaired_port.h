@@ -16,6 +16,7 @@
 #define NETFOLD_TRANSPORT_IMPAIRED_PORT_H_
 
 #include <deque>
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -44,6 +45,10 @@ class ImpairedPort : public Port {
   Ipv4Endpoint local() const override { return inner_->local(); }
   PacketPool& pool() override { return inner_->pool(); }
   const PortCounters& counters() const override { return inner_->counters(); }
+  void Wake() override {
+    woken_.store(true, std::memory_order_relaxed);
+    inner_->Wake();
+  }
 
   void SetSendImpairment(const ImpairmentConfig& c) { send_.SetConfig(c); }
   void SetReceiveImpairment(const ImpairmentConfig& c) { receive_.SetConfig(c); }
@@ -59,6 +64,7 @@ class ImpairedPort : public Port {
  private:
   void TransmitPending();
 
+  std::atomic<bool> woken_{false};  // Wake(): stop waiting
   std::unique_ptr<Port> inner_;
   const Clock& clock_;
   LinkImpairment send_;

@@ -105,6 +105,10 @@ class PeerImpairedPort : public Port {
   Ipv4Endpoint local() const override { return inner_->local(); }
   PacketPool& pool() override { return inner_->pool(); }
   const PortCounters& counters() const override { return inner_->counters(); }
+  void Wake() override {
+    woken_.store(true, std::memory_order_relaxed);
+    inner_->Wake();
+  }
 
   // The configuration of peers created from now on (seeds derived per peer).
   // Existing peers keep theirs.
@@ -156,6 +160,7 @@ class PeerImpairedPort : public Port {
   // Picks up peers another thread added (data-plane thread).
   void RefreshDataPlanePeers();
 
+  std::atomic<bool> woken_{false};  // Wake(): stop waiting
   std::unique_ptr<Port> inner_;
   const Clock& clock_;
   const size_t max_peers_;

@@ -213,9 +213,11 @@ void JoinFabric() {
     }
     PMPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (g.world_rank == 0 && (g.config.stats || std::getenv("NETFOLD_LOG_LEVEL") != nullptr)) {
-    std::fprintf(stderr, "netfold-mpi: no fabric, collectives use MPI itself (%s: %s)\n",
-                 netfold_strerror(rc), netfold_last_error());
+  // One line, so that a job that preloaded the interposer to use a fabric
+  // does not run without it silently.
+  if (g.world_rank == 0) {
+    std::fprintf(stderr, "netfold-mpi: the fabric is not used, collectives run on MPI itself: %s\n",
+                 netfold_last_error());
   }
 }
 
@@ -237,8 +239,10 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
   PMPI_Comm_test_inter(comm, &inter);
   if (inter) return fallback(kInterComm);
   if (kind != kBarrier) {
+    // A bcast moves bytes: any datatype MPI can send will do (MPI_Bcast
+    // packs what is not contiguous). Reductions need netfold's type.
     auto dtype = NetfoldDatatype(type);
-    if (!dtype) return fallback(kUnsupportedType);
+    if (!dtype && kind != kBcast) return fallback(kUnsupportedType);
     if (has_op) {
       auto nop = NetfoldOp(op);
       if (!nop) return fallback(kUserOp);
@@ -617,15 +621,51 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
   return MPI_SUCCESS;
 }
 
+// True if `count` elements of `type` are `count * size` bytes in a row
+// from the buffer's start (every predefined type; contiguous derived ones).
+bool Contiguous(MPI_Datatype type, int count) {
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  PMPI_Type_get_true_extent(type, &true_lb, &true_extent);
+  return true_lb == 0 && (count <= 1 ? true_extent == size : extent == size && true_extent == size);
+}
+
 int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) {
   CommState* s = Usable(comm, kBcast, type, MPI_OP_NULL, count, false);
   if (s == nullptr) return PMPI_Bcast(buffer, count, type, root, comm);
-  Pending p{kBcast, buffer, buffer, count, type, MPI_OP_NULL, root, {}};
-  const int rc = netfold_bcast(s->group, buffer, static_cast<size_t>(count),
-                               *NetfoldDatatype(type), root);
-  if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
-  Completed(s, p);
-  return MPI_SUCCESS;
+  // The fabric broadcasts bytes: the buffer itself when the data is
+  // contiguous, else MPI's packed form, unpacked at the other ranks. Every
+  // rank decides the same way (same type signature, same MPI library).
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  const int bytes = size * count;
+  const bool contiguous = Contiguous(type, count);
+  std::vector<uint8_t> packed;
+  void* wire = buffer;
+  if (!contiguous) {
+    packed.resize(static_cast<size_t>(bytes));
+    wire = packed.data();
+    if (s->rank == root) {
+      int position = 0;
+      const int rc = PMPI_Pack(buffer, count, type, packed.data(), bytes, &position, comm);
+      if (rc != MPI_SUCCESS) return rc;
+    }
+  }
+  Pending p{kBcast, wire, wire, bytes, MPI_BYTE, MPI_OP_NULL, root, {}};
+  const int rc = netfold_bcast(s->group, wire, static_cast<size_t>(bytes), NETFOLD_DTYPE_UINT8, root);
+  int result = MPI_SUCCESS;
+  if (rc != NETFOLD_SUCCESS) {
+    result = Recover(comm, s, p, rc);
+  } else {
+    Completed(s, p);
+  }
+  if (!contiguous && result == MPI_SUCCESS && s->rank != root) {
+    int position = 0;
+    result = PMPI_Unpack(packed.data(), bytes, &position, buffer, count, type, comm);
+  }
+  return result;
 }
 
 int MPI_Barrier(MPI_Comm comm) {
