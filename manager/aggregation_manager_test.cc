@@ -11,9 +11,9 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "manager/fake_switch.h"
-#include "manager/temp_dir.h"
-#include "manager/test_topologies.h"
+#include "manager/testing/fake_switch.h"
+#include "manager/testing/temp_dir.h"
+#include "manager/testing/test_topologies.h"
 
 namespace netfold::manager {
 namespace {

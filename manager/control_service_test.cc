@@ -10,11 +10,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "manager/fake_switch.h"
-#include "manager/fake_switch_agent.h"
-#include "manager/grpc_test_util.h"
+#include "manager/testing/fake_switch.h"
+#include "manager/testing/fake_switch_agent.h"
+#include "manager/testing/grpc_test_util.h"
 #include "manager/status_text.h"
-#include "manager/test_topologies.h"
+#include "manager/testing/test_topologies.h"
 
 namespace netfold::manager {
 namespace {
