@@ -8,6 +8,7 @@
 //   group_installer.h  the switch commands that bring a group up
 //   state_records.h    journal records and snapshots; recovery.h reads them
 //   event_hub.h        what the jobs' processes are told (WatchEvents)
+//   liveness.h         who has gone quiet (the sweep of Tick)
 //   admin_report.h     Admin.GetStatus and Admin.Explain
 //
 // The gRPC services (control_service.h) are thin wrappers that
