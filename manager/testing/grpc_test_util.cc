@@ -1,4 +1,4 @@
-#include "manager/grpc_test_util.h"
+#include "manager/testing/grpc_test_util.h"
 
 #include <grpcpp/generic/generic_stub.h>
 

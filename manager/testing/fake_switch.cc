@@ -1,4 +1,4 @@
-#include "manager/fake_switch.h"
+#include "manager/testing/fake_switch.h"
 
 #include "absl/strings/str_format.h"
 #include "manager/secrets.h"

@@ -1,4 +1,4 @@
-#include "manager/fake_switch_agent.h"
+#include "manager/testing/fake_switch_agent.h"
 
 #include <utility>
 

@@ -6,18 +6,18 @@
 //   std::cout << FormatStatus(st);
 //
 // Pure function; thread-safe.
-#ifndef NETFOLD_MANAGER_STATUS_TEXT_H_
-#define NETFOLD_MANAGER_STATUS_TEXT_H_
+#ifndef NETFOLD_TOOLS_STATUS_TEXT_H_
+#define NETFOLD_TOOLS_STATUS_TEXT_H_
 
 #include <string>
 
 #include "proto/control/netfold_control.pb.h"
 
-namespace netfold::manager {
+namespace netfold::tools {
 
 std::string FormatStatus(const control::GetStatusResponse& status);
 std::string SwitchStateName(control::SwitchStatus::State state);
 
-}  // namespace netfold::manager
+}  // namespace netfold::tools
 
-#endif  // NETFOLD_MANAGER_STATUS_TEXT_H_
+#endif  // NETFOLD_TOOLS_STATUS_TEXT_H_

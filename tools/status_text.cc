@@ -1,11 +1,11 @@
-#include "manager/status_text.h"
+#include "tools/status_text.h"
 
 #include <algorithm>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 
-namespace netfold::manager {
+namespace netfold::tools {
 namespace {
 
 // Left-aligned columns sized to their widest cell.
@@ -123,4 +123,4 @@ std::string FormatStatus(const control::GetStatusResponse& st) {
   return out;
 }
 
-}  // namespace netfold::manager
+}  // namespace netfold::tools

@@ -10,8 +10,8 @@
 //
 // The agent reconnects (and registers again, reporting its state) whenever
 // the stream breaks, until Stop or Kill. Thread-safe.
-#ifndef NETFOLD_MANAGER_FAKE_SWITCH_AGENT_H_
-#define NETFOLD_MANAGER_FAKE_SWITCH_AGENT_H_
+#ifndef NETFOLD_MANAGER_TESTING_FAKE_SWITCH_AGENT_H_
+#define NETFOLD_MANAGER_TESTING_FAKE_SWITCH_AGENT_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -21,7 +21,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "manager/fake_switch.h"
+#include "manager/testing/fake_switch.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 
 namespace netfold::manager {
@@ -77,4 +77,4 @@ class FakeSwitchAgent {
 
 }  // namespace netfold::manager
 
-#endif  // NETFOLD_MANAGER_FAKE_SWITCH_AGENT_H_
+#endif  // NETFOLD_MANAGER_TESTING_FAKE_SWITCH_AGENT_H_

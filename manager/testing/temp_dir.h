@@ -3,8 +3,8 @@
 //
 //   TempDir dir;
 //   Journal::Open(dir.path() + "/state", &snapshot);
-#ifndef NETFOLD_MANAGER_TEMP_DIR_H_
-#define NETFOLD_MANAGER_TEMP_DIR_H_
+#ifndef NETFOLD_MANAGER_TESTING_TEMP_DIR_H_
+#define NETFOLD_MANAGER_TESTING_TEMP_DIR_H_
 
 #include <cstdlib>
 #include <filesystem>
@@ -34,4 +34,4 @@ class TempDir {
 
 }  // namespace netfold::manager
 
-#endif  // NETFOLD_MANAGER_TEMP_DIR_H_
+#endif  // NETFOLD_MANAGER_TESTING_TEMP_DIR_H_

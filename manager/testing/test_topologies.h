@@ -2,10 +2,10 @@
 //
 //   Topology topo = LoadExampleTopology("fat_tree.yaml");
 //
-// NETFOLD_TOPOLOGY_DIR is set by manager/meson.build. Aborts the test
+// NETFOLD_TOPOLOGY_DIR is set by the meson.build of each test. Aborts the test
 // (gtest fatal failure via the returned empty topology) if a file is broken.
-#ifndef NETFOLD_MANAGER_TEST_TOPOLOGIES_H_
-#define NETFOLD_MANAGER_TEST_TOPOLOGIES_H_
+#ifndef NETFOLD_MANAGER_TESTING_TEST_TOPOLOGIES_H_
+#define NETFOLD_MANAGER_TESTING_TEST_TOPOLOGIES_H_
 
 #include <string>
 
@@ -24,4 +24,4 @@ inline absl::StatusOr<Topology> LoadExampleTopology(const std::string& file) {
 
 }  // namespace netfold::manager
 
-#endif  // NETFOLD_MANAGER_TEST_TOPOLOGIES_H_
+#endif  // NETFOLD_MANAGER_TESTING_TEST_TOPOLOGIES_H_

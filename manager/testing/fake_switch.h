@@ -15,8 +15,8 @@
 // with faults: a disconnected switch answers Unavailable, a hung one
 // DeadlineExceeded. FakeSwitchAgent (fake_switch_agent.h) puts a
 // FakeSwitch behind a real gRPC Connect stream. All classes thread-safe.
-#ifndef NETFOLD_MANAGER_FAKE_SWITCH_H_
-#define NETFOLD_MANAGER_FAKE_SWITCH_H_
+#ifndef NETFOLD_MANAGER_TESTING_FAKE_SWITCH_H_
+#define NETFOLD_MANAGER_TESTING_FAKE_SWITCH_H_
 
 #include <cstdint>
 #include <map>
@@ -108,4 +108,4 @@ class FakeFabric : public SwitchCommander {
 
 }  // namespace netfold::manager
 
-#endif  // NETFOLD_MANAGER_FAKE_SWITCH_H_
+#endif  // NETFOLD_MANAGER_TESTING_FAKE_SWITCH_H_

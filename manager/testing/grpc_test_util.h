@@ -9,8 +9,8 @@
 //       absl::Seconds(2));
 //
 // Thread-safe.
-#ifndef NETFOLD_MANAGER_GRPC_TEST_UTIL_H_
-#define NETFOLD_MANAGER_GRPC_TEST_UTIL_H_
+#ifndef NETFOLD_MANAGER_TESTING_GRPC_TEST_UTIL_H_
+#define NETFOLD_MANAGER_TESTING_GRPC_TEST_UTIL_H_
 
 #include <grpcpp/grpcpp.h>
 
@@ -70,4 +70,4 @@ class EventWatcher {
 
 }  // namespace netfold::manager
 
-#endif  // NETFOLD_MANAGER_GRPC_TEST_UTIL_H_
+#endif  // NETFOLD_MANAGER_TESTING_GRPC_TEST_UTIL_H_
