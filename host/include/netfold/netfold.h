@@ -24,11 +24,15 @@
  * netfold_status_t; netfold_strerror() names it and netfold_last_error()
  * gives the detailed message of the calling thread's last failure.
  *
- * Threads: a context and its groups may be used from several threads only
- * if the caller serialises the calls (like MPI_THREAD_SERIALIZED). Progress
- * happens inside netfold calls (wait, test, the blocking collectives); the
- * library runs one control thread per context that blocks on the manager
- * (events, heartbeats) and never spins.
+ * Threads: calls may come from several threads (each holds the
+ * context's data-path lock while it touches the data path); collectives of
+ * one group must be started in the same order on every rank. Progress
+ * happens inside netfold calls and, while the application is out of the
+ * library for more than 1 ms, in a progress thread of the library that
+ * acknowledges the fabric's packets and moves operations in flight, as a
+ * NIC would (docs/host.md). A control thread blocks on the manager
+ * (events, heartbeats). None of them spins. A child of fork() must not use
+ * its parent's context.
  *
  * Configuration: fields of the init spec, else environment variables:
  *   NETFOLD_MANAGER       manager address ip:port (default 127.0.0.1:47910)
@@ -36,6 +40,8 @@
  *                         (default "h<rank>")
  *   NETFOLD_LOCAL_ADDRESS the data-plane IPv4 address to bind (127.0.0.1)
  *   NETFOLD_TIMEOUT_MS    per-operation deadline (30000)
+ *   NETFOLD_CONNECT_TIMEOUT_MS  wait for an unanswering manager at init (1000)
+ *   NETFOLD_PROGRESS_THREAD     0: no progress thread (1)
  *   NETFOLD_LOG_LEVEL     error|warning|info|debug|trace (warning)
  *   NETFOLD_FAULTS        link faults on this rank's port, e.g. "drop=0.01,seed=3"
  *   NETFOLD_SLOTS, NETFOLD_SLOT_BYTES, NETFOLD_DELIVERY (multicast|rc)
