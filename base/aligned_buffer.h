@@ -17,6 +17,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <new>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace netfold {
@@ -48,6 +50,19 @@ struct LineOffsetAllocator {
   template <typename U>
   bool operator==(const LineOffsetAllocator<U, kOffset>&) const {
     return true;
+  }
+  // resize() leaves new bytes uninitialized (default-initialization) rather
+  // than zeroing bytes that the caller overwrites next; value-taking
+  // constructs (assign(n, v), resize(n, v)) set them as usual. Note that a
+  // non-standard allocator makes vector copy element by element: append
+  // with resize + memcpy, not insert.
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
 };
 

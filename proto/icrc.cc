@@ -64,7 +64,7 @@ void WriteCanonicalHeaders(const IcrcAddresses& addrs, size_t udp_payload_size, 
   ip[kIpTosOffset] = tos;
   StoreBigEndian<uint16_t>(ip + 2,
                            static_cast<uint16_t>(kIpv4HeaderSize + kUdpHeaderSize + udp_payload_size));
-  StoreBigEndian<uint16_t>(ip + 4, 0);       // identification
+  StoreBigEndian<uint16_t>(ip + 4, addrs.ip_id);  // identification
   StoreBigEndian<uint16_t>(ip + 6, 0x4000);  // DF, fragment offset 0
   ip[kIpTtlOffset] = ttl;
   ip[9] = 17;  // UDP
@@ -97,25 +97,40 @@ uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
   return IcrcOver(pseudo, covered);
 }
 
+uint32_t IcrcIdentificationTable::Difference(size_t covered_size, uint16_t ip_id) {
+  // The CRC is affine in its input, so an identification x changes the
+  // ICRC by D(x), linear in x: the CRC difference that x makes in two bytes
+  // (any starting state cancels), carried through the bytes after the
+  // field. crc32_combine_op(a, 0, op) is exactly that carrying: zlib's
+  // combine is M_len(a) ^ b.
+  if (ip_id == 0) return 0;
+  constexpr size_t kIdOffset = kLrhSize + 4;
+  if (covered_size != size_) {
+    size_ = covered_size;
+    carry_ = crc32_combine_gen(static_cast<z_off_t>(kPseudoHeaderSize + covered_size - kIdOffset - 2));
+  }
+  static constexpr uint8_t kZeroId[2] = {};
+  static const uLong zero_id = crc32_z(0, kZeroId, 2);
+  const uint8_t id[2] = {static_cast<uint8_t>(ip_id >> 8), static_cast<uint8_t>(ip_id)};
+  return static_cast<uint32_t>(crc32_combine_op(crc32_z(0, id, 2) ^ zero_id, 0, carry_));
+}
+
+uint32_t IcrcIdentificationDifference(size_t covered_size, uint16_t ip_id) {
+  IcrcIdentificationTable table;
+  return table.Difference(covered_size, ip_id);
+}
+
 std::optional<uint16_t> SolveIpv4Identification(const IcrcAddresses& addrs,
                                                 std::span<const uint8_t> covered,
                                                 uint32_t received_icrc) {
-  const uint32_t delta = ComputeIcrc(addrs, covered) ^ received_icrc;
+  IcrcAddresses canonical = addrs;
+  canonical.ip_id = 0;
+  const uint32_t delta = ComputeIcrc(canonical, covered) ^ received_icrc;
   if (delta == 0) return 0;
-  // The CRC is affine in its input, so an identification x changes the
-  // ICRC by D(x), linear in x: the CRC difference that x makes in two bytes
-  // (any starting state cancels), carried through the `tail` bytes after
-  // the field. crc32_combine_op(a, 0, op) is exactly that carrying: zlib's
-  // combine is M_len(a) ^ b.
-  constexpr size_t kIdOffset = kLrhSize + 4;
-  const size_t tail = kPseudoHeaderSize + covered.size() - kIdOffset - 2;
-  const uLong carry = crc32_combine_gen(static_cast<z_off_t>(tail));
-  static constexpr uint8_t kZeroId[2] = {};
-  const uLong zero_id = crc32_z(0, kZeroId, 2);
-  auto difference_of = [&](uint16_t x) {
-    const uint8_t id[2] = {static_cast<uint8_t>(x >> 8), static_cast<uint8_t>(x)};
-    return static_cast<uint32_t>(crc32_combine_op(crc32_z(0, id, 2) ^ zero_id, 0, carry));
-  };
+  // D(x), the difference identification x makes, is linear in x: solve
+  // D(x) = delta.
+  IcrcIdentificationTable table;
+  auto difference_of = [&](uint16_t x) { return table.Difference(covered.size(), x); };
   // Gaussian elimination over GF(2): basis[b] has its highest set bit b and
   // combo[b] the identification bits that produce it.
   uint32_t basis[32] = {};

@@ -15,9 +15,11 @@
 //   2. The 20-byte IPv4 header (no options) with TOS, TTL and header
 //      checksum replaced by all ones. In the canonical form built from
 //      IcrcAddresses the other fields are: version/IHL 0x45, total length
-//      28 + UDP payload length (the ICRC included), identification 0, flags
-//      DF with fragment offset 0 (0x4000), protocol 17, source and
-//      destination address from `addrs`.
+//      28 + UDP payload length (the ICRC included), identification
+//      `addrs.ip_id` (0 unless a datagram is known to carry another: the
+//      segments of one UDP GSO send carry 0, 1, 2, ...), flags DF with
+//      fragment offset 0 (0x4000), protocol 17, source and destination
+//      address from `addrs`.
 //   3. The 8-byte UDP header with the checksum replaced by all ones; in the
 //      canonical form: ports from `addrs`, length 8 + UDP payload length.
 //   4. The UDP payload up to the ICRC (BTH, extended headers, payload, pad)
@@ -33,6 +35,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstddef>
 #include <optional>
 #include <span>
 
@@ -55,6 +58,7 @@ struct IcrcAddresses {
   uint32_t dst_ip = 0;
   uint16_t src_port = 0;
   uint16_t dst_port = kRoceUdpPort;
+  uint16_t ip_id = 0;  // the IPv4 identification (see above)
 
   friend bool operator==(const IcrcAddresses&, const IcrcAddresses&) = default;
 };
@@ -79,7 +83,7 @@ uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
 // IPv4 identification a sender must have used for `received_icrc` to be
 // the ICRC of `covered` with the canonical headers of `addrs` and that
 // identification (everything else canonical: DF, no fragment offset).
-// ComputeIcrc assumes identification 0, which is what Linux puts in DF
+// ComputeIcrc assumes addrs.ip_id (0 by default), which is what Linux puts in DF
 // datagrams of sockets with IP_PMTUDISC_DO (transport/udp_port.cc sets
 // it), but RoCE NICs (rdma_rxe: __ip_select_ident) fill it in. The CRC is affine, so the identification that explains the
 // difference is found by solving 16 unknowns, or there is none (nullopt).
@@ -88,6 +92,23 @@ uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
 std::optional<uint16_t> SolveIpv4Identification(const IcrcAddresses& addrs,
                                                 std::span<const uint8_t> covered,
                                                 uint32_t received_icrc);
+
+// What an IPv4 identification of `ip_id` instead of 0 changes in the ICRC
+// of a packet whose covered part (UDP payload without the ICRC) is
+// `covered_size` bytes: ComputeIcrc with addrs.ip_id = x equals ComputeIcrc
+// with 0, XOR this. The CRC is affine, so the change depends on nothing
+// else. For senders that hand the kernel several packets in one UDP GSO
+// send (segment i leaves with identification i) and receivers of such a
+// batch. IcrcIdentificationTable caches the part that depends on the size.
+uint32_t IcrcIdentificationDifference(size_t covered_size, uint16_t ip_id);
+class IcrcIdentificationTable {
+ public:
+  uint32_t Difference(size_t covered_size, uint16_t ip_id);
+
+ private:
+  size_t size_ = SIZE_MAX;
+  unsigned long carry_ = 0;  // zlib's combine operator for the bytes after the field
+};
 
 // Writes / reads an ICRC value in its wire byte order (least significant
 // byte first).

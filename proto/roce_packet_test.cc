@@ -524,6 +524,41 @@ TEST(Icrc, SolvesTheIdentificationANicPutInItsHeader) {
   }
 }
 
+// The segments of a UDP GSO send leave with identifications 0, 1, 2, ...:
+// the ICRC over the real header of segment i is the canonical ICRC with
+// addrs.ip_id = i, which is the canonical ICRC of identification 0 XOR the
+// difference i makes; the cached table agrees with the one-shot function.
+TEST(Icrc, AnIdentificationChangesTheIcrcByItsDifferenceAlone) {
+  IcrcIdentificationTable table;
+  for (size_t payload : {0, 61, 1024, 4032}) {
+    const std::vector<uint8_t> packet = ValidSendOnly(payload);
+    const std::span<const uint8_t> covered =
+        std::span<const uint8_t>(packet).first(packet.size() - kIcrcSize);
+    EXPECT_EQ(IcrcIdentificationDifference(covered.size(), 0), 0u);
+    for (uint16_t id : {1, 2, 3, 63, 0x1234, 0xFFFF}) {
+      IcrcAddresses with_id = kAddrs;
+      with_id.ip_id = id;
+      auto headers = MakeIpv4UdpHeaders(kAddrs, packet.size(), 64, 0);
+      headers[4] = static_cast<uint8_t>(id >> 8);
+      headers[5] = static_cast<uint8_t>(id);
+      const auto ip = std::span<const uint8_t>(headers).first<kIpv4HeaderSize>();
+      const auto udp = std::span<const uint8_t>(headers).subspan<kIpv4HeaderSize, kUdpHeaderSize>();
+      const uint32_t real = ComputeIcrcIpv4(ip, udp, covered);
+      EXPECT_EQ(ComputeIcrc(with_id, covered), real) << payload << " " << id;
+      EXPECT_EQ(ComputeIcrc(kAddrs, covered) ^ IcrcIdentificationDifference(covered.size(), id),
+                real);
+      EXPECT_EQ(table.Difference(covered.size(), id),
+                IcrcIdentificationDifference(covered.size(), id));
+      // A packet built for identification `id` parses with it, not with 0.
+      std::vector<uint8_t> segment = packet;
+      StoreIcrc(real, std::span<uint8_t>(segment).last<kIcrcSize>());
+      RocePacketView view;
+      EXPECT_EQ(ParseRocePacket(segment, &with_id, &view), RoceParseResult::kOk);
+      EXPECT_EQ(ParseRocePacket(segment, &kAddrs, &view), RoceParseResult::kBadIcrc);
+    }
+  }
+}
+
 TEST(Icrc, MostCorruptionsHaveNoIdentificationThatExplainsThem) {
   const std::vector<uint8_t> packet = ValidSendOnly(256);
   const std::span<const uint8_t> covered =

@@ -53,6 +53,7 @@ PacketBuffer* PacketPool::Alloc() {
   p->src = {};
   p->dst = {};
   p->due_ns = 0;
+  p->ip_id = 0;
   return p;
 }
 

@@ -52,6 +52,10 @@ class PacketBuffer {
   // When the packet may leave an impairment stage (delay); nanoseconds on the
   // stage's clock. Free for other uses outside a stage.
   int64_t due_ns = 0;
+  // For a received packet: the IPv4 identification the port knows it had
+  // (its index in a UDP GSO batch that arrived whole, UdpPortConfig::gro;
+  // else 0), for the ICRC check of ports that do not see the IPv4 header.
+  uint16_t ip_id = 0;
 
   PacketPool* pool() const { return pool_; }
 

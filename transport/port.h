@@ -51,6 +51,8 @@ struct PortCounters {
   std::atomic<uint64_t> rx_truncated{0};  // datagram larger than a buffer
   std::atomic<uint64_t> rx_errors{0};     // socket errors on receive
   std::atomic<uint64_t> tx_errors{0};     // packets refused by the network (not retried)
+  std::atomic<uint64_t> tx_batched{0};    // packets sent in a segmentation batch of 2 or more
+  std::atomic<uint64_t> rx_batched{0};    // packets received in a batch that arrived whole
 
   void Add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 };

@@ -310,7 +310,11 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet) {
         proto::BthOpcodeName(op), bth.psn, len, attrs_.path_mtu, config_.max_message_size)));
     return;
   }
-  slot.data.insert(slot.data.end(), packet.payload.begin(), packet.payload.end());
+  // resize + memcpy: the slot's allocator makes insert copy byte by byte
+  // (base/aligned_buffer.h), and resize leaves the new bytes as they are.
+  const size_t at = slot.data.size();
+  slot.data.resize(at + len);
+  if (len > 0) std::memcpy(slot.data.data() + at, packet.payload.data(), len);
   expected_psn_ = PsnAdd(expected_psn_, 1);
   counters_.packets_received.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_received.fetch_add(len, std::memory_order_relaxed);

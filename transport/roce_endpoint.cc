@@ -8,6 +8,11 @@
 
 namespace netfold::transport {
 
+namespace {
+// Segments of one UDP GSO send carry identifications 0..63 (udp_port.cc).
+constexpr uint16_t kMaxSegmentIdentification = 64;
+}  // namespace
+
 RoceEndpoint::RoceEndpoint(std::unique_ptr<Port> port, const Clock& clock,
                            const RoceEndpointConfig& config)
     : port_(std::move(port)),
@@ -174,16 +179,25 @@ bool RoceEndpoint::DispatchUnsupportedRequest(const PacketBuffer& p) {
 
 void RoceEndpoint::Dispatch(PacketBuffer* p) {
   counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
-  const proto::IcrcAddresses addrs{p->src.ip, p->dst.ip, p->src.port, p->dst.port};
+  proto::IcrcAddresses addrs{p->src.ip, p->dst.ip, p->src.port, p->dst.port, p->ip_id};
   proto::RocePacketView view;
   proto::RoceParseResult r =
       proto::ParseRocePacket(p->bytes(), config_.check_icrc ? &addrs : nullptr, &view);
-  if (r == proto::RoceParseResult::kBadIcrc && config_.solve_ip_identification &&
+  if (r == proto::RoceParseResult::kBadIcrc && addrs.ip_id != 0) {
+    // Its place in a received batch said identification ip_id; a batch the
+    // receiving stack coalesced from datagrams sent one by one (each with
+    // identification 0) says otherwise.
+    addrs.ip_id = 0;
+    r = proto::ParseRocePacket(p->bytes(), &addrs, &view);
+  }
+  if (r == proto::RoceParseResult::kBadIcrc &&
+      (config_.solve_ip_identification || config_.accept_segment_identifications) &&
       p->len() >= proto::kIcrcSize) {
     const std::span<const uint8_t> bytes = p->bytes();
     const uint32_t icrc = proto::LoadIcrc(bytes.last<proto::kIcrcSize>());
-    if (proto::SolveIpv4Identification(addrs, bytes.first(bytes.size() - proto::kIcrcSize), icrc)
-            .has_value()) {
+    const std::optional<uint16_t> id =
+        proto::SolveIpv4Identification(addrs, bytes.first(bytes.size() - proto::kIcrcSize), icrc);
+    if (id.has_value() && (config_.solve_ip_identification || *id < kMaxSegmentIdentification)) {
       r = proto::ParseRocePacket(p->bytes(), nullptr, &view);
       if (r == proto::RoceParseResult::kOk) {
         counters_.ip_identification_solved.fetch_add(1, std::memory_order_relaxed);

@@ -49,6 +49,13 @@ struct RoceEndpointConfig {
   // off unless a peer is a NIC (docs/verbs.md). Counted in
   // ip_identification_solved.
   bool solve_ip_identification = false;
+  // Accept a packet whose ICRC is right for an IPv4 identification below
+  // 64: a segment of a peer's UDP GSO send (segment i carries
+  // identification i, transport/udp_port.h) that the path cut and the
+  // receiving stack handed over alone or in another batch than the one it
+  // was sent in. Such a packet's ICRC is checked to 26 bits instead of 32.
+  // Counted in ip_identification_solved.
+  bool accept_segment_identifications = true;
   uint32_t first_qpn = 0x100;  // QPNs are assigned upwards from here
   size_t burst = 32;           // packets per RecvBurst
 };

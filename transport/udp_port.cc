@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <netinet/udp.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,6 +23,14 @@ namespace {
 
 constexpr size_t kMaxBurst = 64;
 constexpr int kMaxEvents = 16;
+// Segmentation batches: at most this many packets (the kernel's
+// UDP_MAX_SEGMENTS is 64 on old kernels) and this many bytes (a UDP
+// datagram's payload limit) per send.
+constexpr size_t kMaxSegments = 64;
+constexpr size_t kMaxBatchBytes = 65507;
+// Whole batches read per recvmmsg when UDP_GRO is on.
+constexpr size_t kGroReads = 8;
+constexpr size_t kGroBufferBytes = 65536;
 
 sockaddr_in ToSockaddr(const Ipv4Endpoint& ep) {
   sockaddr_in sa{};
@@ -58,6 +67,7 @@ UdpPort::UdpPort(const UdpPortConfig& config)
     : config_(config), pool_(config.pool), local_(config.local) {}
 
 UdpPort::~UdpPort() {
+  for (PacketBuffer* p : pending_) PacketPool::Free(p);
   for (Socket& s : sockets_) {
     if (s.fd >= 0) close(s.fd);
   }
@@ -102,6 +112,14 @@ absl::Status UdpPort::Open() {
   // header, would drop every packet with a bad ICRC.
   NETFOLD_RETURN_IF_ERROR(
       SetOpt(fd, IPPROTO_IP, IP_MTU_DISCOVER, IP_PMTUDISC_DO, "IP_MTU_DISCOVER"));
+  if (config_.gro) {
+    // A kernel without it (before 5.0) reads datagram by datagram.
+    if (SetOpt(fd, IPPROTO_UDP, UDP_GRO, 1, "UDP_GRO").ok()) {
+      gro_buffers_.resize(kGroReads * kGroBufferBytes);
+    } else {
+      config_.gro = false;
+    }
+  }
   sockaddr_in sa = ToSockaddr(local_);
   if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
     return ErrnoToStatus(errno, absl::StrFormat("bind %s", local_.ToString()));
@@ -153,6 +171,9 @@ absl::Status UdpPort::JoinMulticast(const Ipv4Endpoint& group) {
   if (absl::Status s = SetOpt(fd, IPPROTO_IP, IP_MULTICAST_ALL, 0, "IP_MULTICAST_ALL"); !s.ok()) {
     return fail(s);
   }
+  if (config_.gro) {
+    if (absl::Status s = SetOpt(fd, IPPROTO_UDP, UDP_GRO, 1, "UDP_GRO"); !s.ok()) return fail(s);
+  }
   sockaddr_in sa = ToSockaddr(group);
   if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
     return fail(ErrnoToStatus(errno, absl::StrFormat("bind %s", group.ToString())));
@@ -189,7 +210,117 @@ absl::Status UdpPort::LeaveMulticast(const Ipv4Endpoint& group) {
   return absl::NotFoundError(absl::StrFormat("not a member of %s", group.ToString()));
 }
 
+size_t UdpPort::TakePending(std::span<PacketBuffer*> out) {
+  size_t n = 0;
+  while (n < out.size() && !pending_.empty()) {
+    out[n++] = pending_.front();
+    pending_.pop_front();
+  }
+  if (!pending_.empty()) backlog_ = true;
+  return n;
+}
+
+size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
+  // A batch must be split into pool buffers as soon as it is read: read
+  // only as many as the pool can surely take.
+  size_t reads = std::min(kGroReads, static_cast<size_t>(pool_.num_free()) / kMaxSegments);
+  if (reads == 0) {
+    // Few buffers left: read one batch if they hold all of it (a peek says
+    // how many packets it has), else leave it in the socket.
+    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int))];
+    iovec iov{gro_buffers_.data(), kGroBufferBytes};
+    msghdr h{};
+    h.msg_iov = &iov;
+    h.msg_iovlen = 1;
+    h.msg_control = control;
+    h.msg_controllen = sizeof(control);
+    const ssize_t len = recvmsg(s.fd, &h, MSG_PEEK | MSG_DONTWAIT);
+    if (len < 0) return 0;
+    size_t segment = static_cast<size_t>(len);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int size = 0;
+        std::memcpy(&size, CMSG_DATA(c), sizeof(size));
+        if (size > 0) segment = static_cast<size_t>(size);
+      }
+    }
+    const size_t count = len == 0 ? 1 : (static_cast<size_t>(len) + segment - 1) / segment;
+    if (count > pool_.num_free()) {
+      counters_.Add(counters_.rx_no_buffer);
+      return 0;
+    }
+    reads = 1;
+  }
+  mmsghdr msgs[kGroReads];
+  iovec iovs[kGroReads];
+  sockaddr_in addrs[kGroReads];
+  alignas(cmsghdr) uint8_t controls[kGroReads][CMSG_SPACE(sizeof(int))];
+  for (size_t i = 0; i < reads; ++i) {
+    iovs[i] = {gro_buffers_.data() + i * kGroBufferBytes, kGroBufferBytes};
+    msgs[i] = {};
+    msgs[i].msg_hdr.msg_iov = &iovs[i];
+    msgs[i].msg_hdr.msg_iovlen = 1;
+    msgs[i].msg_hdr.msg_name = &addrs[i];
+    msgs[i].msg_hdr.msg_namelen = sizeof(addrs[i]);
+    msgs[i].msg_hdr.msg_control = controls[i];
+    msgs[i].msg_hdr.msg_controllen = sizeof(controls[i]);
+  }
+  int n = recvmmsg(s.fd, msgs, static_cast<unsigned>(reads), MSG_DONTWAIT, nullptr);
+  if (n < 0) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      counters_.Add(counters_.rx_errors);
+      NETFOLD_LOG(kDebug) << "recvmmsg on " << s.bound.ToString() << ": errno " << errno;
+    }
+    return 0;
+  }
+  size_t kept = 0;
+  for (int i = 0; i < n; ++i) {
+    const msghdr& h = msgs[i].msg_hdr;
+    if (h.msg_flags & MSG_TRUNC) {
+      counters_.Add(counters_.rx_truncated);
+      continue;
+    }
+    const size_t len = msgs[i].msg_len;
+    size_t segment = len;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
+      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+        int size = 0;
+        std::memcpy(&size, CMSG_DATA(c), sizeof(size));
+        if (size > 0) segment = static_cast<size_t>(size);
+      }
+    }
+    const uint8_t* data = static_cast<const uint8_t*>(iovs[i].iov_base);
+    const size_t count = len == 0 ? 1 : (len + segment - 1) / segment;
+    for (size_t k = 0; k < count; ++k) {
+      const size_t offset = k * segment;
+      const size_t size = std::min(segment, len - offset);
+      PacketBuffer* p = pool_.Alloc();
+      if (p == nullptr || size > p->capacity()) {
+        if (p != nullptr) PacketPool::Free(p);
+        counters_.Add(size > pool_.buffer_size() ? counters_.rx_truncated : counters_.rx_no_buffer);
+        continue;
+      }
+      std::memcpy(p->data(), data + offset, size);
+      p->set_len(static_cast<uint32_t>(size));
+      p->src = FromSockaddr(addrs[i]);
+      p->dst = s.bound;
+      p->ip_id = static_cast<uint16_t>(k);
+      counters_.Add(counters_.rx_bytes, size);
+      counters_.Add(counters_.rx_packets);
+      if (count > 1) counters_.Add(counters_.rx_batched);
+      if (kept < out.size()) {
+        out[kept++] = p;
+      } else {
+        pending_.push_back(p);
+      }
+    }
+  }
+  if (static_cast<size_t>(n) == reads || !pending_.empty()) backlog_ = true;
+  return kept;
+}
+
 size_t UdpPort::ReadSocket(const Socket& s, std::span<PacketBuffer*> out) {
+  if (config_.gro) return ReadSocketGro(s, out);
   const size_t want = std::min(out.size(), kMaxBurst);
   PacketBuffer* bufs[kMaxBurst];
   const size_t got_bufs = pool_.AllocBurst({bufs, want});
@@ -240,7 +371,7 @@ size_t UdpPort::ReadSocket(const Socket& s, std::span<PacketBuffer*> out) {
 
 size_t UdpPort::ReadAll(std::span<PacketBuffer*> out) {
   backlog_ = false;
-  size_t total = 0;
+  size_t total = TakePending(out);
   const size_t num = sockets_.size();
   for (size_t k = 0; k < num && total < out.size(); ++k) {
     const Socket& s = sockets_[(next_socket_ + k) % num];
@@ -252,6 +383,7 @@ size_t UdpPort::ReadAll(std::span<PacketBuffer*> out) {
 }
 
 size_t UdpPort::ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout) {
+  if (!pending_.empty()) return TakePending(out);
   epoll_event events[kMaxEvents];
   const int ready = Wait(events, timeout);
   backlog_ = false;
@@ -338,46 +470,121 @@ size_t UdpPort::Received(size_t n) {
 size_t UdpPort::SendBurst(std::span<PacketBuffer* const> packets) {
   size_t taken = 0;
   while (taken < packets.size()) {
-    const size_t batch = std::min(packets.size() - taken, kMaxBurst);
-    mmsghdr msgs[kMaxBurst];
-    iovec iovs[kMaxBurst];
-    sockaddr_in addrs[kMaxBurst];
-    for (size_t i = 0; i < batch; ++i) {
-      PacketBuffer* p = packets[taken + i];
-      iovs[i] = {p->data(), p->len()};
-      addrs[i] = ToSockaddr(p->dst);
-      msgs[i] = {};
-      msgs[i].msg_hdr.msg_iov = &iovs[i];
-      msgs[i].msg_hdr.msg_iovlen = 1;
-      msgs[i].msg_hdr.msg_name = &addrs[i];
-      msgs[i].msg_hdr.msg_namelen = sizeof(addrs[i]);
-    }
-    int n = sendmmsg(sockets_[0].fd, msgs, static_cast<unsigned>(batch), MSG_DONTWAIT);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ENOBUFS) {
-        break;  // the caller keeps the rest
-      }
-      // A datagram the network refuses (unreachable, bad address): drop it,
-      // counted, so that one bad destination cannot wedge the queue.
-      NETFOLD_LOG(kDebug) << "sendmmsg to " << packets[taken]->dst.ToString() << ": errno "
-                          << errno;
-      counters_.Add(counters_.tx_errors);
-      PacketPool::Free(packets[taken]);
-      ++taken;
-      continue;
-    }
-    for (int i = 0; i < n; ++i) {
-      PacketBuffer* p = packets[taken + static_cast<size_t>(i)];
-      counters_.Add(counters_.tx_bytes, p->len());
-      PacketPool::Free(p);
-    }
-    counters_.Add(counters_.tx_packets, static_cast<uint64_t>(n));
-    taken += static_cast<size_t>(n);
-    if (static_cast<size_t>(n) < batch) break;
+    const size_t sent = SendRuns(packets.subspan(taken));
+    if (sent == 0) break;
+    taken += sent;
   }
   if (taken > 0 && config_.poll_window > absl::ZeroDuration()) {
     last_activity_ns_ = RealClock().NowNanos();
   }
+  return taken;
+}
+
+size_t UdpPort::SendRuns(std::span<PacketBuffer* const> packets) {
+  // One message per run: packets to one destination, all of the run's
+  // first size but the last (which may be shorter), within the kernel's
+  // limits; a run of one is a plain datagram.
+  mmsghdr msgs[kMaxBurst];
+  iovec iovs[kMaxBurst];
+  sockaddr_in addrs[kMaxBurst];
+  alignas(cmsghdr) uint8_t controls[kMaxBurst][CMSG_SPACE(sizeof(uint16_t))];
+  size_t run_start[kMaxBurst + 1];
+  const size_t limit = std::min(packets.size(), kMaxBurst);
+  const bool gso = config_.gso && gso_works_;
+  size_t num_msgs = 0;
+  for (size_t i = 0; i < limit;) {
+    PacketBuffer* first = packets[i];
+    size_t end = i + 1, bytes = first->len();
+    if (gso && first->len() > proto::kIcrcSize) {
+      while (end < limit && end - i < kMaxSegments) {
+        const PacketBuffer* q = packets[end];
+        if (q->dst != first->dst || q->len() > first->len() || q->len() <= proto::kIcrcSize ||
+            bytes + q->len() > kMaxBatchBytes) {
+          break;
+        }
+        bytes += q->len();
+        ++end;
+        if (q->len() < first->len()) break;  // only the last may be shorter
+      }
+    }
+    run_start[num_msgs] = i;
+    msghdr& h = msgs[num_msgs].msg_hdr;
+    msgs[num_msgs] = {};
+    addrs[num_msgs] = ToSockaddr(first->dst);
+    h.msg_name = &addrs[num_msgs];
+    h.msg_namelen = sizeof(addrs[num_msgs]);
+    for (size_t k = i; k < end; ++k) iovs[k] = {packets[k]->data(), packets[k]->len()};
+    h.msg_iov = &iovs[i];
+    h.msg_iovlen = end - i;
+    if (end - i > 1) {
+      // Segment k leaves with IPv4 identification k: its ICRC must be the
+      // one of that identification.
+      for (size_t k = i + 1; k < end; ++k) {
+        const std::span<uint8_t, proto::kIcrcSize> tail = packets[k]->bytes().last<proto::kIcrcSize>();
+        proto::StoreIcrc(proto::LoadIcrc(tail) ^
+                             icrc_ids_.Difference(packets[k]->len() - proto::kIcrcSize,
+                                                  static_cast<uint16_t>(k - i)),
+                         tail);
+      }
+      h.msg_control = controls[num_msgs];
+      h.msg_controllen = sizeof(controls[num_msgs]);
+      cmsghdr* c = CMSG_FIRSTHDR(&h);
+      c->cmsg_level = SOL_UDP;
+      c->cmsg_type = UDP_SEGMENT;
+      c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      const uint16_t segment = static_cast<uint16_t>(first->len());
+      std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+    }
+    ++num_msgs;
+    i = end;
+  }
+  run_start[num_msgs] = limit;
+  // Packets of runs the kernel did not take go back with the ICRC of
+  // identification 0, to be sent again in whatever batch.
+  auto restore = [&](size_t from_msg) {
+    for (size_t m = from_msg; m < num_msgs; ++m) {
+      for (size_t k = run_start[m] + 1; k < run_start[m + 1]; ++k) {
+        const std::span<uint8_t, proto::kIcrcSize> tail = packets[k]->bytes().last<proto::kIcrcSize>();
+        proto::StoreIcrc(proto::LoadIcrc(tail) ^
+                             icrc_ids_.Difference(packets[k]->len() - proto::kIcrcSize,
+                                                  static_cast<uint16_t>(k - run_start[m])),
+                         tail);
+      }
+    }
+  };
+  const int n = sendmmsg(sockets_[0].fd, msgs, static_cast<unsigned>(num_msgs), MSG_DONTWAIT);
+  if (n < 0) {
+    const int error = errno;
+    restore(0);
+    if (error == EAGAIN || error == EWOULDBLOCK || error == EINTR || error == ENOBUFS) {
+      return 0;  // the caller keeps them
+    }
+    if (run_start[1] - run_start[0] > 1 && (error == EINVAL || error == EIO || error == EMSGSIZE)) {
+      // The kernel or the path refuses segmentation offload (too old, a
+      // segment over the route's MTU): one datagram per packet from now on.
+      NETFOLD_LOG(kInfo) << "UDP segmentation offload refused (errno " << error
+                         << "): sending datagram by datagram";
+      gso_works_ = false;
+      return SendRuns(packets);
+    }
+    // A datagram the network refuses (unreachable, bad address): drop the
+    // run, counted, so that one bad destination cannot wedge the queue.
+    NETFOLD_LOG(kDebug) << "sendmmsg to " << packets[0]->dst.ToString() << ": errno " << error;
+    for (size_t k = 0; k < run_start[1]; ++k) {
+      counters_.Add(counters_.tx_errors);
+      PacketPool::Free(packets[k]);
+    }
+    return run_start[1];
+  }
+  restore(static_cast<size_t>(n));
+  const size_t taken = run_start[n];
+  for (size_t k = 0; k < taken; ++k) counters_.Add(counters_.tx_bytes, packets[k]->len());
+  counters_.Add(counters_.tx_packets, taken);
+  for (int m = 0; m < n; ++m) {
+    const size_t run = run_start[m + 1] - run_start[m];
+    if (run > 1) counters_.Add(counters_.tx_batched, run);
+  }
+  PacketPool::FreeBurst(packets.first(taken));
   return taken;
 }
 

@@ -25,11 +25,13 @@
 #define NETFOLD_TRANSPORT_UDP_PORT_H_
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "proto/icrc.h"
 #include "transport/port.h"
 
 struct epoll_event;
@@ -47,6 +49,17 @@ struct UdpPortConfig {
   // Socket buffer sizes; large by default so bursts are not dropped by the
   // kernel (as root, beyond net.core.rmem_max).
   int socket_buffer_bytes = 4 << 20;
+  // UDP segmentation offload: consecutive packets of a burst to one
+  // destination, all of one size but the last (no larger), leave in one
+  // sendmsg with UDP_SEGMENT; the kernel cuts them into datagrams where
+  // they must be cut, and hands them over whole on loopback and veth. The
+  // payloads are RoCEv2 packets: segment i of a batch gets the ICRC of IPv4
+  // identification i, which is what the kernel writes into its header
+  // (docs/transport.md, "Batched I/O"). Off: one datagram per packet.
+  bool gso = true;
+  // UDP receive offload (UDP_GRO): a batch that arrives whole is read in
+  // one go and split here into its packets, packet i with ip_id i.
+  bool gro = true;
 };
 
 class UdpPort : public Port {
@@ -81,6 +94,13 @@ class UdpPort : public Port {
   int Wait(epoll_event* events, absl::Duration timeout);
   // Notes the time of a receive of n > 0 packets for the poll window; returns n.
   size_t Received(size_t n);
+  // With gro: reads whole batches from `s` into gro_buffers_ and splits
+  // them into pool buffers, delivered to `out`, the rest to pending_.
+  size_t ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out);
+  // Moves pending_ packets to `out`.
+  size_t TakePending(std::span<PacketBuffer*> out);
+  // Sends packets[0, n) as runs (see gso); returns how many were taken.
+  size_t SendRuns(std::span<PacketBuffer* const> packets);
 
   UdpPortConfig config_;
   PacketPool pool_;
@@ -94,6 +114,10 @@ class UdpPort : public Port {
   bool backlog_ = false;         // the last read may have left datagrams behind
   bool has_epoll_pwait2_ = true;
   int64_t last_activity_ns_ = 0;  // RealClock() of the last packet sent or received
+  std::vector<uint8_t> gro_buffers_;   // kGroReads batches of up to 64 KiB
+  std::deque<PacketBuffer*> pending_;  // split from a batch, not yet handed out
+  proto::IcrcIdentificationTable icrc_ids_;
+  bool gso_works_ = true;  // cleared when the kernel refuses UDP_SEGMENT
 };
 
 }  // namespace netfold::transport

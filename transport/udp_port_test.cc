@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "proto/icrc.h"
 #include "gtest/gtest.h"
 
 namespace netfold::transport {
@@ -189,6 +190,95 @@ TEST(UdpPort, WakeFromAnotherThreadEndsAWait) {
     b->SendBurst({&p, 1});
     EXPECT_EQ(RecvTags(*a, 1), std::vector<uint32_t>{42});
   }
+}
+
+// A RoCEv2-shaped payload of `len` bytes: a tag, filler, and the ICRC of
+// `addrs` (identification 0, as a queue pair builds it).
+PacketBuffer* RocePacket(Port& port, const Ipv4Endpoint& dst, uint32_t tag, uint32_t len) {
+  PacketBuffer* p = Packet(port, dst, tag, len);
+  const proto::IcrcAddresses addrs{port.local().ip, dst.ip, port.local().port, dst.port};
+  proto::StoreIcrc(proto::ComputeIcrc(addrs, p->bytes().first(len - proto::kIcrcSize)),
+                   p->bytes().last<proto::kIcrcSize>());
+  return p;
+}
+
+// The ICRC of a received packet against the identification the port
+// reports for it.
+bool IcrcHolds(const PacketBuffer* p) {
+  const proto::IcrcAddresses addrs{p->src.ip, p->dst.ip, p->src.port, p->dst.port, p->ip_id};
+  return proto::ComputeIcrc(addrs, p->bytes().first(p->len() - proto::kIcrcSize)) ==
+         proto::LoadIcrc(p->bytes().last<proto::kIcrcSize>());
+}
+
+// Consecutive packets of one size to one destination leave in one
+// segmentation batch and arrive whole through UDP_GRO: split into the same
+// packets, in order, packet i reporting identification i, every ICRC
+// right for it (segment i leaves with identification i if the path cuts
+// the batch). A packet of another size or destination starts a new batch.
+TEST(UdpPort, SegmentationBatchesArriveAsTheirPacketsWithTheirIdentifications) {
+  auto a = MakePort();
+  auto b = MakePort();
+  auto c = MakePort();
+  ASSERT_TRUE(a && b && c);
+  std::vector<PacketBuffer*> tx;
+  for (uint32_t i = 0; i < 5; ++i) tx.push_back(RocePacket(*a, b->local(), i, 4088));
+  tx.push_back(RocePacket(*a, b->local(), 5, 1000));   // shorter: ends the batch
+  tx.push_back(RocePacket(*a, c->local(), 6, 4088));   // elsewhere
+  tx.push_back(RocePacket(*a, b->local(), 7, 4088));
+  tx.push_back(RocePacket(*a, b->local(), 8, 4088));
+  ASSERT_EQ(a->SendBurst(tx), tx.size());
+  EXPECT_EQ(a->counters().tx_batched, 8u);  // 0..5 and 7..8
+  std::vector<uint16_t> ids;
+  std::vector<uint32_t> tags;
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  PacketBuffer* rx[32];
+  while (tags.size() < 8 && !deadline.Expired()) {
+    const size_t got = b->RecvBurst(rx, absl::Milliseconds(50));
+    for (size_t i = 0; i < got; ++i) {
+      tags.push_back(Tag(rx[i]));
+      ids.push_back(rx[i]->ip_id);
+      EXPECT_TRUE(IcrcHolds(rx[i])) << "packet " << Tag(rx[i]);
+    }
+    PacketPool::FreeBurst({rx, got});
+  }
+  EXPECT_EQ(tags, (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 7, 8}));
+  EXPECT_EQ(ids, (std::vector<uint16_t>{0, 1, 2, 3, 4, 5, 0, 1}));
+  EXPECT_EQ(b->counters().rx_batched, 8u);
+  EXPECT_EQ(RecvTags(*c, 1), std::vector<uint32_t>{6});
+  EXPECT_EQ(a->pool().num_in_use(), 0u);
+  EXPECT_EQ(b->pool().num_in_use(), 0u);
+}
+
+// With gso off every packet is its own datagram, identification 0; a
+// receiver without gro gets a batch cut into datagrams (the identification
+// is then unknown to it: 0).
+TEST(UdpPort, WithoutOffloadsEveryPacketIsADatagram) {
+  UdpPortConfig plain;
+  plain.gso = false;
+  plain.gro = false;
+  auto a = MakePort(plain);
+  auto b = MakePort(plain);
+  auto batcher = MakePort();
+  ASSERT_TRUE(a && b && batcher);
+  std::vector<PacketBuffer*> tx;
+  for (uint32_t i = 0; i < 4; ++i) tx.push_back(RocePacket(*a, b->local(), i, 2000));
+  ASSERT_EQ(a->SendBurst(tx), 4u);
+  EXPECT_EQ(a->counters().tx_batched, 0u);
+  PacketBuffer* rx[8];
+  size_t got = 0;
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  while (got < 4 && !deadline.Expired()) got += b->RecvBurst({rx + got, 8 - got}, absl::Milliseconds(50));
+  ASSERT_EQ(got, 4u);
+  for (size_t i = 0; i < got; ++i) {
+    EXPECT_EQ(rx[i]->ip_id, 0);
+    EXPECT_TRUE(IcrcHolds(rx[i]));
+  }
+  PacketPool::FreeBurst({rx, got});
+  tx.clear();
+  for (uint32_t i = 0; i < 4; ++i) tx.push_back(RocePacket(*batcher, b->local(), 10 + i, 2000));
+  ASSERT_EQ(batcher->SendBurst(tx), 4u);
+  EXPECT_EQ(RecvTags(*b, 4), (std::vector<uint32_t>{10, 11, 12, 13}));
+  EXPECT_EQ(b->counters().rx_batched, 0u);
 }
 
 TEST(UdpPort, MulticastReachesEveryMemberAndOnlyMembers) {
