@@ -32,10 +32,17 @@ PacketPool::PacketPool(const PacketPoolConfig& config) : config_(config) {
     b.in_pool_ = true;
     free_.push_back(&b);
   }
+  views_.resize(config_.num_views);
+  free_views_.reserve(config_.num_views);
+  for (PacketBuffer& v : views_) {
+    v.pool_ = this;
+    v.in_pool_ = true;
+    free_views_.push_back(&v);
+  }
 }
 
 PacketPool::~PacketPool() {
-  if (num_in_use() != 0) {
+  if (num_in_use() != 0 || free_views_.size() != views_.size()) {
     NETFOLD_LOG(kWarning) << "PacketPool destroyed with " << num_in_use()
                           << " buffers still in use (leak)";
   }
@@ -67,12 +74,49 @@ size_t PacketPool::AllocBurst(std::span<PacketBuffer*> out) {
   return n;
 }
 
+PacketBuffer* PacketPool::AllocView(PacketBuffer* parent, uint32_t offset, uint32_t len) {
+  if (free_views_.empty() || parent == nullptr || parent->is_view() ||
+      static_cast<uint64_t>(offset) + len > parent->len()) {
+    ++alloc_failures_;
+    return nullptr;
+  }
+  PacketBuffer* v = free_views_.back();
+  free_views_.pop_back();
+  v->in_pool_ = false;
+  v->data_ = parent->data() + offset;
+  v->len_ = len;
+  v->capacity_ = len;
+  v->headroom_ = 0;
+  v->src = {};
+  v->dst = {};
+  v->due_ns = 0;
+  v->ip_id = 0;
+  v->parent_ = parent;
+  ++parent->views_;
+  return v;
+}
+
 void PacketPool::Release(PacketBuffer* p) {
   if (p->in_pool_) {
     NETFOLD_LOG(kError) << "PacketBuffer freed twice";
     std::abort();
   }
   p->in_pool_ = true;
+  if (PacketBuffer* parent = p->parent_) {
+    p->parent_ = nullptr;
+    p->data_ = nullptr;
+    free_views_.push_back(p);
+    if (--parent->views_ == 0 && parent->freed_with_views_) {
+      parent->freed_with_views_ = false;
+      parent->pool_->free_.push_back(parent);
+    }
+    return;
+  }
+  if (p->views_ != 0) {
+    // Its views hold it: it goes back when the last one is freed.
+    p->freed_with_views_ = true;
+    return;
+  }
   free_.push_back(p);
 }
 

@@ -58,6 +58,9 @@ class PacketBuffer {
   uint16_t ip_id = 0;
 
   PacketPool* pool() const { return pool_; }
+  // A view (PacketPool::AllocView) shows part of another buffer, which
+  // stays in use until every view of it is freed.
+  bool is_view() const { return parent_ != nullptr; }
 
  private:
   friend class PacketPool;
@@ -67,12 +70,16 @@ class PacketBuffer {
   uint32_t headroom_ = 0;
   PacketPool* pool_ = nullptr;
   bool in_pool_ = true;
+  PacketBuffer* parent_ = nullptr;  // views: the buffer shown
+  uint32_t views_ = 0;              // buffers: live views of it
+  bool freed_with_views_ = false;   // freed, back in the pool with its last view
 };
 
 struct PacketPoolConfig {
   uint32_t num_buffers = 1024;
   uint32_t buffer_size = 4096 + 256;  // a 4096-byte MTU payload plus headers
   uint32_t headroom = 64;             // room for Ethernet + IPv4 + UDP
+  uint32_t num_views = 0;             // view headers (AllocView)
 };
 
 class PacketPool {
@@ -87,6 +94,12 @@ class PacketPool {
   PacketBuffer* Alloc();
   // Fills `out` with up to out.size() buffers; returns how many.
   size_t AllocBurst(std::span<PacketBuffer*> out);
+  // A buffer showing `len` bytes of `parent` from `offset` (no copy; no
+  // headroom, capacity `len`): the bytes of one packet of a batch that was
+  // read whole. Freeing `parent` (of any pool) while views of it live puts
+  // it back in its pool only when the last view is freed. nullptr if no
+  // view header is free (num_views) or the range is outside the parent.
+  PacketBuffer* AllocView(PacketBuffer* parent, uint32_t offset, uint32_t len);
   // Returns `p` to the pool it came from. nullptr is ignored. Freeing a buffer
   // twice is a broken invariant and aborts.
   static void Free(PacketBuffer* p);
@@ -95,6 +108,7 @@ class PacketPool {
   uint32_t buffer_size() const { return config_.buffer_size; }
   uint32_t num_buffers() const { return config_.num_buffers; }
   uint32_t num_free() const { return static_cast<uint32_t>(free_.size()); }
+  uint32_t num_free_views() const { return static_cast<uint32_t>(free_views_.size()); }
   uint32_t num_in_use() const { return num_buffers() - num_free(); }
   uint64_t num_alloc_failures() const { return alloc_failures_; }
 
@@ -105,6 +119,8 @@ class PacketPool {
   std::unique_ptr<uint8_t[]> memory_;
   std::vector<PacketBuffer> buffers_;
   std::vector<PacketBuffer*> free_;
+  std::vector<PacketBuffer> views_;
+  std::vector<PacketBuffer*> free_views_;
   uint64_t alloc_failures_ = 0;
 };
 

@@ -82,5 +82,41 @@ TEST(PacketBatch, FreesWhatItStillHolds) {
   EXPECT_EQ(pool.num_free(), 3u);
 }
 
+// Views show parts of a buffer without copying; the buffer, freed while
+// views live, goes back to its pool with the last of them.
+TEST(PacketPool, ViewsHoldTheirBufferUntilTheLastIsFreed) {
+  PacketPool batches({.num_buffers = 1, .buffer_size = 1000, .headroom = 0});
+  PacketPool views({.num_buffers = 1, .buffer_size = 100, .num_views = 2});
+  PacketBuffer* batch = batches.Alloc();
+  ASSERT_NE(batch, nullptr);
+  for (uint32_t i = 0; i < 300; ++i) batch->data()[i] = static_cast<uint8_t>(i);
+  batch->set_len(300);
+  PacketBuffer* a = views.AllocView(batch, 0, 100);
+  PacketBuffer* b = views.AllocView(batch, 100, 200);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->is_view());
+  EXPECT_EQ(b->len(), 200u);
+  EXPECT_EQ(b->data()[0], 100);
+  EXPECT_EQ(views.AllocView(batch, 0, 1), nullptr) << "no view header left";
+  EXPECT_EQ(views.num_free_views(), 0u);
+  PacketPool::Free(batch);  // its views still show it
+  EXPECT_EQ(batches.num_free(), 0u);
+  PacketPool::Free(a);
+  EXPECT_EQ(batches.num_free(), 0u);
+  PacketPool::Free(b);
+  EXPECT_EQ(batches.num_free(), 1u);
+  EXPECT_EQ(views.num_free_views(), 2u);
+  // Out of range, or a view of a view: refused.
+  batch = batches.Alloc();
+  batch->set_len(10);
+  EXPECT_EQ(views.AllocView(batch, 5, 6), nullptr);
+  PacketBuffer* c = views.AllocView(batch, 0, 10);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(views.AllocView(c, 0, 1), nullptr);
+  PacketPool::Free(c);
+  PacketPool::Free(batch);
+  EXPECT_EQ(batches.num_free(), 1u);
+}
+
 }  // namespace
 }  // namespace netfold::transport

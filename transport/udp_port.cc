@@ -28,9 +28,12 @@ constexpr int kMaxEvents = 16;
 // datagram's payload limit) per send.
 constexpr size_t kMaxSegments = 64;
 constexpr size_t kMaxBatchBytes = 65507;
-// Whole batches read per recvmmsg when UDP_GRO is on.
+// Whole batches read per recvmmsg when UDP_GRO is on, into batch buffers
+// of kGroBufferBytes (kBatchBuffers of them: packets of a batch hold its
+// buffer until they are freed).
 constexpr size_t kGroReads = 8;
-constexpr size_t kGroBufferBytes = 65536;
+constexpr uint32_t kGroBufferBytes = 65536;
+constexpr uint32_t kBatchBuffers = 32;
 
 sockaddr_in ToSockaddr(const Ipv4Endpoint& ep) {
   sockaddr_in sa{};
@@ -63,11 +66,27 @@ void SizeBuffers(int fd, int bytes) {
 
 }  // namespace
 
+namespace {
+
+PacketPoolConfig WithViews(PacketPoolConfig c, bool gro) {
+  // Enough view headers for every buffer's worth of packets in batches.
+  if (gro) c.num_views = std::max(c.num_views, 2 * c.num_buffers);
+  return c;
+}
+
+}  // namespace
+
 UdpPort::UdpPort(const UdpPortConfig& config)
-    : config_(config), pool_(config.pool), local_(config.local) {}
+    : config_(config),
+      pool_(WithViews(config.pool, config.gro)),
+      batch_pool_({.num_buffers = config.gro ? kBatchBuffers : 0,
+                   .buffer_size = kGroBufferBytes,
+                   .headroom = 0}),
+      local_(config.local) {}
 
 UdpPort::~UdpPort() {
   for (PacketBuffer* p : pending_) PacketPool::Free(p);
+  pending_.clear();
   for (Socket& s : sockets_) {
     if (s.fd >= 0) close(s.fd);
   }
@@ -115,7 +134,7 @@ absl::Status UdpPort::Open() {
   if (config_.gro) {
     // A kernel without it (before 5.0) reads datagram by datagram.
     if (SetOpt(fd, IPPROTO_UDP, UDP_GRO, 1, "UDP_GRO").ok()) {
-      gro_buffers_.resize(kGroReads * kGroBufferBytes);
+      scratch_.resize(kGroBufferBytes);
     } else {
       config_.gro = false;
     }
@@ -220,15 +239,37 @@ size_t UdpPort::TakePending(std::span<PacketBuffer*> out) {
   return n;
 }
 
+namespace {
+
+// The packet size of a message read with UDP_GRO: its gso_size, or its
+// length when it came alone.
+size_t SegmentSize(const msghdr& h, size_t len) {
+  for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr;
+       c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
+    if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
+      int size = 0;
+      std::memcpy(&size, CMSG_DATA(c), sizeof(size));
+      if (size > 0) return static_cast<size_t>(size);
+    }
+  }
+  return len;
+}
+
+}  // namespace
+
 size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
-  // A batch must be split into pool buffers as soon as it is read: read
-  // only as many as the pool can surely take.
-  size_t reads = std::min(kGroReads, static_cast<size_t>(pool_.num_free()) / kMaxSegments);
+  // Batches land in batch buffers; their packets are handed out as views
+  // of them (no copy). A batch buffer goes back to its pool when its last
+  // packet is freed. Read only as many batches as there are batch buffers
+  // and view headers for a full batch each.
+  size_t reads = std::min({kGroReads, static_cast<size_t>(batch_pool_.num_free()),
+                           static_cast<size_t>(pool_.num_free_views()) / kMaxSegments});
   if (reads == 0) {
-    // Few buffers left: read one batch if they hold all of it (a peek says
-    // how many packets it has), else leave it in the socket.
+    // Out of batch buffers (packets of earlier batches are still held) or
+    // views: read one batch into scratch and copy its packets, if the pool
+    // has room for all of them (a peek says how many).
     alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int))];
-    iovec iov{gro_buffers_.data(), kGroBufferBytes};
+    iovec iov{scratch_.data(), scratch_.size()};
     msghdr h{};
     h.msg_iov = &iov;
     h.msg_iovlen = 1;
@@ -236,14 +277,7 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
     h.msg_controllen = sizeof(control);
     const ssize_t len = recvmsg(s.fd, &h, MSG_PEEK | MSG_DONTWAIT);
     if (len < 0) return 0;
-    size_t segment = static_cast<size_t>(len);
-    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(&h, c)) {
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-        int size = 0;
-        std::memcpy(&size, CMSG_DATA(c), sizeof(size));
-        if (size > 0) segment = static_cast<size_t>(size);
-      }
-    }
+    const size_t segment = SegmentSize(h, static_cast<size_t>(len));
     const size_t count = len == 0 ? 1 : (static_cast<size_t>(len) + segment - 1) / segment;
     if (count > pool_.num_free()) {
       counters_.Add(counters_.rx_no_buffer);
@@ -251,12 +285,19 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
     }
     reads = 1;
   }
+  const bool copy = batch_pool_.num_free() == 0 || pool_.num_free_views() < kMaxSegments;
+  PacketBuffer* batches[kGroReads] = {};
   mmsghdr msgs[kGroReads];
   iovec iovs[kGroReads];
   sockaddr_in addrs[kGroReads];
   alignas(cmsghdr) uint8_t controls[kGroReads][CMSG_SPACE(sizeof(int))];
   for (size_t i = 0; i < reads; ++i) {
-    iovs[i] = {gro_buffers_.data() + i * kGroBufferBytes, kGroBufferBytes};
+    if (copy) {
+      iovs[i] = {scratch_.data(), scratch_.size()};
+    } else {
+      batches[i] = batch_pool_.Alloc();
+      iovs[i] = {batches[i]->data(), batches[i]->capacity()};
+    }
     msgs[i] = {};
     msgs[i].msg_hdr.msg_iov = &iovs[i];
     msgs[i].msg_hdr.msg_iovlen = 1;
@@ -265,13 +306,10 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
     msgs[i].msg_hdr.msg_control = controls[i];
     msgs[i].msg_hdr.msg_controllen = sizeof(controls[i]);
   }
-  int n = recvmmsg(s.fd, msgs, static_cast<unsigned>(reads), MSG_DONTWAIT, nullptr);
-  if (n < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      counters_.Add(counters_.rx_errors);
-      NETFOLD_LOG(kDebug) << "recvmmsg on " << s.bound.ToString() << ": errno " << errno;
-    }
-    return 0;
+  const int n = recvmmsg(s.fd, msgs, static_cast<unsigned>(reads), MSG_DONTWAIT, nullptr);
+  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+    counters_.Add(counters_.rx_errors);
+    NETFOLD_LOG(kDebug) << "recvmmsg on " << s.bound.ToString() << ": errno " << errno;
   }
   size_t kept = 0;
   for (int i = 0; i < n; ++i) {
@@ -281,27 +319,33 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
       continue;
     }
     const size_t len = msgs[i].msg_len;
-    size_t segment = len;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&h); c != nullptr; c = CMSG_NXTHDR(const_cast<msghdr*>(&h), c)) {
-      if (c->cmsg_level == SOL_UDP && c->cmsg_type == UDP_GRO) {
-        int size = 0;
-        std::memcpy(&size, CMSG_DATA(c), sizeof(size));
-        if (size > 0) segment = static_cast<size_t>(size);
-      }
-    }
-    const uint8_t* data = static_cast<const uint8_t*>(iovs[i].iov_base);
+    const size_t segment = SegmentSize(h, len);
     const size_t count = len == 0 ? 1 : (len + segment - 1) / segment;
+    const uint8_t* data = static_cast<const uint8_t*>(iovs[i].iov_base);
+    if (batches[i] != nullptr) batches[i]->set_len(static_cast<uint32_t>(len));
     for (size_t k = 0; k < count; ++k) {
       const size_t offset = k * segment;
       const size_t size = std::min(segment, len - offset);
-      PacketBuffer* p = pool_.Alloc();
-      if (p == nullptr || size > p->capacity()) {
-        if (p != nullptr) PacketPool::Free(p);
-        counters_.Add(size > pool_.buffer_size() ? counters_.rx_truncated : counters_.rx_no_buffer);
+      if (size > pool_.buffer_size()) {  // as a datagram too large for a buffer would be
+        counters_.Add(counters_.rx_truncated);
         continue;
       }
-      std::memcpy(p->data(), data + offset, size);
-      p->set_len(static_cast<uint32_t>(size));
+      PacketBuffer* p = nullptr;
+      if (batches[i] != nullptr && count > 1) {
+        p = pool_.AllocView(batches[i], static_cast<uint32_t>(offset), static_cast<uint32_t>(size));
+      } else {
+        // A datagram that came alone (or no batch buffer): copied, so that
+        // it does not hold a batch buffer for as long as it is kept.
+        p = pool_.Alloc();
+        if (p != nullptr) {
+          std::memcpy(p->data(), data + offset, size);
+          p->set_len(static_cast<uint32_t>(size));
+        }
+      }
+      if (p == nullptr) {
+        counters_.Add(counters_.rx_no_buffer);
+        continue;
+      }
       p->src = FromSockaddr(addrs[i]);
       p->dst = s.bound;
       p->ip_id = static_cast<uint16_t>(k);
@@ -315,7 +359,9 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
       }
     }
   }
-  if (static_cast<size_t>(n) == reads || !pending_.empty()) backlog_ = true;
+  // The batch buffers go back with their last packet (at once if none).
+  for (size_t i = 0; i < reads; ++i) PacketPool::Free(batches[i]);
+  if (n == static_cast<int>(reads) || !pending_.empty()) backlog_ = true;
   return kept;
 }
 

@@ -94,8 +94,9 @@ class UdpPort : public Port {
   int Wait(epoll_event* events, absl::Duration timeout);
   // Notes the time of a receive of n > 0 packets for the poll window; returns n.
   size_t Received(size_t n);
-  // With gro: reads whole batches from `s` into gro_buffers_ and splits
-  // them into pool buffers, delivered to `out`, the rest to pending_.
+  // With gro: reads whole batches from `s` into batch buffers and hands
+  // their packets out as views of them, delivered to `out`, the rest to
+  // pending_.
   size_t ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out);
   // Moves pending_ packets to `out`.
   size_t TakePending(std::span<PacketBuffer*> out);
@@ -104,6 +105,7 @@ class UdpPort : public Port {
 
   UdpPortConfig config_;
   PacketPool pool_;
+  PacketPool batch_pool_;  // whole batches (gro), 64 KiB each
   PortCounters counters_;
   Ipv4Endpoint local_;
   int epoll_fd_ = -1;
@@ -114,7 +116,7 @@ class UdpPort : public Port {
   bool backlog_ = false;         // the last read may have left datagrams behind
   bool has_epoll_pwait2_ = true;
   int64_t last_activity_ns_ = 0;  // RealClock() of the last packet sent or received
-  std::vector<uint8_t> gro_buffers_;   // kGroReads batches of up to 64 KiB
+  std::vector<uint8_t> scratch_;       // a batch read when no batch buffer is free
   std::deque<PacketBuffer*> pending_;  // split from a batch, not yet handed out
   proto::IcrcIdentificationTable icrc_ids_;
   bool gso_works_ = true;  // cleared when the kernel refuses UDP_SEGMENT
