@@ -66,9 +66,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "switch/switch_data_plane.h"
+#include "transport/impaired_port.h"
 #include "transport/ipv4_endpoint.h"
 #include "transport/link_impairment.h"
-#include "transport/peer_impaired_port.h"
 
 namespace netfold::sw {
 

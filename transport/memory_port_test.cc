@@ -5,7 +5,6 @@
 
 #include "base/clock.h"
 #include "gtest/gtest.h"
-#include "transport/impaired_port.h"
 
 namespace netfold::transport {
 namespace {
@@ -98,43 +97,6 @@ TEST(MemoryPort, RecvWaitsForAnotherThreadAndTimesOut) {
   EXPECT_EQ(Tag(rx[0]), 9u);
   PacketPool::Free(rx[0]);
   sender.join();
-}
-
-TEST(ImpairedPort, FakeClockDelayOnBothPaths) {
-  MemoryNetwork net;
-  FakeClock clock;
-  ImpairmentConfig delay;
-  delay.delay = absl::Milliseconds(1);
-  ImpairedPort a(*net.CreatePort({.local = kA}), delay, {}, clock);
-  ImpairedPort b(*net.CreatePort({.local = kB}), {}, delay, clock);
-  PacketBuffer* p = Packet(a, kB, 5);
-  EXPECT_EQ(a.SendBurst({&p, 1}), 1u);  // held by a's send stage
-  PacketBuffer* rx[4];
-  EXPECT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 0u);
-  clock.Advance(absl::Milliseconds(1));
-  a.Flush();  // now on the wire, into b's receive stage
-  EXPECT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 0u);
-  clock.Advance(absl::Milliseconds(1));
-  ASSERT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 1u);
-  EXPECT_EQ(Tag(rx[0]), 5u);
-  PacketPool::Free(rx[0]);
-}
-
-TEST(ImpairedPort, RealTimeDelayIsHonouredByTheReceiveTimeout) {
-  MemoryNetwork net;
-  ImpairmentConfig delay;
-  delay.delay = absl::Milliseconds(30);
-  auto a = *net.CreatePort({.local = kA});
-  ImpairedPort b(*net.CreatePort({.local = kB}), {}, delay, RealClock());
-  PacketBuffer* p = Packet(*a, kB, 6);
-  a->SendBurst({&p, 1});
-  PacketBuffer* rx[4];
-  absl::Time start = absl::Now();
-  ASSERT_EQ(b.RecvBurst(rx, absl::Seconds(5)), 1u);
-  absl::Duration took = absl::Now() - start;
-  EXPECT_GE(took, absl::Milliseconds(29));
-  EXPECT_LT(took, absl::Seconds(2));
-  PacketPool::Free(rx[0]);
 }
 
 }  // namespace
