@@ -261,24 +261,35 @@ void ImpairedPort::RefreshDataPlanePeers() {
   dp_peers_ = peer_list_;
 }
 
-size_t ImpairedPort::SendBurst(std::span<PacketBuffer* const> packets) {
+void ImpairedPort::ThroughStages(std::span<PacketBuffer* const> packets, bool sending,
+                                 std::deque<PacketBuffer*>* out) {
+  auto peer_of = [sending](const PacketBuffer* p) -> const Ipv4Endpoint& {
+    return sending ? p->dst : p->src;
+  };
   size_t i = 0;
   while (i < packets.size()) {
-    // A run of packets to the same peer (every packet, on one link) goes
+    // A run of packets of the same peer (every packet, on one link) goes
     // through its stage at once.
     size_t j = i + 1;
-    while (j < packets.size() && (link_ != nullptr || packets[j]->dst == packets[i]->dst)) ++j;
-    Peer* peer = DataPlanePeer(packets[i]->dst);
+    while (j < packets.size() && (link_ != nullptr || peer_of(packets[j]) == peer_of(packets[i]))) {
+      ++j;
+    }
+    Peer* peer = DataPlanePeer(peer_of(packets[i]));
     uint64_t bytes = 0;
     for (size_t k = i; k < j; ++k) bytes += packets[k]->len();
-    peer->traffic.tx_packets.fetch_add(j - i, std::memory_order_relaxed);
-    peer->traffic.tx_bytes.fetch_add(bytes, std::memory_order_relaxed);
+    PeerTrafficCounters& t = peer->traffic;
+    (sending ? t.tx_packets : t.rx_packets).fetch_add(j - i, std::memory_order_relaxed);
+    (sending ? t.tx_bytes : t.rx_bytes).fetch_add(bytes, std::memory_order_relaxed);
     staged_.clear();
-    peer->send.Process(packets.subspan(i, j - i), &staged_);
-    pending_tx_.insert(pending_tx_.end(), staged_.begin(), staged_.end());
+    (sending ? peer->send : peer->receive).Process(packets.subspan(i, j - i), &staged_);
+    out->insert(out->end(), staged_.begin(), staged_.end());
     i = j;
   }
   staged_.clear();
+}
+
+size_t ImpairedPort::SendBurst(std::span<PacketBuffer* const> packets) {
+  ThroughStages(packets, /*sending=*/true, &pending_tx_);
   TransmitPending();
   return packets.size();  // the stages own every packet now
 }
@@ -297,21 +308,7 @@ size_t ImpairedPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration time
     const absl::Duration wait = absl::Nanoseconds(std::max<int64_t>(0, wait_until - now));
     const size_t n = inner_->RecvBurst(
         {burst, std::min<size_t>(64, std::max<size_t>(out.size(), 1))}, wait);
-    size_t i = 0;
-    while (i < n) {
-      size_t j = i + 1;
-      while (j < n && (link_ != nullptr || burst[j]->src == burst[i]->src)) ++j;
-      Peer* peer = DataPlanePeer(burst[i]->src);
-      uint64_t bytes = 0;
-      for (size_t k = i; k < j; ++k) bytes += burst[k]->len();
-      peer->traffic.rx_packets.fetch_add(j - i, std::memory_order_relaxed);
-      peer->traffic.rx_bytes.fetch_add(bytes, std::memory_order_relaxed);
-      staged_.clear();
-      peer->receive.Process({burst + i, j - i}, &staged_);
-      ready_rx_.insert(ready_rx_.end(), staged_.begin(), staged_.end());
-      i = j;
-    }
-    staged_.clear();
+    ThroughStages({burst, n}, /*sending=*/false, &ready_rx_);
     Flush();
     const int64_t after = clock_.NowNanos();
     // A clock that does not move (a FakeClock in a test) cannot reach the

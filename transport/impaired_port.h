@@ -90,7 +90,9 @@ struct PeerLinkSnapshot {
     uint64_t packets_in = 0, packets_out = 0;
     uint64_t dropped_down = 0, dropped_random = 0, dropped_burst = 0, dropped_rate = 0;
     uint64_t duplicated = 0, corrupted = 0, reordered = 0, delayed = 0;
-    uint64_t dropped() const { return dropped_down + dropped_random + dropped_burst + dropped_rate; }
+    uint64_t dropped() const {
+      return dropped_down + dropped_random + dropped_burst + dropped_rate;
+    }
   };
   Stage send_stage;
   Stage receive_stage;
@@ -181,6 +183,11 @@ class ImpairedPort : public Port {
   // the port has one link.
   ImpairmentConfig ForPeer(const ImpairmentConfig& config, const Ipv4Endpoint& peer) const;
   static PeerLinkSnapshot SnapshotOf(const Peer& p);
+  // Takes `packets` through the send (`sending`) or receive stages of their
+  // peers (destination or source), counting them per peer first; appends
+  // what passes now to `out`. Data-plane thread.
+  void ThroughStages(std::span<PacketBuffer* const> packets, bool sending,
+                     std::deque<PacketBuffer*>* out);
   void TransmitPending();
   void ReleaseHeld();
   std::optional<int64_t> NextDueNs();

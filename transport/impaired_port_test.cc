@@ -9,6 +9,7 @@
 #include "base/clock.h"
 #include "gtest/gtest.h"
 #include "transport/memory_port.h"
+#include "transport/port_test_util.h"
 
 namespace netfold::transport {
 namespace {
@@ -18,24 +19,10 @@ constexpr Ipv4Endpoint kH1{0x0a000002, 4791};
 constexpr Ipv4Endpoint kH2{0x0a000003, 4791};
 constexpr Ipv4Endpoint kGroup{0xe0010203, 4791};
 
-PacketBuffer* Packet(Port& port, const Ipv4Endpoint& dst, uint32_t tag) {
-  PacketBuffer* p = port.pool().Alloc();
-  std::memcpy(p->data(), &tag, 4);
-  p->set_len(4);
-  p->dst = dst;
-  return p;
-}
-
-uint32_t Tag(const PacketBuffer* p) {
-  uint32_t t;
-  std::memcpy(&t, p->data(), 4);
-  return t;
-}
-
 // Sends `n` packets tagged 0..n-1 from `from` to `to`, one per burst.
 void SendTagged(Port& from, const Ipv4Endpoint& to, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) {
-    PacketBuffer* p = Packet(from, to, i);
+    PacketBuffer* p = TaggedPacket(from, to, i);
     ASSERT_EQ(from.SendBurst({&p, 1}), 1u);
   }
 }
@@ -220,7 +207,7 @@ TEST(ImpairedPortOneLink, FakeClockDelayOnBothPaths) {
   delay.delay = absl::Milliseconds(1);
   ImpairedPort a(*net.CreatePort({.local = kSwitch}), delay, {}, clock);
   ImpairedPort b(*net.CreatePort({.local = kH1}), {}, delay, clock);
-  PacketBuffer* p = Packet(a, kH1, 5);
+  PacketBuffer* p = TaggedPacket(a, kH1, 5);
   EXPECT_EQ(a.SendBurst({&p, 1}), 1u);  // held by a's send stage
   PacketBuffer* rx[4];
   EXPECT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 0u);
@@ -239,7 +226,7 @@ TEST(ImpairedPortOneLink, RealTimeDelayIsHonouredByTheReceiveTimeout) {
   delay.delay = absl::Milliseconds(30);
   auto a = *net.CreatePort({.local = kSwitch});
   ImpairedPort b(*net.CreatePort({.local = kH1}), {}, delay, RealClock());
-  PacketBuffer* p = Packet(*a, kH1, 6);
+  PacketBuffer* p = TaggedPacket(*a, kH1, 6);
   a->SendBurst({&p, 1});
   PacketBuffer* rx[4];
   absl::Time start = absl::Now();
