@@ -5,7 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 
 namespace {
 

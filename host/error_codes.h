@@ -10,7 +10,7 @@
 #define NETFOLD_HOST_ERROR_CODES_H_
 
 #include "absl/status/status.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 
 namespace netfold::host {
 

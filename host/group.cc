@@ -7,8 +7,8 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
-#include "host/context.h"
 #include "host/error_codes.h"
+#include "host/resync.h"
 #include "proto/data_type.h"
 #include "proto/reduce_op.h"
 
@@ -33,12 +33,29 @@ bool InPlace(const CollectiveArgs& a) { return a.send == nullptr || a.send == a.
 
 }  // namespace
 
+Group::Group(GroupOwner* owner, GroupSetup setup)
+    : owner_(owner),
+      group_id_(setup.group_id),
+      group_rank_(setup.group_rank),
+      world_ranks_(std::move(setup.world_ranks)),
+      mode_(setup.engine != nullptr ? Mode::kFabric : Mode::kHost),
+      engine_(std::move(setup.engine)),
+      host_(std::move(setup.host)),
+      multicast_(setup.multicast),
+      description_(std::move(setup.description)) {}
+
 Group::~Group() {
-  if (ctx_ != nullptr) ctx_->Unregister(this);
+  if (owner_ != nullptr) owner_->Forget(*this);
+}
+
+void Group::Orphan() {
+  owner_ = nullptr;
+  host_.reset();
 }
 
 absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
-  if (ctx_ == nullptr) return absl::FailedPreconditionError("the context was finalized");
+  if (owner_ == nullptr) return absl::FailedPreconditionError("the context was finalized");
+  ProgressThread::Inside inside(owner_->progress());
   const uint32_t group_root = args.root;
   if (args.collective == proto::CollectiveType::kReduce ||
       args.collective == proto::CollectiveType::kBcast) {
@@ -70,6 +87,9 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   }
   const OpId id = next_id_++;
   ops_.emplace(id, std::move(p));
+  // Post what the window allows now: a nonblocking operation is under way
+  // before the caller's next library call (or the progress thread) moves it.
+  Progress(absl::ZeroDuration());
   return id;
 }
 
@@ -88,12 +108,12 @@ absl::Status Group::StartOnHost(Pending& p) {
 }
 
 void Group::Progress(absl::Duration timeout) {
-  if (ctx_ == nullptr) return;
+  if (owner_ == nullptr) return;
   if (mode_ == Mode::kHost) {
     host_->Progress(timeout);
-    ctx_->Progress(absl::ZeroDuration());
+    owner_->Progress(absl::ZeroDuration());
   } else {
-    ctx_->Progress(timeout);
+    owner_->Progress(timeout);
     if (host_ != nullptr) host_->Progress(absl::ZeroDuration());
   }
   Settle();
@@ -117,36 +137,38 @@ void Group::Settle() {
     }
     p.outcome = s;
     ++completed_;
-    if (host_ != nullptr && s.ok()) {
-      // Kept for the ranks that may have missed it (Resync).
-      const CollectiveArgs& a = p.args;
-      const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
-      last_.collective = a.collective;
-      last_.group_root = p.group_root;
-      last_.dtype = a.dtype;
-      last_.op = a.op;
-      last_.count = a.count;
-      last_.result.clear();
-      last_.input.clear();
-      if (a.collective == proto::CollectiveType::kAllreduce ||
-          a.collective == proto::CollectiveType::kBcast) {
-        const auto* r = static_cast<const uint8_t*>(a.recv);
-        last_.result.assign(r, r + bytes);
-      } else if (a.collective == proto::CollectiveType::kReduce) {
-        if (!p.saved_input.empty()) {
-          last_.input = p.saved_input;
-        } else {
-          const auto* in = static_cast<const uint8_t*>(a.send);
-          last_.input.assign(in, in + bytes);
-        }
-      }
+    if (host_ != nullptr && s.ok()) Record(p);
+  }
+}
+
+void Group::Record(const Pending& p) {
+  // Kept for the ranks that may have missed it (Resync).
+  const CollectiveArgs& a = p.args;
+  const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
+  last_.collective = a.collective;
+  last_.group_root = p.group_root;
+  last_.dtype = a.dtype;
+  last_.op = a.op;
+  last_.count = a.count;
+  last_.result.clear();
+  last_.input.clear();
+  if (a.collective == proto::CollectiveType::kAllreduce ||
+      a.collective == proto::CollectiveType::kBcast) {
+    const auto* r = static_cast<const uint8_t*>(a.recv);
+    last_.result.assign(r, r + bytes);
+  } else if (a.collective == proto::CollectiveType::kReduce) {
+    if (!p.saved_input.empty()) {
+      last_.input = p.saved_input;
+    } else {
+      const auto* in = static_cast<const uint8_t*>(a.send);
+      last_.input.assign(in, in + bytes);
     }
   }
 }
 
 void Group::Failover(const absl::Status& why) {
   NETFOLD_LOG(kWarning) << absl::StrFormat(
-      "rank %d: group %d: the fabric failed (%s); the hosts take over", ctx_->options_.rank,
+      "rank %d: group %d: the fabric failed (%s); the hosts take over", owner_->world_rank(),
       group_id_, why.message());
   mode_ = Mode::kHost;
   failed_over_ = true;
@@ -169,90 +191,91 @@ void Group::Failover(const absl::Status& why) {
   }
 }
 
+// The failover's exchanges, over the hosts' own collectives.
+class Group::HostResyncExchange : public ResyncExchange {
+ public:
+  HostResyncExchange(Group& group, Pending* behind) : g_(group), behind_(behind) {}
+
+  absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) override {
+    all->assign(static_cast<size_t>(g_.size()), 0);
+    (*all)[static_cast<size_t>(g_.group_rank_)] = mine;
+    return g_.host_->Run({.collective = proto::CollectiveType::kAllreduce,
+                          .dtype = proto::DataType::kUint64,
+                          .op = proto::ReduceOp::kMax,
+                          .send = all->data(),
+                          .recv = all->data(),
+                          .count = all->size()});
+  }
+
+  // An OR over bytes to which only `from` contributes.
+  absl::Status Share(int from, std::span<uint8_t> bytes) override {
+    if (g_.group_rank_ != from) std::fill(bytes.begin(), bytes.end(), 0);
+    if (bytes.empty()) return absl::OkStatus();
+    return g_.host_->Run({.collective = proto::CollectiveType::kAllreduce,
+                          .dtype = proto::DataType::kUint8,
+                          .op = proto::ReduceOp::kBor,
+                          .send = bytes.data(),
+                          .recv = bytes.data(),
+                          .count = bytes.size()});
+  }
+
+  absl::Status ReduceAgain(bool behind) override {
+    CollectiveArgs a;
+    a.collective = proto::CollectiveType::kReduce;
+    std::vector<uint8_t> input;
+    if (behind) {
+      const CollectiveArgs& b = behind_->args;
+      a.root = behind_->group_root;
+      a.dtype = b.dtype;
+      a.op = b.op;
+      a.count = b.count;
+      const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
+      const auto* in = static_cast<const uint8_t*>(
+          behind_->saved_input.empty() ? b.send : behind_->saved_input.data());
+      input.assign(in, in + bytes);
+      a.recv = b.recv;
+    } else {
+      // Ahead (so not the root): the recorded operation and input.
+      a.root = g_.last_.group_root;
+      a.dtype = g_.last_.dtype;
+      a.op = g_.last_.op;
+      a.count = g_.last_.count;
+      input = g_.last_.input;
+      a.recv = nullptr;
+    }
+    a.send = input.data();
+    return g_.host_->Run(a);
+  }
+
+ private:
+  Group& g_;
+  Pending* behind_;  // the first unsettled operation, if any
+};
+
 absl::Status Group::Resync() {
-  // hi and lo: the most and the fewest operations a member completed.
-  int64_t marks[2] = {static_cast<int64_t>(completed_), -static_cast<int64_t>(completed_)};
-  NETFOLD_RETURN_IF_ERROR(host_->Run({.collective = proto::CollectiveType::kAllreduce,
-                                      .dtype = proto::DataType::kInt64,
-                                      .op = proto::ReduceOp::kMax,
-                                      .send = marks,
-                                      .recv = marks,
-                                      .count = 2}));
-  const uint64_t hi = static_cast<uint64_t>(marks[0]);
-  const uint64_t lo = static_cast<uint64_t>(-marks[1]);
-  if (hi == lo) return absl::OkStatus();
-  if (hi > lo + 1) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the members completed between %d and %d operations: only one operation apart can be "
-        "recovered (wait for each operation before starting the next to fail over safely)",
-        lo, hi));
-  }
-  // Operation `lo` completed on some members only. Those behind have it as
-  // their first unsettled operation; those ahead recorded it in last_.
-  Pending* behind = nullptr;
-  if (completed_ == lo) {
-    for (auto& [id, p] : ops_) {
-      if (!p.outcome) {
-        behind = &p;
-        break;
-      }
-    }
-    if (behind == nullptr) return absl::InternalError("resync: no operation to complete");
-  }
-  const proto::CollectiveType kind = behind ? behind->args.collective : last_.collective;
-  const uint32_t root = behind ? behind->group_root : last_.group_root;
-  if (kind == proto::CollectiveType::kAllreduce || kind == proto::CollectiveType::kBcast) {
-    // The ranks ahead hold the result: OR it over bytes with zeros from
-    // those behind.
-    const size_t bytes = behind ? behind->args.count * proto::DataTypeSize(behind->args.dtype)
-                                : last_.result.size();
-    std::vector<uint8_t> buf = behind ? std::vector<uint8_t>(bytes, 0) : last_.result;
-    NETFOLD_RETURN_IF_ERROR(host_->Run({.collective = proto::CollectiveType::kAllreduce,
-                                        .dtype = proto::DataType::kUint8,
-                                        .op = proto::ReduceOp::kBor,
-                                        .send = buf.data(),
-                                        .recv = buf.data(),
-                                        .count = buf.size()}));
-    if (behind && bytes > 0) std::memcpy(behind->args.recv, buf.data(), bytes);
-  } else if (kind == proto::CollectiveType::kReduce) {
-    // Whether the root has the result: it is behind or ahead.
-    int64_t root_behind = (behind != nullptr && static_cast<uint32_t>(group_rank_) == root) ? 1 : 0;
-    NETFOLD_RETURN_IF_ERROR(host_->Run({.collective = proto::CollectiveType::kAllreduce,
-                                        .dtype = proto::DataType::kInt64,
-                                        .op = proto::ReduceOp::kMax,
-                                        .send = &root_behind,
-                                        .recv = &root_behind,
-                                        .count = 1}));
-    if (root_behind != 0) {
-      // The root missed it: everyone reduces again from the inputs.
-      CollectiveArgs a;
-      a.collective = proto::CollectiveType::kReduce;
-      a.root = root;
-      std::vector<uint8_t> input;
-      if (behind) {
-        a.dtype = behind->args.dtype;
-        a.op = behind->args.op;
-        a.count = behind->args.count;
-        const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
-        const auto* in = static_cast<const uint8_t*>(
-            behind->saved_input.empty() ? behind->args.send : behind->saved_input.data());
-        input.assign(in, in + bytes);
-        a.recv = behind->args.recv;
-      } else {
-        // Ahead (so not the root): the recorded operation and input.
-        a.dtype = last_.dtype;
-        a.op = last_.op;
-        a.count = last_.count;
-        input = last_.input;
-        a.recv = nullptr;
-      }
-      a.send = input.data();
-      NETFOLD_RETURN_IF_ERROR(host_->Run(a));
+  Pending* first = nullptr;
+  for (auto& [id, p] : ops_) {
+    if (!p.outcome) {
+      first = &p;
+      break;
     }
   }
-  if (behind) {
-    behind->outcome = absl::OkStatus();
-    ++completed_;
+  ResyncMember me{.rank = group_rank_, .size = size(), .completed = completed_};
+  if (first != nullptr) {
+    const CollectiveArgs& a = first->args;
+    me.current = ResyncOp{a.collective, first->group_root};
+    if (a.collective == proto::CollectiveType::kAllreduce ||
+        a.collective == proto::CollectiveType::kBcast) {
+      me.current_result = {static_cast<uint8_t*>(a.recv), a.count * proto::DataTypeSize(a.dtype)};
+    }
+  }
+  me.last = ResyncOp{last_.collective, last_.group_root};
+  me.last_result = last_.result;
+  HostResyncExchange exchange(*this, first);
+  NETFOLD_ASSIGN_OR_RETURN(ResyncOutcome outcome, netfold::host::Resync(exchange, me));
+  if (outcome == ResyncOutcome::kCurrentCompleted) {
+    first->outcome = absl::OkStatus();
+    completed_ = me.completed;
   }
   return absl::OkStatus();
 }
@@ -260,20 +283,26 @@ absl::Status Group::Resync() {
 bool Group::Test(OpId id) {
   auto it = ops_.find(id);
   if (it == ops_.end()) return true;
-  if (!it->second.outcome) Progress(absl::ZeroDuration());
+  if (!it->second.outcome && owner_ != nullptr) {
+    ProgressThread::Inside inside(owner_->progress());
+    Progress(absl::ZeroDuration());
+  }
   return it->second.outcome.has_value();
 }
 
 absl::Status Group::Wait(OpId id) {
   auto it = ops_.find(id);
   if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
-  if (ctx_ == nullptr && !it->second.outcome) {
+  if (owner_ == nullptr && !it->second.outcome) {
     return absl::FailedPreconditionError("the context was finalized");
   }
   // The engines enforce the operation's deadline; this one only guards
   // against a bug leaving an operation forever pending (a failover may add
   // a second deadline).
-  Deadline guard(RealClock(), 2 * ctx_->options_.timeout + absl::Seconds(5));
+  std::optional<ProgressThread::Inside> inside;
+  if (!it->second.outcome) inside.emplace(owner_->progress());
+  Deadline guard(RealClock(), 2 * (owner_ != nullptr ? owner_->op_timeout() : absl::ZeroDuration()) +
+                                  absl::Seconds(5));
   while (!it->second.outcome) {
     if (guard.Expired()) {
       it->second.outcome = absl::DeadlineExceededError("operation did not complete in time");
@@ -287,21 +316,35 @@ absl::Status Group::Wait(OpId id) {
 }
 
 absl::Status Group::Destroy(Oob& group_oob) {
-  if (destroyed_ || ctx_ == nullptr) return absl::OkStatus();
+  if (destroyed_ || owner_ == nullptr) return absl::OkStatus();
   destroyed_ = true;
+  // Waits for the members and for the manager happen outside the data
+  // path's lock: the progress thread keeps the link answered meanwhile.
   absl::Status result = group_oob.Barrier();
+  if (engine_ != nullptr) {
+    ProgressThread::Inside inside(owner_->progress());
+    fabric_failed_ = !engine_->failure().ok();
+  }
   if (group_rank_ == 0 && engine_ != nullptr) {
-    absl::Status s = ctx_->DestroyGroupAtManager(group_id_);
+    absl::Status s = owner_->ReleaseAtManager(group_id_, fabric_failed_);
     // A group the manager already revoked (the failover's cause) is gone.
     if (result.ok() && !(failed_over_ && absl::IsNotFound(s))) result = s;
   }
-  if (engine_ != nullptr) {
-    engine_->Fail(WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+  {
+    ProgressThread::Inside inside(owner_->progress());
+    if (engine_ != nullptr) {
+      engine_->Fail(
+          WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+    }
+    owner_->Forget(*this);
   }
-  ctx_->Unregister(this);
-  ctx_ = nullptr;
   absl::Status barrier = group_oob.Barrier();
-  host_.reset();
+  {
+    // The members are past their last message: the peer QPs can go.
+    ProgressThread::Inside inside(owner_->progress());
+    host_.reset();
+  }
+  owner_ = nullptr;
   return result.ok() ? barrier : result;
 }
 

@@ -1,13 +1,16 @@
 // A group of ranks in a context (host/context.h): its collectives run on
 // the fabric (GroupEngine) or, when the fabric cannot serve it or fails, on
-// the hosts (HostCollectives; docs/algorithms.md, "In libnetfold").
+// the hosts (HostCollectives; docs/algorithms.md, "In libnetfold"). The
+// group sees its context only through GroupOwner.
 //
 //   auto group = *ctx->CreateGroup(group_oob, world_ranks);    // collective
 //   auto op = *group->Start({.dtype = ..., .send = in, .recv = out, .count = n});
 //   absl::Status s = group->Wait(op);
 //   group->Destroy(group_oob);                                 // collective
 //
-// Not thread-safe: the caller serialises calls on a context and its groups.
+// Every call takes the data path's lock (GroupOwner::progress()) for the
+// time it touches the data path; calls on one group must still come one at
+// a time (operations are ordered per group, as MPI orders collectives).
 #ifndef NETFOLD_HOST_GROUP_H_
 #define NETFOLD_HOST_GROUP_H_
 
@@ -24,32 +27,78 @@
 #include "host/group_engine.h"
 #include "host/host_collectives.h"
 #include "host/oob.h"
+#include "host/progress_thread.h"
 #include "transport/ipv4_endpoint.h"
 
 namespace netfold::host {
 
-class Context;
+class Group;
+
+// What a group needs of the context that made it (host/context.h), and
+// nothing more: the data path's lock and progress, the manager, its own
+// rank and the operations' deadline.
+class GroupOwner {
+ public:
+  virtual ~GroupOwner() = default;
+  // The data path's lock (held inside every call that touches it) and the
+  // thread that drives it while the application is away.
+  virtual ProgressThread& progress() = 0;
+  // Moves the context's data path, waiting at most `timeout`; with the
+  // data path's lock held.
+  virtual void Progress(absl::Duration timeout) = 0;
+  // Releases the group at the manager (group rank 0 calls it);
+  // `fabric_failed`: the fabric failed under the group (revoked, gone), so
+  // there is no point waiting for a manager that does not answer.
+  virtual absl::Status ReleaseAtManager(uint64_t group_id, bool fabric_failed) = 0;
+  // The group is going away: stop routing to it, keep its counters.
+  virtual void Forget(Group& group) = 0;
+  virtual int world_rank() const = 0;
+  virtual absl::Duration op_timeout() const = 0;
+};
+
+// How a context sets a group up (Context::CreateGroup).
+struct GroupSetup {
+  uint64_t group_id = 0;
+  int group_rank = 0;
+  std::vector<int> world_ranks;            // by group rank
+  std::unique_ptr<GroupEngine> engine;     // null: the hosts serve it from the start
+  std::unique_ptr<HostCollectives> host;   // null: no host fallback (policy innetwork)
+  std::optional<transport::Ipv4Endpoint> multicast;  // joined for its results
+  std::string description;
+};
 
 class Group {
  public:
+  // `owner` must outlive the group or call Orphan() first.
+  Group(GroupOwner* owner, GroupSetup setup);
   ~Group();
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
   // Starts a collective. `args.root` is a group rank; InvalidArgument for a
   // bad root or buffers, Unimplemented for an op MPI forbids on the type.
   absl::StatusOr<OpId> Start(CollectiveArgs args);
   // Makes progress; true once the op is done. A failover (below) runs
   // inside the call that notices the fabric failed.
   bool Test(OpId id);
-  // Waits for `id` (deadline: the context's timeout + margin) and returns its
+  // Waits for `id` (deadline: the owner's timeout + margin) and returns its
   // outcome; the op is forgotten.
   absl::Status Wait(OpId id);
   // Collective over the members: releases the group at the manager.
   absl::Status Destroy(Oob& group_oob);
+  // The owner is going (a context finalized before its groups): releases
+  // the host algorithms' queue pairs while the owner's endpoint still
+  // exists; every later call fails with FailedPrecondition.
+  void Orphan();
 
   uint64_t group_id() const { return group_id_; }
   int rank() const { return group_rank_; }
   int size() const { return static_cast<int>(world_ranks_.size()); }
   // The fabric's engine; null for a group the hosts serve from the start.
   GroupEngine* engine() { return engine_.get(); }
+  const GroupEngine* engine() const { return engine_.get(); }
+  // The multicast address the group's results come to, if any.
+  const std::optional<transport::Ipv4Endpoint>& multicast() const { return multicast_; }
   // True while the fabric serves the group; false once the hosts do (from
   // the start, or after a failover).
   bool on_fabric() const { return mode_ == Mode::kFabric; }
@@ -57,9 +106,10 @@ class Group {
   const std::string& description() const { return description_; }
   uint64_t host_ops() const { return host_ops_; }
   bool failed_over() const { return failed_over_; }
+  // The fabric had failed under the group when it was destroyed.
+  bool fabric_failed() const { return fabric_failed_; }
 
  private:
-  friend class Context;
   enum class Mode { kFabric, kHost };
   // An operation between Start and Wait.
   struct Pending {
@@ -81,29 +131,32 @@ class Group {
     std::vector<uint8_t> result;  // allreduce, bcast
     std::vector<uint8_t> input;   // reduce
   };
-  Group(Context* ctx) : ctx_(ctx) {}
+  class HostResyncExchange;
+
   void Progress(absl::Duration timeout);
   // Settles the fabric operations that are done, in start order, and fails
   // over when one failed in a way the hosts can repair.
   void Settle();
+  void Record(const Pending& p);
   void Failover(const absl::Status& why);
   absl::Status Resync();
   absl::Status StartOnHost(Pending& p);
 
-  Context* ctx_;
-  uint64_t group_id_ = 0;
-  int group_rank_ = 0;
-  std::vector<int> world_ranks_;
-  Mode mode_ = Mode::kFabric;
+  GroupOwner* owner_;
+  const uint64_t group_id_;
+  const int group_rank_;
+  const std::vector<int> world_ranks_;
+  Mode mode_;
   std::unique_ptr<GroupEngine> engine_;
-  std::unique_ptr<HostCollectives> host_;  // null: no host fallback (policy innetwork)
+  std::unique_ptr<HostCollectives> host_;
   std::map<OpId, Pending> ops_;
   OpId next_id_ = 1;
   uint64_t completed_ = 0;  // operations settled in start order
   LastOp last_;
   uint64_t host_ops_ = 0;
   bool failed_over_ = false;
-  std::optional<transport::Ipv4Endpoint> multicast_;
+  bool fabric_failed_ = false;
+  const std::optional<transport::Ipv4Endpoint> multicast_;
   std::string description_;
   bool destroyed_ = false;
 };

@@ -85,6 +85,20 @@ struct GroupEngineStats {
   uint64_t bytes_sent = 0;         // request payload bytes
   uint64_t bytes_received = 0;     // result payload bytes
   uint64_t unexpected_messages = 0;
+
+  GroupEngineStats& operator+=(const GroupEngineStats& o) {
+    ops_started += o.ops_started;
+    ops_completed += o.ops_completed;
+    ops_failed += o.ops_failed;
+    chunks_posted += o.chunks_posted;
+    results_received += o.results_received;
+    duplicate_results += o.duplicate_results;
+    repairs_sent += o.repairs_sent;
+    bytes_sent += o.bytes_sent;
+    bytes_received += o.bytes_received;
+    unexpected_messages += o.unexpected_messages;
+    return *this;
+  }
 };
 
 class GroupEngine {

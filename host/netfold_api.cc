@@ -1,6 +1,8 @@
-// The C API (host/netfold/netfold.h) over host::Context and host::Group.
+// The C API (host/include/netfold/netfold.h) over host::Context and host::Group.
 // Every entry point validates its arguments, converts absl::Status to a
 // netfold_status_t and records the message for netfold_last_error().
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -12,7 +14,7 @@
 #include "base/log.h"
 #include "host/context.h"
 #include "host/error_codes.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 
 using netfold::host::CallbackOob;
 using netfold::host::CollectiveArgs;
@@ -25,12 +27,14 @@ using netfold::host::ToErrorCode;
 struct netfold_context {
   std::unique_ptr<Context> impl;
   std::unique_ptr<CallbackOob> world;
+  pid_t pid = getpid();  // the process whose threads serve it
 };
 
 struct netfold_group {
   netfold_context* ctx;
   std::unique_ptr<Group> impl;
   std::unique_ptr<CallbackOob> oob;
+  pid_t pid = getpid();
 };
 
 struct netfold_request {
@@ -49,6 +53,16 @@ int Fail(const absl::Status& s) {
   const int code = ToErrorCode(s);
   NETFOLD_LOG(kDebug) << "netfold: " << netfold::host::ErrorCodeName(code) << ": " << s.message();
   return code;
+}
+
+// A context belongs to the process that made it: its threads (progress,
+// control) do not exist in a child of fork(), whose copy must not be used.
+int ForkedChild(pid_t owner) {
+  if (getpid() == owner) return NETFOLD_SUCCESS;
+  g_last_error =
+      "this process is a fork() child of the one that created the netfold context; only that "
+      "process may use it (a child may create a context of its own)";
+  return NETFOLD_ERR_UNAVAILABLE;
 }
 
 int Invalid(const std::string& what) {
@@ -72,6 +86,7 @@ bool ValidOp(int o) {
 int CheckData(netfold_group_t group, const void* send, const void* recv, size_t count, int dtype,
               bool needs_send) {
   if (group == nullptr || group->impl == nullptr) return Invalid("group is NULL or destroyed");
+  if (int rc = ForkedChild(group->pid); rc != NETFOLD_SUCCESS) return rc;
   if (!ValidDtype(dtype)) return Invalid(absl::StrFormat("unknown data type %d", dtype));
   const size_t size = netfold::proto::DataTypeSize(static_cast<netfold::proto::DataType>(dtype));
   if (count > std::numeric_limits<size_t>::max() / size || count > UINT32_MAX * size_t{64}) {
@@ -137,6 +152,9 @@ int netfold_init(const netfold_init_spec_t* spec, netfold_context_t* ctx) {
 
 int netfold_finalize(netfold_context_t ctx) {
   if (ctx == nullptr) return Invalid("ctx is NULL");
+  // In a fork() child the context's threads are gone: leave it alone
+  // (its destructor would wait for them).
+  if (int rc = ForkedChild(ctx->pid); rc != NETFOLD_SUCCESS) return rc;
   absl::Status s = ctx->impl->Finalize(*ctx->world);
   delete ctx;
   return s.ok() ? Ok() : Fail(s);
@@ -167,6 +185,7 @@ int netfold_group_create(netfold_context_t ctx, const netfold_group_spec_t* spec
   if (group == nullptr) return Invalid("group is NULL");
   *group = nullptr;
   if (ctx == nullptr || spec == nullptr) return Invalid("ctx or spec is NULL");
+  if (int rc = ForkedChild(ctx->pid); rc != NETFOLD_SUCCESS) return rc;
   if (spec->struct_size < sizeof(netfold_group_spec_t)) {
     return Invalid("spec->struct_size is wrong: initialise it with NETFOLD_GROUP_SPEC_INITIALIZER");
   }
@@ -188,6 +207,7 @@ int netfold_group_create(netfold_context_t ctx, const netfold_group_spec_t* spec
 
 int netfold_group_destroy(netfold_group_t group) {
   if (group == nullptr) return Invalid("group is NULL");
+  if (int rc = ForkedChild(group->pid); rc != NETFOLD_SUCCESS) return rc;
   absl::Status s = group->impl ? group->impl->Destroy(*group->oob) : absl::OkStatus();
   delete group;
   return s.ok() ? Ok() : Fail(s);
@@ -269,17 +289,20 @@ int netfold_bcast(netfold_group_t group, void* buf, size_t count, netfold_dtype_
 
 int netfold_barrier_nb(netfold_group_t group, netfold_request_t* request) {
   if (group == nullptr || group->impl == nullptr) return Invalid("group is NULL or destroyed");
+  if (int rc = ForkedChild(group->pid); rc != NETFOLD_SUCCESS) return rc;
   return Start(group, {.collective = netfold::proto::CollectiveType::kBarrier}, request);
 }
 
 int netfold_barrier(netfold_group_t group) {
   if (group == nullptr || group->impl == nullptr) return Invalid("group is NULL or destroyed");
+  if (int rc = ForkedChild(group->pid); rc != NETFOLD_SUCCESS) return rc;
   return Blocking(group, {.collective = netfold::proto::CollectiveType::kBarrier});
 }
 
 int netfold_request_test(netfold_request_t request) {
   if (request == nullptr) return Invalid("request is NULL");
   if (request->done) return request->result;
+  if (int rc = ForkedChild(request->group->pid); rc != NETFOLD_SUCCESS) return rc;
   if (!request->group->impl->Test(request->id)) return NETFOLD_ERR_IN_PROGRESS;
   absl::Status s = request->group->impl->Wait(request->id);  // done: just collects it
   request->done = true;
@@ -290,6 +313,7 @@ int netfold_request_test(netfold_request_t request) {
 int netfold_request_wait(netfold_request_t request) {
   if (request == nullptr) return Invalid("request is NULL");
   if (request->done) return request->result;
+  if (int rc = ForkedChild(request->group->pid); rc != NETFOLD_SUCCESS) return rc;
   absl::Status s = request->group->impl->Wait(request->id);
   request->done = true;
   request->result = s.ok() ? Ok() : Fail(s);
@@ -310,6 +334,7 @@ const char* netfold_last_error(void) { return g_last_error.c_str(); }
 
 int netfold_get_stats(netfold_context_t ctx, netfold_stats_t* stats) {
   if (ctx == nullptr || stats == nullptr) return Invalid("ctx or stats is NULL");
+  if (int rc = ForkedChild(ctx->pid); rc != NETFOLD_SUCCESS) return rc;
   const netfold::host::ContextStats s = ctx->impl->stats();
   stats->ops_completed = s.engines.ops_completed;
   stats->ops_failed = s.engines.ops_failed;

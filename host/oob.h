@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 
 namespace netfold::host {
 

@@ -1,6 +1,17 @@
 // The aggregation manager (AM) of the SHArP paper, without its transport:
-// switches, jobs, groups, trees and resources, liveness and faults,
-// durability. The gRPC services (control_service.h) are thin wrappers that
+// the lifecycle of switches, jobs and groups, liveness and faults. It is the
+// one place that takes locks and sequences work; the rest is delegated:
+//
+//   fabric_state.h     the books (switches, jobs, groups, links, resources)
+//                      and the changes that keep them consistent
+//   admission.h        whether a request is well-formed and fits
+//   group_installer.h  the switch commands that bring a group up
+//   state_records.h    journal records and snapshots; recovery.h reads them
+//   event_hub.h        what the jobs' processes are told (WatchEvents)
+//   liveness.h         who has gone quiet (the sweep of Tick)
+//   admin_report.h     Admin.GetStatus and Admin.Explain
+//
+// The gRPC services (control_service.h) are thin wrappers that
 // authenticate nothing themselves, rate-limit, and map Status to gRPC.
 //
 //   AggregationManager am(topo, options, RealClock(), &hub, journal.get());
@@ -14,11 +25,12 @@
 //
 // Concurrency. Two locks: `op_mu_` serializes every operation that changes
 // state and may talk to switches (job/group/attach/destroy, Tick); `mu_`
-// guards the state itself and is never held while waiting on a switch.
-// Calls from switch stream readers (RegisterSwitch, SwitchHeartbeat,
-// SwitchDisconnected, ReportQpError) take only `mu_` and never wait on a
-// switch: work they cause (reconciling, failure handling) runs in Tick.
-// Every public method is thread-safe.
+// guards the books (FabricState, with its journal records and event logs)
+// and is never held while waiting on a switch: commands are collected in an
+// Outbox under `mu_` and sent after. Calls from switch stream readers
+// (RegisterSwitch, SwitchHeartbeat, SwitchDisconnected, ReportQpError) take
+// only `mu_` and never wait on a switch: work they cause (reconciling,
+// failure handling) runs in Tick. Every public method is thread-safe.
 //
 // Time. Liveness uses the injected Clock, so tests drive it by hand; waits
 // for switch answers use `options.command_timeout` in real time (the
@@ -27,12 +39,8 @@
 #define NETFOLD_MANAGER_AGGREGATION_MANAGER_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
-#include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -41,74 +49,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
 #include "base/clock.h"
-#include "manager/allocator.h"
+#include "manager/event_hub.h"
+#include "manager/fabric_state.h"
+#include "manager/group_installer.h"
 #include "manager/journal.h"
+#include "manager/manager_options.h"
 #include "manager/manager_state.pb.h"
 #include "manager/switch_commander.h"
 #include "manager/topology.h"
-#include "manager/tree_planner.h"
 #include "proto/control/netfold_control.pb.h"
 
 namespace netfold::manager {
-
-// The largest group id the manager hands out: the aggregation header
-// (docs/protocol.md) carries group_id in 32 bits. Tree ids stay below
-// kMaxTrees (tree_planner.h) for its 16-bit tree_id.
-inline constexpr uint64_t kMaxGroupId = 0xFFFFFFFFull;
-
-// Per-job policy limits and the defaults of an unspecified quota.
-struct JobLimits {
-  uint32_t max_jobs = 1024;
-  uint32_t max_ranks_per_job = 4096;
-  uint32_t max_groups_per_job = 256;
-  uint32_t default_groups_per_job = 16;
-  uint32_t max_slots_per_group = 64;
-  uint32_t default_slots_per_group = 4;
-  uint32_t max_slot_bytes = 65536;
-  uint32_t default_slot_bytes = 1024;
-};
-
-struct ManagerOptions {
-  absl::Duration heartbeat_interval = absl::Milliseconds(500);  // told to clients
-  absl::Duration switch_timeout = absl::Seconds(2);             // missed heartbeats: dead
-  absl::Duration host_timeout = absl::Seconds(5);               // 0: host processes never time out
-  // A job none of whose ranks is attached for this long (its processes were
-  // killed, or never came) is destroyed; 0: jobs live until DestroyJob.
-  absl::Duration abandoned_job_timeout = absl::Seconds(60);
-  absl::Duration command_timeout = absl::Seconds(3);            // per batch of switch commands
-  absl::Duration link_retry_after = absl::Seconds(10);  // a failed link stays down this long
-  bool replan_on_failure = true;
-  std::string switch_secret;  // "" = switches need none
-  JobLimits limits;
-  std::string multicast_prefix = "239.77";  // groups get <prefix>.x.y:4791
-  int snapshot_every = 1000;                // journal records between snapshots
-  size_t events_per_job = 256;              // buffered for WatchEvents replay
-};
-
-// One WatchEvents subscriber's queue. Thread-safe.
-class EventStream {
- public:
-  EventStream(uint64_t job_id, uint32_t rank) : job_id_(job_id), rank_(rank) {}
-  // Waits up to `timeout` for the next event; nullopt on timeout or once
-  // closed and drained.
-  std::optional<control::JobEvent> Next(absl::Duration timeout);
-  // True once closed (job destroyed, replaced by a newer stream of the same
-  // rank, manager shutting down) and every queued event was taken.
-  bool Finished() const;
-  void Push(const control::JobEvent& event);
-  void Close();
-  uint64_t job_id() const { return job_id_; }
-  uint32_t rank() const { return rank_; }
-
- private:
-  const uint64_t job_id_;
-  const uint32_t rank_;
-  mutable absl::Mutex mu_;
-  std::deque<control::JobEvent> queue_ ABSL_GUARDED_BY(mu_);
-  bool closed_ ABSL_GUARDED_BY(mu_) = false;
-};
 
 class AggregationManager {
  public:
@@ -177,110 +129,12 @@ class AggregationManager {
   void Shutdown();
 
  private:
-  enum class SwitchState { kUnknown, kReconciling, kUp, kDead };
-
-  struct Switch {
-    SwitchState state = SwitchState::kUnknown;
-    uint64_t session = 0;
-    uint64_t incarnation = 0;
-    std::string data_address;
-    std::string admin_address;
-    absl::Duration last_heartbeat = absl::InfiniteDuration();  // never
-    absl::Duration grace_until = absl::ZeroDuration();         // UNKNOWN with state: deadline
-    control::ResourceUsage reported;
-    // Held by the switch at registration, until reconciled.
-    std::set<std::pair<uint64_t, uint32_t>> reported_groups;
-    std::set<uint32_t> reported_qpns;
-    std::string dead_reason;
-    bool death_pending = false;  // disconnected/timed out, Tick handles it
-  };
-
-  struct Rank {
-    uint32_t rank = 0;
-    std::string host;
-    int leaf = -1;
-    bool attached = false;
-    control::Endpoint host_endpoint;
-    uint32_t leaf_qpn = 0;
-    uint32_t leaf_psn = 0;
-    absl::Duration last_seen;
-  };
-
-  struct Job {
-    uint64_t id = 0;
-    std::string name;
-    std::string key;
-    uint32_t pkey = 0;
-    uint32_t qkey = 0;
-    control::JobQuota quota;
-    std::map<uint32_t, Rank> ranks;
-    std::set<uint64_t> groups;
-    uint64_t next_event_sequence = 1;
-    // Buffered events with the ranks they are for (empty: every rank).
-    std::deque<std::pair<control::JobEvent, std::vector<uint32_t>>> events;
-    std::map<uint32_t, std::shared_ptr<EventStream>> watchers;
-    // Since when Tick() has seen no attached rank (unset: one is attached,
-    // or the job was not looked at yet, e.g. just restored from the journal).
-    std::optional<absl::Duration> unattached_since;
-  };
-
-  enum class GroupState { kInstalling, kReady };
-
-  struct Group {
-    uint64_t id = 0;
-    uint64_t job_id = 0;
-    uint32_t epoch = 1;
-    std::vector<uint32_t> ranks;  // ascending
-    Placement placement;
-    control::DeliveryMode delivery = control::DELIVERY_MULTICAST;
-    uint32_t multicast_index = 0;
-    std::string tag;
-    GroupState state = GroupState::kInstalling;
-  };
-
-  // A connected (or connecting) tree link, keyed by (tree, child switch).
-  struct Link {
-    uint32_t tree_id = 0;
-    int child = -1;
-    int parent = -1;
-    uint32_t parent_qpn = 0;
-    uint32_t parent_psn = 0;
-    uint32_t child_qpn = 0;
-    uint32_t child_psn = 0;
-    bool connected = false;
-  };
-  using LinkKey = std::pair<uint32_t, int>;
-
   // Failures found by reader threads, handled in Tick.
   struct QpFailure {
     int switch_index;
     uint32_t qpn;
     std::string reason;
   };
-
-  // Commands to send once `mu_` is released, and what to log if they fail.
-  struct Outbox {
-    std::vector<SwitchCommand> commands;
-    void Add(const std::string& sw, control::ManagerMessage msg) {
-      commands.push_back({sw, std::move(msg)});
-    }
-  };
-
-  // ---- helpers; "Locked" ones need mu_ held, others need op_mu_ held.
-  absl::StatusOr<Job*> AuthJobLocked(const control::JobCredentials& creds)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckJobRequestLocked(const control::CreateJobRequest& request,
-                                     control::JobQuota* quota,
-                                     std::vector<std::pair<int, uint32_t>>* qps_per_leaf,
-                                     std::vector<Shortfall>* shortfalls) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status CheckGroupRequestLocked(const Job& job, const std::vector<uint32_t>& ranks,
-                                       uint32_t num_slots, uint32_t slot_bytes, GroupRequest* out,
-                                       std::vector<Shortfall>* shortfalls) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  control::GroupInfo GroupInfoLocked(const Group& group) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string MulticastAddress(uint32_t index) const;
-  uint32_t AllocateMulticastLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Brings a reserved group (state kInstalling) to kReady: connects the new
   // links of its placement, installs its node state on every switch and
@@ -289,79 +143,29 @@ class AggregationManager {
   absl::Status BringUpGroup(uint64_t group_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
   absl::Status ConnectLinks(uint32_t tree_id, const std::vector<int>& children)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
-  control::ManagerMessage InstallMessageLocked(const Group& group, const SubtreeNode& node) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases a group's resources and queues its removal from switches.
-  void ReleaseGroupLocked(Group& group, Outbox* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Releases everything `job` holds, tells its watchers why, journals and
-  // erases it (`job` dangles afterwards).
-  void DestroyJobLocked(Job& job, const std::string& reason, Outbox* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Drops a group entirely (journal, job, events with `reason`).
-  void EraseGroupLocked(uint64_t group_id, const std::string& reason, bool notify)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A group lost a switch, link or member: re-plan it on another tree when
   // allowed and possible, else revoke it. Notifies its members.
   void FailGroups(const std::vector<uint64_t>& group_ids, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
-  // Marks ranks detached (their leaf QP is gone or must go), revoking the
-  // groups they are in. Returns those groups.
-  std::vector<uint64_t> DetachRanksLocked(Job& job, const std::vector<uint32_t>& ranks,
-                                          const std::string& reason, bool destroy_qp, Outbox* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Forgets a link (switch dead, QP error, missing after reconcile).
-  std::vector<uint64_t> DropLinkLocked(const LinkKey& key, const std::string& reason,
-                                       bool mark_down, Outbox* out)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void HandleSwitchDeath(int sw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
   void Reconcile(int sw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
   void HandleQpFailure(const QpFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
   // Sends commands, logs failures; for cleanup that cannot be undone.
-  void SendBestEffort(Outbox out, std::string_view what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
-  void SetSwitchStateLocked(int sw, SwitchState state, const std::string& reason)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void WakeUp();
-
-  // Events.
-  void PublishLocked(Job& job, control::JobEvent event, std::vector<uint32_t> ranks)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Durability.
-  state::JobRecord JobRecordLocked(const Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  state::GroupRecord GroupRecordLocked(const Group& group) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  state::LinkRecord LinkRecordLocked(const Link& link) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  state::Snapshot SnapshotLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status JournalLocked(const state::JournalEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MaybeSnapshotLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint64_t> NextJobIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<uint64_t> NextGroupIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::Status WriteCountersLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const Tree* TreeByRoot(std::string_view root) const;
+  void SendBestEffort(const Outbox& out, std::string_view what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
+  void WakeUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Topology* topo_;
   const ManagerOptions options_;
-  Clock* clock_;
   SwitchCommander* commander_;
-  Journal* journal_;
   const uint64_t incarnation_;
-  std::function<void()> wakeup_;
+  const GroupInstaller installer_;  // stateless; called without `mu_`
 
   absl::Mutex op_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_;
-  Allocator alloc_ ABSL_GUARDED_BY(mu_);
-  std::vector<Switch> switches_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, Job> jobs_ ABSL_GUARDED_BY(mu_);
-  std::map<uint64_t, Group> groups_ ABSL_GUARDED_BY(mu_);
-  std::map<LinkKey, Link> links_ ABSL_GUARDED_BY(mu_);
-  std::map<LinkKey, absl::Duration> links_down_until_ ABSL_GUARDED_BY(mu_);
-  std::set<uint32_t> multicast_used_ ABSL_GUARDED_BY(mu_);
-  std::set<uint32_t> pkeys_used_ ABSL_GUARDED_BY(mu_);
+  std::function<void()> wakeup_ ABSL_GUARDED_BY(mu_);
+  FabricState state_ ABSL_GUARDED_BY(mu_);
   std::vector<QpFailure> qp_failures_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t job_id_limit_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t next_group_id_ ABSL_GUARDED_BY(mu_) = 1;
-  uint64_t group_id_limit_ ABSL_GUARDED_BY(mu_) = 1;
-  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace netfold::manager

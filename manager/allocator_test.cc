@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "manager/test_topologies.h"
+#include "manager/testing/test_topologies.h"
 
 namespace netfold::manager {
 namespace {

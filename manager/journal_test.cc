@@ -9,7 +9,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "manager/temp_dir.h"
+#include "manager/testing/temp_dir.h"
 
 namespace netfold::manager {
 namespace {

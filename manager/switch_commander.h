@@ -8,11 +8,14 @@
 // The gRPC implementation (SwitchHub, control_service.h) writes each
 // command on the switch's Connect stream and waits for the matching
 // CommandResult; tests use an in-process fabric of fake switches. The
-// manager never calls Execute while holding its state lock.
+// manager never calls Execute while holding its state lock: it collects
+// commands in an Outbox and sends them after.
 #ifndef NETFOLD_MANAGER_SWITCH_COMMANDER_H_
 #define NETFOLD_MANAGER_SWITCH_COMMANDER_H_
 
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -48,6 +51,20 @@ class SwitchCommander {
 // own code and message, prefixed with the switch name.
 absl::Status CommandStatus(const std::string& switch_name,
                            const absl::StatusOr<control::CommandResult>& result);
+
+// Commands to send later: the manager collects them while it holds its state
+// lock and sends them once it has released it.
+struct Outbox {
+  std::vector<SwitchCommand> commands;
+  void Add(const std::string& switch_name, control::ManagerMessage message) {
+    commands.push_back({switch_name, std::move(message)});
+  }
+};
+
+// Sends `out` and logs every failure but NotFound (removing what is already
+// gone is success) as "`what`: ...": for cleanup that cannot be undone.
+void SendBestEffort(SwitchCommander& commander, const Outbox& out, absl::Duration timeout,
+                    std::string_view what);
 
 }  // namespace netfold::manager
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "manager/test_topologies.h"
+#include "manager/testing/test_topologies.h"
 
 namespace netfold::manager {
 namespace {

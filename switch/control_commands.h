@@ -1,7 +1,7 @@
 // The switch side of the control protocol (docs/control_plane.md, "Commands
 // and the switch contract"): manager commands applied to a SwitchDataPlane,
-// with the result codes the contract names. manager/fake_switch.h is the
-// in-memory model of the same contract; this is the real thing.
+// with the result codes the contract names. manager/testing/fake_switch.h is
+// the in-memory model of the same contract; this is the real thing.
 //
 //   // on the data-plane thread (inside SwitchDataPlane::Post):
 //   control::CommandResult r = ExecuteCommand(dp, message, limits);

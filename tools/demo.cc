@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/log.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 #include "host/tcp_oob.h"
 #include "proto/data_type.h"
 #include "proto/reduce_op.h"

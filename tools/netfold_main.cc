@@ -27,11 +27,11 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
-#include "manager/status_text.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tools/bench.h"
 #include "tools/demo.h"
 #include "tools/local_fabric.h"
+#include "tools/status_text.h"
 
 namespace netfold::tools {
 namespace {
@@ -344,7 +344,7 @@ int Status(int argc, char** argv) {
   if (args.Has("switch")) return SwitchStatus(manager, args.Get("switch"));
   absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager);
   if (!status.ok()) return Fail(std::string(status.status().message()));
-  absl::PrintF("manager %s\n%s", manager, manager::FormatStatus(*status));
+  absl::PrintF("manager %s\n%s", manager, FormatStatus(*status));
   return 0;
 }
 

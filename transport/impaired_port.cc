@@ -313,7 +313,10 @@ size_t ImpairedPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration time
     const int64_t after = clock_.NowNanos();
     // A clock that does not move (a FakeClock in a test) cannot reach the
     // deadline: give up after one empty pass instead of spinning.
-    if (!ready_rx_.empty() || after >= deadline_ns || (n == 0 && after == now)) break;
+    if (!ready_rx_.empty() || after >= deadline_ns || (n == 0 && after == now) ||
+        woken_.exchange(false, std::memory_order_relaxed)) {
+      break;
+    }
   }
   const size_t count = std::min(out.size(), ready_rx_.size());
   for (size_t i = 0; i < count; ++i) {

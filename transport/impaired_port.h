@@ -124,6 +124,10 @@ class ImpairedPort : public Port {
   Ipv4Endpoint local() const override { return inner_->local(); }
   PacketPool& pool() override { return inner_->pool(); }
   const PortCounters& counters() const override { return inner_->counters(); }
+  void Wake() override {
+    woken_.store(true, std::memory_order_relaxed);
+    inner_->Wake();
+  }
 
   // The configuration of peers created from now on. Existing peers keep
   // theirs.
@@ -196,6 +200,7 @@ class ImpairedPort : public Port {
   // Picks up peers another thread added (data-plane thread).
   void RefreshDataPlanePeers();
 
+  std::atomic<bool> woken_{false};  // Wake(): stop waiting
   std::unique_ptr<Port> inner_;
   const Clock& clock_;
   const size_t max_peers_;

@@ -9,7 +9,7 @@
 #include "base/clock.h"
 #include "gtest/gtest.h"
 #include "transport/memory_port.h"
-#include "transport/port_test_util.h"
+#include "transport/testing/port_test_util.h"
 
 namespace netfold::transport {
 namespace {

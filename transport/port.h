@@ -21,7 +21,10 @@
 //   the caller still owns the rest and retries or frees them. It does not
 //   block waiting for the network.
 // - A port, its pool and its buffers belong to one thread (the loop that
-//   polls it). Counters may be read from any thread (relaxed atomics).
+//   polls it). Counters may be read from any thread (relaxed atomics), and
+//   Wake may be called from any thread: it makes a RecvBurst that is
+//   waiting return soon (with what arrived, possibly nothing), or the next
+//   one if none is waiting.
 #ifndef NETFOLD_TRANSPORT_PORT_H_
 #define NETFOLD_TRANSPORT_PORT_H_
 
@@ -70,6 +73,10 @@ class Port {
   // The pool RecvBurst takes buffers from; senders may allocate from it too.
   virtual PacketPool& pool() = 0;
   virtual const PortCounters& counters() const = 0;
+
+  // See the contract above. The default does nothing: for ports whose
+  // RecvBurst never sleeps for long (in-memory, DPDK bursts).
+  virtual void Wake() {}
 };
 
 }  // namespace netfold::transport

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -60,6 +61,7 @@ UdpPort::~UdpPort() {
   for (Socket& s : sockets_) {
     if (s.fd >= 0) close(s.fd);
   }
+  if (wake_fd_ >= 0) close(wake_fd_);
   if (epoll_fd_ >= 0) close(epoll_fd_);
 }
 
@@ -80,6 +82,14 @@ absl::StatusOr<std::unique_ptr<UdpPort>> UdpPort::Create(const UdpPortConfig& co
 absl::Status UdpPort::Open() {
   epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) return ErrnoToStatus(errno, "epoll_create1");
+  wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) return ErrnoToStatus(errno, "eventfd");
+  epoll_event wake{};
+  wake.events = EPOLLIN;
+  wake.data.fd = wake_fd_;
+  if (epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, wake_fd_, &wake) != 0) {
+    return ErrnoToStatus(errno, "epoll_ctl(eventfd)");
+  }
 
   int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   if (fd < 0) return ErrnoToStatus(errno, "socket(AF_INET, SOCK_DGRAM)");
@@ -247,6 +257,12 @@ size_t UdpPort::ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout) 
   backlog_ = false;
   size_t total = 0;
   for (int i = 0; i < ready; ++i) {
+    if (events[i].data.fd == wake_fd_) {
+      uint64_t count = 0;
+      (void)!read(wake_fd_, &count, sizeof(count));  // clears it; a failed read leaves it set
+      woken_.store(false, std::memory_order_relaxed);
+      continue;
+    }
     if (total == out.size()) {
       backlog_ = true;  // ready sockets left unread
       break;
@@ -280,7 +296,7 @@ size_t UdpPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) 
   if (config_.busy_poll) {
     size_t n = ReadAll(out);
     Deadline deadline(RealClock(), timeout);
-    while (n == 0 && !deadline.Expired()) n = ReadAll(out);
+    while (n == 0 && !deadline.Expired() && !woken_.exchange(false)) n = ReadAll(out);
     return n;
   }
   // Datagrams left behind by a full burst are read at once; otherwise epoll
@@ -298,11 +314,18 @@ size_t UdpPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) 
                                  start + absl::ToInt64Nanoseconds(timeout));
     for (int64_t now = start; now < end; now = RealClock().NowNanos()) {
       if (const size_t n = ReadAll(out); n > 0) return Received(n);
+      if (woken_.load(std::memory_order_relaxed)) break;
       sched_yield();
     }
     timeout -= absl::Nanoseconds(std::max<int64_t>(0, RealClock().NowNanos() - start));
   }
   return Received(ReadReady(out, timeout));
+}
+
+void UdpPort::Wake() {
+  woken_.store(true, std::memory_order_relaxed);
+  const uint64_t one = 1;
+  (void)!write(wake_fd_, &one, sizeof(one));  // EAGAIN: already signalled
 }
 
 size_t UdpPort::Received(size_t n) {

@@ -24,6 +24,7 @@
 #ifndef NETFOLD_TRANSPORT_UDP_PORT_H_
 #define NETFOLD_TRANSPORT_UDP_PORT_H_
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -60,6 +61,8 @@ class UdpPort : public Port {
   Ipv4Endpoint local() const override { return local_; }
   PacketPool& pool() override { return pool_; }
   const PortCounters& counters() const override { return counters_; }
+  // An eventfd in the port's epoll set: a waiting RecvBurst returns.
+  void Wake() override;
 
  private:
   struct Socket {
@@ -84,6 +87,8 @@ class UdpPort : public Port {
   PortCounters counters_;
   Ipv4Endpoint local_;
   int epoll_fd_ = -1;
+  int wake_fd_ = -1;                 // eventfd, in epoll_fd_
+  std::atomic<bool> woken_{false};   // a Wake not yet seen by RecvBurst
   std::vector<Socket> sockets_;  // [0] is the unicast socket
   size_t next_socket_ = 0;       // round robin among sockets with data
   bool backlog_ = false;         // the last read may have left datagrams behind

@@ -14,11 +14,12 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "base/clock.h"
 #include "gtest/gtest.h"
-#include "transport/port_test_util.h"
+#include "transport/testing/port_test_util.h"
 
 namespace netfold::transport {
 namespace {
@@ -145,6 +146,40 @@ TEST(UdpPort, ReceiveTimesOutWithoutTraffic) {
   EXPECT_GE(took, absl::Milliseconds(29));
   EXPECT_LT(took, absl::Seconds(2));
   EXPECT_EQ(a->RecvBurst(rx, absl::ZeroDuration()), 0u);
+}
+
+// Wake from another thread ends a long wait at once, in every wait mode,
+// and a Wake with nobody waiting ends the next wait; traffic still flows.
+TEST(UdpPort, WakeFromAnotherThreadEndsAWait) {
+  for (int mode = 0; mode < 3; ++mode) {
+    SCOPED_TRACE(mode);
+    UdpPortConfig config;
+    if (mode == 1) config.busy_poll = true;
+    if (mode == 2) config.poll_window = absl::Seconds(60);
+    auto a = MakePort(config);
+    auto b = MakePort();
+    ASSERT_TRUE(a && b);
+    if (mode == 2) {  // open the poll window: a's wait spins
+      PacketBuffer* out = Packet(*a, b->local(), 1);
+      ASSERT_EQ(a->SendBurst({&out, 1}), 1u);
+    }
+    PacketBuffer* rx[4];
+    std::thread waker([&] {
+      absl::SleepFor(absl::Milliseconds(50));
+      a->Wake();
+    });
+    const absl::Time start = absl::Now();
+    EXPECT_EQ(a->RecvBurst(rx, absl::Seconds(20)), 0u);
+    EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+    waker.join();
+    a->Wake();  // nobody waits: the next wait returns at once
+    const absl::Time again = absl::Now();
+    EXPECT_EQ(a->RecvBurst(rx, absl::Seconds(20)), 0u);
+    EXPECT_LT(absl::Now() - again, absl::Seconds(10));
+    PacketBuffer* p = Packet(*b, a->local(), 42);
+    b->SendBurst({&p, 1});
+    EXPECT_EQ(RecvTags(*a, 1), std::vector<uint32_t>{42});
+  }
 }
 
 TEST(UdpPort, MulticastReachesEveryMemberAndOnlyMembers) {

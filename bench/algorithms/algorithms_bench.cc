@@ -32,7 +32,7 @@
 #include "base/clock.h"
 #include "host/algorithms/allreduce_engine.h"
 #include "host/algorithms/peer_channels.h"
-#include "host/algorithms/thread_oob.h"
+#include "host/algorithms/testing/thread_oob.h"
 #include "transport/roce_endpoint.h"
 #include "transport/udp_port.h"
 

@@ -6,66 +6,17 @@
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "proto/peer_header.h"
 #include "reduce/reduce.h"
 
 namespace netfold::host::algorithms {
 
 namespace {
 
-// The message header (docs/algorithms.md, "Wire format"), little-endian.
-constexpr uint8_t kVersion = 1;
-constexpr uint8_t kTypeData = 1;
-constexpr uint8_t kTypeAbort = 2;
+using proto::PeerHeader;
+using proto::PeerMessageType;
 
-struct Header {
-  uint8_t version = kVersion;
-  uint8_t type = kTypeData;
-  uint8_t algorithm = 0;
-  uint8_t dtype = 0;
-  uint8_t op = 0;
-  uint32_t seq = 0;    // operation sequence number on these channels
-  uint32_t index = 0;  // message index from this sender to this receiver in the operation
-  uint64_t offset = 0; // first element carried
-  uint64_t count = 0;  // the operation's element count
-};
-
-void PutLe(uint8_t* p, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
-}
-uint64_t GetLe(const uint8_t* p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t{p[i]} << (8 * i);
-  return v;
-}
-
-void Encode(const Header& h, uint8_t* p) {
-  std::memset(p, 0, kMessageHeaderBytes);
-  p[0] = h.version;
-  p[1] = h.type;
-  p[2] = h.algorithm;
-  p[3] = h.dtype;
-  p[4] = h.op;
-  PutLe(p + 8, h.seq, 4);
-  PutLe(p + 12, h.index, 4);
-  PutLe(p + 16, h.offset, 8);
-  PutLe(p + 24, h.count, 8);
-}
-
-Header Decode(const uint8_t* p) {
-  Header h;
-  h.version = p[0];
-  h.type = p[1];
-  h.algorithm = p[2];
-  h.dtype = p[3];
-  h.op = p[4];
-  h.seq = static_cast<uint32_t>(GetLe(p + 8, 4));
-  h.index = static_cast<uint32_t>(GetLe(p + 12, 4));
-  h.offset = GetLe(p + 16, 8);
-  h.count = GetLe(p + 24, 8);
-  return h;
-}
-
-std::string DescribeHeader(const Header& h, size_t payload) {
+std::string DescribeHeader(const PeerHeader& h, size_t payload) {
   return absl::StrFormat("message %d of op %d (%s, %s %s, %d elements, offset %d, %d bytes)",
                          h.index, h.seq, AlgorithmName(static_cast<Algorithm>(h.algorithm)),
                          proto::DataTypeName(static_cast<proto::DataType>(h.dtype)),
@@ -238,7 +189,7 @@ void AllreduceEngine::BuildMessage(Op& op, uint32_t send_index) {
   std::vector<uint8_t> m = TakeBuffer();
   const size_t payload = s.count * op.elem;
   m.resize(kMessageHeaderBytes + payload);
-  Header h;
+  PeerHeader h;
   h.algorithm = static_cast<uint8_t>(op.args.algorithm);
   h.dtype = static_cast<uint8_t>(op.args.dtype);
   h.op = static_cast<uint8_t>(op.args.op);
@@ -246,7 +197,7 @@ void AllreduceEngine::BuildMessage(Op& op, uint32_t send_index) {
   h.index = op.send_index_to_peer[send_index];
   h.offset = s.offset;
   h.count = op.args.count;
-  Encode(h, m.data());
+  proto::EncodePeerHeader(h, m.data());
   if (payload > 0) {
     std::memcpy(m.data() + kMessageHeaderBytes,
                 static_cast<const uint8_t*>(op.args.recv) + s.offset * op.elem, payload);
@@ -310,21 +261,21 @@ bool AllreduceEngine::RunAction(Op& op, uint32_t lane) {
                    Describe(op), peer, m.size(), kMessageHeaderBytes)));
       return false;
     }
-    const Header h = Decode(m.data());
+    const PeerHeader h = proto::DecodePeerHeader(m.data());
     const size_t payload = m.size() - kMessageHeaderBytes;
-    if (h.version == kVersion && h.type == kTypeAbort) {
+    if (h.version == proto::kPeerVersion && h.type == PeerMessageType::kAbort) {
       absl::StatusCode code = absl::StatusCode::kAborted;
       std::string why = "(no reason given)";
-      if (payload >= 4) {
-        code = static_cast<absl::StatusCode>(GetLe(m.data() + kMessageHeaderBytes, 4));
-        why.assign(reinterpret_cast<const char*>(m.data()) + kMessageHeaderBytes + 4, payload - 4);
+      uint32_t sent_code = 0;
+      if (proto::DecodePeerAbortBody(m.subspan(kMessageHeaderBytes), &sent_code, &why)) {
+        code = static_cast<absl::StatusCode>(sent_code);
       }
       if (code == absl::StatusCode::kOk) code = absl::StatusCode::kAborted;
       Fail(op, absl::Status(code, absl::StrFormat("%s: rank %d aborted op %d: %s", Describe(op),
                                                   peer, h.seq, why)));
       return false;
     }
-    Header want;
+    PeerHeader want;
     want.algorithm = static_cast<uint8_t>(op.args.algorithm);
     want.dtype = static_cast<uint8_t>(op.args.dtype);
     want.op = static_cast<uint8_t>(op.args.op);
@@ -332,9 +283,7 @@ bool AllreduceEngine::RunAction(Op& op, uint32_t lane) {
     want.index = op.received[peer];
     want.offset = a.offset;
     want.count = op.args.count;
-    if (h.version != kVersion || h.type != kTypeData || h.algorithm != want.algorithm ||
-        h.dtype != want.dtype || h.op != want.op || h.seq != want.seq || h.index != want.index ||
-        h.offset != want.offset || h.count != want.count || payload != bytes) {
+    if (h != want || payload != bytes) {
       Fail(op, absl::InvalidArgumentError(absl::StrFormat(
                    "%s: rank %d sent %s where %s was expected: the ranks must start the same "
                    "allreduces in the same order, with the same algorithm, type, op, count "
@@ -457,21 +406,17 @@ void AllreduceEngine::Fail(Op& op, absl::Status why) {
   // Tell every peer of the operation: after the data already posted, so it
   // is seen by a peer blocked on this rank's next message.
   if (op.active) {
-    const size_t limit = channels_->max_message_bytes() - kMessageHeaderBytes - 4;
-    const std::string text = std::string(why.message()).substr(0, limit);
+    PeerHeader h;
+    h.algorithm = static_cast<uint8_t>(op.args.algorithm);
+    h.dtype = static_cast<uint8_t>(op.args.dtype);
+    h.op = static_cast<uint8_t>(op.args.op);
+    h.seq = op.seq;
+    h.count = op.args.count;
     for (uint32_t peer : op.peers) {
-      std::vector<uint8_t> m(kMessageHeaderBytes + 4 + text.size());
-      Header h;
-      h.type = kTypeAbort;
-      h.algorithm = static_cast<uint8_t>(op.args.algorithm);
-      h.dtype = static_cast<uint8_t>(op.args.dtype);
-      h.op = static_cast<uint8_t>(op.args.op);
-      h.seq = op.seq;
-      h.count = op.args.count;
-      Encode(h, m.data());
-      PutLe(m.data() + kMessageHeaderBytes, static_cast<uint32_t>(why.code()), 4);
-      std::memcpy(m.data() + kMessageHeaderBytes + 4, text.data(), text.size());
-      aborts_.emplace_back(peer, std::move(m));
+      aborts_.emplace_back(peer, proto::EncodePeerAbort(h, static_cast<uint32_t>(why.code()),
+                                                        std::string_view(why.message().data(),
+                                                                         why.message().size()),
+                                                        channels_->max_message_bytes()));
     }
   }
   // The queued operations cannot run any more.

@@ -61,12 +61,13 @@
 #include "host/algorithms/schedule.h"
 #include "host/algorithms/tree_spec.h"
 #include "proto/data_type.h"
+#include "proto/peer_header.h"
 #include "proto/reduce_op.h"
 
 namespace netfold::host::algorithms {
 
-// Bytes of the header in front of every message (docs/algorithms.md, "Wire format").
-inline constexpr size_t kMessageHeaderBytes = 32;
+// Bytes of the header in front of every message (proto/peer_header.h).
+inline constexpr size_t kMessageHeaderBytes = proto::kPeerHeaderSize;
 
 struct EngineOptions {
   // The largest payload of one message. Vectors are cut into fragments of

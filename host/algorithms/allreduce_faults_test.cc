@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "host/algorithms/allreduce_test_util.h"
+#include "host/algorithms/testing/allreduce_test_util.h"
 
 namespace netfold::host::algorithms {
 namespace {

@@ -8,8 +8,8 @@
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "host/algorithms/allreduce_engine.h"
-#include "host/algorithms/loopback_ranks.h"
-#include "host/algorithms/thread_oob.h"
+#include "host/algorithms/testing/loopback_ranks.h"
+#include "host/algorithms/testing/thread_oob.h"
 #include "transport/udp_port.h"
 
 namespace netfold::host::algorithms {

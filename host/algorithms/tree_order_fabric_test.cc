@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
-#include "host/algorithms/allreduce_reference.h"
-#include "host/algorithms/allreduce_test_util.h"
+#include "host/algorithms/testing/allreduce_reference.h"
+#include "host/algorithms/testing/allreduce_test_util.h"
 #include "host/algorithms/selection.h"
 #include "tests/integration/in_process_fabric.h"
 

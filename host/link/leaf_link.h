@@ -15,7 +15,7 @@
 //   link->Progress(timeout, [&](std::span<const uint8_t> m) { ... });
 //
 // Thread-safety: a link belongs to the thread that drives its context;
-// stats() may be called from that thread only.
+// stats() may be called from that thread only; Wake() from any thread.
 #ifndef NETFOLD_HOST_LINK_LEAF_LINK_H_
 #define NETFOLD_HOST_LINK_LEAF_LINK_H_
 
@@ -85,6 +85,9 @@ class LeafLink {
   // (RC or multicast) to `deliver`; the span is valid during the call only.
   virtual void Progress(absl::Duration timeout,
                         absl::FunctionRef<void(std::span<const uint8_t>)> deliver) = 0;
+  // Makes a Progress waiting in another thread return soon (or the next
+  // one, if none is waiting). The one call that may come from any thread.
+  virtual void Wake() = 0;
   // OK while the RC connection works; the reason once it failed (retries
   // exhausted, the QP in error, the device gone). Failure is final.
   virtual absl::Status status() const = 0;

@@ -36,6 +36,7 @@ class SoftLeafLink : public LeafLink {
   void Flush() override;
   void Progress(absl::Duration timeout,
                 absl::FunctionRef<void(std::span<const uint8_t>)> deliver) override;
+  void Wake() override { endpoint_->port().Wake(); }
   absl::Status status() const override;
   LeafLinkStats stats() const override;
 

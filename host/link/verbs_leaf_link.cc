@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -175,10 +177,12 @@ struct VerbsLeafLink::Impl {
   std::map<uint32_t, bool> groups;  // attached multicast addresses -> joined through rdma_cm
   bool connected = false;
   unsigned unacked_cq_events = 0;
+  int wake_fd = -1;  // eventfd: Wake() ends a Progress waiting in ppoll
   absl::Status failure;
   LeafLinkStats stats;
 
   ~Impl() {
+    if (wake_fd >= 0) close(wake_fd);
     if (cq && unacked_cq_events > 0) ibv_ack_cq_events(cq.get(), unacked_cq_events);
     for (const auto& [ip, joined] : groups) Leave(ip, joined);
   }
@@ -328,6 +332,7 @@ absl::StatusOr<std::unique_ptr<VerbsLeafLink>> VerbsLeafLink::Create(const Verbs
   NETFOLD_ASSIGN_OR_RETURN(Placement placement, Place(o, ipv4));
   auto impl = std::make_unique<Impl>();
   Impl& m = *impl;
+  m.wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // without it, Wake() does nothing
   m.options = o;
   m.local_ip = ipv4;
   m.device = placement.device;
@@ -550,9 +555,15 @@ void VerbsLeafLink::Progress(absl::Duration timeout,
     return;
   }
   if (m.Drain(deliver) > 0) return;
-  pollfd fds[2] = {{m.channel->fd, POLLIN, 0}, {m.context->async_fd, POLLIN, 0}};
+  pollfd fds[3] = {{m.channel->fd, POLLIN, 0},
+                   {m.context->async_fd, POLLIN, 0},
+                   {m.wake_fd, POLLIN, 0}};
   const timespec ts = absl::ToTimespec(std::min(timeout, absl::Seconds(60)));
-  if (ppoll(fds, 2, &ts, nullptr) <= 0) return;
+  if (ppoll(fds, m.wake_fd >= 0 ? 3 : 2, &ts, nullptr) <= 0) return;
+  if (m.wake_fd >= 0 && (fds[2].revents & POLLIN)) {
+    uint64_t count = 0;
+    (void)!read(m.wake_fd, &count, sizeof(count));
+  }
   if (fds[0].revents & POLLIN) {
     ibv_cq* cq = nullptr;
     void* cq_context = nullptr;
@@ -565,6 +576,11 @@ void VerbsLeafLink::Progress(absl::Duration timeout,
   }
   if (fds[1].revents & POLLIN) m.HandleAsyncEvents();
   m.Drain(deliver);
+}
+
+void VerbsLeafLink::Wake() {
+  const uint64_t one = 1;
+  if (impl_->wake_fd >= 0) (void)!write(impl_->wake_fd, &one, sizeof(one));
 }
 
 absl::Status VerbsLeafLink::status() const { return impl_->failure; }

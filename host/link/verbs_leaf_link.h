@@ -70,6 +70,7 @@ class VerbsLeafLink : public LeafLink {
   void Flush() override {}
   void Progress(absl::Duration timeout,
                 absl::FunctionRef<void(std::span<const uint8_t>)> deliver) override;
+  void Wake() override;
   absl::Status status() const override;
   LeafLinkStats stats() const override;
 

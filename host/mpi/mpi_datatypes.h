@@ -14,7 +14,7 @@
 
 #include <optional>
 
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 
 namespace netfold::mpi {
 

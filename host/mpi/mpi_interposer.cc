@@ -24,12 +24,17 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
 #include "host/mpi/mpi_datatypes.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
+#include "host/resync.h"
 
 namespace {
 
@@ -208,9 +213,11 @@ void JoinFabric() {
     }
     PMPI_Abort(MPI_COMM_WORLD, 1);
   }
-  if (g.world_rank == 0 && (g.config.stats || std::getenv("NETFOLD_LOG_LEVEL") != nullptr)) {
-    std::fprintf(stderr, "netfold-mpi: no fabric, collectives use MPI itself (%s: %s)\n",
-                 netfold_strerror(rc), netfold_last_error());
+  // One line, so that a job that preloaded the interposer to use a fabric
+  // does not run without it silently.
+  if (g.world_rank == 0) {
+    std::fprintf(stderr, "netfold-mpi: the fabric is not used, collectives run on MPI itself: %s\n",
+                 netfold_last_error());
   }
 }
 
@@ -232,8 +239,10 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
   PMPI_Comm_test_inter(comm, &inter);
   if (inter) return fallback(kInterComm);
   if (kind != kBarrier) {
+    // A bcast moves bytes: any datatype MPI can send will do (MPI_Bcast
+    // packs what is not contiguous). Reductions need netfold's type.
     auto dtype = NetfoldDatatype(type);
-    if (!dtype) return fallback(kUnsupportedType);
+    if (!dtype && kind != kBcast) return fallback(kUnsupportedType);
     if (has_op) {
       auto nop = NetfoldOp(op);
       if (!nop) return fallback(kUserOp);
@@ -321,99 +330,123 @@ int RunOnPmpi(MPI_Comm comm, Pending& p) {
   }
 }
 
+absl::Status FromMpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat("%s failed (MPI error %d)", what, rc));
+}
+
+// The failover's exchanges (host/resync.h), over MPI itself on the
+// communicator's private duplicate.
+class MpiResyncExchange : public netfold::host::ResyncExchange {
+ public:
+  MpiResyncExchange(CommState* s, Pending* current) : s_(s), current_(current) {}
+
+  absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) override {
+    all->assign(static_cast<size_t>(s_->size), 0);
+    return FromMpi(PMPI_Allgather(&mine, 1, MPI_UINT64_T, all->data(), 1, MPI_UINT64_T, s_->oob),
+                   "MPI_Allgather");
+  }
+
+  absl::Status Share(int from, std::span<uint8_t> bytes) override {
+    for (size_t done = 0; done < bytes.size();) {
+      const int n = static_cast<int>(std::min<size_t>(bytes.size() - done, INT32_MAX));
+      NETFOLD_RETURN_IF_ERROR(
+          FromMpi(PMPI_Bcast(bytes.data() + done, n, MPI_BYTE, from, s_->oob), "MPI_Bcast"));
+      done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  // The root gathers every rank's input (the ranks ahead kept theirs) and
+  // reduces them itself, in rank order.
+  absl::Status ReduceAgain(bool behind) override {
+    std::vector<uint8_t> in;
+    int root = s_->last.root;
+    if (behind) {
+      root = current_->root;
+      if (current_->sendbuf == MPI_IN_PLACE) {
+        in = current_->saved_input;
+      } else {
+        const uint8_t* b = static_cast<const uint8_t*>(current_->sendbuf);
+        in.assign(b, b + Bytes(current_->type, current_->count));
+      }
+    } else {
+      in = s_->last.input;
+    }
+    const int n = static_cast<int>(in.size());
+    std::vector<int> sizes(static_cast<size_t>(s_->size));
+    NETFOLD_RETURN_IF_ERROR(
+        FromMpi(PMPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, s_->oob), "MPI_Gather"));
+    std::vector<int> displs(static_cast<size_t>(s_->size), 0);
+    int total = 0;
+    for (int r = 0; r < s_->size; ++r) {
+      displs[r] = total;
+      total += sizes[r];
+    }
+    std::vector<uint8_t> gathered(s_->rank == root ? static_cast<size_t>(total) : 0);
+    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Gatherv(in.data(), n, MPI_BYTE, gathered.data(),
+                                                 sizes.data(), displs.data(), MPI_BYTE, root,
+                                                 s_->oob),
+                                    "MPI_Gatherv"));
+    if (s_->rank != root || current_ == nullptr) return absl::OkStatus();
+    // acc = x_0 op (x_1 op (... op x_{n-1})): MPI_Reduce_local computes
+    // inoutbuf = inbuf op inoutbuf.
+    const size_t last = static_cast<size_t>(s_->size - 1);
+    std::vector<uint8_t> acc(gathered.begin() + displs[last],
+                             gathered.begin() + displs[last] + sizes[last]);
+    for (int r = s_->size - 2; r >= 0; --r) {
+      NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Reduce_local(gathered.data() + displs[r], acc.data(),
+                                                        current_->count, current_->type,
+                                                        current_->op),
+                                      "MPI_Reduce_local"));
+    }
+    std::memcpy(current_->recvbuf, acc.data(), acc.size());
+    return absl::OkStatus();
+  }
+
+ private:
+  CommState* s_;
+  Pending* current_;
+};
+
+static_assert(static_cast<int>(netfold::proto::CollectiveType::kAllreduce) == kAllreduce &&
+              static_cast<int>(netfold::proto::CollectiveType::kReduce) == kReduce &&
+              static_cast<int>(netfold::proto::CollectiveType::kBcast) == kBcast &&
+              static_cast<int>(netfold::proto::CollectiveType::kBarrier) == kBarrier);
+
 // Called by every member (from a failed operation, or from MPI_Comm_free /
 // MPI_Finalize with `current` null). Afterwards the ranks agree on every
 // operation before `current`, and `current` (if any) is complete.
 int Resync(MPI_Comm comm, CommState* s, Pending* current) {
-  const uint64_t mine = s->completed;
-  std::vector<uint64_t> all(static_cast<size_t>(s->size));
-  int rc = PMPI_Allgather(&mine, 1, MPI_UINT64_T, all.data(), 1, MPI_UINT64_T, s->oob);
-  if (rc != MPI_SUCCESS) return rc;
-  uint64_t lo = all[0], hi = all[0];
-  for (uint64_t v : all) {
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
+  netfold::host::ResyncMember me{.rank = s->rank, .size = s->size, .completed = s->completed};
+  if (current != nullptr) {
+    me.current = netfold::host::ResyncOp{static_cast<netfold::proto::CollectiveType>(current->kind),
+                                         static_cast<uint32_t>(current->root)};
+    if (current->kind == kAllreduce || current->kind == kBcast) {
+      me.current_result = {static_cast<uint8_t*>(current->recvbuf),
+                           Bytes(current->type, current->count)};
+    }
   }
-  if (hi > lo + 1) {
-    std::fprintf(stderr, "netfold-mpi: ranks are %llu operations apart: cannot recover\n",
-                 static_cast<unsigned long long>(hi - lo));
-    PMPI_Abort(comm, 1);
+  me.last = {static_cast<netfold::proto::CollectiveType>(s->last.kind),
+             static_cast<uint32_t>(s->last.root)};
+  me.last_result = s->last.result;
+  MpiResyncExchange exchange(s, current);
+  absl::StatusOr<netfold::host::ResyncOutcome> outcome = netfold::host::Resync(exchange, me);
+  if (!outcome.ok()) {
+    std::fprintf(stderr, "netfold-mpi: rank %d: cannot recover from a fabric failure: %s\n",
+                 G().world_rank, std::string(outcome.status().message()).c_str());
+    // Ranks more than one operation apart (or disagreeing on it) cannot be
+    // brought back in step; a failed MPI exchange is returned as such.
+    if (!absl::IsUnavailable(outcome.status())) PMPI_Abort(comm, 1);
+    return MPI_ERR_OTHER;
   }
-  if (hi == lo + 1) {
-    // Operation `lo` completed on some ranks only.
-    int ahead = -1;
-    for (int r = 0; r < s->size && ahead < 0; ++r) {
-      if (all[r] == hi) ahead = r;
-    }
-    const bool behind = mine == lo;
-    // Everyone knows the operation's kind and root: the ranks behind are in
-    // it (`current`), the ranks ahead recorded it (`s->last`). Share them.
-    int32_t desc[2] = {behind && current ? current->kind : s->last.kind,
-                       behind && current ? current->root : s->last.root};
-    rc = PMPI_Bcast(desc, 2, MPI_INT32_T, ahead, s->oob);
-    if (rc != MPI_SUCCESS) return rc;
-    const Kind kind = static_cast<Kind>(desc[0]);
-    const int root = desc[1];
-    if (kind == kAllreduce || kind == kBcast) {
-      // The result is the same on every rank that has it.
-      uint64_t bytes = s->last.result.size();
-      rc = PMPI_Bcast(&bytes, 1, MPI_UINT64_T, ahead, s->oob);
-      std::vector<uint8_t> buf = s->rank == ahead ? s->last.result : std::vector<uint8_t>(bytes);
-      if (rc == MPI_SUCCESS) rc = PMPI_Bcast(buf.data(), static_cast<int>(bytes), MPI_BYTE, ahead, s->oob);
-      if (rc != MPI_SUCCESS) return rc;
-      if (behind && current != nullptr) {
-        std::memcpy(current->recvbuf, buf.data(), std::min<size_t>(buf.size(), Bytes(current->type, current->count)));
-      }
-    } else if (kind == kReduce && all[static_cast<size_t>(root)] == lo) {
-      // The root did not get the result: it gathers every rank's input
-      // (the ranks ahead kept theirs) and reduces them itself.
-      std::vector<uint8_t> in;
-      if (behind) {
-        if (current->sendbuf == MPI_IN_PLACE) {
-          in = current->saved_input;
-        } else {
-          const uint8_t* b = static_cast<const uint8_t*>(current->sendbuf);
-          in.assign(b, b + Bytes(current->type, current->count));
-        }
-      } else {
-        in = s->last.input;
-      }
-      const int n = static_cast<int>(in.size());
-      std::vector<int> sizes(static_cast<size_t>(s->size));
-      rc = PMPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, s->oob);
-      if (rc != MPI_SUCCESS) return rc;
-      std::vector<int> displs(static_cast<size_t>(s->size), 0);
-      int total = 0;
-      for (int r = 0; r < s->size; ++r) {
-        displs[r] = total;
-        total += sizes[r];
-      }
-      std::vector<uint8_t> gathered(s->rank == root ? static_cast<size_t>(total) : 0);
-      rc = PMPI_Gatherv(in.data(), n, MPI_BYTE, gathered.data(), sizes.data(), displs.data(),
-                        MPI_BYTE, root, s->oob);
-      if (rc != MPI_SUCCESS) return rc;
-      if (s->rank == root && current != nullptr) {
-        // acc = x_0 op (x_1 op (... op x_{n-1})): MPI_Reduce_local computes
-        // inoutbuf = inbuf op inoutbuf.
-        const size_t last = static_cast<size_t>(s->size - 1);
-        std::vector<uint8_t> acc(gathered.begin() + displs[last],
-                                 gathered.begin() + displs[last] + sizes[last]);
-        for (int r = s->size - 2; r >= 0; --r) {
-          rc = PMPI_Reduce_local(gathered.data() + displs[r], acc.data(), current->count,
-                                 current->type, current->op);
-          if (rc != MPI_SUCCESS) return rc;
-        }
-        std::memcpy(current->recvbuf, acc.data(), acc.size());
-      }
-    }
-    if (behind) {
-      s->completed = hi;
-      return MPI_SUCCESS;  // `current` was operation lo, now complete
-    }
+  if (*outcome == netfold::host::ResyncOutcome::kCurrentCompleted) {
+    s->completed = me.completed;
+    return MPI_SUCCESS;  // `current` was the operation some ranks missed, now complete
   }
   if (current == nullptr) return MPI_SUCCESS;
   // `current` is an operation no rank completed: every rank re-runs it.
-  rc = RunOnPmpi(comm, *current);
+  const int rc = RunOnPmpi(comm, *current);
   if (rc == MPI_SUCCESS) ++s->completed;
   return rc;
 }
@@ -588,15 +621,51 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
   return MPI_SUCCESS;
 }
 
+// True if `count` elements of `type` are `count * size` bytes in a row
+// from the buffer's start (every predefined type; contiguous derived ones).
+bool Contiguous(MPI_Datatype type, int count) {
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  PMPI_Type_get_true_extent(type, &true_lb, &true_extent);
+  return true_lb == 0 && (count <= 1 ? true_extent == size : extent == size && true_extent == size);
+}
+
 int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) {
   CommState* s = Usable(comm, kBcast, type, MPI_OP_NULL, count, false);
   if (s == nullptr) return PMPI_Bcast(buffer, count, type, root, comm);
-  Pending p{kBcast, buffer, buffer, count, type, MPI_OP_NULL, root, {}};
-  const int rc = netfold_bcast(s->group, buffer, static_cast<size_t>(count),
-                               *NetfoldDatatype(type), root);
-  if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
-  Completed(s, p);
-  return MPI_SUCCESS;
+  // The fabric broadcasts bytes: the buffer itself when the data is
+  // contiguous, else MPI's packed form, unpacked at the other ranks. Every
+  // rank decides the same way (same type signature, same MPI library).
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  const int bytes = size * count;
+  const bool contiguous = Contiguous(type, count);
+  std::vector<uint8_t> packed;
+  void* wire = buffer;
+  if (!contiguous) {
+    packed.resize(static_cast<size_t>(bytes));
+    wire = packed.data();
+    if (s->rank == root) {
+      int position = 0;
+      const int rc = PMPI_Pack(buffer, count, type, packed.data(), bytes, &position, comm);
+      if (rc != MPI_SUCCESS) return rc;
+    }
+  }
+  Pending p{kBcast, wire, wire, bytes, MPI_BYTE, MPI_OP_NULL, root, {}};
+  const int rc = netfold_bcast(s->group, wire, static_cast<size_t>(bytes), NETFOLD_DTYPE_UINT8, root);
+  int result = MPI_SUCCESS;
+  if (rc != NETFOLD_SUCCESS) {
+    result = Recover(comm, s, p, rc);
+  } else {
+    Completed(s, p);
+  }
+  if (!contiguous && result == MPI_SUCCESS && s->rank != root) {
+    int position = 0;
+    result = PMPI_Unpack(packed.data(), bytes, &position, buffer, count, type, comm);
+  }
+  return result;
 }
 
 int MPI_Barrier(MPI_Comm comm) {

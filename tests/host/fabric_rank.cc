@@ -22,11 +22,15 @@
 //                prints "rank R: digest=<FNV-1a of every result>"
 //   hold         create the group, print "holding", wait for
 //                $NETFOLD_TEST_RELEASE, run 10 operations
+//   fork         an allreduce, then fork(): the child's calls on the
+//                parent's context fail with UNAVAILABLE at once (its
+//                threads are the parent's), and the parent goes on
 //   outage N     a stream that stops at its first error (the test kills a
 //                switch), then waits for $NETFOLD_TEST_PHASE2 to exist,
 //                joins the fabric again and runs N more operations that
 //                must all succeed
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -40,7 +44,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "host/netfold/netfold.h"
+#include "netfold/netfold.h"
 #include "host/tcp_oob.h"
 #include "proto/data_type.h"
 #include "proto/reduce_op.h"
@@ -418,6 +422,26 @@ int main(int argc, char** argv) {
       std::printf("rank %d: FAIL %s\n", g_rank, g_failure.c_str());
       return 1;
     }
+  } else if (scenario == "fork") {
+    int32_t x = g_rank + 1, y = 0;
+    CheckRc(netfold_allreduce(g, &x, &y, 1, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM), "before fork");
+    std::fflush(stdout);
+    const pid_t pid = fork();
+    if (pid == 0) {
+      const int on_group = netfold_allreduce(g, &x, &y, 1, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM);
+      const bool says_why = std::strstr(netfold_last_error(), "fork()") != nullptr;
+      const int on_context = netfold_finalize(ctx);
+      _exit(on_group == NETFOLD_ERR_UNAVAILABLE && says_why &&
+                    on_context == NETFOLD_ERR_UNAVAILABLE
+                ? 0
+                : 1);
+    }
+    int status = 0;
+    Check(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+              WEXITSTATUS(status) == 0,
+          absl::StrFormat("the forked child's calls (status %d)", status));
+    StreamResult r = Stream(g, 50, /*stop_at_error=*/false);
+    Check(r.ok == 50 && r.wrong == 0, "the parent after the fork");
   } else if (scenario == "victim") {
     // Everyone streams allreduces; the test kills rank 1 after the first one.
     std::vector<float> v(1 << 20, 1.0f);

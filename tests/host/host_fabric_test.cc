@@ -66,6 +66,13 @@ TEST(HostFabric, SweepOnTwoRanks) {
   ExpectAllOk(ranks.Wait(absl::Minutes(3)));
 }
 
+TEST(HostFabric, AForkedChildCannotUseTheContextAndTheParentGoesOn) {
+  auto fabric = StartFabric(2);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(fabric->manager_address(), 2, 0, {"fork"});
+  ExpectAllOk(ranks.Wait(absl::Minutes(2)));
+}
+
 TEST(HostFabric, SweepOnFiveRanksAcrossTwoLeaves) {
   auto fabric = StartFabric(5);
   ASSERT_NE(fabric, nullptr);

@@ -5,7 +5,7 @@
 //       --data_address 127.0.0.1:20001
 //
 // Registers with the topology's capacities, heartbeats, executes commands
-// in memory (manager/fake_switch.h), reconnects when the stream breaks.
+// in memory (manager/testing/fake_switch.h), reconnects when the stream breaks.
 // SIGTERM/SIGINT stop it cleanly.
 #include <signal.h>
 #include <unistd.h>
@@ -17,8 +17,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "base/log.h"
-#include "manager/fake_switch.h"
-#include "manager/fake_switch_agent.h"
+#include "manager/testing/fake_switch.h"
+#include "manager/testing/fake_switch_agent.h"
 #include "manager/topology.h"
 
 ABSL_FLAG(std::string, manager, "127.0.0.1:47910", "manager address");

@@ -16,14 +16,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "manager/fake_switch.h"
-#include "manager/fake_switch_agent.h"
-#include "manager/grpc_test_util.h"
-#include "manager/status_text.h"
-#include "manager/temp_dir.h"
+#include "manager/testing/fake_switch.h"
+#include "manager/testing/fake_switch_agent.h"
+#include "manager/testing/grpc_test_util.h"
+#include "manager/testing/temp_dir.h"
 #include "manager/topology.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tests/manager/subprocess.h"
+#include "tools/status_text.h"
 
 namespace netfold::manager {
 namespace {
@@ -171,7 +171,7 @@ class ManagerdTest : public testing::Test {
     return s.ok() ? st : control::GetStatusResponse();
   }
 
-  std::string StatusText() { return FormatStatus(GetStatus()); }
+  std::string StatusText() { return tools::FormatStatus(GetStatus()); }
 
   bool WaitAllUp(absl::Duration timeout = absl::Seconds(20)) {
     return WaitUntil(

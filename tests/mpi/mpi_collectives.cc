@@ -15,10 +15,16 @@
 //                             fabric: it must return an error under
 //                             MPI_ERRORS_RETURN and abort the job under the
 //                             default MPI_ERRORS_ARE_FATAL
+//   mpi_collectives pause SECONDS OPS sleep|busy   one of each collective
+//                             (a reduce last), a compute phase of SECONDS
+//                             without any MPI call (sleeping, or busy on
+//                             the CPU), then OPS collectives, each checked
 //   mpi_collectives bench COUNT ITERS   (used by bench/)
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -266,10 +272,32 @@ void Fallback() {
   MPI_Datatype pair;
   MPI_Type_contiguous(2, MPI_INT, &pair);
   MPI_Type_commit(&pair);
+  // A reduction on a type netfold lacks goes to MPI...
+  long double ld = g_rank + 1, ld_sum = -1;
+  MPI_Allreduce(&ld, &ld_sum, 1, MPI_LONG_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  ++g_checks;
+  if (ld_sum != g_size * (g_size + 1) / 2) Fail("long double allreduce");
+  // ...a bcast moves bytes, whatever the type: contiguous...
   MPI_Bcast(in.data(), 50, pair, 0, MPI_COMM_WORLD);
   ++g_checks;
   if (in[99] != 1) Fail("derived datatype bcast");
   MPI_Type_free(&pair);
+  // ...or not (every other int of 100: packed, broadcast, unpacked).
+  MPI_Datatype strided;
+  MPI_Type_vector(50, 1, 2, MPI_INT, &strided);
+  MPI_Type_commit(&strided);
+  std::vector<int> holes(100);
+  for (int k = 0; k < 100; ++k) holes[k] = g_rank == 1 % g_size ? k * 3 : -7;
+  MPI_Bcast(holes.data(), 1, strided, 1 % g_size, MPI_COMM_WORLD);
+  ++g_checks;
+  for (int k = 0; k < 100; ++k) {
+    const int want = k % 2 == 0 || g_rank == 1 % g_size ? k * 3 : -7;  // holes untouched
+    if (holes[k] != want) {
+      Fail("strided datatype bcast");
+      break;
+    }
+  }
+  MPI_Type_free(&strided);
   int x = g_rank, y = -1;
   MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
   ++g_checks;
@@ -329,16 +357,109 @@ void Strict(const std::string& handler) {
 
 }  // namespace
 
+
+// One collective of a mix, its result checked: allreduce, bcast of ints,
+// bcast of MPI_CHAR (OSU's default type), barrier, reduce to a moving root.
+void MixedCollective(int i) {
+  const int root = i % g_size;
+  const int count = (i % 7 == 0) ? 20000 : 1 + i % 64;
+  switch (i % 5) {
+    case 0: {
+      std::vector<int32_t> in(static_cast<size_t>(count)), out(in.size());
+      for (int k = 0; k < count; ++k) in[k] = g_rank * 1000 + k + i;
+      const int rc = MPI_Allreduce(in.data(), out.data(), count, MPI_INT32_T, MPI_SUM, MPI_COMM_WORLD);
+      bool ok = rc == MPI_SUCCESS;
+      for (int k = 0; k < count && ok; ++k) {
+        ok = out[k] == 1000 * (g_size * (g_size - 1) / 2) + g_size * (k + i);
+      }
+      ++g_checks;
+      if (!ok) Fail("pause: allreduce " + std::to_string(i));
+      break;
+    }
+    case 1:
+    case 2: {
+      const bool chars = i % 5 == 2;
+      std::vector<int32_t> ints(static_cast<size_t>(count));
+      std::vector<char> bytes(static_cast<size_t>(count));
+      for (int k = 0; k < count; ++k) {
+        ints[k] = g_rank == root ? k * 31 + i : -1;
+        bytes[k] = g_rank == root ? static_cast<char>('a' + (k + i) % 26) : 0;
+      }
+      const int rc = chars ? MPI_Bcast(bytes.data(), count, MPI_CHAR, root, MPI_COMM_WORLD)
+                           : MPI_Bcast(ints.data(), count, MPI_INT, root, MPI_COMM_WORLD);
+      bool ok = rc == MPI_SUCCESS;
+      for (int k = 0; k < count && ok; ++k) {
+        ok = chars ? bytes[k] == static_cast<char>('a' + (k + i) % 26) : ints[k] == k * 31 + i;
+      }
+      ++g_checks;
+      if (!ok) Fail(std::string("pause: bcast of ") + (chars ? "MPI_CHAR " : "MPI_INT ") + std::to_string(i));
+      break;
+    }
+    case 3: {
+      ++g_checks;
+      if (MPI_Barrier(MPI_COMM_WORLD) != MPI_SUCCESS) Fail("pause: barrier " + std::to_string(i));
+      break;
+    }
+    default: {
+      std::vector<int64_t> in(static_cast<size_t>(count)), out(in.size(), -1);
+      for (int k = 0; k < count; ++k) in[k] = (g_rank * 7 + k) % (g_size + 3) + i;
+      const int rc =
+          MPI_Reduce(in.data(), out.data(), count, MPI_INT64_T, MPI_MAX, root, MPI_COMM_WORLD);
+      bool ok = rc == MPI_SUCCESS;
+      for (int k = 0; k < count && ok && g_rank == root; ++k) {
+        int64_t want = in[k];
+        for (int r = 0; r < g_size; ++r) want = std::max<int64_t>(want, (r * 7 + k) % (g_size + 3) + i);
+        ok = out[k] == want;
+      }
+      ++g_checks;
+      if (!ok) Fail("pause: reduce " + std::to_string(i));
+      break;
+    }
+  }
+}
+
+// A job that computes between collectives, as real applications do: the
+// fabric must still serve it afterwards (the library acts as the NIC
+// meanwhile, docs/host.md).
+void Pause(double seconds, int ops, bool busy) {
+  for (int i = 0; i < 5; ++i) MixedCollective(i);  // ends with a reduce
+  if (g_rank == 0) {
+    std::printf("compute phase of %.0f s (%s)\n", seconds, busy ? "busy" : "sleeping");
+    std::fflush(stdout);
+  }
+  const double end = MPI_Wtime() + seconds;
+  volatile double x = 1.0;
+  while (MPI_Wtime() < end) {
+    if (busy) {
+      for (int k = 0; k < 100000; ++k) x = x * 1.0000001 + 1e-9;
+    } else {
+      usleep(100000);
+    }
+  }
+  for (int i = 0; i < ops; ++i) MixedCollective(i);
+}
+
 int main(int argc, char** argv) {
+  const auto init_start = std::chrono::steady_clock::now();
   MPI_Init(&argc, &argv);
+  const double init_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - init_start).count();
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+  if (g_rank == 0) {
+    std::printf("MPI_Init took %.3f s\n", init_seconds);
+    std::fflush(stdout);
+  }
   const std::string what = argc > 1 ? argv[1] : "sweep";
   if (what == "sweep") Sweep(MPI_COMM_WORLD, argc > 2 && std::string(argv[2]) == "big");
   else if (what == "comms") Comms();
   else if (what == "fallback") Fallback();
   else if (what == "outage") Outage();
   else if (what == "strict") Strict(argc > 2 ? argv[2] : "fatal");
+  else if (what == "pause") {
+    Pause(argc > 2 ? std::atof(argv[2]) : 20, argc > 3 ? std::atoi(argv[3]) : 1000,
+          argc > 4 && std::string(argv[4]) == "busy");
+  }
   else if (what == "bench") {
     const long count = argc > 2 ? std::atol(argv[2]) : 1;
     const int iters = argc > 3 ? std::atoi(argv[3]) : 100;
@@ -360,6 +481,12 @@ int main(int argc, char** argv) {
     std::printf("mpi_collectives %s: %d checks, %d failed, %d MPI discrepancies\n", what.c_str(),
                 checks, failed, mpi_wrong);
   }
+  const auto finalize_start = std::chrono::steady_clock::now();
   MPI_Finalize();
+  if (g_rank == 0 && what != "bench") {
+    std::printf("MPI_Finalize took %.3f s\n",
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - finalize_start)
+                    .count());
+  }
   return failed == 0 ? 0 : 1;
 }

@@ -3,16 +3,21 @@
 // the MPI program against an independent reference and compared with
 // PMPI_), in place, dup/split communicators, counted fallbacks, and the
 // fabric killed in the middle of a run (NETFOLD_MPI_ENABLE=try).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -165,7 +170,7 @@ TEST_F(MpiInterposer, FallbacksAreCountedAndStillCorrect) {
   }
 }
 
-TEST_F(MpiInterposer, NoFabricMeansSilentFallbackUnderTryAndAnErrorUnderOne) {
+TEST_F(MpiInterposer, NoFabricMeansFallbackUnderTryAndAnErrorUnderOne) {
   // Nothing listens on port 1: try runs everything on MPI itself.
   MpiResult r = MpiRun(2, {"comms"}, "127.0.0.1:1", {{"NETFOLD_TIMEOUT_MS", "1000"}});
   ExpectPassed(r, "comms");
@@ -261,6 +266,146 @@ TEST(MpiInterposerOutage, UnderEnableOneAFabricFailureGoesThroughTheErrorHandler
           << "the job ran to its end:\n" << r.output;
     }
   }
+}
+
+// --- The host keeps behaving like a NIC while the application computes -------
+
+// "offloaded KIND  N" as printed by NETFOLD_MPI_STATS=1 at MPI_Finalize.
+int64_t Offloaded(const std::string& output, const std::string& kind) {
+  const std::string key = "offloaded " + kind;
+  const size_t at = output.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(output.c_str() + at + key.size(), nullptr, 10);
+}
+
+double SecondsAfter(const std::string& output, const std::string& key) {
+  const size_t at = output.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtod(output.c_str() + at + key.size(), nullptr);
+}
+
+// Jobs that compute for a minute after every kind of collective (a reduce
+// last, whose result reached its root over RC), then run 1000 more: every
+// one is offloaded and exact, at 2, 4 and 8 ranks, the 4- and 8-rank jobs
+// computing on the CPU so that the machine (2 cores here) is loaded while
+// the library's progress threads keep the links answered. The same job
+// with NETFOLD_PROGRESS_THREAD=0 and a 20 s pause loses its fabric: the
+// test can tell. All four jobs run at once, on one fabric.
+TEST(MpiComputePhase, EveryCollectiveStaysOnTheFabricAfterAMinuteOfCompute) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  tools::LocalFabricOptions o;
+  o.hosts = 8;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const std::string manager = (*fabric)->manager_address();
+  struct Job {
+    int np;
+    std::vector<std::string> args;
+    std::map<std::string, std::string> env;
+    MpiResult result;
+  };
+  const std::map<std::string, std::string> strict = {{"NETFOLD_MPI_STATS", "1"},
+                                                     {"NETFOLD_MPI_ENABLE", "1"}};
+  std::vector<Job> jobs = {
+      {2, {"pause", "60", "1000", "sleep"}, strict, {}},
+      {4, {"pause", "60", "1000", "busy"}, strict, {}},
+      {8, {"pause", "60", "1000", "busy"}, strict, {}},
+      {2, {"pause", "20", "50", "sleep"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_PROGRESS_THREAD", "0"}}, {}},
+  };
+  std::vector<std::thread> threads;
+  for (Job& job : jobs) {
+    threads.emplace_back([&job, &manager] {
+      job.result = MpiRun(job.np, job.args, manager, job.env, absl::Minutes(6));
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (size_t j = 0; j < 3; ++j) {
+    const Job& job = jobs[j];
+    SCOPED_TRACE(absl::StrFormat("%d ranks, %s", job.np, job.args[3]));
+    ExpectPassed(job.result, "pause");
+    EXPECT_EQ(job.result.output.find("fallback:"), std::string::npos) << job.result.output;
+    // 5 before the pause and 1000 after, a fifth of each kind (bcast: two
+    // fifths, MPI_INT and MPI_CHAR), on every rank.
+    EXPECT_EQ(Offloaded(job.result.output, "allreduce"), 201 * job.np) << job.result.output;
+    EXPECT_EQ(Offloaded(job.result.output, "reduce"), 201 * job.np) << job.result.output;
+    EXPECT_EQ(Offloaded(job.result.output, "bcast"), 402 * job.np) << job.result.output;
+    EXPECT_EQ(Offloaded(job.result.output, "barrier"), 201 * job.np) << job.result.output;
+  }
+  const MpiResult& without = jobs[3].result;
+  ExpectPassed(without, "pause");  // MPI itself took over: still right
+  EXPECT_NE(without.output.find("fallback: fabric error"), std::string::npos)
+      << "without the progress thread the pause should have cost the fabric:\n" << without.output;
+}
+
+bool SomethingListensOn(uint16_t port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return true;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool connected = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+  close(fd);
+  return connected;
+}
+
+// No manager: MPI_Init's fabric attempt ends within a second of MPI's own
+// start-up, rank 0 says so in one line, and the job runs on MPI itself.
+TEST(MpiStartup, NoManagerIsToldInOneLineWithinASecond) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  // The same job without the interposer: MPI's own start-up on this machine.
+  MpiResult plain = MpiRun(2, {"comms"}, "127.0.0.1:1", {{"LD_PRELOAD", ""}});
+  ExpectPassed(plain, "comms");
+  const double baseline = SecondsAfter(plain.output, "MPI_Init took ");
+  ASSERT_GE(baseline, 0) << plain.output;
+  // A manager that was killed leaves a port nobody listens on.
+  tools::LocalFabricOptions o;
+  o.hosts = 2;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const std::string killed = (*fabric)->manager_address();
+  ASSERT_TRUE((*fabric)->Kill("manager", SIGKILL).ok());
+  std::vector<std::string> managers = {"127.0.0.1:1", "no-such-host.invalid:47910", killed};
+  // NETFOLD_MANAGER unset: the default address, if nothing listens there.
+  if (!SomethingListensOn(47910)) managers.push_back("");
+  for (const std::string& manager : managers) {
+    SCOPED_TRACE(manager.empty() ? "(unset)" : manager);
+    MpiResult r = MpiRun(2, {"comms"}, manager, {});
+    ExpectPassed(r, "comms");
+    const double init = SecondsAfter(r.output, "MPI_Init took ");
+    EXPECT_LT(init - baseline, 1.0) << "MPI_Init took " << init << " s, " << baseline
+                                    << " s without the interposer:\n" << r.output;
+    const std::string line = "netfold-mpi: the fabric is not used";
+    const size_t first = r.output.find(line);
+    EXPECT_NE(first, std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find(line, first + 1), std::string::npos) << "one line, not one per rank:\n"
+                                                                  << r.output;
+    EXPECT_NE(r.output.find("no netfold manager answers at " +
+                            (manager.empty() ? std::string("127.0.0.1:47910") : manager)),
+              std::string::npos)
+        << r.output;
+  }
+}
+
+// The whole fabric stopped while the job computes (netfold down): the job
+// recovers on MPI itself and MPI_Finalize does not wait for the manager.
+TEST(MpiStartup, FinalizeDoesNotWaitForAStoppedFabric) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  tools::LocalFabricOptions o;
+  o.hosts = 4;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  MpiResult r = MpiRun(4, {"pause", "5", "100", "sleep"}, (*fabric)->manager_address(),
+                       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "5000"}},
+                       absl::Minutes(3), "compute phase", [&] { EXPECT_TRUE((*fabric)->Stop().ok()); });
+  ExpectPassed(r, "pause");
+  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  const double finalize = SecondsAfter(r.output, "MPI_Finalize took ");
+  EXPECT_GE(finalize, 0) << r.output;
+  EXPECT_LT(finalize, 1.0) << r.output;
 }
 
 }  // namespace

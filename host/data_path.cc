@@ -1,0 +1,138 @@
+#include "host/data_path.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "base/clock.h"
+#include "base/status_macros.h"
+#include "host/error_codes.h"
+#include "host/link/soft_leaf_link.h"
+#ifdef NETFOLD_HAVE_VERBS
+#include "host/link/verbs_leaf_link.h"
+#endif
+#include "transport/udp_port.h"
+
+namespace netfold::host {
+
+absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const ContextOptions& options,
+                                                           uint32_t slot_bytes) {
+  std::unique_ptr<DataPath> path(new DataPath());
+  // This rank's soft engine: a UDP port (with the configured faults) for
+  // the host algorithms, and for the leaf link unless it uses verbs.
+  transport::UdpPortConfig port_config;
+  port_config.poll_window = options.poll_window;
+  NETFOLD_ASSIGN_OR_RETURN(port_config.local,
+                           transport::ParseIpv4Endpoint(options.local_address, 0));
+  NETFOLD_ASSIGN_OR_RETURN(auto udp, transport::UdpPort::Create(port_config));
+  NETFOLD_ASSIGN_OR_RETURN(transport::ImpairmentConfig faults,
+                           transport::ParseImpairment(options.faults));
+  path->port_ = new transport::ImpairedPort(std::move(udp), faults, faults, RealClock());
+  path->endpoint_ = std::make_unique<transport::RoceEndpoint>(
+      std::unique_ptr<transport::Port>(path->port_), RealClock());
+  NETFOLD_ASSIGN_OR_RETURN(path->link_, path->CreateLeafLink(options, slot_bytes));
+  path->soft_link_ = options.transport == ContextOptions::Transport::kSoft;
+  path->sender_.link = path->link_.get();
+  return path;
+}
+
+DataPath::~DataPath() {
+  engines_.clear();
+  link_.reset();
+  endpoint_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<LeafLink>> DataPath::CreateLeafLink(const ContextOptions& options,
+                                                                   uint32_t slot_bytes) {
+  if (options.transport == ContextOptions::Transport::kSoft) {
+    NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<SoftLeafLink> soft,
+                             SoftLeafLink::Create(endpoint_.get(), port_));
+    return std::unique_ptr<LeafLink>(std::move(soft));
+  }
+#ifdef NETFOLD_HAVE_VERBS
+  VerbsLinkOptions vo;
+  vo.local_address = options.local_address;
+  vo.device = options.verbs_device;
+  vo.port = static_cast<uint8_t>(options.verbs_port);
+  vo.gid_index = options.verbs_gid_index;
+  vo.path_mtu = options.verbs_mtu;
+  vo.max_message = static_cast<uint32_t>(proto::kAggregationHeaderSize) + slot_bytes;
+  absl::StatusOr<std::unique_ptr<VerbsLeafLink>> verbs = VerbsLeafLink::Create(vo);
+  if (!verbs.ok()) {
+    return absl::Status(verbs.status().code(),
+                        absl::StrFormat("rank %d: NETFOLD_TRANSPORT=verbs: %s", options.rank,
+                                        verbs.status().message()));
+  }
+  return std::unique_ptr<LeafLink>(*std::move(verbs));
+#else
+  (void)slot_bytes;
+  return absl::FailedPreconditionError(
+      "NETFOLD_TRANSPORT=verbs: this libnetfold was built without rdma-core (meson option "
+      "-Dverbs=enabled needs libibverbs-dev and librdmacm-dev)");
+#endif
+}
+
+void DataPath::Route(uint32_t group_id, GroupEngine* engine) { engines_[group_id] = engine; }
+
+void DataPath::Unroute(uint32_t group_id) { engines_.erase(group_id); }
+
+void DataPath::PostFailure(std::optional<uint32_t> group_id, absl::Status why) {
+  absl::MutexLock lock(&failures_mu_);
+  failures_.push_back({group_id, std::move(why)});
+  has_failures_.store(true, std::memory_order_release);
+}
+
+void DataPath::ApplyFailures() {
+  if (!has_failures_.load(std::memory_order_acquire)) return;
+  std::vector<Failure> failures;
+  {
+    absl::MutexLock lock(&failures_mu_);
+    failures.swap(failures_);
+    has_failures_.store(false, std::memory_order_relaxed);
+  }
+  for (const Failure& f : failures) {
+    if (!f.group_id) {
+      for (auto& [id, engine] : engines_) engine->Fail(f.why);
+    } else if (auto it = engines_.find(*f.group_id); it != engines_.end()) {
+      it->second->Fail(f.why);
+    }
+  }
+}
+
+void DataPath::PollEngines() {
+  for (auto& [id, engine] : engines_) engine->Poll();
+  link_->Flush();
+}
+
+void DataPath::Progress(absl::Duration timeout) {
+  ApplyFailures();
+  PollEngines();
+  absl::Duration wait = timeout;
+  auto until = [&](std::optional<int64_t> t) {
+    if (t) wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - RealClock().NowNanos())));
+  };
+  for (auto& [id, engine] : engines_) until(engine->NextTimerNs());
+  // With a NIC link the soft engine (the host algorithms' queue pairs) is
+  // not behind the link's wait: wake for its timers, move it below.
+  if (!soft_link_) until(endpoint_->NextTimerNs());
+  auto deliver = [&](std::span<const uint8_t> message) {
+    proto::AggregationHeader h;
+    std::span<const uint8_t> elements;
+    if (proto::ParseAggregationMessage(message, &h, &elements) !=
+        proto::AggregationParseResult::kOk) {
+      return;  // counted by nobody but harmless; the switch validates what it sends
+    }
+    auto it = engines_.find(h.group_id);
+    if (it != engines_.end()) it->second->OnMessage(h, elements);
+  };
+  link_->Progress(wait, deliver);
+  if (!soft_link_) endpoint_->Progress(absl::ZeroDuration());
+  if (absl::Status link = link_->status(); !link.ok()) {
+    for (auto& [id, engine] : engines_) {
+      engine->Fail(WithErrorCode(link, NETFOLD_ERR_UNAVAILABLE));
+    }
+  }
+  PollEngines();
+}
+
+}  // namespace netfold::host

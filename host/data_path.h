@@ -1,0 +1,109 @@
+// A rank's data path: the soft RoCEv2 engine on its UDP port (which the
+// host algorithms' queue pairs share), the leaf link to its leaf switch
+// (soft or verbs, host/link/leaf_link.h), and the group engines that
+// results are routed to by group id.
+//
+//   auto path = *DataPath::Create(options, slot_bytes);
+//   attach.endpoint = {path->link().address(), path->link().qpn(), psn};
+//   NETFOLD_RETURN_IF_ERROR(path->link().Connect(peer));
+//   GroupEngine engine(params, path->sender(), RealClock());
+//   path->Route(group_id, &engine);
+//   while (!engine.Done(op)) path->Progress(absl::Milliseconds(10));
+//   path->Unroute(group_id);
+//
+// Progress receives, hands each result to the engine of its group, lets
+// every engine post what its window allows, repair and time out, and fails
+// every engine when the leaf link fails. Failures that come from elsewhere
+// (the manager's events) are posted with PostFailure from any thread and
+// applied at the next Progress.
+//
+// Thread-safety: one thread at a time drives a DataPath (Progress, Route,
+// the link, the endpoint: the context's ProgressThread lock says which);
+// PostFailure and Wake may be called from any thread.
+#ifndef NETFOLD_HOST_DATA_PATH_H_
+#define NETFOLD_HOST_DATA_PATH_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "host/group_engine.h"
+#include "host/link/leaf_link.h"
+#include "host/options.h"
+#include "transport/impaired_port.h"
+#include "transport/roce_endpoint.h"
+
+namespace netfold::host {
+
+class DataPath {
+ public:
+  // Opens the rank's UDP port on options.local_address (with
+  // options.faults), its engine, and the leaf link of options.transport;
+  // `slot_bytes` sizes the verbs link's messages.
+  static absl::StatusOr<std::unique_ptr<DataPath>> Create(const ContextOptions& options,
+                                                          uint32_t slot_bytes);
+  ~DataPath();
+  DataPath(const DataPath&) = delete;
+  DataPath& operator=(const DataPath&) = delete;
+
+  LeafLink& link() { return *link_; }
+  // The soft engine, for the host algorithms' queue pairs.
+  transport::RoceEndpoint& endpoint() { return *endpoint_; }
+  // Sends an engine's requests up the leaf link's RC QP.
+  RequestSender* sender() { return &sender_; }
+
+  // Results for `group_id` go to `engine` (not owned) until Unroute.
+  void Route(uint32_t group_id, GroupEngine* engine);
+  void Unroute(uint32_t group_id);
+
+  // Fails the engine of `group_id` (every engine if nullopt) with `why` at
+  // the next Progress. Any thread.
+  void PostFailure(std::optional<uint32_t> group_id, absl::Status why);
+
+  // Moves traffic, waiting at most `timeout` (less when an engine has
+  // timed work).
+  void Progress(absl::Duration timeout);
+  // Makes a Progress waiting in another thread return soon. Any thread.
+  void Wake() { link_->Wake(); }
+
+  LeafLinkStats link_stats() const { return link_->stats(); }
+
+ private:
+  struct LeafSender : RequestSender {
+    LeafLink* link = nullptr;
+    absl::Status SendRequest(std::span<const uint8_t> message) override {
+      return link->PostRequest(message);
+    }
+  };
+  struct Failure {
+    std::optional<uint32_t> group_id;
+    absl::Status why;
+  };
+
+  DataPath() = default;
+  absl::StatusOr<std::unique_ptr<LeafLink>> CreateLeafLink(const ContextOptions& options,
+                                                           uint32_t slot_bytes);
+  void ApplyFailures();
+  void PollEngines();
+
+  transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
+  std::unique_ptr<transport::RoceEndpoint> endpoint_;
+  std::unique_ptr<LeafLink> link_;
+  LeafSender sender_;
+  bool soft_link_ = true;  // the link's Progress moves the soft engine too
+  absl::flat_hash_map<uint32_t, GroupEngine*> engines_;  // by data-plane group id
+
+  absl::Mutex failures_mu_;
+  std::vector<Failure> failures_ ABSL_GUARDED_BY(failures_mu_);
+  std::atomic<bool> has_failures_{false};
+};
+
+}  // namespace netfold::host
+
+#endif  // NETFOLD_HOST_DATA_PATH_H_

@@ -1,0 +1,222 @@
+#include "host/manager_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "base/clock.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "host/error_codes.h"
+
+namespace netfold::host {
+
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrFormat("%s: %s", what, s.error_message()));
+}
+
+void SetDeadline(grpc::ClientContext* c, absl::Duration d) {
+  c->set_deadline(std::chrono::system_clock::now() +
+                  std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d))));
+}
+
+}  // namespace
+
+ManagerClient::ManagerClient(std::string address, absl::Duration timeout,
+                             absl::Duration connect_timeout)
+    : address_(std::move(address)),
+      timeout_(timeout),
+      connect_timeout_(std::min(connect_timeout, timeout)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(16 << 20);
+  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  stub_ = control::HostControl::NewStub(channel_);
+}
+
+ManagerClient::~ManagerClient() { StopControl(); }
+
+template <typename Rpc>
+absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_after,
+                                 absl::Duration retry_for, absl::Duration retry_every, Rpc rpc) {
+  Deadline deadline(RealClock(), std::min(deadline_after, timeout_));
+  Deadline retrying(RealClock(), retry_for);
+  absl::Status s;
+  while (true) {
+    grpc::ClientContext c;
+    SetDeadline(&c, deadline.Remaining());
+    s = FromGrpc(rpc(&c), what);
+    if (s.ok() || !absl::IsUnavailable(s)) return s;
+    if (deadline.Remaining() <= retry_every || retrying.Remaining() <= retry_every) break;
+    absl::SleepFor(retry_every);
+  }
+  return s;
+}
+
+absl::Status ManagerClient::Connect() {
+  // Refused or unresolvable: the channel fails within milliseconds and
+  // nothing is worth waiting for. Unanswered (a host that drops the
+  // connection attempt): up to connect_timeout.
+  Deadline deadline(RealClock(), connect_timeout_);
+  grpc_connectivity_state state = channel_->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY && state != GRPC_CHANNEL_TRANSIENT_FAILURE &&
+         state != GRPC_CHANNEL_SHUTDOWN && !deadline.Expired()) {
+    channel_->WaitForStateChange(
+        state, std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(absl::ToInt64Milliseconds(deadline.Remaining())));
+    state = channel_->GetState(/*try_to_connect=*/true);
+  }
+  if (state == GRPC_CHANNEL_READY) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat(
+      "no netfold manager answers at %s (%s): start a fabric with `netfold up` and export the "
+      "NETFOLD_MANAGER it prints",
+      address_,
+      state == GRPC_CHANNEL_TRANSIENT_FAILURE
+          ? "connection refused or the name does not resolve"
+          : absl::StrFormat("no answer within %s", absl::FormatDuration(connect_timeout_))));
+}
+
+absl::StatusOr<control::CreateJobResponse> ManagerClient::CreateJob(
+    const control::CreateJobRequest& request) {
+  NETFOLD_RETURN_IF_ERROR(Connect());
+  control::CreateJobResponse response;
+  absl::Status s = Call(absl::StrFormat("creating the job at the manager %s", address_), timeout_,
+                        connect_timeout_, absl::Milliseconds(100), [&](grpc::ClientContext* c) {
+                          return stub_->CreateJob(c, request, &response);
+                        });
+  if (!s.ok()) return s;
+  return response;
+}
+
+void ManagerClient::SetJob(uint64_t job_id, const std::string& job_key) {
+  credentials_.set_job_id(job_id);
+  credentials_.set_job_key(job_key);
+}
+
+absl::StatusOr<control::AttachResponse> ManagerClient::Attach(
+    const control::AttachRequest& request) {
+  control::AttachRequest req = request;
+  *req.mutable_job() = credentials_;
+  control::AttachResponse response;
+  absl::Status s = Call(absl::StrFormat("rank %d attaching to its leaf switch", req.rank()),
+                        timeout_, timeout_, absl::Milliseconds(50), [&](grpc::ClientContext* c) {
+                          return stub_->Attach(c, req, &response);
+                        });
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::StatusOr<control::CreateGroupResponse> ManagerClient::CreateGroup(
+    const control::CreateGroupRequest& request) {
+  control::CreateGroupRequest req = request;
+  *req.mutable_job() = credentials_;
+  control::CreateGroupResponse response;
+  absl::Status s = Call("creating a group", timeout_, timeout_, absl::Milliseconds(100),
+                        [&](grpc::ClientContext* c) {
+                          return stub_->CreateGroup(c, req, &response);
+                        });
+  if (absl::IsResourceExhausted(s)) return WithErrorCode(s, NETFOLD_ERR_NO_RESOURCES);
+  if (!s.ok()) return s;
+  return response;
+}
+
+absl::Status ManagerClient::DestroyGroup(uint64_t group_id, bool patient) {
+  control::DestroyGroupRequest req;
+  *req.mutable_job() = credentials_;
+  req.set_group_id(group_id);
+  control::DestroyGroupResponse response;
+  return Call("destroying a group", patient ? timeout_ : connect_timeout_,
+              patient ? timeout_ : absl::ZeroDuration(), absl::Milliseconds(100),
+              [&](grpc::ClientContext* c) {
+                return stub_->DestroyGroup(c, req, &response);
+              });
+}
+
+absl::Status ManagerClient::DestroyJob(bool patient) {
+  control::DestroyJobRequest req;
+  *req.mutable_job() = credentials_;
+  control::DestroyJobResponse response;
+  return Call("destroying the job", patient ? timeout_ : connect_timeout_,
+              patient ? timeout_ : absl::ZeroDuration(), absl::Milliseconds(100),
+              [&](grpc::ClientContext* c) {
+                return stub_->DestroyJob(c, req, &response);
+              });
+}
+
+void ManagerClient::StartControl(uint32_t rank, absl::Duration heartbeat_interval,
+                                 std::function<void(const control::JobEvent&)> on_event) {
+  control_thread_ = std::thread(
+      [this, rank, heartbeat_interval, on_event = std::move(on_event)] {
+        RunControl(rank, heartbeat_interval, on_event);
+      });
+}
+
+void ManagerClient::StopControl() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  {
+    absl::MutexLock lock(&watch_mu_);
+    if (watch_context_) watch_context_->TryCancel();
+    if (heartbeat_context_ != nullptr) heartbeat_context_->TryCancel();
+  }
+  if (control_thread_.joinable()) control_thread_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
+}
+
+void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
+                               const std::function<void(const control::JobEvent&)>& on_event) {
+  if (stop_.HasBeenNotified()) return;
+  // Heartbeats in their own small thread; this one blocks on the event stream.
+  heartbeat_thread_ = std::thread([this, rank, heartbeat_interval] {
+    while (!stop_.WaitForNotificationWithTimeout(heartbeat_interval)) {
+      control::HostHeartbeatRequest req;
+      *req.mutable_job() = credentials_;
+      req.set_rank(rank);
+      control::HostHeartbeatResponse resp;
+      grpc::ClientContext c;
+      SetDeadline(&c, heartbeat_interval);
+      {
+        absl::MutexLock lock(&watch_mu_);
+        if (stop_.HasBeenNotified()) break;
+        heartbeat_context_ = &c;
+      }
+      grpc::Status s = stub_->Heartbeat(&c, req, &resp);
+      {
+        absl::MutexLock lock(&watch_mu_);
+        heartbeat_context_ = nullptr;
+      }
+      if (!s.ok()) NETFOLD_LOG(kDebug) << "heartbeat: " << s.error_message();
+    }
+  });
+  uint64_t last_sequence = 0;
+  while (!stop_.HasBeenNotified()) {
+    control::WatchEventsRequest req;
+    *req.mutable_job() = credentials_;
+    req.set_rank(rank);
+    req.set_after_sequence(last_sequence);
+    grpc::ClientContext* context = nullptr;
+    {
+      absl::MutexLock lock(&watch_mu_);
+      if (stop_.HasBeenNotified()) break;
+      watch_context_ = std::make_unique<grpc::ClientContext>();
+      context = watch_context_.get();
+    }
+    auto reader = stub_->WatchEvents(context, req);
+    control::JobEvent event;
+    while (reader->Read(&event)) {
+      if (event.sequence() > 0) last_sequence = event.sequence();
+      if (event.kind() != control::JobEvent::WATCH_STARTED) on_event(event);
+    }
+    grpc::Status s = reader->Finish();
+    if (stop_.HasBeenNotified()) break;
+    NETFOLD_LOG(kDebug) << "event stream ended: " << s.error_message() << "; reconnecting";
+    stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500));  // back off, then watch again
+  }
+}
+
+}  // namespace netfold::host

@@ -1,0 +1,106 @@
+// A rank's client of the aggregation manager (proto/control/netfold_control.proto,
+// service HostControl): the job and group calls, and the control thread that
+// sends heartbeats and watches the job's event stream.
+//
+//   ManagerClient manager(options.manager, options.timeout);
+//   auto job = manager.CreateJob(request);                  // rank 0
+//   manager.SetJob(job->job_id(), job->job_key());          // every rank
+//   auto attached = manager.Attach(attach_request);
+//   manager.StartControl(rank, heartbeat_interval,
+//                        [&](const control::JobEvent& e) { ... });  // control thread
+//   ...
+//   manager.StopControl();                                  // joins it
+//
+// Every call has a deadline of `timeout`. A manager that is not reachable
+// (UNAVAILABLE: restarting, not started, gone) is asked again, but not for
+// long where waiting helps nobody: the job's first call (CreateJob) gives
+// up after `connect_timeout` (nothing listens: the job goes on without the
+// fabric at once); the releases (DestroyGroup, DestroyJob) retry only when
+// the caller says the fabric is still there (a manager restarting), and
+// try once otherwise (a fabric that is gone reclaims nothing; a manager
+// that comes back reclaims the job as abandoned). The others (Attach,
+// CreateGroup) retry until the deadline. Other errors return at once, as a
+// Status whose message says what was being done.
+//
+// Thread-safety: the calls may be made from any thread, but SetJob must
+// happen before StartControl and any call that carries the job's
+// credentials. The event callback runs on the control thread.
+#ifndef NETFOLD_HOST_MANAGER_CLIENT_H_
+#define NETFOLD_HOST_MANAGER_CLIENT_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "proto/control/netfold_control.grpc.pb.h"
+#include "proto/control/netfold_control.pb.h"
+
+namespace netfold::host {
+
+class ManagerClient {
+ public:
+  // `address` is host:port. Connects lazily (on the first call).
+  ManagerClient(std::string address, absl::Duration timeout,
+                absl::Duration connect_timeout = absl::Seconds(1));
+  ~ManagerClient();  // stops the control thread
+  ManagerClient(const ManagerClient&) = delete;
+  ManagerClient& operator=(const ManagerClient&) = delete;
+
+  const std::string& address() const { return address_; }
+
+  absl::StatusOr<control::CreateJobResponse> CreateJob(const control::CreateJobRequest& request);
+  // The job's credentials, sent with every later call.
+  void SetJob(uint64_t job_id, const std::string& job_key);
+  const control::JobCredentials& credentials() const { return credentials_; }
+  // Retries while the leaf switch is not up yet (UNAVAILABLE).
+  absl::StatusOr<control::AttachResponse> Attach(const control::AttachRequest& request);
+  absl::StatusOr<control::CreateGroupResponse> CreateGroup(const control::CreateGroupRequest& request);
+  // `patient`: retry UNAVAILABLE until the deadline (the fabric is still
+  // there: the manager is restarting); otherwise one attempt.
+  absl::Status DestroyGroup(uint64_t group_id, bool patient);
+  absl::Status DestroyJob(bool patient);
+
+  // Starts the control thread: a heartbeat for `rank` every `interval`, and
+  // the job's events, each handed to `on_event` (WATCH_STARTED markers are
+  // not). A broken stream is watched again after a short back-off, from the
+  // last sequence number seen. Once only.
+  void StartControl(uint32_t rank, absl::Duration heartbeat_interval,
+                    std::function<void(const control::JobEvent&)> on_event);
+  // Stops and joins the control thread (idempotent).
+  void StopControl();
+
+ private:
+  // Calls `rpc` with the remaining time of `deadline` (capped at
+  // timeout_); retries UNAVAILABLE every `retry_every` for `retry_for`.
+  // Waits (at most connect_timeout) for a connection to the manager.
+  absl::Status Connect();
+  template <typename Rpc>
+  absl::Status Call(std::string_view what, absl::Duration deadline, absl::Duration retry_for,
+                    absl::Duration retry_every, Rpc rpc);
+  void RunControl(uint32_t rank, absl::Duration heartbeat_interval,
+                  const std::function<void(const control::JobEvent&)>& on_event);
+
+  const std::string address_;
+  const absl::Duration timeout_;
+  const absl::Duration connect_timeout_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<control::HostControl::Stub> stub_;
+  control::JobCredentials credentials_;
+
+  std::thread control_thread_;
+  std::thread heartbeat_thread_;
+  absl::Notification stop_;
+  absl::Mutex watch_mu_;  // the calls StopControl cancels
+  std::unique_ptr<grpc::ClientContext> watch_context_ ABSL_GUARDED_BY(watch_mu_);
+  grpc::ClientContext* heartbeat_context_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
+};
+
+}  // namespace netfold::host
+
+#endif  // NETFOLD_HOST_MANAGER_CLIENT_H_

@@ -1,0 +1,76 @@
+// What a rank's libnetfold context is configured with, and how NETFOLD_*
+// environment variables fill it (docs/host.md, "Configuration").
+//
+//   ContextOptions o;
+//   o.rank = rank;  o.world_size = n;
+//   NETFOLD_RETURN_IF_ERROR(ApplyEnvironment(&o));   // fields left empty/zero
+//   auto ctx = Context::Create(o, world_oob);        // host/context.h
+//
+// Plain data and one pure function of the environment; thread-compatible.
+#ifndef NETFOLD_HOST_OPTIONS_H_
+#define NETFOLD_HOST_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "host/algorithms/selection.h"
+#include "proto/aggregation_header.h"
+
+namespace netfold::host {
+
+struct ContextOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string manager = "127.0.0.1:47910";
+  std::string host_name;             // topology host of this rank
+  std::string local_address = "127.0.0.1";
+  std::string job_name = "netfold";
+  absl::Duration timeout = absl::Seconds(30);  // per operation and per RPC wait
+  // NETFOLD_CONNECT_TIMEOUT_MS: how long init waits for a manager that
+  // does not answer (one that refuses, or a name that does not resolve,
+  // fails at once).
+  absl::Duration connect_timeout = absl::Seconds(1);
+  std::string faults;                // link faults on this rank's port ("" none)
+  uint32_t num_slots = 0;            // K requested for groups (0: the manager's default)
+  uint32_t slot_bytes = 0;           // P requested (0: default)
+  proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
+  absl::Duration repair_after = absl::Milliseconds(20);
+  // NETFOLD_ALGORITHM (docs/algorithms.md): auto (the fabric, else the
+  // hosts; failover), innetwork (the fabric only), ring, bidir, tree,
+  // treescatter (always the hosts), treeorder.
+  algorithms::AlgorithmPolicy algorithm = algorithms::AlgorithmPolicy::kAuto;
+  // NETFOLD_TRANSPORT (docs/host.md): how requests reach the leaf switch.
+  // kSoft: netfold's own RoCEv2 engine over UDP; kVerbs: libibverbs on an
+  // RDMA NIC or Soft-RoCE (docs/verbs.md). The host algorithms always use
+  // the soft engine.
+  enum class Transport { kSoft, kVerbs };
+  Transport transport = Transport::kSoft;
+  std::string verbs_device;              // NETFOLD_VERBS_DEVICE ("" = by local_address)
+  uint32_t verbs_port = 0;               // NETFOLD_VERBS_PORT (0 = by local_address)
+  std::optional<uint32_t> verbs_gid_index;  // NETFOLD_VERBS_GID_INDEX
+  uint32_t verbs_mtu = 0;                // NETFOLD_VERBS_MTU (0 = the port's active MTU)
+  // NETFOLD_PARTITION=default: the job uses P_Key 0xFFFF instead of one of
+  // its own (implied when any rank uses the verbs transport).
+  bool default_partition = false;
+  // NETFOLD_POLL_US: the soft engine reads its socket without sleeping this
+  // long after the last packet it sent or received (opt-in polling; zero:
+  // it sleeps in epoll at once). UdpPortConfig::poll_window.
+  absl::Duration poll_window = absl::ZeroDuration();
+  // NETFOLD_PROGRESS_THREAD (docs/host.md, "Progress and threads"): a
+  // thread of the library drives the data path while the application is
+  // out of the library for `progress_takeover` (NETFOLD_PROGRESS_TAKEOVER_US),
+  // as a NIC would; false: only inside library calls.
+  bool progress_thread = true;
+  absl::Duration progress_takeover = absl::Milliseconds(1);
+};
+
+// Reads NETFOLD_* environment variables into `options` where the field was
+// not set by the caller (empty string / zero), validating them.
+absl::Status ApplyEnvironment(ContextOptions* options);
+
+}  // namespace netfold::host
+
+#endif  // NETFOLD_HOST_OPTIONS_H_

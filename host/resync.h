@@ -1,0 +1,148 @@
+// After the fabric fails under a group, its members may disagree on how
+// many operations completed: the result of the last one may have reached
+// some members and not others. This is the protocol that brings them back
+// in step, written once for both users: a libnetfold group failing over to
+// the host algorithms (host/group.cc) and the MPI interposer falling back
+// to MPI itself (host/mpi/mpi_interposer.cc). Each supplies the exchanges
+// over whatever still works (ResyncExchange).
+//
+//   ResyncMember me{.rank = r, .size = n, .completed = completed};
+//   me.current = ResyncOp{kAllreduce, 0};  me.current_result = recv;  // if in one
+//   me.last = last_op;  me.last_result = last_result;               // if any
+//   absl::StatusOr<ResyncOutcome> out = Resync(exchange, me);        // collective
+//   // kCurrentCompleted: `current` is done (its result written);
+//   // kInStep: no member completed `current`: run it again elsewhere.
+//
+// The protocol (collective over the members):
+// 1. The members learn every member's count of completed operations; lo
+//    and hi are the smallest and largest. Equal: in step. More than one
+//    apart: FailedPrecondition (each member waits for an operation before
+//    starting the next, so that cannot happen to a blocking caller).
+// 2. Otherwise operation lo completed on the members "ahead" only. The
+//    first of them shares its kind, root and result size.
+// 3. Allreduce and bcast: it shares the result; the members "behind"
+//    write it where their current operation's result goes.
+//    Reduce: if the root is behind, the members reduce again at the root
+//    from their inputs (the ahead members kept theirs). Barrier: nothing.
+// 4. The members behind count operation lo as completed.
+//
+// Thread-safety: none; one thread per member runs it. Header-only (see
+// Resync below).
+#ifndef NETFOLD_HOST_RESYNC_H_
+#define NETFOLD_HOST_RESYNC_H_
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "proto/aggregation_header.h"
+
+namespace netfold::host {
+
+// The exchanges among the members, over anything but the failed fabric.
+class ResyncExchange {
+ public:
+  virtual ~ResyncExchange() = default;
+  // Every member's `mine`, in member order, into `all`.
+  virtual absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) = 0;
+  // Member `from`'s `bytes` to every member; every member passes a buffer
+  // of the same size.
+  virtual absl::Status Share(int from, std::span<uint8_t> bytes) = 0;
+  // Reduces the operation in doubt again, at its root, from every member's
+  // input: a member `behind` takes it from the operation it is in, a member
+  // ahead from its record of its last operation.
+  virtual absl::Status ReduceAgain(bool behind) = 0;
+};
+
+// An operation as the protocol needs to know it.
+struct ResyncOp {
+  proto::CollectiveType collective = proto::CollectiveType::kBarrier;
+  uint32_t root = 0;  // member rank (reduce, bcast)
+};
+
+// One member's side.
+struct ResyncMember {
+  int rank = 0;
+  int size = 1;
+  uint64_t completed = 0;  // operations this member completed; updated
+  // The operation this member is in (the first it did not complete), if
+  // any, and where its result goes (allreduce, bcast).
+  std::optional<ResyncOp> current;
+  std::span<uint8_t> current_result;
+  // This member's last completed operation and its result (allreduce,
+  // bcast): what it gives members behind.
+  ResyncOp last;
+  std::span<const uint8_t> last_result;
+};
+
+enum class ResyncOutcome {
+  kInStep,            // no member is behind; `current` (if any) completed nowhere
+  kCurrentCompleted,  // this member was behind: `current` is now complete
+};
+
+// Header-only, so that the MPI interposer, which links libnetfold.so and
+// sees only its C API, runs the same code.
+inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMember& member) {
+  std::vector<uint64_t> all;
+  NETFOLD_RETURN_IF_ERROR(exchange.AllgatherCount(member.completed, &all));
+  if (all.size() != static_cast<size_t>(member.size)) {
+    return absl::InternalError("resync: the exchange returned a count per member of another group");
+  }
+  const auto hi_it = std::max_element(all.begin(), all.end());  // the first member ahead
+  const uint64_t lo = *std::min_element(all.begin(), all.end()), hi = *hi_it;
+  if (hi == lo) return ResyncOutcome::kInStep;
+  if (hi > lo + 1) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the members completed between %d and %d operations: only one operation apart can be "
+        "recovered (wait for each operation before starting the next to fail over safely)",
+        lo, hi));
+  }
+  // Operation lo completed on the members ahead only; the first of them
+  // describes it.
+  const int ahead = static_cast<int>(hi_it - all.begin());
+  const bool behind = member.completed == lo;
+  if (behind && !member.current) {
+    return absl::InternalError("resync: this member is behind but in no operation");
+  }
+  uint64_t desc[3] = {static_cast<uint64_t>(member.last.collective), member.last.root,
+                      member.last_result.size()};
+  NETFOLD_RETURN_IF_ERROR(exchange.Share(
+      ahead, std::span<uint8_t>(reinterpret_cast<uint8_t*>(desc), sizeof(desc))));
+  const auto kind = static_cast<proto::CollectiveType>(desc[0]);
+  const uint32_t root = static_cast<uint32_t>(desc[1]);
+  if (behind && (member.current->collective != kind ||
+                 ((kind == proto::CollectiveType::kReduce ||
+                   kind == proto::CollectiveType::kBcast) &&
+                  member.current->root != root))) {
+    return absl::InternalError(
+        "resync: the members ahead completed another operation than the one this member is in");
+  }
+  if (kind == proto::CollectiveType::kAllreduce || kind == proto::CollectiveType::kBcast) {
+    std::vector<uint8_t> result(desc[2], 0);
+    if (member.rank == ahead) {
+      std::copy(member.last_result.begin(), member.last_result.end(), result.begin());
+    }
+    NETFOLD_RETURN_IF_ERROR(exchange.Share(ahead, result));
+    if (behind && !result.empty()) {
+      std::memcpy(member.current_result.data(), result.data(),
+                  std::min(result.size(), member.current_result.size()));
+    }
+  } else if (kind == proto::CollectiveType::kReduce) {
+    if (root >= all.size()) return absl::InternalError("resync: the reduce's root is no member");
+    if (all[root] == lo) NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind));
+  }
+  if (!behind) return ResyncOutcome::kInStep;
+  member.completed = hi;
+  return ResyncOutcome::kCurrentCompleted;
+}
+
+
+}  // namespace netfold::host
+
+#endif  // NETFOLD_HOST_RESYNC_H_

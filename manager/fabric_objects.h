@@ -1,0 +1,111 @@
+// The objects the aggregation manager keeps: switches as it sees them, jobs
+// with their ranks, groups with their placement, and tree links. Plain data:
+// FabricState (fabric_state.h) holds them and keeps them consistent with
+// each other and with the allocator; StateRecords (state_records.h) turns
+// them into journal records and recovery.h back.
+//
+//   const Job& job = state.jobs.at(job_id);
+//   for (const auto& [r, rank] : job.ranks) {
+//     if (rank.attached) qpns.push_back(rank.leaf_qpn);
+//   }
+//
+// Not thread-safe: the manager guards them with its state lock.
+#ifndef NETFOLD_MANAGER_FABRIC_OBJECTS_H_
+#define NETFOLD_MANAGER_FABRIC_OBJECTS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "manager/allocator.h"
+#include "proto/control/netfold_control.pb.h"
+
+namespace netfold::manager {
+
+// The default partition: between switches, and for jobs that ask for it
+// (ranks behind RoCE NICs). Shared, so never counted as used by a job.
+inline constexpr uint32_t kDefaultPkey = 0xFFFF;
+
+// A job key is this many random bytes (secrets.h).
+inline constexpr size_t kJobKeyBytes = 16;
+
+enum class SwitchState { kUnknown, kReconciling, kUp, kDead };
+
+// A switch as the manager sees it, indexed like the topology's switches.
+struct Switch {
+  SwitchState state = SwitchState::kUnknown;
+  uint64_t session = 0;  // the Connect stream it registered on; 0: none
+  uint64_t incarnation = 0;
+  std::string data_address;
+  std::string admin_address;
+  absl::Duration last_heartbeat = absl::InfiniteDuration();  // never
+  absl::Duration grace_until = absl::ZeroDuration();         // UNKNOWN with state: deadline
+  control::ResourceUsage reported;
+  // Held by the switch at registration, until reconciled.
+  std::set<std::pair<uint64_t, uint32_t>> reported_groups;
+  std::set<uint32_t> reported_qpns;
+  std::string dead_reason;
+  bool death_pending = false;  // disconnected/timed out, Tick handles it
+};
+
+struct Rank {
+  uint32_t rank = 0;
+  std::string host;
+  int leaf = -1;
+  bool attached = false;
+  control::Endpoint host_endpoint;
+  uint32_t leaf_qpn = 0;
+  uint32_t leaf_psn = 0;
+  absl::Duration last_seen;
+};
+
+struct Job {
+  uint64_t id = 0;
+  std::string name;
+  std::string key;
+  uint32_t pkey = 0;
+  uint32_t qkey = 0;
+  control::JobQuota quota;
+  std::map<uint32_t, Rank> ranks;
+  std::set<uint64_t> groups;
+  // Since when Tick() has seen no attached rank (unset: one is attached,
+  // or the job was not looked at yet, e.g. just restored from the journal).
+  std::optional<absl::Duration> unattached_since;
+};
+
+enum class GroupState { kInstalling, kReady };
+
+struct Group {
+  uint64_t id = 0;
+  uint64_t job_id = 0;
+  uint32_t epoch = 1;
+  std::vector<uint32_t> ranks;  // ascending
+  Placement placement;
+  control::DeliveryMode delivery = control::DELIVERY_MULTICAST;
+  uint32_t multicast_index = 0;
+  std::string tag;
+  GroupState state = GroupState::kInstalling;
+};
+
+// A connected (or connecting) tree link, keyed by (tree, child switch).
+struct Link {
+  uint32_t tree_id = 0;
+  int child = -1;
+  int parent = -1;
+  uint32_t parent_qpn = 0;
+  uint32_t parent_psn = 0;
+  uint32_t child_qpn = 0;
+  uint32_t child_psn = 0;
+  bool connected = false;
+};
+using LinkKey = std::pair<uint32_t, int>;
+
+}  // namespace netfold::manager
+
+#endif  // NETFOLD_MANAGER_FABRIC_OBJECTS_H_

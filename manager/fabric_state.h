@@ -1,0 +1,133 @@
+// The aggregation manager's books: what it knows of the fabric (switches,
+// jobs, groups, tree links), what they hold (the allocator), and the two
+// things every change leaves behind, journal records (StateRecords) and job
+// events (EventHub). The transitions below change several of these together
+// so that they stay consistent: a released group gives its slots back to
+// the allocator, leaves the journal and tells its members; a dropped link
+// gives its QPs back and names the groups that used it.
+//
+//   FabricState state(topo, options, clock, journal.get(), incarnation);
+//   Outbox out;
+//   std::vector<uint64_t> lost =
+//       state.DetachRanks(job, {3}, "QP error", /*destroy_qp=*/true, &out);
+//   // ... then, without the lock: send `out`, fail or re-plan `lost`
+//
+// Transitions never talk to a switch: what switches must be told is put in
+// an Outbox, sent by the caller once it has released the lock. Fields that
+// change alone (a heartbeat time, a rank's endpoint) are set directly.
+//
+// Not thread-safe. AggregationManager guards the whole of it with its state
+// lock (`mu_`) and never waits on a switch while holding it; the readers
+// that take a `const FabricState&` (admission.h, admin_report.h,
+// group_installer.h) run under that lock too.
+#ifndef NETFOLD_MANAGER_FABRIC_STATE_H_
+#define NETFOLD_MANAGER_FABRIC_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "base/clock.h"
+#include "manager/allocator.h"
+#include "manager/event_hub.h"
+#include "manager/fabric_objects.h"
+#include "manager/journal.h"
+#include "manager/manager_options.h"
+#include "manager/state_records.h"
+#include "manager/switch_commander.h"
+#include "manager/topology.h"
+#include "proto/control/netfold_control.pb.h"
+
+namespace netfold::manager {
+
+// "0,1,2" for log lines and reasons; long lists are cut after 16 ranks.
+std::string RanksText(const std::vector<uint32_t>& ranks);
+
+// A struct: its fields are the books, read and set by the manager under its
+// lock; the methods are the changes that span several fields.
+struct FabricState {
+  // `topo`, `options`, `clock` and `journal` (may be null) must outlive the
+  // state. Every switch starts UNKNOWN and unusable.
+  FabricState(const Topology& topo, const ManagerOptions& options, Clock& clock, Journal* journal,
+              uint64_t incarnation);
+  FabricState(const FabricState&) = delete;
+  FabricState& operator=(const FabricState&) = delete;
+
+  const Topology& topo;
+  const ManagerOptions& options;
+  Clock& clock;
+
+  Allocator alloc;               // what every switch holds, and the trees
+  StateRecords records;          // the journal (writes only what is handed to it)
+  EventHub events;               // what the jobs' processes are told
+  std::vector<Switch> switches;  // indexed like topo's switches
+  std::map<uint64_t, Job> jobs;
+  std::map<uint64_t, Group> groups;
+  std::map<LinkKey, Link> links;
+  std::map<LinkKey, absl::Duration> links_down_until;
+  std::set<uint32_t> multicast_used;
+  std::set<uint32_t> pkeys_used;  // kDefaultPkey is shared, never in here
+
+  // ---- Queries.
+  const std::string& SwitchName(int sw) const { return topo.switch_at(sw).name; }
+  // Up or reconciling: a switch whose stream can carry commands, so that
+  // state it holds can be removed.
+  bool Reachable(int sw) const;
+  // "<multicast_prefix>.x.y:4791".
+  std::string MulticastAddress(uint32_t index) const;
+  // What the members of `group` are told about it (CreateGroup, re-plans).
+  control::GroupInfo DescribeGroup(const Group& group) const;
+
+  // ---- Transitions.
+  // Sets a switch's state and whether the allocator may use it.
+  void SetSwitchState(int sw, SwitchState state, const std::string& reason);
+  // A free multicast index, marked used; 0 when there is none.
+  uint32_t AllocateMulticast();
+  // Releases a group's resources and queues its removal from the reachable
+  // switches of its subtree. The group stays in `groups` (see EraseGroup).
+  void ReleaseGroup(Group& group, Outbox* out);
+  // Forgets a group: journal, job, multicast address; when `notify`, its
+  // members get GROUP_REVOKED with `reason`. Call ReleaseGroup first.
+  void EraseGroup(uint64_t group_id, const std::string& reason, bool notify);
+  // Releases everything `job` holds (groups, QPs and their quota, P_Key),
+  // tells its processes why (JOB_DESTROYED) and ends their event streams,
+  // journals and erases it: `job` dangles afterwards.
+  void DestroyJob(Job& job, const std::string& reason, Outbox* out);
+  // Marks ranks detached, destroying their leaf QPs when `destroy_qp` (the
+  // switch still has them), journals the job and publishes RANK_DETACHED.
+  // Returns the groups that lost a member, ascending, for the caller to
+  // fail (re-plan or revoke).
+  std::vector<uint64_t> DetachRanks(Job& job, const std::vector<uint32_t>& ranks,
+                                    const std::string& reason, bool destroy_qp, Outbox* out);
+  // A group lost a switch, link or member: releases it and, with
+  // `options.replan_on_failure` and every member still attached, plans it
+  // again on another tree (epoch + 1, kInstalling) and returns true for the
+  // caller to bring it up. Otherwise erases it, telling its members why
+  // (GROUP_REVOKED), and returns false.
+  bool ReplanGroup(uint64_t group_id, const std::string& reason, Outbox* out);
+  // Forgets a tree link (switch dead, QP error, missing after reconcile):
+  // its QPs are destroyed on the reachable ends and given back, and with
+  // `mark_down` it stays unusable for `options.link_retry_after`. Returns
+  // the groups that used it.
+  std::vector<uint64_t> DropLink(const LinkKey& key, const std::string& reason, bool mark_down,
+                                 Outbox* out);
+
+  // ---- Tree links while GroupInstaller connects them: an entry (not yet
+  // connected) from OpenLink on, then either the QPs of both ends
+  // (journaled) or nothing again.
+  void OpenLink(uint32_t tree_id, int child);
+  void LinkConnected(uint32_t tree_id, int child, const control::QpCreated& parent_qp,
+                     const control::QpCreated& child_qp);
+  void ForgetLink(uint32_t tree_id, int child);
+
+  // ---- Durability.
+  state::Snapshot Snapshot() const { return records.Snapshot(jobs, groups, links); }
+  void MaybeSnapshot() { records.MaybeSnapshot(jobs, groups, links); }
+};
+
+}  // namespace netfold::manager
+
+#endif  // NETFOLD_MANAGER_FABRIC_STATE_H_

@@ -1,0 +1,137 @@
+// Tests of the books' transitions: what detaching a rank, dropping a link
+// and releasing a group change together (allocator, journal, events, the
+// commands switches are to get).
+#include "manager/fabric_state.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "manager/testing/test_books.h"
+
+namespace netfold::manager {
+namespace {
+
+using control::JobEvent;
+
+// The books of two_level.yaml with every switch up, one job (ranks 0 on h0
+// behind leaf0 and 1 on h2 behind leaf1, attached) and its group over both,
+// whose link QPs are in place.
+class FabricStateTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    FabricState& st = books_.state;
+    for (int sw = 0; sw < books_.topo.num_switches(); ++sw) {
+      st.SetSwitchState(sw, SwitchState::kUp, "");
+    }
+    Job& job = st.jobs[1];
+    job.id = 1;
+    for (uint32_t r : {0u, 1u}) {
+      Rank& rank = job.ranks[r];
+      rank.rank = r;
+      rank.leaf = books_.SwitchIndex(r == 0 ? "leaf0" : "leaf1");
+      rank.attached = true;
+      rank.leaf_qpn = 0x100 + r;
+    }
+    ASSERT_TRUE(
+        st.alloc.ReserveQps({{job.ranks[0].leaf, 1}, {job.ranks[1].leaf, 1}}, nullptr).ok());
+    GroupRequest req;
+    req.members = {{0, job.ranks[0].leaf}, {1, job.ranks[1].leaf}};
+    req.num_slots = 4;
+    req.slot_bytes = 1024;
+    absl::StatusOr<Placement> p = st.alloc.PlanGroup(req, nullptr);
+    ASSERT_TRUE(p.ok()) << p.status();
+    ASSERT_TRUE(st.alloc.Reserve(*p).ok());
+    for (int child : p->new_links) {
+      st.OpenLink(p->tree_id(), child);
+      control::QpCreated parent_qp, child_qp;
+      parent_qp.set_qpn(0x200 + child);
+      child_qp.set_qpn(0x300 + child);
+      st.LinkConnected(p->tree_id(), child, parent_qp, child_qp);
+    }
+    p->new_links.clear();
+    Group& g = st.groups[5];
+    g.id = 5;
+    g.job_id = 1;
+    g.ranks = {0, 1};
+    g.placement = *std::move(p);
+    g.multicast_index = st.AllocateMulticast();
+    g.state = GroupState::kReady;
+    job.groups.insert(5);
+    watcher_ = st.events.Subscribe(1, 0, 0);
+    watcher_->Next(absl::ZeroDuration());  // WATCH_STARTED
+  }
+
+  std::optional<JobEvent> NextEvent() { return watcher_->Next(absl::ZeroDuration()); }
+
+  TestBooks books_{"two_level.yaml"};
+  std::shared_ptr<EventStream> watcher_;
+};
+
+TEST_F(FabricStateTest, DetachingARankNamesItsGroupsAndDestroysItsQp) {
+  FabricState& st = books_.state;
+  Outbox out;
+  std::vector<uint64_t> lost = st.DetachRanks(st.jobs.at(1), {1}, "gone", true, &out);
+  EXPECT_EQ(lost, (std::vector<uint64_t>{5}));
+  const Rank& rank = st.jobs.at(1).ranks.at(1);
+  EXPECT_FALSE(rank.attached);
+  EXPECT_EQ(rank.leaf_qpn, 0u);
+  ASSERT_EQ(out.commands.size(), 1u);
+  EXPECT_EQ(out.commands[0].switch_name, "leaf1");
+  EXPECT_EQ(out.commands[0].message.destroy_qp().qpn(), 0x101u);
+  std::optional<JobEvent> ev = NextEvent();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->kind(), JobEvent::RANK_DETACHED);
+  EXPECT_EQ(ev->reason(), "gone");
+  // Detaching it again changes nothing and tells nobody.
+  out.commands.clear();
+  EXPECT_TRUE(st.DetachRanks(st.jobs.at(1), {1}, "again", true, &out).empty());
+  EXPECT_TRUE(out.commands.empty());
+  EXPECT_FALSE(NextEvent().has_value());
+}
+
+TEST_F(FabricStateTest, ReleasingAndErasingAGroupGivesEverythingBack) {
+  FabricState& st = books_.state;
+  const int root = books_.SwitchIndex("root0");
+  EXPECT_EQ(st.alloc.used(root).groups, 1u);
+  Outbox out;
+  st.ReleaseGroup(st.groups.at(5), &out);
+  st.EraseGroup(5, "switch root0 is dead", /*notify=*/true);
+  EXPECT_EQ(st.alloc.used(root).groups, 0u);
+  EXPECT_EQ(st.alloc.used(root).slots, 0u);
+  EXPECT_TRUE(st.groups.empty());
+  EXPECT_TRUE(st.jobs.at(1).groups.empty());
+  EXPECT_TRUE(st.multicast_used.empty());
+  EXPECT_EQ(out.commands.size(), 3u);  // root0, leaf0, leaf1 remove it
+  for (const SwitchCommand& c : out.commands) EXPECT_EQ(c.message.remove_group().group_id(), 5u);
+  std::optional<JobEvent> ev = NextEvent();
+  ASSERT_TRUE(ev.has_value());
+  EXPECT_EQ(ev->kind(), JobEvent::GROUP_REVOKED);
+  EXPECT_EQ(ev->group_id(), 5u);
+}
+
+TEST_F(FabricStateTest, ALinkDroppedAfterAQpErrorStaysDownAndNamesItsUsers) {
+  FabricState& st = books_.state;
+  const int leaf1 = books_.SwitchIndex("leaf1");
+  Outbox out;
+  std::vector<uint64_t> users = st.DropLink({0, leaf1}, "QP error", /*mark_down=*/true, &out);
+  EXPECT_EQ(users, (std::vector<uint64_t>{5}));
+  EXPECT_FALSE(st.links.count({0, leaf1}));
+  EXPECT_TRUE(st.alloc.LinkDown(0, leaf1));
+  EXPECT_EQ(st.links_down_until.at({0, leaf1}),
+            books_.clock.Now() + books_.options.link_retry_after);
+  ASSERT_EQ(out.commands.size(), 2u);  // the QP at each end
+  EXPECT_EQ(out.commands[0].switch_name, "root0");
+  EXPECT_EQ(out.commands[1].message.destroy_qp().qpn(), 0x300u + leaf1);
+  // An end that cannot be reached is not told.
+  st.SetSwitchState(books_.SwitchIndex("root0"), SwitchState::kDead, "test");
+  out.commands.clear();
+  st.DropLink({0, books_.SwitchIndex("leaf0")}, "root0 died", /*mark_down=*/false, &out);
+  ASSERT_EQ(out.commands.size(), 1u);
+  EXPECT_EQ(out.commands[0].switch_name, "leaf0");
+}
+
+}  // namespace
+}  // namespace netfold::manager

@@ -1,0 +1,83 @@
+#include "manager/liveness.h"
+
+#include "absl/strings/str_format.h"
+
+namespace netfold::manager {
+namespace {
+
+void SweepSwitches(FabricState& state, absl::Duration now, LivenessSweep* due) {
+  const absl::Duration timeout = state.options.switch_timeout;
+  for (int sw = 0; sw < state.topo.num_switches(); ++sw) {
+    Switch& s = state.switches[sw];
+    if (s.death_pending) {
+      due->deaths.push_back(sw);
+    } else if (state.Reachable(sw) && now - s.last_heartbeat > timeout) {
+      s.dead_reason = absl::StrFormat("no heartbeat for %dms (timeout %dms)",
+                                      absl::ToInt64Milliseconds(now - s.last_heartbeat),
+                                      absl::ToInt64Milliseconds(timeout));
+      due->deaths.push_back(sw);
+    } else if (s.state == SwitchState::kUnknown && s.grace_until > absl::ZeroDuration() &&
+               now > s.grace_until) {
+      s.dead_reason = "did not re-register after the manager restarted";
+      due->deaths.push_back(sw);
+    } else if (s.state == SwitchState::kReconciling) {
+      due->reconciles.push_back(sw);
+    }
+  }
+}
+
+void LiftLinkDowntimes(FabricState& state, absl::Duration now) {
+  for (auto it = state.links_down_until.begin(); it != state.links_down_until.end();) {
+    if (it->second <= now) {
+      state.alloc.SetLinkDown(it->first.first, it->first.second, false, "");
+      it = state.links_down_until.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+// A job none of whose ranks is attached (they all died, or never came)
+// holds its QP quota and P_Key until someone destroys it: after
+// abandoned_job_timeout the manager does.
+void SweepJobs(FabricState& state, absl::Duration now, LivenessSweep* due) {
+  const absl::Duration timeout = state.options.abandoned_job_timeout;
+  if (timeout <= absl::ZeroDuration()) return;
+  for (auto& [jid, job] : state.jobs) {
+    bool any_attached = false;
+    for (const auto& [r, rank] : job.ranks) any_attached = any_attached || rank.attached;
+    if (any_attached) {
+      job.unattached_since.reset();
+    } else if (!job.unattached_since) {
+      job.unattached_since = now;
+    } else if (now - *job.unattached_since > timeout) {
+      due->abandoned_jobs.push_back(jid);
+    }
+  }
+}
+
+void SweepRanks(const FabricState& state, absl::Duration now, LivenessSweep* due) {
+  const absl::Duration timeout = state.options.host_timeout;
+  if (timeout <= absl::ZeroDuration()) return;
+  for (const auto& [jid, job] : state.jobs) {
+    std::vector<uint32_t> ranks;
+    for (const auto& [r, rank] : job.ranks) {
+      if (rank.attached && now - rank.last_seen > timeout) ranks.push_back(r);
+    }
+    if (!ranks.empty()) due->silent_ranks.emplace_back(jid, std::move(ranks));
+  }
+}
+
+}  // namespace
+
+LivenessSweep SweepLiveness(FabricState& state, absl::Duration now) {
+  LivenessSweep due;
+  SweepSwitches(state, now, &due);
+  LiftLinkDowntimes(state, now);
+  SweepJobs(state, now, &due);
+  // An abandoned job has no attached rank, so none of its ranks is silent.
+  SweepRanks(state, now, &due);
+  return due;
+}
+
+}  // namespace netfold::manager

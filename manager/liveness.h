@@ -1,0 +1,42 @@
+// Liveness: who has gone quiet, judged against the manager's clock. A
+// switch whose heartbeats stopped for `switch_timeout`, or whose stream
+// broke, is due to be declared dead; so is one that held state before the
+// manager restarted and has not registered again within its grace period.
+// An attached rank silent for `host_timeout` is due to be detached; a job
+// with no attached rank for `abandoned_job_timeout` is due to be destroyed.
+// A tree link taken down after a QP error is usable again once
+// `link_retry_after` has passed.
+//
+//   LivenessSweep due = SweepLiveness(state, state.clock.Now());
+//   for (int sw : due.deaths) ...        // fail what the switch held
+//   for (int sw : due.reconciles) ...    // registered again: reconcile
+//
+// The sweep decides and does what needs no switch: it records why a switch
+// is due to die, starts or clears the abandoned-job clocks, and lifts
+// expired link downtimes. What follows from its answer is the manager's
+// (AggregationManager::Tick). Needs the manager's state lock held.
+#ifndef NETFOLD_MANAGER_LIVENESS_H_
+#define NETFOLD_MANAGER_LIVENESS_H_
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "manager/fabric_state.h"
+
+namespace netfold::manager {
+
+struct LivenessSweep {
+  std::vector<int> deaths;               // switches to declare dead (dead_reason set), ascending
+  std::vector<int> reconciles;           // switches that registered and await reconciling
+  std::vector<uint64_t> abandoned_jobs;  // to destroy
+  // Attached ranks silent for longer than host_timeout, per job.
+  std::vector<std::pair<uint64_t, std::vector<uint32_t>>> silent_ranks;
+};
+
+LivenessSweep SweepLiveness(FabricState& state, absl::Duration now);
+
+}  // namespace netfold::manager
+
+#endif  // NETFOLD_MANAGER_LIVENESS_H_

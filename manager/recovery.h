@@ -1,0 +1,31 @@
+// Rebuilding the manager's books from its durable state at start (the
+// snapshot with the journal replayed onto it, journal.h): jobs, tree links
+// and ready groups come back with their resources reserved again, exactly
+// once; what no longer fits the topology (an unknown host or switch, a
+// link that is not in the tree any more, a group that does not fit) is
+// dropped with a warning and a delete record. Switches start UNKNOWN: those
+// that hold recovered state get max(switch_timeout, 2 x heartbeat_interval)
+// to register again before they are written off.
+//
+//   state::Snapshot loaded;
+//   NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal, Journal::Open(dir, &loaded));
+//   FabricState state(topo, options, clock, journal.get(), incarnation);
+//   NETFOLD_RETURN_IF_ERROR(RecoverFabricState(loaded, &state));
+//
+// Once, on empty books, before serving; writes the drops and a fresh
+// snapshot. The caller holds the manager's locks (AggregationManager::Recover).
+#ifndef NETFOLD_MANAGER_RECOVERY_H_
+#define NETFOLD_MANAGER_RECOVERY_H_
+
+#include "absl/status/status.h"
+#include "manager/fabric_state.h"
+#include "manager/manager_state.pb.h"
+
+namespace netfold::manager {
+
+// Unavailable if the drops or the snapshot cannot be written.
+absl::Status RecoverFabricState(const state::Snapshot& snapshot, FabricState* state);
+
+}  // namespace netfold::manager
+
+#endif  // NETFOLD_MANAGER_RECOVERY_H_

@@ -1,0 +1,126 @@
+#include "tools/status_text.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+
+namespace netfold::tools {
+namespace {
+
+// Left-aligned columns sized to their widest cell.
+std::string Table(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> width;
+  for (const auto& row : rows) {
+    if (width.size() < row.size()) width.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line = " ";
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += " " + row[i];
+      if (i + 1 < row.size()) line += std::string(width[i] - row[i].size(), ' ');
+    }
+    out += line + "\n";
+  }
+  return out;
+}
+
+std::string UsedOf(uint32_t used, uint32_t capacity) {
+  return absl::StrFormat("%d/%d (%d free)", used, capacity, capacity - std::min(used, capacity));
+}
+
+std::string Ranks(const google::protobuf::RepeatedField<uint32_t>& ranks) {
+  std::string out;
+  for (int i = 0; i < ranks.size(); ++i) {
+    if (i == 12) return out + absl::StrFormat(",... (%d)", ranks.size());
+    out += absl::StrFormat("%s%d", i == 0 ? "" : ",", ranks.Get(i));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string SwitchStateName(control::SwitchStatus::State state) {
+  switch (state) {
+    case control::SwitchStatus::UNKNOWN:
+      return "unknown";
+    case control::SwitchStatus::RECONCILING:
+      return "reconciling";
+    case control::SwitchStatus::UP:
+      return "up";
+    case control::SwitchStatus::DEAD:
+      return "dead";
+    default:
+      return "?";
+  }
+}
+
+std::string FormatStatus(const control::GetStatusResponse& st) {
+  std::string out = absl::StrFormat("manager %016x, topology %s\n\n", st.manager_incarnation(),
+                                    st.topology_name());
+  std::vector<std::vector<std::string>> rows = {
+      {"SWITCH", "TIER", "STATE", "HEARTBEAT", "GROUPS", "SLOTS", "QPS", "P", "TREES", "ADDRESS"}};
+  for (const auto& s : st.switches()) {
+    rows.push_back(
+        {s.name(), absl::StrFormat("%d", s.tier()), SwitchStateName(s.state()),
+         s.last_heartbeat_ms_ago() < 0 ? "never"
+                                       : absl::StrFormat("%dms ago", s.last_heartbeat_ms_ago()),
+         UsedOf(s.used().groups(), s.capacity().max_groups()),
+         UsedOf(s.used().slots(), s.capacity().num_slots()),
+         UsedOf(s.used().qps(), s.capacity().max_qps()),
+         absl::StrFormat("%d", s.capacity().slot_bytes()), absl::StrFormat("%d", s.num_trees()),
+         s.data_address().empty() ? "-" : s.data_address()});
+  }
+  out += Table(rows) + "\n";
+
+  rows = {{"TREE", "ROOT", "SWITCHES", "GROUPS", "LINKS"}};
+  for (const auto& t : st.trees()) {
+    int connected = 0, down = 0;
+    for (const auto& e : t.edges()) {
+      connected += e.connected() ? 1 : 0;
+      down += e.down() ? 1 : 0;
+    }
+    rows.push_back({absl::StrFormat("%d", t.tree_id()), t.root(),
+                    absl::StrFormat("%d", t.switches_size()), absl::StrFormat("%d", t.num_groups()),
+                    absl::StrFormat("%d/%d connected%s", connected, t.edges_size(),
+                                    down > 0 ? absl::StrFormat(", %d down", down) : "")});
+  }
+  out += Table(rows) + "\n";
+
+  if (st.jobs().empty()) {
+    out += "  no jobs\n";
+  } else {
+    rows = {{"JOB", "NAME", "RANKS", "ATTACHED", "GROUPS", "QUOTA (groups x K x P)", "P_KEY"}};
+    for (const auto& j : st.jobs()) {
+      rows.push_back({absl::StrFormat("%d", j.job_id()), j.name(),
+                      absl::StrFormat("%d", j.num_ranks()), absl::StrFormat("%d", j.num_attached()),
+                      absl::StrFormat("%d", j.num_groups()),
+                      absl::StrFormat("%d x %d x %d B", j.quota().max_groups(),
+                                      j.quota().num_slots(), j.quota().slot_bytes()),
+                      absl::StrFormat("0x%04x", j.pkey())});
+    }
+    out += Table(rows);
+  }
+  out += "\n";
+  if (st.groups().empty()) {
+    out += "  no groups\n";
+  } else {
+    rows = {{"GROUP", "JOB", "TREE", "EPOCH", "ROOT", "K x P", "RANKS", "SWITCHES"}};
+    for (const auto& g : st.groups()) {
+      std::string switches;
+      for (int i = 0; i < g.switches_size(); ++i) {
+        switches += (i == 0 ? "" : ",") + g.switches(i);
+      }
+      rows.push_back({absl::StrFormat("%d", g.group_id()), absl::StrFormat("%d", g.job_id()),
+                      absl::StrFormat("%d", g.tree_id()), absl::StrFormat("%d", g.epoch()),
+                      g.root_switch(), absl::StrFormat("%d x %d", g.num_slots(), g.slot_bytes()),
+                      Ranks(g.ranks()), switches});
+    }
+    out += Table(rows);
+  }
+  return out;
+}
+
+}  // namespace netfold::tools
