@@ -5,11 +5,17 @@
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "config/yaml_reader.h"
 #include "manager/endpoint_address.h"
-#include "manager/yaml_util.h"
 
 namespace netfold::manager {
 namespace {
+
+using config::CheckKeys;
+using config::ReadOptionalBool;
+using config::ReadOptionalDuration;
+using config::ReadOptionalString;
+using config::ReadOptionalUint;
 
 constexpr uint64_t kMaxMs = 24ull * 3600 * 1000;
 
@@ -18,89 +24,65 @@ std::string Resolve(const std::string& path, const std::string& base_dir) {
   return base_dir + "/" + path;
 }
 
-absl::Status ReadMs(const YAML::Node& root, const char* key, absl::Duration* out) {
-  if (!root[key].IsDefined()) return absl::OkStatus();
-  NETFOLD_ASSIGN_OR_RETURN(uint64_t ms, ReadUint(root[key], key, kMaxMs));
-  *out = absl::Milliseconds(static_cast<int64_t>(ms));
-  return absl::OkStatus();
-}
-
-template <typename T>
-absl::Status ReadNumber(const YAML::Node& node, const std::string& where, uint64_t max, T* out) {
-  if (!node.IsDefined()) return absl::OkStatus();
-  NETFOLD_ASSIGN_OR_RETURN(uint64_t v, ReadUint(node, where, max));
-  *out = static_cast<T>(v);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
                                                  const std::string& base_dir, ManagerConfig c) {
-  NETFOLD_ASSIGN_OR_RETURN(YAML::Node root, ParseYaml(yaml_text));
+  NETFOLD_ASSIGN_OR_RETURN(const YAML::Node root, config::ParseYaml(yaml_text));
   if (root.IsNull()) return c;  // an empty file
-  NETFOLD_RETURN_IF_ERROR(
-      CheckKeys(root,
-                {"listen", "topology", "state_dir", "log_level", "heartbeat_interval_ms",
-                 "switch_timeout_ms", "host_timeout_ms", "abandoned_job_timeout_ms",
-                 "command_timeout_ms", "link_retry_ms",
-                 "replan_on_failure", "switch_secret", "multicast_prefix", "snapshot_every",
-                 "max_message_bytes", "max_threads", "rate_limit", "limits"},
-                "manager config"));
-  if (root["listen"].IsDefined()) {
-    NETFOLD_ASSIGN_OR_RETURN(c.server.listen_address, ReadString(root["listen"], "listen"));
-  }
+  NETFOLD_RETURN_IF_ERROR(CheckKeys(
+      root,
+      {"listen", "topology", "state_dir", "log_level", "heartbeat_interval_ms", "switch_timeout_ms",
+       "host_timeout_ms", "abandoned_job_timeout_ms", "command_timeout_ms", "link_retry_ms",
+       "replan_on_failure", "switch_secret", "multicast_prefix", "snapshot_every",
+       "max_message_bytes", "max_threads", "rate_limit", "limits"},
+      ""));
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "listen", "", &c.server.listen_address));
   if (root["topology"].IsDefined()) {
-    NETFOLD_ASSIGN_OR_RETURN(std::string t, ReadString(root["topology"], "topology"));
-    c.topology_path = Resolve(t, base_dir);
+    NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "topology", "", &c.topology_path));
+    c.topology_path = Resolve(c.topology_path, base_dir);
   }
   if (root["state_dir"].IsDefined()) {
-    NETFOLD_ASSIGN_OR_RETURN(std::string d, ReadString(root["state_dir"], "state_dir"));
-    c.state_dir = Resolve(d, base_dir);
+    NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "state_dir", "", &c.state_dir));
+    c.state_dir = Resolve(c.state_dir, base_dir);
   }
-  if (root["log_level"].IsDefined()) {
-    NETFOLD_ASSIGN_OR_RETURN(c.log_level, ReadString(root["log_level"], "log_level"));
-  }
-  NETFOLD_RETURN_IF_ERROR(ReadMs(root, "heartbeat_interval_ms", &c.manager.heartbeat_interval));
-  NETFOLD_RETURN_IF_ERROR(ReadMs(root, "switch_timeout_ms", &c.manager.switch_timeout));
-  NETFOLD_RETURN_IF_ERROR(ReadMs(root, "host_timeout_ms", &c.manager.host_timeout));
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "log_level", "", &c.log_level));
+  const absl::Duration ms = absl::Milliseconds(1);
+  ManagerOptions& m = c.manager;
   NETFOLD_RETURN_IF_ERROR(
-      ReadMs(root, "abandoned_job_timeout_ms", &c.manager.abandoned_job_timeout));
-  NETFOLD_RETURN_IF_ERROR(ReadMs(root, "command_timeout_ms", &c.manager.command_timeout));
-  NETFOLD_RETURN_IF_ERROR(ReadMs(root, "link_retry_ms", &c.manager.link_retry_after));
-  if (root["replan_on_failure"].IsDefined()) {
-    NETFOLD_ASSIGN_OR_RETURN(c.manager.replan_on_failure,
-                             ReadBool(root["replan_on_failure"], "replan_on_failure"));
-  }
-  if (root["switch_secret"].IsDefined()) {
-    NETFOLD_ASSIGN_OR_RETURN(c.manager.switch_secret,
-                             ReadString(root["switch_secret"], "switch_secret"));
-  }
-  if (root["multicast_prefix"].IsDefined()) {
-    NETFOLD_ASSIGN_OR_RETURN(c.manager.multicast_prefix,
-                             ReadString(root["multicast_prefix"], "multicast_prefix"));
-  }
+      ReadOptionalDuration(root, "heartbeat_interval_ms", "", ms, kMaxMs, &m.heartbeat_interval));
   NETFOLD_RETURN_IF_ERROR(
-      ReadNumber(root["snapshot_every"], "snapshot_every", 1u << 30, &c.manager.snapshot_every));
-  NETFOLD_RETURN_IF_ERROR(ReadNumber(root["max_message_bytes"], "max_message_bytes", 1u << 30,
-                                     &c.server.max_message_bytes));
+      ReadOptionalDuration(root, "switch_timeout_ms", "", ms, kMaxMs, &m.switch_timeout));
   NETFOLD_RETURN_IF_ERROR(
-      ReadNumber(root["max_threads"], "max_threads", 1u << 16, &c.server.max_threads));
-  if (root["rate_limit"].IsDefined()) {
-    const YAML::Node rl = root["rate_limit"];
+      ReadOptionalDuration(root, "host_timeout_ms", "", ms, kMaxMs, &m.host_timeout));
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalDuration(root, "abandoned_job_timeout_ms", "", ms, kMaxMs,
+                                               &m.abandoned_job_timeout));
+  NETFOLD_RETURN_IF_ERROR(
+      ReadOptionalDuration(root, "command_timeout_ms", "", ms, kMaxMs, &m.command_timeout));
+  NETFOLD_RETURN_IF_ERROR(
+      ReadOptionalDuration(root, "link_retry_ms", "", ms, kMaxMs, &m.link_retry_after));
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalBool(root, "replan_on_failure", "", &m.replan_on_failure));
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "switch_secret", "", &m.switch_secret));
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "multicast_prefix", "", &m.multicast_prefix));
+  NETFOLD_RETURN_IF_ERROR(
+      ReadOptionalUint(root, "snapshot_every", "", 1u << 30, &m.snapshot_every));
+  NETFOLD_RETURN_IF_ERROR(
+      ReadOptionalUint(root, "max_message_bytes", "", 1u << 30, &c.server.max_message_bytes));
+  NETFOLD_RETURN_IF_ERROR(
+      ReadOptionalUint(root, "max_threads", "", 1u << 16, &c.server.max_threads));
+  if (const YAML::Node rl = root["rate_limit"]; rl.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(rl, {"requests_per_second", "burst"}, "rate_limit"));
-    NETFOLD_RETURN_IF_ERROR(ReadNumber(rl["requests_per_second"], "rate_limit.requests_per_second",
-                                       1u << 30, &c.server.requests_per_second));
-    NETFOLD_RETURN_IF_ERROR(ReadNumber(rl["burst"], "rate_limit.burst", 1u << 30, &c.server.burst));
+    NETFOLD_RETURN_IF_ERROR(ReadOptionalUint(rl, "requests_per_second", "rate_limit", 1u << 30,
+                                             &c.server.requests_per_second));
+    NETFOLD_RETURN_IF_ERROR(ReadOptionalUint(rl, "burst", "rate_limit", 1u << 30, &c.server.burst));
   }
-  if (root["limits"].IsDefined()) {
-    const YAML::Node l = root["limits"];
+  if (const YAML::Node l = root["limits"]; l.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
         l,
         {"max_jobs", "max_ranks_per_job", "max_groups_per_job", "default_groups_per_job",
          "max_slots_per_group", "default_slots_per_group", "max_slot_bytes", "default_slot_bytes"},
         "limits"));
-    JobLimits& j = c.manager.limits;
+    JobLimits& j = m.limits;
     struct Field {
       const char* key;
       uint32_t* value;
@@ -113,22 +95,18 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
           Field{"default_slots_per_group", &j.default_slots_per_group},
           Field{"max_slot_bytes", &j.max_slot_bytes},
           Field{"default_slot_bytes", &j.default_slot_bytes}}) {
-      NETFOLD_RETURN_IF_ERROR(
-          ReadNumber(l[f.key], absl::StrFormat("limits.%s", f.key), 1u << 30, f.value));
+      NETFOLD_RETURN_IF_ERROR(ReadOptionalUint(l, f.key, "limits", 1u << 30, f.value));
     }
   }
   return c;
 }
 
 absl::StatusOr<ManagerConfig> LoadManagerConfig(const std::string& path) {
-  NETFOLD_ASSIGN_OR_RETURN(std::string text, ReadTextFile(path));
+  NETFOLD_ASSIGN_OR_RETURN(std::string text, config::ReadTextFile(path));
   size_t slash = path.rfind('/');
   std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   absl::StatusOr<ManagerConfig> c = ParseManagerConfig(text, dir);
-  if (!c.ok()) {
-    return absl::Status(c.status().code(),
-                        absl::StrFormat("config %s: %s", path, c.status().message()));
-  }
+  if (!c.ok()) return config::InFile(c.status(), path);
   return c;
 }
 

@@ -51,11 +51,13 @@ struct ManagerConfig {
 };
 
 // Parses YAML text over the defaults in `base`. Relative paths are resolved
-// against `base_dir` (the config file's directory). InvalidArgument names
-// the key.
+// against `base_dir` (the config file's directory). The rules and errors are
+// config/yaml_reader.h's: InvalidArgument naming the key path, its line and
+// what was expected; unknown and duplicate keys refused.
 absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
                                                  const std::string& base_dir,
                                                  ManagerConfig base = {});
+// Reads and parses a file: errors as above, after "PATH: ".
 absl::StatusOr<ManagerConfig> LoadManagerConfig(const std::string& path);
 
 // Checks values that depend on each other (timeouts vs. interval, ...).

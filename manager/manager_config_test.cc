@@ -41,6 +41,12 @@ limits: {max_jobs: 7, default_slot_bytes: 512}
   EXPECT_TRUE(ValidateManagerConfig(*c).ok());
 }
 
+TEST(ManagerConfig, NumbersMayBeHexadecimal) {
+  absl::StatusOr<ManagerConfig> c = ParseManagerConfig("snapshot_every: 0x100\n", "");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->manager.snapshot_every, 256);
+}
+
 TEST(ManagerConfig, ErrorsNameTheKey) {
   EXPECT_NE(ParseManagerConfig("lisen: x\n", "").status().message().find("unknown key 'lisen'"),
             std::string::npos);
@@ -51,6 +57,15 @@ TEST(ManagerConfig, ErrorsNameTheKey) {
             std::string::npos);
   EXPECT_NE(ParseManagerConfig("limits: {max_job: 1}\n", "").status().message().find("max_job"),
             std::string::npos);
+  // The rules of every netfold config (config/yaml_reader.h), as switchd's.
+  EXPECT_EQ(ParseManagerConfig("listen: a\nlisten: b\n", "").status().message(),
+            "line 2: duplicate key 'listen' (first on line 1)");
+  EXPECT_EQ(ParseManagerConfig("state_dir:\n", "").status().message(),
+            "state_dir: no value, expected a string (\"\" for an empty one)");
+  EXPECT_EQ(ParseManagerConfig("limits: {max_jobs: 1, max_jobs: 2}\n", "").status().message(),
+            "limits (line 1): duplicate key 'max_jobs' (first on line 1)");
+  EXPECT_EQ(ParseManagerConfig("rate_limit: {burst: -1}\n", "").status().message(),
+            "rate_limit.burst (line 1): '-1' is not a non-negative integer");
   ManagerConfig c;
   EXPECT_NE(ValidateManagerConfig(c).message().find("no topology"), std::string::npos);
   c.topology_path = "t.yaml";
@@ -75,6 +90,20 @@ TEST(ManagerConfig, LoadsAFileRelativeToItself) {
   EXPECT_EQ(c->topology_path, dir.path() + "/topologies/t.yaml");
   EXPECT_EQ(LoadManagerConfig(dir.path() + "/none.yaml").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST(ManagerConfig, ErrorsInAFileNameTheFileTheKeyAndTheLine) {
+  TempDir dir;
+  const std::string path = dir.path() + "/m.yaml";
+  {
+    std::ofstream out(path);
+    out << "topology: t.yaml\nheartbeat_interval_ms: soon\n";
+  }
+  absl::StatusOr<ManagerConfig> c = LoadManagerConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            path + ": heartbeat_interval_ms (line 2): 'soon' is not a non-negative integer");
 }
 
 }  // namespace

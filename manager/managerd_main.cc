@@ -4,21 +4,21 @@
 //       --state_dir /var/lib/netfold/manager [--listen 127.0.0.1:47910]
 //       [--config manager.yaml] [--port_file /run/netfold/manager.port]
 //
-// Flags override the config file (docs/manager.md). SIGTERM or SIGINT shut
-// it down cleanly: streams are ended, the journal is closed, exit status 0.
-// Exit status 1 for a runtime error, 2 for a bad command line or config.
+// Flags override the config file (docs/manager.md). --help prints the usage
+// and the flags (exit status 0). SIGTERM or SIGINT shut it down cleanly:
+// streams are ended, the journal is closed, exit status 0. Exit status 1 for
+// a runtime error, 2 for a bad command line or config.
 
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "base/daemon.h"
 #include "base/log.h"
+#include "config/command_line.h"
 #include "manager/aggregation_manager.h"
 #include "manager/control_service.h"
 #include "manager/journal.h"
@@ -43,10 +43,13 @@ int Fail(int code, const absl::Status& s) {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "the netfold aggregation manager.\n"
-      "  netfold-managerd --topology FILE [--state_dir DIR] [--listen IP:PORT] [--config FILE]");
-  absl::ParseCommandLine(argc, argv);
+  if (!config::ParseDaemonCommandLine(
+          argc, argv,
+          "the netfold aggregation manager (docs/manager.md).\n"
+          "  netfold-managerd --topology FILE [--state_dir DIR] [--listen IP:PORT] "
+          "[--config FILE]")) {
+    return 0;  // --help
+  }
 
   if (absl::Status s = InstallTerminationHandlers(); !s.ok()) return Fail(1, s);
 

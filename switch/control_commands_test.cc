@@ -11,8 +11,8 @@
 #include "base/clock.h"
 #include "gtest/gtest.h"
 #include "switch/switch_admin_service.h"
+#include "transport/impaired_port.h"
 #include "transport/memory_port.h"
-#include "transport/peer_impaired_port.h"
 
 namespace netfold::sw {
 namespace {
@@ -28,7 +28,7 @@ class CommandsTest : public ::testing::Test {
   void SetUp() override {
     auto inner = net_.CreatePort({.local = kSwitch});
     ASSERT_TRUE(inner.ok());
-    auto port = std::make_unique<transport::PeerImpairedPort>(std::move(*inner), clock_);
+    auto port = std::make_unique<transport::ImpairedPort>(std::move(*inner), clock_);
     port_ = port.get();
     SwitchConfig config;
     config.name = "leaf0";
@@ -116,7 +116,7 @@ class CommandsTest : public ::testing::Test {
 
   FakeClock clock_{absl::Seconds(1)};
   transport::MemoryNetwork net_;
-  transport::PeerImpairedPort* port_ = nullptr;
+  transport::ImpairedPort* port_ = nullptr;
   std::unique_ptr<SwitchDataPlane> dp_;
   CommandLimits limits_;
   uint64_t next_id_ = 0;

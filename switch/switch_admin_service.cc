@@ -78,7 +78,7 @@ std::string ConfigText(const transport::ImpairmentConfig& c) { return c.ToString
 
 }  // namespace
 
-void FillCounters(SwitchDataPlane& dp, const transport::PeerImpairedPort* port,
+void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
                   control::GetCountersResponse* out) {
   // The port.
   const transport::PortCounters& pc = dp.endpoint().port().counters();
@@ -251,7 +251,7 @@ void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out) {
 }
 
 absl::StatusOr<control::SetLinkFaultResponse> ApplyLinkFault(
-    transport::PeerImpairedPort& port, const control::SetLinkFaultRequest& request) {
+    transport::ImpairedPort& port, const control::SetLinkFaultRequest& request) {
   absl::StatusOr<transport::ImpairmentConfig> config =
       transport::ParseImpairment(request.impairment());
   if (!config.ok()) return config.status();
@@ -300,7 +300,7 @@ absl::StatusOr<control::SetLinkFaultResponse> ApplyLinkFault(
   return resp;
 }
 
-SwitchAdminService::SwitchAdminService(SwitchDataPlane* dp, transport::PeerImpairedPort* port,
+SwitchAdminService::SwitchAdminService(SwitchDataPlane* dp, transport::ImpairedPort* port,
                                        SwitchIdentity identity, absl::Duration timeout)
     : dp_(dp), port_(port), identity_(std::move(identity)), timeout_(timeout) {}
 
@@ -309,7 +309,7 @@ grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*, const control
   // The closure fills its own copy: if we stop waiting, it must not write
   // into a response gRPC may already have freed.
   auto result = std::make_shared<control::GetCountersResponse>();
-  transport::PeerImpairedPort* port = port_;
+  transport::ImpairedPort* port = port_;
   grpc::Status s = RunOnDataPlane(dp_, timeout_, [result, port](SwitchDataPlane& dp) {
     FillCounters(dp, port, result.get());
   });

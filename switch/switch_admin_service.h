@@ -11,7 +11,7 @@
 // GetCounters and ListGroups read state that belongs to the data-plane
 // thread, so they post a snapshot request to it (SwitchDataPlane::Post) and
 // wait at most `timeout` for it (UNAVAILABLE past that). SetLinkFault
-// talks to the PeerImpairedPort directly (it is thread-safe).
+// talks to the ImpairedPort directly (it is thread-safe).
 //
 // The Fill* functions build the answers; they run on the data-plane thread
 // (tests call them directly). Thread-safety: the service is thread-safe.
@@ -29,7 +29,7 @@
 #include "absl/time/time.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "switch/switch_data_plane.h"
-#include "transport/peer_impaired_port.h"
+#include "transport/impaired_port.h"
 
 namespace netfold::sw {
 
@@ -47,7 +47,7 @@ struct SwitchIdentity {
 };
 
 // Every counter (data-plane thread). `port` may be null (no per-peer data).
-void FillCounters(SwitchDataPlane& dp, const transport::PeerImpairedPort* port,
+void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
                   control::GetCountersResponse* out);
 // The installed groups (data-plane thread).
 void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out);
@@ -55,13 +55,13 @@ void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out);
 // peer, direction or impairment text; ResourceExhausted if the port tracks
 // too many peers already.
 absl::StatusOr<control::SetLinkFaultResponse> ApplyLinkFault(
-    transport::PeerImpairedPort& port, const control::SetLinkFaultRequest& request);
+    transport::ImpairedPort& port, const control::SetLinkFaultRequest& request);
 
 class SwitchAdminService final : public control::SwitchAdmin::Service {
  public:
   // `dp` and `port` must outlive the service.
-  SwitchAdminService(SwitchDataPlane* dp, transport::PeerImpairedPort* port,
-                     SwitchIdentity identity, absl::Duration timeout = absl::Seconds(2));
+  SwitchAdminService(SwitchDataPlane* dp, transport::ImpairedPort* port, SwitchIdentity identity,
+                     absl::Duration timeout = absl::Seconds(2));
 
   grpc::Status GetCounters(grpc::ServerContext* ctx, const control::GetCountersRequest* request,
                            control::GetCountersResponse* response) override;
@@ -72,7 +72,7 @@ class SwitchAdminService final : public control::SwitchAdmin::Service {
 
  private:
   SwitchDataPlane* const dp_;
-  transport::PeerImpairedPort* const port_;
+  transport::ImpairedPort* const port_;
   const SwitchIdentity identity_;
   const absl::Duration timeout_;
 };

@@ -100,7 +100,7 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
   // port (inside port_) as long as the admin service.
   auto* frame_port = dynamic_cast<transport::dpdk::FramePort*>(backend.get());
 #endif
-  auto port = std::make_unique<transport::PeerImpairedPort>(std::move(backend), RealClock());
+  auto port = std::make_unique<transport::ImpairedPort>(std::move(backend), RealClock());
   for (const LinkFaultSpec& f : config.link_faults) {
     if (f.peer == "default") {
       port->SetDefaultImpairment(f.direction, f.impairment);

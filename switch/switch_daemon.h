@@ -8,7 +8,7 @@
 //   absl::Status s = (*d)->Stop();   // groups removed, threads joined
 //
 // The port stack: the backend (CreateBackendPort: kernel UDP sockets today,
-// DPDK later) under a PeerImpairedPort (link faults per peer) under the
+// DPDK later) under an ImpairedPort (link faults per peer) under the
 // SwitchDataPlane. One thread runs the data plane; gRPC (the agent's stream,
 // the admin service) runs in its own threads and reaches the data plane
 // only through SwitchDataPlane::Post.
@@ -27,7 +27,7 @@
 #include "switch/switch_agent.h"
 #include "switch/switch_data_plane.h"
 #include "switch/switchd_config.h"
-#include "transport/peer_impaired_port.h"
+#include "transport/impaired_port.h"
 #include "transport/port.h"
 
 namespace netfold::sw {
@@ -72,7 +72,7 @@ class SwitchDaemon {
   void DataPlaneLoop();
 
   SwitchdConfig config_;
-  transport::PeerImpairedPort* port_ = nullptr;  // owned by the data plane's endpoint
+  transport::ImpairedPort* port_ = nullptr;  // owned by the data plane's endpoint
   std::unique_ptr<SwitchDataPlane> dp_;
   std::thread dp_thread_;
   std::atomic<bool> dp_stop_{false};

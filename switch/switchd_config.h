@@ -46,9 +46,11 @@
 //          num_slots: 8, slot_bytes: 1024, multicast: 239.1.0.1:4791,
 //          children: [{qpn: 0x100, ranks: [0]}, {qpn: 0x101, ranks: [1]}]}
 //
-// Numbers may be decimal or hexadecimal (0x...). yaml-cpp reports errors by
-// throwing; the parser catches at its boundary and returns InvalidArgument
-// naming the key and its line.
+// The file is read with config/yaml_reader.h, whose rules hold for every
+// netfold config: numbers decimal or hexadecimal (0x...), unknown and
+// duplicate keys refused, a key without a value refused ("" is the empty
+// string), and errors (InvalidArgument) naming the file, the key path and
+// its line, and what was expected.
 //
 // Thread-safe (pure functions).
 #ifndef NETFOLD_SWITCH_SWITCHD_CONFIG_H_
@@ -64,9 +66,9 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "switch/switch_data_plane.h"
+#include "transport/impaired_port.h"
 #include "transport/ipv4_endpoint.h"
 #include "transport/link_impairment.h"
-#include "transport/peer_impaired_port.h"
 
 namespace netfold::sw {
 
@@ -136,9 +138,10 @@ struct SwitchdConfig {
 };
 
 // Parses YAML text over the defaults in `base`. InvalidArgument names the
-// key and its line.
+// key path and its line.
 absl::StatusOr<SwitchdConfig> ParseSwitchdConfig(std::string_view yaml_text,
                                                  SwitchdConfig base = {});
+// Reads and parses a file: errors as above, after "PATH: ".
 absl::StatusOr<SwitchdConfig> LoadSwitchdConfig(const std::string& path);
 
 // Checks what depends on several keys: a name, a usable data address, the

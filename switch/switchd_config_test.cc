@@ -1,8 +1,11 @@
 // netfold-switchd's config: the YAML keys, numbers in decimal and hex, clear
-// errors (key path and line) for bad files, the cross-key validation, and
-// the --link_faults syntax.
+// errors (file, key path and line) for bad files, duplicate and empty keys
+// refused, the cross-key validation, and the --link_faults syntax. The rules
+// are config/yaml_reader.h's, shared with netfold-managerd's config.
 #include "switch/switchd_config.h"
 
+#include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -170,6 +173,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"name: [unclosed", "YAML syntax error"},
         BadCase{"name: a\nnmae: b\n", "unknown key 'nmae'"},
         BadCase{"name: a\nnmae: b\n", "line 2"},
+        BadCase{"name: a\nname: b\n", "line 2: duplicate key 'name' (first on line 1)"},
+        BadCase{"capacity: {slots: 1, slots: 2}\n", "capacity (line 1): duplicate key 'slots'"},
+        BadCase{"name: a\nmanager:\n", "manager: no value, expected a string"},
         BadCase{"- just\n- a list\n", "expected a map"},
         BadCase{"capacity: 5\n", "capacity (line 1): expected a map"},
         BadCase{"capacity: {slots: -3}\n", "capacity.slots"},
@@ -294,6 +300,20 @@ TEST(SwitchdConfig, FilesAndTheDeployedExample) {
   ASSERT_TRUE(stat.ok()) << stat.status();
   EXPECT_TRUE(ValidateSwitchdConfig(*stat).ok()) << ValidateSwitchdConfig(*stat);
   EXPECT_FALSE(stat->static_groups.empty());
+}
+
+TEST(SwitchdConfig, ErrorsInAFileNameTheFileTheKeyAndTheLine) {
+  const std::string path = ::testing::TempDir() + "/switchd_config_test_bad.yaml";
+  {
+    std::ofstream out(path);
+    out << "name: leaf0\ncapacity:\n  slots: many\n";
+  }
+  absl::StatusOr<SwitchdConfig> c = LoadSwitchdConfig(path);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            path + ": capacity.slots (line 3): 'many' is not a non-negative integer");
+  std::remove(path.c_str());
 }
 
 TEST(SwitchdConfig, MaxSlotBytesLeavesRoomForTheHeader) {

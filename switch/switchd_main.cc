@@ -4,21 +4,20 @@
 //       --manager 127.0.0.1:47910 [--admin_address 127.0.0.1:0] [--config leaf0.yaml]
 //   netfold-switchd --config static.yaml            # static mode: no manager
 //
-// Flags override the config file. SIGTERM or SIGINT shut it down cleanly:
-// the control stream ends, every group is removed (no slot left behind),
-// exit status 0. Exit status 1 for a runtime error, 2 for a bad command line
-// or config.
+// Flags override the config file. --help prints the usage and the flags
+// (exit status 0). SIGTERM or SIGINT shut it down cleanly: the control
+// stream ends, every group is removed (no slot left behind), exit status 0.
+// Exit status 1 for a runtime error, 2 for a bad command line or config.
 
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "base/daemon.h"
 #include "base/log.h"
+#include "config/command_line.h"
 #include "switch/switch_daemon.h"
 #include "switch/switchd_config.h"
 
@@ -131,11 +130,14 @@ absl::StatusOr<SwitchdConfig> BuildConfig() {
 }
 
 int Main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "one netfold switch: aggregation nodes on a RoCEv2 data plane.\n"
-      "  netfold-switchd --name NAME --manager IP:PORT [--data_address IP:PORT] [--config FILE]\n"
-      "  netfold-switchd --config FILE          (static mode: QPs and groups from the file)");
-  absl::ParseCommandLine(argc, argv);
+  if (!config::ParseDaemonCommandLine(
+          argc, argv,
+          "one netfold switch: aggregation nodes on a RoCEv2 data plane (docs/switch.md).\n"
+          "  netfold-switchd --name NAME --manager IP:PORT [--data_address IP:PORT]\n"
+          "                  [--config FILE]\n"
+          "  netfold-switchd --config FILE          (static mode: QPs and groups from the file)")) {
+    return 0;  // --help
+  }
   if (absl::Status s = InstallTerminationHandlers(); !s.ok()) return Fail(1, s);
 
   absl::StatusOr<SwitchdConfig> config = BuildConfig();

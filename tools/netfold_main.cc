@@ -6,6 +6,8 @@
 //   netfold status [--manager IP:PORT | --state-dir DIR] [--switch NAME]
 //   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
 //   netfold bench allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--quick] [--poll-us N]
+//   netfold help [COMMAND]      (also: netfold --help, netfold COMMAND --help)
+//   netfold completion bash
 //
 // See docs/operations.md.
 #include <algorithm>
@@ -16,6 +18,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <grpcpp/grpcpp.h>
@@ -33,48 +36,79 @@
 namespace netfold::tools {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: netfold COMMAND [options]\n"
-    "\n"
-    "commands:\n"
-    "  demo    start a local fabric (3 switches) and N host processes on loopback, run\n"
-    "          allreduce/reduce/bcast/barrier for every type and op, verify every result,\n"
-    "          stop everything.   --hosts N (8)  --faults  --seed S  --quick\n"
-    "  up      start a manager and the switches of a topology in the background and print\n"
-    "          what to export.   --topology FILE | --hosts N (8)   --state-dir DIR\n"
-    "          --faults IMPAIRMENT (on every switch port, e.g. drop=0.01,seed=3)\n"
-    "          --poll-us N: the switches poll N us after each packet (opt-in; ranks:\n"
-    "          NETFOLD_POLL_US)\n"
-    "  down    stop the fabric started by `up`.   --state-dir DIR\n"
-    "  status  print switches, trees, jobs, groups and resources.\n"
-    "          --manager IP:PORT (default: the fabric of --state-dir, or $NETFOLD_MANAGER)\n"
-    "          --switch NAME: that switch's own counters, peers, QPs and groups instead\n"
-    "  fault   SWITCH IMPAIRMENT: set link faults on a running switch, e.g.\n"
-    "          `netfold fault leaf0 drop=0.05,seed=3` or `netfold fault root down=1`;\n"
-    "          `none` clears them.   --peer IP:PORT|all (default)|default\n"
-    "          --direction both (default)|send|receive   --manager/--state-dir as status\n"
-    "  bench   allreduce|reduce|bcast|barrier: the fabric against Open MPI (shared memory\n"
-    "          and TCP) in the same run: a table of ratios, a CSV and PNG plots.\n"
-    "          --ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  --quick\n"
-    "          --poll-us N: netfold's switches and ranks poll N us after each packet (opt-in)\n"
-    "\n"
+// A command of the CLI: its usage and help, the options its parser accepts
+// and what completes its first argument. The usage, `netfold help COMMAND`,
+// the parser and `netfold completion bash` all read the table (Commands()),
+// so that they cannot disagree.
+struct Command {
+  std::string_view name;
+  std::string_view synopsis;        // what follows "netfold NAME"
+  std::string_view summary;         // its lines under the name in the usage
+  std::vector<std::string> flags;   // --flag
+  std::vector<std::string> valued;  // --key VALUE (and --log-level, common to all)
+  size_t max_positional = 0;
+  std::vector<std::string> words;  // the choices of the first argument
+  int (*run)(int argc, char** argv) = nullptr;
+};
+
+// Every command, in the order of the usage; defined after the commands.
+const std::vector<Command>& Commands();
+const Command* FindCommand(std::string_view name) {
+  for (const Command& c : Commands()) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+constexpr std::string_view kCommonHelp =
     "Common: --log-level error|warning|info|debug|trace. The state directory defaults to\n"
     "$NETFOLD_STATE_DIR or /tmp/netfold-<uid>.\n";
 
+// Each line of `text` after `indent`.
+std::string Indent(std::string_view text, std::string_view indent) {
+  std::string out;
+  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
+    out += absl::StrFormat("%s%s\n", line.empty() ? "" : indent, std::string(line));
+  }
+  return out;
+}
+
+std::string Usage() {
+  std::string out = "usage: netfold COMMAND [options]\n\ncommands:\n";
+  size_t width = 0;
+  for (const Command& c : Commands()) width = std::max(width, c.name.size());
+  for (const Command& c : Commands()) {
+    // The summary under itself, after "  NAME ".
+    const std::string summary = Indent(c.summary, std::string(width + 3, ' '));
+    out += absl::StrFormat("  %-*s %s", static_cast<int>(width), c.name, summary.substr(width + 3));
+  }
+  out += "\n";
+  out += kCommonHelp;
+  out += "`netfold help COMMAND` or `netfold COMMAND --help` prints one command's usage.\n";
+  return out;
+}
+
+std::string CommandUsage(const Command& c) {
+  return absl::StrFormat("usage: netfold %s %s\n\n%s\n%s", c.name, c.synopsis,
+                         Indent(c.summary, "  "), kCommonHelp);
+}
+
 // --key=value / --key value / --flag, after the command, and up to
-// `max_positional` plain arguments among them (in `positional`).
+// the command's max_positional plain arguments among them (in `positional`).
 struct Args {
   std::map<std::string, std::string> values;
   std::vector<std::string> positional;
   std::string error;
 
-  static Args Parse(int argc, char** argv, const std::vector<std::string>& flags,
-                    const std::vector<std::string>& valued, size_t max_positional = 0) {
+  static Args Parse(int argc, char** argv, const Command& command) {
+    const std::vector<std::string>& flags = command.flags;
+    std::vector<std::string> valued = command.valued;
+    valued.push_back("log-level");
     Args a;
     for (int i = 2; i < argc; ++i) {
       std::string arg = argv[i];
       if (arg.rfind("--", 0) != 0) {
-        if (a.positional.size() < max_positional) {
+        if (a.positional.size() < command.max_positional) {
           a.positional.push_back(arg);
           continue;
         }
@@ -116,6 +150,12 @@ int Fail(const std::string& message) {
   return 2;
 }
 
+// A command line the command cannot parse: the error, and where the usage is.
+int FailUsage(std::string_view command, const std::string& message) {
+  return Fail(
+      absl::StrFormat("%s (netfold %s --help prints the usage)", message, std::string(command)));
+}
+
 std::string SelfPath(const char* argv0) {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -131,8 +171,8 @@ void ApplyLogLevel(const Args& args) {
 }
 
 int Demo(int argc, char** argv) {
-  Args args = Args::Parse(argc, argv, {"faults", "quick"}, {"hosts", "seed", "log-level"});
-  if (!args.error.empty()) return Fail(args.error);
+  Args args = Args::Parse(argc, argv, *FindCommand("demo"));
+  if (!args.error.empty()) return FailUsage("demo", args.error);
   ApplyLogLevel(args);
   DemoOptions o;
   o.self = SelfPath(argv[0]);
@@ -150,9 +190,8 @@ int Demo(int argc, char** argv) {
 }
 
 int Up(int argc, char** argv) {
-  Args args = Args::Parse(argc, argv, {},
-                          {"topology", "hosts", "state-dir", "faults", "poll-us", "log-level"});
-  if (!args.error.empty()) return Fail(args.error);
+  Args args = Args::Parse(argc, argv, *FindCommand("up"));
+  if (!args.error.empty()) return FailUsage("up", args.error);
   ApplyLogLevel(args);
   LocalFabricOptions o;
   o.topology_file = args.Get("topology");
@@ -182,8 +221,8 @@ int Up(int argc, char** argv) {
 }
 
 int Down(int argc, char** argv) {
-  Args args = Args::Parse(argc, argv, {}, {"state-dir", "log-level"});
-  if (!args.error.empty()) return Fail(args.error);
+  Args args = Args::Parse(argc, argv, *FindCommand("down"));
+  if (!args.error.empty()) return FailUsage("down", args.error);
   const std::string dir = args.Get("state-dir", LocalFabric::DefaultStateDir());
   absl::Status s = LocalFabric::StopStateDir(dir);
   if (!s.ok()) return Fail(std::string(s.message()));
@@ -298,8 +337,8 @@ int SwitchStatus(const std::string& manager, const std::string& name) {
 }
 
 int Status(int argc, char** argv) {
-  Args args = Args::Parse(argc, argv, {}, {"manager", "state-dir", "switch", "log-level"});
-  if (!args.error.empty()) return Fail(args.error);
+  Args args = Args::Parse(argc, argv, *FindCommand("status"));
+  if (!args.error.empty()) return FailUsage("status", args.error);
   const std::string manager = FindManager(args);
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
   if (args.Has("switch")) return SwitchStatus(manager, args.Get("switch"));
@@ -311,12 +350,10 @@ int Status(int argc, char** argv) {
 
 int Fault(int argc, char** argv) {
   // netfold fault SWITCH IMPAIRMENT [options]
-  Args args = Args::Parse(argc, argv, {}, {"manager", "state-dir", "peer", "direction", "log-level"},
-                          /*max_positional=*/2);
-  if (!args.error.empty()) return Fail(args.error);
+  Args args = Args::Parse(argc, argv, *FindCommand("fault"));
+  if (!args.error.empty()) return FailUsage("fault", args.error);
   if (args.positional.size() != 2) {
-    return Fail("usage: netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] "
-                "[--direction both|send|receive] (IMPAIRMENT e.g. drop=0.05,seed=3; none clears)");
+    return FailUsage("fault", "give SWITCH and IMPAIRMENT (e.g. leaf0 drop=0.05,seed=3)");
   }
   const std::string manager = FindManager(args);
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
@@ -355,10 +392,8 @@ int Fault(int argc, char** argv) {
 int Bench(int argc, char** argv) {
   BenchOptions o;
   o.self = SelfPath(argv[0]);
-  Args args = Args::Parse(argc, argv, {"quick"},
-                          {"ranks", "sizes", "seconds", "out", "poll-us", "log-level"},
-                          /*max_positional=*/1);
-  if (!args.error.empty()) return Fail(args.error);
+  Args args = Args::Parse(argc, argv, *FindCommand("bench"));
+  if (!args.error.empty()) return FailUsage("bench", args.error);
   if (!args.positional.empty()) o.op = args.positional[0];
   o.quick = args.Has("quick");
   if (o.quick) {
@@ -393,24 +428,194 @@ int Bench(int argc, char** argv) {
   return RunBench(o);
 }
 
+int Help(int argc, char** argv) {
+  Args args = Args::Parse(argc, argv, *FindCommand("help"));
+  if (!args.error.empty()) return FailUsage("help", args.error);
+  if (args.positional.empty()) {
+    std::fputs(Usage().c_str(), stdout);
+    return 0;
+  }
+  const Command* c = FindCommand(args.positional[0]);
+  if (c == nullptr) {
+    return Fail(absl::StrFormat("no command '%s' (netfold help lists them)", args.positional[0]));
+  }
+  std::fputs(CommandUsage(*c).c_str(), stdout);
+  return 0;
+}
+
+std::string Join(const std::vector<std::string>& words, std::string_view prefix = "") {
+  std::string out;
+  for (const std::string& w : words) {
+    absl::StrAppendFormat(&out, "%s%s%s", out.empty() ? "" : " ", std::string(prefix), w);
+  }
+  return out;
+}
+
+// What completes an option's value: files, directories, choices, or
+// nothing (a number, an address).
+std::string CompleteValue(std::string_view option) {
+  if (option == "topology") return "compgen -f -- \"$cur\"";
+  if (option == "state-dir" || option == "out") return "compgen -d -- \"$cur\"";
+  if (option == "direction") return "compgen -W \"both send receive\" -- \"$cur\"";
+  if (option == "peer") return "compgen -W \"all default\" -- \"$cur\"";
+  if (option == "log-level") return "compgen -W \"error warning info debug trace\" -- \"$cur\"";
+  return "";
+}
+
+// The bash completion script, from the command table.
+std::string BashCompletion() {
+  std::vector<std::string> names;
+  std::vector<std::string> valued = {"log-level"};
+  for (const Command& c : Commands()) {
+    names.emplace_back(c.name);
+    for (const std::string& v : c.valued) {
+      if (std::find(valued.begin(), valued.end(), v) == valued.end()) valued.push_back(v);
+    }
+  }
+  std::string out =
+      "# bash completion for netfold, generated by `netfold completion bash`\n"
+      "# (docs/operations.md). Load it with: source <(netfold completion bash)\n"
+      "_netfold() {\n"
+      "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
+      "  COMPREPLY=()\n"
+      "  if [[ $COMP_CWORD -eq 1 ]]; then\n";
+  absl::StrAppendFormat(&out, "    COMPREPLY=($(compgen -W \"%s --help\" -- \"$cur\"))\n",
+                        Join(names));
+  out += "    return\n  fi\n  case \"$prev\" in\n";
+  for (const std::string& v : valued) {
+    const std::string values = CompleteValue(v);
+    absl::StrAppendFormat(&out, "    --%s) %sreturn ;;\n", v,
+                          values.empty() ? "" : absl::StrFormat("COMPREPLY=($(%s)); ", values));
+  }
+  out += "  esac\n  local options=\"\" words=\"\"\n  case \"${COMP_WORDS[1]}\" in\n";
+  for (const Command& c : Commands()) {
+    std::vector<std::string> options = c.flags;
+    options.insert(options.end(), c.valued.begin(), c.valued.end());
+    options.push_back("log-level");
+    options.push_back("help");
+    const std::vector<std::string>& words = c.name == "help" ? names : c.words;
+    absl::StrAppendFormat(&out, "    %s) options=\"%s\"; words=\"%s\" ;;\n", c.name,
+                          Join(options, "--"), Join(words));
+  }
+  out +=
+      "  esac\n"
+      "  if [[ \"$cur\" == -* ]]; then\n"
+      "    COMPREPLY=($(compgen -W \"$options\" -- \"$cur\"))\n"
+      "  elif [[ $COMP_CWORD -eq 2 && -n \"$words\" ]]; then\n"
+      "    COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n"
+      "  fi\n"
+      "}\n"
+      "complete -F _netfold netfold\n";
+  return out;
+}
+
+int Completion(int argc, char** argv) {
+  Args args = Args::Parse(argc, argv, *FindCommand("completion"));
+  if (!args.error.empty()) return FailUsage("completion", args.error);
+  if (args.positional.size() != 1 || args.positional[0] != "bash") {
+    return FailUsage("completion", "say which shell: netfold completion bash");
+  }
+  std::fputs(BashCompletion().c_str(), stdout);
+  return 0;
+}
+
+const std::vector<Command>& Commands() {
+  static const std::vector<Command>* const kCommands = new std::vector<Command>{
+      {.name = "demo",
+       .synopsis = "[--hosts N] [--faults] [--seed S] [--quick]",
+       .summary = "start a local fabric (3 switches) and N host processes on loopback, run\n"
+                  "allreduce/reduce/bcast/barrier for every type and op, verify every result,\n"
+                  "stop everything.   --hosts N (8)  --faults  --seed S  --quick",
+       .flags = {"faults", "quick"},
+       .valued = {"hosts", "seed"},
+       .run = Demo},
+      {.name = "up",
+       .synopsis = "[--topology FILE | --hosts N] [--state-dir DIR] [--faults IMPAIRMENT] "
+                   "[--poll-us N]",
+       .summary = "start a manager and the switches of a topology in the background and print\n"
+                  "what to export.   --topology FILE | --hosts N (8)   --state-dir DIR\n"
+                  "--faults IMPAIRMENT (on every switch port, e.g. drop=0.01,seed=3)\n"
+                  "--poll-us N: the switches poll N us after each packet (opt-in; ranks:\n"
+                  "NETFOLD_POLL_US)",
+       .valued = {"topology", "hosts", "state-dir", "faults", "poll-us"},
+       .run = Up},
+      {.name = "down",
+       .synopsis = "[--state-dir DIR]",
+       .summary = "stop the fabric started by `up`.   --state-dir DIR",
+       .valued = {"state-dir"},
+       .run = Down},
+      {.name = "status",
+       .synopsis = "[--manager IP:PORT | --state-dir DIR] [--switch NAME]",
+       .summary = "print switches, trees, jobs, groups and resources.\n"
+                  "--manager IP:PORT (default: the fabric of --state-dir, or $NETFOLD_MANAGER)\n"
+                  "--switch NAME: that switch's own counters, peers, QPs and groups instead",
+       .valued = {"manager", "state-dir", "switch"},
+       .run = Status},
+      {.name = "fault",
+       .synopsis = "SWITCH IMPAIRMENT [--peer IP:PORT|all|default] "
+                   "[--direction both|send|receive]",
+       .summary = "SWITCH IMPAIRMENT: set link faults on a running switch, e.g.\n"
+                  "`netfold fault leaf0 drop=0.05,seed=3` or `netfold fault root down=1`;\n"
+                  "`none` clears them.   --peer IP:PORT|all (default)|default\n"
+                  "--direction both (default)|send|receive   --manager/--state-dir as status",
+       .valued = {"manager", "state-dir", "peer", "direction"},
+       .max_positional = 2,
+       .run = Fault},
+      {.name = "bench",
+       .synopsis = "allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--seconds S] "
+                   "[--out DIR] [--quick] [--poll-us N]",
+       .summary = "allreduce|reduce|bcast|barrier: the fabric against Open MPI (shared memory\n"
+                  "and TCP) in the same run: a table of ratios, a CSV and PNG plots.\n"
+                  "--ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  "
+                  "--quick\n"
+                  "--poll-us N: netfold's switches and ranks poll N us after each packet "
+                  "(opt-in)",
+       .flags = {"quick"},
+       .valued = {"ranks", "sizes", "seconds", "out", "poll-us"},
+       .max_positional = 1,
+       .words = {"allreduce", "reduce", "bcast", "barrier"},
+       .run = Bench},
+      {.name = "help",
+       .synopsis = "[COMMAND]",
+       .summary = "[COMMAND]: this usage, or one command's (as `netfold COMMAND --help`)",
+       .max_positional = 1,
+       .run = Help},
+      {.name = "completion",
+       .synopsis = "bash",
+       .summary = "bash: print a bash completion script for netfold; load it with\n"
+                  "`source <(netfold completion bash)` (docs/operations.md)",
+       .max_positional = 1,
+       .words = {"bash"},
+       .run = Completion},
+  };
+  return *kCommands;
+}
+
 }  // namespace
 }  // namespace netfold::tools
 
 int main(int argc, char** argv) {
   using namespace netfold::tools;  // NOLINT
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help" ||
-      std::string(argv[1]) == "-h") {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    std::fputs(Usage().c_str(), stderr);
+    return 2;
   }
   const std::string command = argv[1];
-  if (command == "demo") return Demo(argc, argv);
-  if (command == "up") return Up(argc, argv);
-  if (command == "down") return Down(argc, argv);
-  if (command == "status") return Status(argc, argv);
-  if (command == "bench") return Bench(argc, argv);
-  if (command == "fault") return Fault(argc, argv);
+  if (command == "--help" || command == "-h") {
+    std::fputs(Usage().c_str(), stdout);
+    return 0;
+  }
   if (command == "__demo-rank") return RunDemoRank();
-  std::fprintf(stderr, "netfold: unknown command '%s'\n\n%s", command.c_str(), kUsage);
-  return 2;
+  const Command* c = FindCommand(command);
+  if (c == nullptr) {
+    std::fprintf(stderr, "netfold: unknown command '%s'\n\n%s", command.c_str(), Usage().c_str());
+    return 2;
+  }
+  for (int i = 2; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--help" || std::string_view(argv[i]) == "-h") {
+      std::fputs(CommandUsage(*c).c_str(), stdout);
+      return 0;
+    }
+  }
+  return c->run(argc, argv);
 }

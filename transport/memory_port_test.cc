@@ -5,7 +5,7 @@
 
 #include "base/clock.h"
 #include "gtest/gtest.h"
-#include "transport/impaired_port.h"
+#include "transport/testing/port_test_util.h"
 
 namespace netfold::transport {
 namespace {
@@ -14,20 +14,6 @@ constexpr Ipv4Endpoint kA{0x0a000001, 4791};
 constexpr Ipv4Endpoint kB{0x0a000002, 4791};
 constexpr Ipv4Endpoint kC{0x0a000003, 4791};
 constexpr Ipv4Endpoint kGroup{0xe0010203, 4791};
-
-PacketBuffer* Packet(Port& port, const Ipv4Endpoint& dst, uint32_t tag) {
-  PacketBuffer* p = port.pool().Alloc();
-  std::memcpy(p->data(), &tag, 4);
-  p->set_len(4);
-  p->dst = dst;
-  return p;
-}
-
-uint32_t Tag(const PacketBuffer* p) {
-  uint32_t t;
-  std::memcpy(&t, p->data(), 4);
-  return t;
-}
 
 TEST(MemoryPort, UnicastMulticastAndUnroutable) {
   MemoryNetwork net;
@@ -39,8 +25,8 @@ TEST(MemoryPort, UnicastMulticastAndUnroutable) {
   ASSERT_TRUE(c->JoinMulticast(kGroup).ok());
   EXPECT_EQ(c->JoinMulticast(kGroup).code(), absl::StatusCode::kAlreadyExists);
 
-  PacketBuffer* tx[3] = {Packet(*a, kB, 1), Packet(*a, kGroup, 2),
-                         Packet(*a, {0x0a000009, 1}, 3)};
+  PacketBuffer* tx[3] = {TaggedPacket(*a, kB, 1), TaggedPacket(*a, kGroup, 2),
+                         TaggedPacket(*a, {0x0a000009, 1}, 3)};
   EXPECT_EQ(a->SendBurst(tx), 3u);
   EXPECT_EQ(net.num_unroutable(), 1u);
 
@@ -58,7 +44,7 @@ TEST(MemoryPort, UnicastMulticastAndUnroutable) {
 
   ASSERT_TRUE(c->LeaveMulticast(kGroup).ok());
   EXPECT_EQ(c->LeaveMulticast(kGroup).code(), absl::StatusCode::kNotFound);
-  PacketBuffer* again = Packet(*a, kGroup, 4);
+  PacketBuffer* again = TaggedPacket(*a, kGroup, 4);
   a->SendBurst({&again, 1});
   EXPECT_EQ(c->RecvBurst(rx, absl::ZeroDuration()), 0u);
   ASSERT_EQ(b->RecvBurst(rx, absl::ZeroDuration()), 1u);
@@ -71,7 +57,7 @@ TEST(MemoryPort, FullQueueDropsAndCounts) {
   auto a = *net.CreatePort({.local = kA});
   auto b = *net.CreatePort({.local = kB, .rx_queue_limit = 4});
   for (uint32_t i = 0; i < 6; ++i) {
-    PacketBuffer* p = Packet(*a, kB, i);
+    PacketBuffer* p = TaggedPacket(*a, kB, i);
     a->SendBurst({&p, 1});
   }
   EXPECT_EQ(b->counters().rx_no_buffer, 2u);
@@ -91,50 +77,13 @@ TEST(MemoryPort, RecvWaitsForAnotherThreadAndTimesOut) {
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(19));
   std::thread sender([&] {
     absl::SleepFor(absl::Milliseconds(10));
-    PacketBuffer* p = Packet(*a, kB, 9);
+    PacketBuffer* p = TaggedPacket(*a, kB, 9);
     a->SendBurst({&p, 1});
   });
   ASSERT_EQ(b->RecvBurst(rx, absl::Seconds(5)), 1u);
   EXPECT_EQ(Tag(rx[0]), 9u);
   PacketPool::Free(rx[0]);
   sender.join();
-}
-
-TEST(ImpairedPort, FakeClockDelayOnBothPaths) {
-  MemoryNetwork net;
-  FakeClock clock;
-  ImpairmentConfig delay;
-  delay.delay = absl::Milliseconds(1);
-  ImpairedPort a(*net.CreatePort({.local = kA}), delay, {}, clock);
-  ImpairedPort b(*net.CreatePort({.local = kB}), {}, delay, clock);
-  PacketBuffer* p = Packet(a, kB, 5);
-  EXPECT_EQ(a.SendBurst({&p, 1}), 1u);  // held by a's send stage
-  PacketBuffer* rx[4];
-  EXPECT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 0u);
-  clock.Advance(absl::Milliseconds(1));
-  a.Flush();  // now on the wire, into b's receive stage
-  EXPECT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 0u);
-  clock.Advance(absl::Milliseconds(1));
-  ASSERT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 1u);
-  EXPECT_EQ(Tag(rx[0]), 5u);
-  PacketPool::Free(rx[0]);
-}
-
-TEST(ImpairedPort, RealTimeDelayIsHonouredByTheReceiveTimeout) {
-  MemoryNetwork net;
-  ImpairmentConfig delay;
-  delay.delay = absl::Milliseconds(30);
-  auto a = *net.CreatePort({.local = kA});
-  ImpairedPort b(*net.CreatePort({.local = kB}), {}, delay, RealClock());
-  PacketBuffer* p = Packet(*a, kB, 6);
-  a->SendBurst({&p, 1});
-  PacketBuffer* rx[4];
-  absl::Time start = absl::Now();
-  ASSERT_EQ(b.RecvBurst(rx, absl::Seconds(5)), 1u);
-  absl::Duration took = absl::Now() - start;
-  EXPECT_GE(took, absl::Milliseconds(29));
-  EXPECT_LT(took, absl::Seconds(2));
-  PacketPool::Free(rx[0]);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "proto/icrc.h"
 #include "gtest/gtest.h"
+#include "transport/testing/port_test_util.h"
 
 namespace netfold::transport {
 namespace {
@@ -33,19 +34,9 @@ std::unique_ptr<UdpPort> MakePort(UdpPortConfig config = {}) {
   return port.ok() ? std::move(*port) : nullptr;
 }
 
+// The datagrams of these tests: 64 bytes unless a test says otherwise.
 PacketBuffer* Packet(Port& port, const Ipv4Endpoint& dst, uint32_t tag, uint32_t len = 64) {
-  PacketBuffer* p = port.pool().Alloc();
-  std::memset(p->data(), 0x5a, len);
-  std::memcpy(p->data(), &tag, 4);
-  p->set_len(len);
-  p->dst = dst;
-  return p;
-}
-
-uint32_t Tag(const PacketBuffer* p) {
-  uint32_t t;
-  std::memcpy(&t, p->data(), 4);
-  return t;
+  return TaggedPacket(port, dst, tag, len);
 }
 
 // Receives until `n` packets arrived or 5 s passed; returns their tags.

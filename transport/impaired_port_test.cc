@@ -1,4 +1,7 @@
-#include "transport/peer_impaired_port.h"
+// The impaired port: one link (the same stages for every datagram, seeds as
+// given) and per peer (stages, counters and seeds per remote address, the
+// overflow peer), held packets released on time, link directions.
+#include "transport/impaired_port.h"
 
 #include <cstring>
 #include <vector>
@@ -6,6 +9,7 @@
 #include "base/clock.h"
 #include "gtest/gtest.h"
 #include "transport/memory_port.h"
+#include "transport/testing/port_test_util.h"
 
 namespace netfold::transport {
 namespace {
@@ -15,24 +19,10 @@ constexpr Ipv4Endpoint kH1{0x0a000002, 4791};
 constexpr Ipv4Endpoint kH2{0x0a000003, 4791};
 constexpr Ipv4Endpoint kGroup{0xe0010203, 4791};
 
-PacketBuffer* Packet(Port& port, const Ipv4Endpoint& dst, uint32_t tag) {
-  PacketBuffer* p = port.pool().Alloc();
-  std::memcpy(p->data(), &tag, 4);
-  p->set_len(4);
-  p->dst = dst;
-  return p;
-}
-
-uint32_t Tag(const PacketBuffer* p) {
-  uint32_t t;
-  std::memcpy(&t, p->data(), 4);
-  return t;
-}
-
 // Sends `n` packets tagged 0..n-1 from `from` to `to`, one per burst.
 void SendTagged(Port& from, const Ipv4Endpoint& to, uint32_t n) {
   for (uint32_t i = 0; i < n; ++i) {
-    PacketBuffer* p = Packet(from, to, i);
+    PacketBuffer* p = TaggedPacket(from, to, i);
     ASSERT_EQ(from.SendBurst({&p, 1}), 1u);
   }
 }
@@ -52,21 +42,21 @@ std::vector<uint32_t> ReceiveAll(Port& port) {
 struct Fixture {
   FakeClock clock{absl::Seconds(1)};
   MemoryNetwork net;
-  PeerImpairedPort* sw = nullptr;
+  ImpairedPort* sw = nullptr;
   std::unique_ptr<Port> sw_owner;
   std::unique_ptr<MemoryPort> h1, h2;
 
   Fixture() {
     auto inner = net.CreatePort({.local = kSwitch, .rx_queue_limit = 4096});
     EXPECT_TRUE(inner.ok());
-    sw = new PeerImpairedPort(std::move(*inner), clock);
+    sw = new ImpairedPort(std::move(*inner), clock);
     sw_owner.reset(sw);
     h1 = *net.CreatePort({.local = kH1, .rx_queue_limit = 4096});
     h2 = *net.CreatePort({.local = kH2, .rx_queue_limit = 4096});
   }
 };
 
-TEST(PeerImpairedPort, IdentityByDefaultWithCountersPerPeer) {
+TEST(ImpairedPortPerPeer, IdentityByDefaultWithCountersPerPeer) {
   Fixture f;
   SendTagged(*f.h1, kSwitch, 3);
   SendTagged(*f.h2, kSwitch, 2);
@@ -88,7 +78,7 @@ TEST(PeerImpairedPort, IdentityByDefaultWithCountersPerPeer) {
   EXPECT_EQ(peers[0].receive_stage.packets_out, 3u);
 }
 
-TEST(PeerImpairedPort, LinkDownOnOnePeerOnlyAffectsThatPeer) {
+TEST(ImpairedPortPerPeer, LinkDownOnOnePeerOnlyAffectsThatPeer) {
   Fixture f;
   ASSERT_TRUE(
       f.sw->SetPeerImpairment(kH1, LinkDirection::kReceive, *ParseImpairment("down=1")).ok());
@@ -112,7 +102,7 @@ TEST(PeerImpairedPort, LinkDownOnOnePeerOnlyAffectsThatPeer) {
   EXPECT_EQ(ReceiveAll(*f.sw).size(), 4u);
 }
 
-TEST(PeerImpairedPort, NamedPeerIsCreatedBeforeItsFirstPacket) {
+TEST(ImpairedPortPerPeer, NamedPeerIsCreatedBeforeItsFirstPacket) {
   Fixture f;
   ASSERT_TRUE(f.sw->SetPeerImpairment(kH2, LinkDirection::kSend, *ParseImpairment("down=1")).ok());
   EXPECT_EQ(f.sw->num_peers(), 1u);
@@ -123,7 +113,7 @@ TEST(PeerImpairedPort, NamedPeerIsCreatedBeforeItsFirstPacket) {
   EXPECT_EQ(f.sw->SnapshotPeer(kH2)->send_stage.dropped_down, 3u);
 }
 
-TEST(PeerImpairedPort, DefaultAppliesToNewPeersAllToExistingOnes) {
+TEST(ImpairedPortPerPeer, DefaultAppliesToNewPeersAllToExistingOnes) {
   Fixture f;
   SendTagged(*f.h1, kSwitch, 1);  // h1 exists before the default changes
   EXPECT_EQ(ReceiveAll(*f.sw).size(), 1u);
@@ -144,9 +134,9 @@ TEST(PeerImpairedPort, DefaultAppliesToNewPeersAllToExistingOnes) {
   EXPECT_EQ(ReceiveAll(*f.sw).size(), 2u);
 }
 
-TEST(PeerImpairedPort, SeedsAreDerivedPerPeerAndReproducible) {
-  EXPECT_NE(PeerImpairedPort::DeriveSeed(7, kH1), PeerImpairedPort::DeriveSeed(7, kH2));
-  EXPECT_EQ(PeerImpairedPort::DeriveSeed(7, kH1), PeerImpairedPort::DeriveSeed(7, kH1));
+TEST(ImpairedPortPerPeer, SeedsAreDerivedPerPeerAndReproducible) {
+  EXPECT_NE(ImpairedPort::DeriveSeed(7, kH1), ImpairedPort::DeriveSeed(7, kH2));
+  EXPECT_EQ(ImpairedPort::DeriveSeed(7, kH1), ImpairedPort::DeriveSeed(7, kH1));
 
   // The same default seed gives the same losses in two runs, and different
   // losses on two peers.
@@ -157,7 +147,7 @@ TEST(PeerImpairedPort, SeedsAreDerivedPerPeerAndReproducible) {
     std::vector<uint32_t> from_h1 = ReceiveAll(*f.sw);
     SendTagged(*f.h2, kSwitch, 64);
     std::vector<uint32_t> from_h2 = ReceiveAll(*f.sw);
-    EXPECT_EQ(f.sw->SnapshotPeer(kH1)->receive.seed, PeerImpairedPort::DeriveSeed(9, kH1));
+    EXPECT_EQ(f.sw->SnapshotPeer(kH1)->receive.seed, ImpairedPort::DeriveSeed(9, kH1));
     return std::make_pair(from_h1, from_h2);
   };
   const auto a = run();
@@ -168,7 +158,7 @@ TEST(PeerImpairedPort, SeedsAreDerivedPerPeerAndReproducible) {
   EXPECT_LT(a.first.size(), 54u);
 }
 
-TEST(PeerImpairedPort, DelayIsHeldPerPeerAndReleasedOnTime) {
+TEST(ImpairedPortPerPeer, DelayIsHeldPerPeerAndReleasedOnTime) {
   Fixture f;
   ASSERT_TRUE(
       f.sw->SetPeerImpairment(kH1, LinkDirection::kSend, *ParseImpairment("delay=5ms")).ok());
@@ -183,7 +173,7 @@ TEST(PeerImpairedPort, DelayIsHeldPerPeerAndReleasedOnTime) {
   EXPECT_EQ(f.sw->SnapshotPeer(kH1)->send_stage.delayed, 2u);
 }
 
-TEST(PeerImpairedPort, MulticastGroupIsASendPeer) {
+TEST(ImpairedPortPerPeer, MulticastGroupIsASendPeer) {
   Fixture f;
   ASSERT_TRUE(f.h1->JoinMulticast(kGroup).ok());
   SendTagged(*f.sw, kGroup, 3);
@@ -191,11 +181,11 @@ TEST(PeerImpairedPort, MulticastGroupIsASendPeer) {
   EXPECT_EQ(f.sw->SnapshotPeer(kGroup)->tx_packets, 3u);
 }
 
-TEST(PeerImpairedPort, PeersBeyondTheLimitShareTheOverflowPeer) {
+TEST(ImpairedPortPerPeer, PeersBeyondTheLimitShareTheOverflowPeer) {
   FakeClock clock;
   MemoryNetwork net;
   auto inner = *net.CreatePort({.local = kSwitch, .rx_queue_limit = 4096});
-  PeerImpairedPort sw(std::move(inner), clock, /*max_peers=*/3);
+  ImpairedPort sw(std::move(inner), clock, /*max_peers=*/3);
   std::vector<std::unique_ptr<MemoryPort>> hosts;
   for (uint32_t i = 0; i < 6; ++i) {
     hosts.push_back(*net.CreatePort({.local = {0x0a000010u + i, 4791}}));
@@ -208,6 +198,76 @@ TEST(PeerImpairedPort, PeersBeyondTheLimitShareTheOverflowPeer) {
   EXPECT_EQ(overflow->rx_packets, 4u);
   EXPECT_EQ(sw.SetPeerImpairment({0x0a0000ffu, 1}, LinkDirection::kBoth, ImpairmentConfig{}).code(),
             absl::StatusCode::kResourceExhausted);
+}
+
+TEST(ImpairedPortOneLink, FakeClockDelayOnBothPaths) {
+  MemoryNetwork net;
+  FakeClock clock;
+  ImpairmentConfig delay;
+  delay.delay = absl::Milliseconds(1);
+  ImpairedPort a(*net.CreatePort({.local = kSwitch}), delay, {}, clock);
+  ImpairedPort b(*net.CreatePort({.local = kH1}), {}, delay, clock);
+  PacketBuffer* p = TaggedPacket(a, kH1, 5);
+  EXPECT_EQ(a.SendBurst({&p, 1}), 1u);  // held by a's send stage
+  PacketBuffer* rx[4];
+  EXPECT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 0u);
+  clock.Advance(absl::Milliseconds(1));
+  a.Flush();  // now on the wire, into b's receive stage
+  EXPECT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 0u);
+  clock.Advance(absl::Milliseconds(1));
+  ASSERT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 1u);
+  EXPECT_EQ(Tag(rx[0]), 5u);
+  PacketPool::Free(rx[0]);
+}
+
+TEST(ImpairedPortOneLink, RealTimeDelayIsHonouredByTheReceiveTimeout) {
+  MemoryNetwork net;
+  ImpairmentConfig delay;
+  delay.delay = absl::Milliseconds(30);
+  auto a = *net.CreatePort({.local = kSwitch});
+  ImpairedPort b(*net.CreatePort({.local = kH1}), {}, delay, RealClock());
+  PacketBuffer* p = TaggedPacket(*a, kH1, 6);
+  a->SendBurst({&p, 1});
+  PacketBuffer* rx[4];
+  absl::Time start = absl::Now();
+  ASSERT_EQ(b.RecvBurst(rx, absl::Seconds(5)), 1u);
+  absl::Duration took = absl::Now() - start;
+  EXPECT_GE(took, absl::Milliseconds(29));
+  EXPECT_LT(took, absl::Seconds(2));
+  PacketPool::Free(rx[0]);
+}
+
+// One link is the port with one peer: every address shares the stages and
+// the counters of the link (0.0.0.0:0), and its seeds stay as given.
+TEST(ImpairedPortOneLink, EveryAddressSharesTheLinksStagesAndSeeds) {
+  FakeClock clock;
+  MemoryNetwork net;
+  const ImpairmentConfig lossy = *ParseImpairment("drop=0.5,seed=9");
+  ImpairedPort sw(*net.CreatePort({.local = kSwitch, .rx_queue_limit = 4096}), {}, lossy, clock);
+  auto h1 = *net.CreatePort({.local = kH1});
+  auto h2 = *net.CreatePort({.local = kH2});
+  SendTagged(*h1, kSwitch, 64);
+  SendTagged(*h2, kSwitch, 64);
+  const size_t received = ReceiveAll(sw).size();
+  EXPECT_EQ(sw.num_peers(), 1u);
+  const PeerLinkSnapshot link = *sw.SnapshotPeer(Ipv4Endpoint{});
+  EXPECT_EQ(link.rx_packets, 128u);
+  EXPECT_EQ(link.receive.seed, 9u);  // not derived
+  EXPECT_EQ(sw.receive_stage().counters().packets_in, 128u);
+  EXPECT_EQ(sw.receive_stage().counters().dropped_random, 128u - received);
+  EXPECT_GT(received, 20u);
+  EXPECT_LT(received, 108u);
+
+  // Set at run time, for the link; a peer of its own cannot be named.
+  sw.SetSendImpairment(*ParseImpairment("down=1,seed=4"));
+  EXPECT_TRUE(sw.send_stage().config().link_down);
+  EXPECT_EQ(sw.send_stage().config().seed, 4u);
+  SendTagged(sw, kH1, 3);
+  EXPECT_TRUE(ReceiveAll(*h1).empty());
+  EXPECT_EQ(sw.send_stage().counters().dropped_down, 3u);
+  EXPECT_EQ(sw.SetPeerImpairment(kH1, LinkDirection::kBoth, ImpairmentConfig{}).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(sw.num_peers(), 1u);
 }
 
 TEST(LinkDirection, Parse) {

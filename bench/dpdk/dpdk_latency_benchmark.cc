@@ -2,7 +2,7 @@
 // against the kernel-socket backend (UdpPort on a veth), measured in the
 // same run on the same machine.
 //
-//   sudo build/transport/dpdk/dpdk_latency_benchmark [--iterations=N] [--size=BYTES]
+//   sudo build/bench/dpdk/dpdk_latency_benchmark [--rounds=R] [--iterations=N] [--size=BYTES]
 //
 // Topology (all inside namespaces this program makes and removes):
 //   host ns  h0 (UdpPort 198.18.0.1) --veth-- root end: DPDK port 198.18.0.254
