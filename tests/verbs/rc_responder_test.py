@@ -124,6 +124,8 @@ SYNDROME_NAK_INVALID = 0x61    # NAK, invalid request
 
 PSN_MASK = 0xFFFFFF
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+SOL_UDP = 17                  # Linux <netinet/udp.h>
+UDP_GRO = 104                 # the socket takes segmentation batches whole
 MTU = 256
 
 # The static configuration the switch gets.
@@ -225,19 +227,26 @@ def junk_message(tag, length):
 # ---------------------------------------------------------------------------
 # ICRC, twice: scapy's and our own zlib over the masked pseudo-header.
 
-def icrc_scapy(src, dst, udp_payload):
+def icrc_scapy(src, dst, udp_payload, ip_id=0):
     """scapy's RoCEv2 ICRC of a UDP payload (BTH .. ICRC) sent src -> dst
-    (ip, port), with the canonical IPv4 header (identification 0, DF)."""
-    pkt = (IP(src=src[0], dst=dst[0], id=0, flags="DF")
+    (ip, port), with the canonical IPv4 header (identification `ip_id`, DF)."""
+    pkt = (IP(src=src[0], dst=dst[0], id=ip_id, flags="DF")
            / UDP(sport=src[1], dport=dst[1]) / BTH(udp_payload))
     pkt[BTH].icrc = None
     return raw(pkt)[-4:]
 
 
-def icrc_zlib(src, dst, udp_payload):
+def same_packet(a, b):
+    """A retransmission carries the same BTH, headers and payload; its ICRC
+    may differ, as its IPv4 header may (the identification of its place in a
+    segmentation batch), and verify() checked it against that header."""
+    return a.wire[:-4] == b.wire[:-4]
+
+
+def icrc_zlib(src, dst, udp_payload, ip_id=0):
     """The same, from the table of docs/protocol.md, with zlib only."""
     n = len(udp_payload)
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0xFF, 20 + 8 + n, 0, 0x4000, 0xFF,
+    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0xFF, 20 + 8 + n, ip_id, 0x4000, 0xFF,
                      17, 0xFFFF, socket.inet_aton(src[0]), socket.inet_aton(dst[0]))
     udp = struct.pack(">HHHH", src[1], dst[1], 8 + n, 0xFFFF)
     body = bytearray(udp_payload[:-4])
@@ -306,6 +315,12 @@ class Nic:
         # Kernel receive timestamps: the timing checks measure arrivals, not
         # when this process got around to reading them.
         self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+        # The switch sends packets that leave together as one UDP
+        # segmentation batch, whose segment i carries IPv4 identification i
+        # (a NIC sees it in the header): read batches whole (UDP_GRO), so
+        # that each packet's identification is its place in its batch.
+        self.sock.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
+        self.queued = []        # (segment, identification, src, time) of a batch
         self.addr = self.sock.getsockname()
         self.switch = None      # the switch's data address, once known
 
@@ -371,35 +386,43 @@ class Nic:
         """The next reply within `timeout` seconds (checked against the rules
         every reply follows), or None."""
         deadline = time.monotonic() + timeout
-        while True:
+        while not self.queued:
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
             self.sock.settimeout(left)
             try:
-                wire, ancillary, _, src = self.sock.recvmsg(65536, socket.CMSG_SPACE(16))
+                wire, ancillary, _, src = self.sock.recvmsg(
+                    65536, socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4))
             except socket.timeout:
                 return None
             t = time.time()
+            segment = len(wire)
             for level, kind, data in ancillary:
                 if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
                     sec, nsec = struct.unpack("qq", data[:16])
                     t = sec + nsec / 1e9
-            r = self.verify(wire, src, t)
-            debug(f"{self.name} <- {r.describe()}")
-            return r
+                if level == SOL_UDP and kind == UDP_GRO and len(data) >= 4:
+                    segment = struct.unpack("i", data[:4])[0] or len(wire)
+            for i, off in enumerate(range(0, max(len(wire), 1), segment)):
+                self.queued.append((wire[off:off + segment], i, src, t))
+        wire, ip_id, src, t = self.queued.pop(0)
+        r = self.verify(wire, src, t, ip_id)
+        debug(f"{self.name} <- {r.describe()}")
+        return r
 
-    def verify(self, wire, src, t):
+    def verify(self, wire, src, t, ip_id=0):
         who = f"NIC {self.name}: a reply"
         check(src == self.switch,
               f"{who} came from {src}, not the switch's data address {self.switch}")
         check(len(wire) >= 16 and len(wire) % 4 == 0,
               f"{who} of {len(wire)} bytes is not BTH + ICRC and a multiple of 4")
-        mine = icrc_scapy(src, self.addr, wire)
-        zl = icrc_zlib(src, self.addr, wire)
+        mine = icrc_scapy(src, self.addr, wire, ip_id)
+        zl = icrc_zlib(src, self.addr, wire, ip_id)
         check(mine == zl, f"internal: scapy's ICRC {mine.hex()} != zlib's {zl.hex()}")
         check(wire[-4:] == mine,
               f"{who} has ICRC {wire[-4:].hex()}, expected {mine.hex()} "
+              f"(identification {ip_id}) "
               f"(packet {wire.hex()})")
         r = Reply(wire, t)
         check(r.tver == 0, f"{who} has BTH.TVer {r.tver}")
@@ -857,7 +880,7 @@ class Test:
         r1 = a.expect("a retransmission of the result", timeout=T + 2.0)
         r2 = a.expect("a second retransmission of the result", timeout=2 * T + 2.0)
         for i, r in enumerate((r1, r2), 1):
-            check(r.wire == ra.wire,
+            check(same_packet(r, ra),
                   f"NIC A: retransmission {i} differs from the original:\n  {ra.wire.hex()}\n"
                   f"  {r.wire.hex()}")
         g1, g2 = r1.t - ra.t, r2.t - r1.t
@@ -907,7 +930,7 @@ class Test:
         late_acks, again = self.gather(b, 0, 2, "go-back-N after our NAK", timeout=T / 2)
         acks_b += late_acks
         for orig, r in zip(sends_b, again):
-            check(r.wire == orig.wire, f"NIC B: the resend of PSN 0x{orig.psn:06x} differs:\n"
+            check(same_packet(r, orig), f"NIC B: the resend of PSN 0x{orig.psn:06x} differs:\n"
                   f"  {orig.wire.hex()}\n  {r.wire.hex()}")
         say(f"  resent {(again[-1].t - t_nak) * 1000:.1f} ms after the NAK "
             f"(the ACK timeout is {ACK_TIMEOUT_MS} ms)")
@@ -956,7 +979,7 @@ class Test:
         r = b.expect("the resend after the RNR delay", timeout=delay + 2.0)
         waited = r.t - t_rnr
         say(f"  resent {waited * 1000:.1f} ms after the RNR NAK")
-        check(r.wire == rb.wire, f"NIC B: the resend after RNR differs:\n  {rb.wire.hex()}\n"
+        check(same_packet(r, rb), f"NIC B: the resend after RNR differs:\n  {rb.wire.hex()}\n"
               f"  {r.wire.hex()}")
         check(waited >= 0.9 * delay, f"NIC B: resent {waited * 1000:.1f} ms after an RNR NAK "
               f"asking for {RNR_TIMER_MS[RNR_CODE]} ms")
