@@ -33,25 +33,10 @@ bool InPlace(const CollectiveArgs& a) { return a.send == nullptr || a.send == a.
 
 }  // namespace
 
-Group::Group(GroupOwner* owner, GroupSetup setup)
-    : owner_(owner),
-      group_id_(setup.group_id),
-      group_rank_(setup.group_rank),
-      world_ranks_(std::move(setup.world_ranks)),
-      mode_(setup.engine != nullptr ? Mode::kFabric : Mode::kHost),
-      engine_(std::move(setup.engine)),
-      host_(std::move(setup.host)),
-      multicast_(setup.multicast),
-      description_(std::move(setup.description)) {}
-
 Group::~Group() {
   if (owner_ != nullptr) owner_->Forget(*this);
 }
 
-void Group::Orphan() {
-  owner_ = nullptr;
-  host_.reset();
-}
 
 absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   if (owner_ == nullptr) return absl::FailedPreconditionError("the context was finalized");

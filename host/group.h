@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,7 +71,16 @@ struct GroupSetup {
 class Group {
  public:
   // `owner` must outlive the group or call Orphan() first.
-  Group(GroupOwner* owner, GroupSetup setup);
+  Group(GroupOwner* owner, GroupSetup setup)
+      : owner_(owner),
+        group_id_(setup.group_id),
+        group_rank_(setup.group_rank),
+        world_ranks_(std::move(setup.world_ranks)),
+        mode_(setup.engine != nullptr ? Mode::kFabric : Mode::kHost),
+        engine_(std::move(setup.engine)),
+        host_(std::move(setup.host)),
+        multicast_(setup.multicast),
+        description_(std::move(setup.description)) {}
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -89,7 +99,10 @@ class Group {
   // The owner is going (a context finalized before its groups): releases
   // the host algorithms' queue pairs while the owner's endpoint still
   // exists; every later call fails with FailedPrecondition.
-  void Orphan();
+  void Orphan() {
+    owner_ = nullptr;
+    host_.reset();
+  }
 
   uint64_t group_id() const { return group_id_; }
   int rank() const { return group_rank_; }

@@ -7,9 +7,15 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
-#include "manager/yaml_util.h"
+#include "config/yaml_reader.h"
 
 namespace netfold::manager {
+
+using config::CheckKeys;
+using config::ParseYaml;
+using config::ReadString;
+using config::ReadTextFile;
+using config::ReadUint;
 namespace {
 
 constexpr uint32_t kMaxTier = 8;
