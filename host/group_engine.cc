@@ -198,9 +198,16 @@ void GroupEngine::OnMessage(const AggregationHeader& h, std::span<const uint8_t>
     return;
   }
   if (h.type == AggregationMessageType::kAbort) {
-    Fail(StatusFromResult(h.status == AggregationStatus::kOk ? AggregationStatus::kAborted
-                                                             : h.status,
-                          h.seq));
+    // A revocation aborts every operation at once and its message names none
+    // (its seq is 0): blaming "operation 0" would point at the wrong one. A
+    // stale-epoch abort answers one request and names it.
+    if (h.status == AggregationStatus::kOk || h.status == AggregationStatus::kAborted) {
+      Fail(absl::AbortedError(absl::StrFormat(
+          "group %d: the fabric aborted its operations: the group was revoked",
+          params_.group_id)));
+    } else {
+      Fail(StatusFromResult(h.status, h.seq));
+    }
     return;
   }
   if (h.type != AggregationMessageType::kResult) {

@@ -177,7 +177,11 @@ TEST_F(GroupEngineTest, AbortFailsEverythingPending) {
   h.status = AggregationStatus::kAborted;
   h.has_data = false;
   e.OnMessage(h, {});
-  EXPECT_EQ(ToErrorCode(e.Finish(op)), NETFOLD_ERR_ABORTED);
+  const absl::Status s = e.Finish(op);
+  EXPECT_EQ(ToErrorCode(s), NETFOLD_ERR_ABORTED);
+  // A revocation names no operation (the abort's seq is 0, whatever ran).
+  EXPECT_NE(s.message().find("revoked"), std::string_view::npos) << s;
+  EXPECT_EQ(s.message().find("operation 0"), std::string_view::npos) << s;
   EXPECT_EQ(e.Start({.collective = CollectiveType::kBarrier}).status().code(),
             absl::StatusCode::kFailedPrecondition);
 }

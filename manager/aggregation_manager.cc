@@ -50,6 +50,11 @@ absl::Status AggregationManager::Recover(const state::Snapshot& snapshot) {
   return RecoverFabricState(snapshot, &state_);
 }
 
+void AggregationManager::Serving() {
+  absl::MutexLock lock(&mu_);
+  RestartReregistrationGrace(&state_);
+}
+
 // ---------------------------------------------------------------------------
 // Switches
 

@@ -16,6 +16,7 @@
 //
 //   AggregationManager am(topo, options, RealClock(), &hub, journal.get());
 //   NETFOLD_RETURN_IF_ERROR(am.Recover(loaded_state));
+//   ... start the server ...;  am.Serving();
 //   // stream reader thread of a switch:
 //   am.RegisterSwitch(reg, session);  am.SwitchHeartbeat(...);
 //   // host RPCs:
@@ -75,8 +76,13 @@ class AggregationManager {
   // Rebuilds jobs, groups and links from durable state (once, before
   // serving), re-reserving their resources. Objects that no longer fit the
   // topology are dropped with a warning. Switches start UNKNOWN and get
-  // `switch_timeout` to re-register before their state is written off.
+  // max(switch_timeout, 2 x heartbeat_interval) from Serving() to
+  // re-register before their state is written off.
   absl::Status Recover(const state::Snapshot& snapshot);
+  // Called once the server accepts connections, before the first Tick: the
+  // switches' re-registration grace after Recover starts over from now
+  // (RestartReregistrationGrace).
+  void Serving();
 
   // Random per process; clients see it change when the manager restarted.
   uint64_t incarnation() const { return incarnation_; }

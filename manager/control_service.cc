@@ -516,6 +516,7 @@ absl::StatusOr<std::unique_ptr<ManagerServer>> ManagerServer::Start(AggregationM
         "cannot listen on %s (address in use or invalid?)", options.listen_address));
   }
 
+  am->Serving();  // switches can reach it from now on
   const ManagerOptions& mo = am->options();
   server->tick_ =
       std::max(absl::Milliseconds(10), std::min(mo.heartbeat_interval, mo.switch_timeout / 4));

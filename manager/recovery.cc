@@ -182,6 +182,10 @@ void RecoverGroup(const state::GroupRecord& rec, Rebuild& b) {
   state.groups[g.id] = std::move(g);
 }
 
+absl::Duration ReregistrationGrace(const FabricState& state) {
+  return std::max(state.options.switch_timeout, 2 * state.options.heartbeat_interval);
+}
+
 }  // namespace
 
 absl::Status RecoverFabricState(const state::Snapshot& snap, FabricState* state) {
@@ -199,9 +203,7 @@ absl::Status RecoverFabricState(const state::Snapshot& snap, FabricState* state)
   for (const state::GroupRecord& rec : snap.groups()) RecoverGroup(rec, b);
 
   state->records.StartIdsAt(b.next_job_id, b.next_group_id);
-  const ManagerOptions& options = state->options;
-  const absl::Duration grace = std::max(options.switch_timeout, 2 * options.heartbeat_interval);
-  for (int sw : b.holders) state->switches[sw].grace_until = b.now + grace;
+  for (int sw : b.holders) state->switches[sw].grace_until = b.now + ReregistrationGrace(*state);
 
   for (const state::JournalEntry& e : b.drops) NETFOLD_RETURN_IF_ERROR(state->records.Append(e));
   NETFOLD_RETURN_IF_ERROR(state->records.WriteSnapshot(state->Snapshot()));
@@ -209,6 +211,15 @@ absl::Status RecoverFabricState(const state::Snapshot& snap, FabricState* state)
                      << " groups, " << state->links.size() << " tree links; waiting for "
                      << b.holders.size() << " switches to re-register";
   return absl::OkStatus();
+}
+
+void RestartReregistrationGrace(FabricState* state) {
+  const absl::Duration until = state->clock.Now() + ReregistrationGrace(*state);
+  for (Switch& s : state->switches) {
+    if (s.state == SwitchState::kUnknown && s.grace_until > absl::ZeroDuration()) {
+      s.grace_until = until;
+    }
+  }
 }
 
 }  // namespace netfold::manager

@@ -404,11 +404,31 @@ void AggregationNode::SendResultDown(const AggregationHeader& result,
 void AggregationNode::HandleRepair(size_t child, const AggregationHeader& h) {
   Slot& slot = *slots_[h.seq % config_.num_slots];
   if (config_.has_parent) {
-    constexpr size_t kMaxPendingPerChild = 4;
-    if (pending_repairs_.size() >= config_.num_slots * config_.children.size() * kMaxPendingPerChild) {
-      pending_repairs_.erase(pending_repairs_.begin());
+    // A repair request for s proves every rank got result s - 2K: the rank
+    // asking posted s, so result s - K was computed, so every rank had
+    // posted s - K, so every rank had received s - 2K. This child's entries
+    // that old are stale (its ranks got those results some other way) and
+    // go; an entry it already has is kept once. So a child holds fewer
+    // than 4K entries and the bound below is never reached: the repairs of
+    // ranks waiting for results not computed yet (the root stays silent
+    // about those) cannot push out the entry of a rank whose result is on
+    // its way back.
+    const uint32_t c32 = static_cast<uint32_t>(child);
+    const uint64_t two_k = 2 * static_cast<uint64_t>(config_.num_slots);
+    bool known = false;
+    std::erase_if(pending_repairs_, [&](const std::pair<uint64_t, uint32_t>& e) {
+      if (e.second != c32) return false;
+      known = known || e.first == h.seq;
+      return e.first + two_k <= h.seq;
+    });
+    if (!known) {
+      constexpr size_t kMaxPendingPerChild = 4;
+      if (pending_repairs_.size() >=
+          config_.num_slots * config_.children.size() * kMaxPendingPerChild) {
+        pending_repairs_.erase(pending_repairs_.begin());
+      }
+      pending_repairs_.emplace_back(h.seq, c32);
     }
-    pending_repairs_.emplace_back(h.seq, static_cast<uint32_t>(child));
     AggregationHeader up = h;
     up.has_data = false;
     std::span<const uint8_t> msg = Frame(scratch_, up, 0);

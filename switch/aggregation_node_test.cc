@@ -722,6 +722,59 @@ TEST_F(NodeValidation, RepairIsAnsweredUntilTheSlotIsReused) {
   EXPECT_EQ(gone.seq, 0u);
 }
 
+// Below the root, a repaired result comes back from the parent to the
+// children that asked. Ranks waiting for results not computed yet (behind
+// the rank that lost one) keep asking too, and the root stays silent about
+// those: their requests must not push out the request of the rank whose
+// result is on its way, or that rank waits for its next repair (up to a
+// second later) and, after a few such losses, past its deadline. Child 2
+// is a switch over ranks 2 and 3, one window apart: rank 3 lost result 0
+// while rank 2 already asks about 2 and 3.
+TEST(AggregationNodeRepair, ARelayedRepairReachesTheChildThatAskedWhateverOthersAskMeanwhile) {
+  FakeClock clock;
+  Recorder out;
+  AggregationNodeConfig config{.tree_id = 1, .group_id = 2, .epoch = 3, .num_slots = 2,
+                               .slot_bytes = 64,
+                               .children = {{{0}}, {{1}}, {{2, 3}}},
+                               .has_parent = true};
+  std::unique_ptr<AggregationNode> node = std::move(*AggregationNode::Create(config, &out, clock));
+  for (uint64_t seq : {0u, 1u}) {
+    for (size_t c = 0; c < 3; ++c) {
+      const AggregationHeader h = Header(seq);
+      const Bytes data(proto::AggregationPayloadSize(h), static_cast<uint8_t>(c + 1));
+      node->OnChildMessage(c, h, data);
+    }
+  }
+  ASSERT_EQ(out.to_parent.size(), 2u);
+  auto repair = [&](size_t child, uint64_t seq) {
+    AggregationHeader r = Header(seq);
+    r.type = AggregationMessageType::kRepairRequest;
+    r.has_data = false;
+    node->OnChildMessage(child, r, {});
+  };
+  repair(2, 0);
+  repair(2, 0);  // asked again: still one answer
+  // Far more requests for 2 and 3 (not computed yet) than the node keeps.
+  for (int i = 0; i < 20; ++i) {
+    for (size_t c = 0; c < 3; ++c) {
+      repair(c, 2);
+      repair(c, 3);
+    }
+  }
+  EXPECT_EQ(out.to_parent.size(), 2u + 2u + 120u) << "every request goes up";
+  AggregationHeader result = Header(0);
+  result.type = AggregationMessageType::kResult;
+  const Bytes data(proto::AggregationPayloadSize(result), 0x06);
+  node->OnParentMessage(result, data);
+  ASSERT_EQ(out.to_child[2].size(), 1u);
+  EXPECT_EQ(Parse(out.to_child[2][0]).seq, 0u);
+  EXPECT_EQ(Parse(out.to_child[2][0]).type, AggregationMessageType::kResult);
+  EXPECT_TRUE(out.to_child[0].empty());
+  EXPECT_TRUE(out.to_child[1].empty());
+  EXPECT_EQ(node->counters().Drops(NodeDropReason::kUnexpectedResult), 0u);
+  EXPECT_EQ(node->counters().results_relayed, 1u);
+}
+
 TEST_F(NodeValidation, ResultFromAChildAndMessagesForOtherGroupsAreDropped) {
   AggregationHeader r = Header(0);
   r.type = AggregationMessageType::kResult;

@@ -137,6 +137,11 @@ absl::StatusOr<QpCreated> SwitchDataPlane::CreateQp(const QpRequest& request) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   qp->local_psn = request.psn ? *request.psn : static_cast<uint32_t>((z ^ (z >> 31)) & 0xffffff);
   const QpCreated created{rc->qpn(), qp->local_psn};
+  qps_in_order_.insert(std::upper_bound(qps_in_order_.begin(), qps_in_order_.end(), qp.get(),
+                                        [](const Qp* a, const Qp* b) {
+                                          return a->rc->qpn() < b->rc->qpn();
+                                        }),
+                       qp.get());
   qps_[rc->qpn()] = std::move(qp);
   if (request.job_id != 0) ++usage_[request.job_id].qps;
   if (request.remote) {
@@ -184,6 +189,7 @@ absl::Status SwitchDataPlane::DestroyQp(uint32_t qpn) {
   }
   const uint64_t job = it->second->job_id;
   if (job != 0 && usage_[job].qps > 0) --usage_[job].qps;
+  qps_in_order_.erase(std::find(qps_in_order_.begin(), qps_in_order_.end(), it->second.get()));
   qps_.erase(it);
   with_backlog_.erase(std::remove(with_backlog_.begin(), with_backlog_.end(), qpn),
                       with_backlog_.end());
@@ -417,7 +423,8 @@ void SwitchDataPlane::HandleMessage(Qp& qp, std::span<const uint8_t> message) {
 }
 
 void SwitchDataPlane::CheckQpErrors() {
-  for (auto& [qpn, qp] : qps_) {
+  for (Qp* qp : qps_in_order_) {
+    const uint32_t qpn = qp->rc->qpn();
     if (qp->rc->state() == QpState::kError && !qp->failure_reported) {
       qp->failure_reported = true;
       qp->backlog.clear();
@@ -431,7 +438,7 @@ void SwitchDataPlane::CheckQpErrors() {
 
 void SwitchDataPlane::RunOnce(absl::Duration timeout) {
   endpoint_.Progress(timeout);
-  for (auto& [qpn, qp] : qps_) {
+  for (Qp* qp : qps_in_order_) {
     transport::RecvMessage m;
     while (qp->rc->PeekRecv(&m)) {
       HandleMessage(*qp, m.data);
@@ -478,7 +485,7 @@ void SwitchDataPlane::ForEachNode(
 
 void SwitchDataPlane::ForEachQp(
     const std::function<void(const std::string&, const transport::RcQueuePair&)>& fn) const {
-  for (const auto& [qpn, qp] : qps_) fn(qp->peer, *qp->rc);
+  for (const Qp* qp : qps_in_order_) fn(qp->peer, *qp->rc);
 }
 
 uint64_t SwitchDataPlane::QpJobId(uint32_t qpn) const {

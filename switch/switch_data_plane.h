@@ -221,6 +221,11 @@ class SwitchDataPlane {
   const Clock& clock_;
   transport::RoceEndpoint endpoint_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_;
+  // The same QPs sorted by QPN. Every pass over all of them (receiving,
+  // error checks) goes in this order, never in hash order: messages are
+  // handled, and so answered, in the same order in every process, so that
+  // seeded link faults hit the same packets in every run.
+  std::vector<Qp*> qps_in_order_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Group>> groups_;
   absl::flat_hash_map<uint64_t, JobQuota> quotas_;
   struct JobUsage {

@@ -11,6 +11,20 @@ namespace netfold::transport {
 namespace {
 // Segments of one UDP GSO send carry identifications 0..63 (udp_port.cc).
 constexpr uint16_t kMaxSegmentIdentification = 64;
+
+template <typename Qp>
+void InsertInQpnOrder(std::vector<Qp*>& qps, Qp* qp) {
+  qps.insert(std::upper_bound(qps.begin(), qps.end(), qp,
+                              [](const Qp* a, const Qp* b) { return a->qpn() < b->qpn(); }),
+             qp);
+}
+
+template <typename Qp>
+void EraseFromQpnOrder(std::vector<Qp*>& qps, uint32_t qpn) {
+  qps.erase(std::remove_if(qps.begin(), qps.end(), [qpn](const Qp* q) { return q->qpn() == qpn; }),
+            qps.end());
+}
+
 }  // namespace
 
 RoceEndpoint::RoceEndpoint(std::unique_ptr<Port> port, const Clock& clock,
@@ -24,6 +38,8 @@ RoceEndpoint::RoceEndpoint(std::unique_ptr<Port> port, const Clock& clock,
 
 RoceEndpoint::~RoceEndpoint() {
   // QPs hold packet buffers of the port's pool: destroy them before the port.
+  rc_in_order_.clear();
+  ud_in_order_.clear();
   ud_qps_.clear();
   rc_qps_.clear();
   PacketPool::FreeBurst(tx_);
@@ -56,6 +72,7 @@ absl::StatusOr<RcQueuePair*> RoceEndpoint::CreateRcQp(const RcQpConfig& config) 
   auto qp = std::make_unique<RcQueuePair>(qpn, config, clock_);
   RcQueuePair* raw = qp.get();
   rc_qps_[qpn] = std::move(qp);
+  InsertInQpnOrder(rc_in_order_, raw);
   return raw;
 }
 
@@ -73,6 +90,7 @@ absl::StatusOr<RcQueuePair*> RoceEndpoint::CreateRcQpWithQpn(uint32_t qpn,
   auto qp = std::make_unique<RcQueuePair>(qpn, config, clock_);
   RcQueuePair* raw = qp.get();
   rc_qps_[qpn] = std::move(qp);
+  InsertInQpnOrder(rc_in_order_, raw);
   return raw;
 }
 
@@ -81,17 +99,23 @@ absl::StatusOr<UdQueuePair*> RoceEndpoint::CreateUdQp(const UdQpConfig& config) 
   auto qp = std::make_unique<UdQueuePair>(qpn, config, &port_->pool(), port_->local());
   UdQueuePair* raw = qp.get();
   ud_qps_[qpn] = std::move(qp);
+  InsertInQpnOrder(ud_in_order_, raw);
   return raw;
 }
 
 absl::Status RoceEndpoint::DestroyQp(uint32_t qpn) {
-  if (rc_qps_.erase(qpn) > 0) return absl::OkStatus();
+  if (rc_qps_.contains(qpn)) {
+    EraseFromQpnOrder(rc_in_order_, qpn);
+    rc_qps_.erase(qpn);
+    return absl::OkStatus();
+  }
   if (ud_qps_.contains(qpn)) {
     std::vector<Ipv4Endpoint> joined;
     for (const auto& [group, members] : groups_) {
       if (std::find(members.begin(), members.end(), qpn) != members.end()) joined.push_back(group);
     }
     for (const Ipv4Endpoint& g : joined) NETFOLD_RETURN_IF_ERROR(DetachMulticast(qpn, g));
+    EraseFromQpnOrder(ud_in_order_, qpn);
     ud_qps_.erase(qpn);
     return absl::OkStatus();
   }
@@ -260,12 +284,12 @@ void RoceEndpoint::SendDue() {
   // and one burst for all connections instead of one per connection.
   const int64_t now = clock_.NowNanos();
   bool ack_due = false;
-  for (auto& [qpn, qp] : rc_qps_) ack_due = ack_due || qp->AckDue(now);
-  for (auto& [qpn, qp] : rc_qps_) {
+  for (RcQueuePair* qp : rc_in_order_) ack_due = ack_due || qp->AckDue(now);
+  for (RcQueuePair* qp : rc_in_order_) {
     if (ack_due) qp->ExpediteAck(now);
     if (qp->HasWork(now)) qp->Poll(local, sink);
   }
-  for (auto& [qpn, qp] : ud_qps_) {
+  for (UdQueuePair* qp : ud_in_order_) {
     if (qp->HasWork()) qp->Poll(&tx_);
   }
   if (tx_.empty()) return;
@@ -281,10 +305,10 @@ void RoceEndpoint::SendDue() {
 
 std::optional<int64_t> RoceEndpoint::NextTimerNs() const {
   std::optional<int64_t> next;
-  for (const auto& [qpn, qp] : rc_qps_) {
+  for (const RcQueuePair* qp : rc_in_order_) {
     if (auto t = qp->NextTimerNs()) next = next ? std::min(*next, *t) : *t;
   }
-  for (const auto& [qpn, qp] : ud_qps_) {
+  for (const UdQueuePair* qp : ud_in_order_) {
     if (qp->HasWork()) return clock_.NowNanos();
   }
   return next;

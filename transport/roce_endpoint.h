@@ -19,6 +19,11 @@
 // ACKs (RcQpConfig::ack_delay) send them together: when one is due, every
 // waiting ACK goes in the same burst.
 //
+// Determinism: QPs are polled in QPN order, never in hash-table order, so
+// the packets of a pass leave in the same order in every process; a seeded
+// impairment stage (link_impairment.h) then drops the same packets in every
+// run, as the same seed promises.
+//
 // Thread-safety: an endpoint and its QPs belong to one thread. Counters may
 // be read from any thread.
 #ifndef NETFOLD_TRANSPORT_ROCE_ENDPOINT_H_
@@ -137,6 +142,10 @@ class RoceEndpoint {
   uint32_t next_qpn_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<RcQueuePair>> rc_qps_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<UdQueuePair>> ud_qps_;
+  // The same QPs sorted by QPN: every pass over all of them goes in this
+  // order (see "Determinism" above); the maps serve lookups.
+  std::vector<RcQueuePair*> rc_in_order_;
+  std::vector<UdQueuePair*> ud_in_order_;
   absl::flat_hash_map<Ipv4Endpoint, std::vector<uint32_t>> groups_;
   std::vector<PacketBuffer*> rx_;
   std::vector<PacketBuffer*> tx_;

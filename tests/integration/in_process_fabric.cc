@@ -135,7 +135,13 @@ InProcessFabric::InProcessFabric(const TreeShape& shape, const FabricOptions& op
     node.port = make_port({0x0a000100u + static_cast<uint32_t>(s), 4791});
     sw::SwitchConfig config;
     config.name = absl::StrFormat("s%d", s);
+    // Every RC timeout 1 ms, toward hosts too: the simulated hosts run every
+    // step and never stop acknowledging, so the long timeout a switch keeps
+    // for hosts busy outside netfold calls (host_ack_timeout) has nothing to
+    // wait for here; it would only turn each lost packet toward a host into
+    // a stall of 64 ms to 4 s.
     config.ack_timeout = absl::Milliseconds(1);
+    config.host_ack_timeout = absl::Milliseconds(1);
     config.psn_seed = options.seed * 100 + static_cast<uint64_t>(s) + 1;
     node.plane = std::make_unique<sw::SwitchDataPlane>(std::unique_ptr<transport::Port>(node.port),
                                                        clock_, config);
