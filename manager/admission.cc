@@ -133,7 +133,15 @@ absl::Status CheckJobRequest(const FabricState& state, const control::CreateJobR
   *quota = req.quota();
   if (quota->max_groups() == 0) quota->set_max_groups(lim.default_groups_per_job);
   if (quota->num_slots() == 0) quota->set_num_slots(lim.default_slots_per_group);
-  if (quota->slot_bytes() == 0) quota->set_slot_bytes(lim.default_slot_bytes);
+  if (quota->slot_bytes() == 0) {
+    // Left to the manager: the default, but no larger than every switch
+    // holds, so that a topology of small slots still gets groups.
+    uint32_t fits = lim.default_slot_bytes;
+    for (int s = 0; s < topo.num_switches(); ++s) {
+      fits = std::min(fits, topo.switch_at(s).capacity.slot_bytes);
+    }
+    quota->set_slot_bytes(std::max<uint32_t>(fits, 1));
+  }
   if (quota->max_groups() > lim.max_groups_per_job) {
     shortfalls->push_back(
         QuotaShortfall(absl::StrFormat("max_groups %d exceeds the per-job limit of %d",

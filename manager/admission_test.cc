@@ -195,6 +195,29 @@ TEST_F(ManagerTest, JobQuotaAndPolicyLimits) {
   EXPECT_NE(s.message().find("num_slots 16 exceeds the per-group limit of 8"), std::string::npos);
 }
 
+TEST_F(ManagerTest, UnsetSlotBytesFitTheSmallestSwitch) {
+  absl::StatusOr<Topology> t = Topology::Parse(
+      "name: small\n"
+      "defaults: {capacity: {trees: 4, groups: 4, slots: 64, slot_bytes: 1024, qps: 8}}\n"
+      "switches:\n"
+      "  - {name: s0, tier: 0}\n"
+      "hosts:\n"
+      "  - {name: h0, switch: s0}\n");
+  ASSERT_TRUE(t.ok()) << t.status();
+  StartOn(*std::move(t));
+  RegisterAll();
+  control::CreateJobResponse job = CreateJob({"h0"});
+  EXPECT_EQ(job.quota().slot_bytes(), 1024u);  // not the default 4032
+  EXPECT_EQ(job.quota().num_slots(), 32u);
+  control::JobQuota quota;
+  quota.set_slot_bytes(2048);  // asked for: refused, not lowered
+  control::CreateJobRequest req;
+  req.set_protocol_version(control::PROTOCOL_VERSION_CURRENT);
+  req.add_ranks()->set_host("h0");
+  *req.mutable_quota() = quota;
+  EXPECT_EQ(am_->CreateJob(req).status().code(), absl::StatusCode::kResourceExhausted);
+}
+
 TEST_F(ManagerTest, RegistrationIsChecked) {
   ManagerOptions options;
   options.switch_secret = "s3cret";

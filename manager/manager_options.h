@@ -26,9 +26,13 @@ struct JobLimits {
   uint32_t max_groups_per_job = 256;
   uint32_t default_groups_per_job = 16;
   uint32_t max_slots_per_group = 64;
-  uint32_t default_slots_per_group = 4;
+  // What a job gets when it asks for nothing: K and P that keep a 4096-byte
+  // path busy (docs/performance.md; issue 22). P is the largest payload a
+  // multicast result carries in a 4096-byte RoCE MTU, lowered to the
+  // topology's smallest slot when a switch offers less.
+  uint32_t default_slots_per_group = 32;
   uint32_t max_slot_bytes = 65536;
-  uint32_t default_slot_bytes = 1024;
+  uint32_t default_slot_bytes = 4032;
 };
 
 struct ManagerOptions {

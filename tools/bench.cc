@@ -135,8 +135,6 @@ int RunBench(const BenchOptions& o) {
               HumanSize(sizes.back()).c_str(), o.seconds_per_size, sysconf(_SC_NPROCESSORS_ONLN));
   LocalFabricOptions fo;
   fo.hosts = max_ranks;
-  fo.default_slot_bytes = 4032;
-  fo.default_slots = 32;
   fo.switch_poll_us = o.poll_us;
   auto fabric = LocalFabric::Start(fo);
   if (!fabric.ok()) {

@@ -351,8 +351,6 @@ int RunDemo(const DemoOptions& options) {
   LocalFabricOptions fo;
   fo.hosts = options.hosts;
   fo.log_level = options.log_level;
-  fo.default_slot_bytes = 4032;
-  fo.default_slots = 16;
   if (options.faults) {
     fo.link_faults = absl::StrFormat("default/both/%s,seed=%d", kFaults, options.seed);
   }

@@ -40,7 +40,10 @@ class ManagerTest : public testing::Test {
   void Start(const std::string& file, ManagerOptions options = {}) {
     absl::StatusOr<Topology> t = LoadExampleTopology(file);
     ASSERT_TRUE(t.ok()) << t.status();
-    topo_ = std::make_unique<Topology>(*std::move(t));
+    StartOn(*std::move(t), options);
+  }
+  void StartOn(Topology topology, ManagerOptions options = {}) {
+    topo_ = std::make_unique<Topology>(std::move(topology));
     fabric_ = std::make_unique<FakeFabric>(*topo_);
     options_ = options;
     StartManager();
