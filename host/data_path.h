@@ -77,8 +77,9 @@ class DataPath {
  private:
   struct LeafSender : RequestSender {
     LeafLink* link = nullptr;
-    absl::Status SendRequest(std::span<const uint8_t> message) override {
-      return link->PostRequest(message);
+    absl::Status SendRequest(std::span<const uint8_t> header,
+                             std::span<const uint8_t> elements) override {
+      return link->PostRequest(header, elements);
     }
   };
   struct Failure {

@@ -116,8 +116,9 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
   return id;
 }
 
-std::vector<uint8_t> GroupEngine::BuildRequest(const Op& op, size_t chunk, uint64_t seq,
-                                               AggregationMessageType type) const {
+std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size_t chunk,
+                                                             uint64_t seq,
+                                                             AggregationMessageType type) const {
   const CollectiveArgs& a = op.args;
   AggregationHeader h;
   h.type = type;
@@ -146,31 +147,32 @@ std::vector<uint8_t> GroupEngine::BuildRequest(const Op& op, size_t chunk, uint6
                         a.collective == CollectiveType::kReduce ||
                         (a.collective == CollectiveType::kBcast && a.root == params_.rank));
   h.has_data = carries;
-  std::vector<uint8_t> msg(proto::kAggregationHeaderSize + (carries ? n * op.elem_size : 0));
-  std::span<const uint8_t> data;
-  if (carries) data = {static_cast<const uint8_t*>(a.send) + first * op.elem_size, n * op.elem_size};
-  auto written = proto::EncodeAggregationMessage(h, data, msg);
+  Request r;
+  if (carries) {
+    r.elements = {static_cast<const uint8_t*>(a.send) + first * op.elem_size, n * op.elem_size};
+  }
+  auto written = proto::EncodeAggregationHeader(h, r.header);
   if (!written.ok()) {
     NETFOLD_LOG(kError) << "group engine built an invalid request: " << written.status();
-    msg.clear();
+    return std::nullopt;
   }
-  return msg;
+  return r;
 }
 
 bool GroupEngine::PostNextChunk() {
-  if (queue_.empty() || !pending_request_.empty()) return false;
+  if (queue_.empty() || pending_request_.has_value()) return false;
   if (next_seq_ >= low_seq_ + params_.num_slots) return false;
   Op& op = *queue_.front();
   const size_t chunk = op.chunks_posted;
   const uint64_t seq = next_seq_;
-  std::vector<uint8_t> msg = BuildRequest(op, chunk, seq, AggregationMessageType::kRequest);
-  if (msg.empty()) {
+  std::optional<Request> request = BuildRequest(op, chunk, seq, AggregationMessageType::kRequest);
+  if (!request.has_value()) {
     Fail(absl::InternalError("could not encode a request"));
     return false;
   }
-  absl::Status s = sender_->SendRequest(msg);
+  absl::Status s = Send(*request);
   if (absl::IsResourceExhausted(s)) {
-    pending_request_ = std::move(msg);  // committed: retried first on the next Poll
+    pending_request_ = *request;  // committed: retried first on the next Poll
   } else if (!s.ok()) {
     Fail(s);
     return false;
@@ -187,9 +189,9 @@ bool GroupEngine::PostNextChunk() {
   ++next_seq_;
   ++op.chunks_posted;
   ++stats_.chunks_posted;
-  stats_.bytes_sent += msg.size() - proto::kAggregationHeaderSize;
+  stats_.bytes_sent += request->elements.size();
   if (op.chunks_posted == op.num_chunks) queue_.pop_front();
-  return pending_request_.empty();
+  return !pending_request_.has_value();
 }
 
 void GroupEngine::OnMessage(const AggregationHeader& h, std::span<const uint8_t> elements) {
@@ -276,14 +278,14 @@ void GroupEngine::FinishOpIfDone(Op& op) {
 
 void GroupEngine::Poll() {
   if (!failure_.ok()) return;
-  if (!pending_request_.empty()) {
-    absl::Status s = sender_->SendRequest(pending_request_);
+  if (pending_request_.has_value()) {
+    absl::Status s = Send(*pending_request_);
     if (absl::IsResourceExhausted(s)) return;
     if (!s.ok()) {
       Fail(s);
       return;
     }
-    pending_request_.clear();
+    pending_request_.reset();
   }
   while (PostNextChunk()) {
   }
@@ -298,9 +300,10 @@ void GroupEngine::Poll() {
       slot.repair_at_ns = INT64_MAX;
       continue;
     }
-    std::vector<uint8_t> msg =
+    std::optional<Request> repair =
         BuildRequest(*slot.op, slot.chunk, slot.seq, AggregationMessageType::kRepairRequest);
-    absl::Status s = sender_->SendRequest(msg);
+    absl::Status s = repair.has_value() ? Send(*repair)
+                                        : absl::InternalError("could not encode a repair request");
     if (!s.ok() && !absl::IsResourceExhausted(s)) {
       Fail(s);
       return;
@@ -324,7 +327,7 @@ void GroupEngine::Poll() {
 std::optional<int64_t> GroupEngine::NextTimerNs() const {
   if (!failure_.ok()) return std::nullopt;
   const int64_t now = clock_.NowNanos();
-  if (!pending_request_.empty()) return now;
+  if (pending_request_.has_value()) return now;
   if (!queue_.empty() && next_seq_ < low_seq_ + params_.num_slots) return now;
   std::optional<int64_t> next;
   auto consider = [&](int64_t t) { next = next ? std::min(*next, t) : t; };
@@ -375,7 +378,7 @@ void GroupEngine::Fail(absl::Status why) {
   }
   queue_.clear();
   for (InFlight& slot : window_) slot = InFlight{};
-  pending_request_.clear();
+  pending_request_.reset();
 }
 
 bool GroupEngine::idle() const { return queue_.empty() && low_seq_ == next_seq_; }

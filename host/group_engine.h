@@ -22,6 +22,7 @@
 #ifndef NETFOLD_HOST_GROUP_ENGINE_H_
 #define NETFOLD_HOST_GROUP_ENGINE_H_
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -53,13 +54,16 @@ struct GroupParams {
   absl::Duration op_timeout = absl::Seconds(30);
 };
 
-// Sends a request (or repair request) message to the leaf switch over RC.
-// Returns ResourceExhausted if the send queue is full (the engine retries on
-// the next Poll); any other error fails the group.
+// Sends a request (or repair request) message to the leaf switch over RC:
+// the 40-byte header, then the elements (straight from the caller's send
+// buffer; copied before SendRequest returns). Returns ResourceExhausted if
+// the send queue is full (the engine retries on the next Poll); any other
+// error fails the group.
 class RequestSender {
  public:
   virtual ~RequestSender() = default;
-  virtual absl::Status SendRequest(std::span<const uint8_t> message) = 0;
+  virtual absl::Status SendRequest(std::span<const uint8_t> header,
+                                   std::span<const uint8_t> elements) = 0;
 };
 
 struct CollectiveArgs {
@@ -148,9 +152,17 @@ class GroupEngine {
     absl::Duration repair_backoff;
   };
 
+  // A request as it goes to the sender: the header, and the elements where
+  // they are in the caller's send buffer (valid while the op lives).
+  struct Request {
+    std::array<uint8_t, proto::kAggregationHeaderSize> header;
+    std::span<const uint8_t> elements;
+  };
+
   bool PostNextChunk();
-  std::vector<uint8_t> BuildRequest(const Op& op, size_t chunk, uint64_t seq,
-                                    proto::AggregationMessageType type) const;
+  std::optional<Request> BuildRequest(const Op& op, size_t chunk, uint64_t seq,
+                                      proto::AggregationMessageType type) const;
+  absl::Status Send(const Request& r) { return sender_->SendRequest(r.header, r.elements); }
   void CompleteChunk(InFlight& slot, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
   void FinishOpIfDone(Op& op);
@@ -166,7 +178,7 @@ class GroupEngine {
   std::deque<Op*> queue_;                    // started, not all chunks posted yet
   std::map<OpId, std::unique_ptr<Op>> ops_;  // every op not yet finished (owner)
   std::vector<InFlight> window_;           // K entries, indexed by seq mod K
-  std::vector<uint8_t> pending_request_;   // a request the sender refused, to retry
+  std::optional<Request> pending_request_;  // a request the sender refused, to retry
   GroupEngineStats stats_;
 };
 

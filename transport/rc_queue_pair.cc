@@ -145,6 +145,14 @@ void RcQueuePair::EnterError(absl::Status why) {
 
 absl::Status RcQueuePair::PostSend(std::span<const uint8_t> message, uint64_t wr_id,
                                    std::optional<uint32_t> imm) {
+  const std::span<const uint8_t> one[] = {message};
+  return PostSendGather(one, wr_id, imm);
+}
+
+absl::Status RcQueuePair::PostSendGather(std::span<const std::span<const uint8_t>> pieces,
+                                         uint64_t wr_id, std::optional<uint32_t> imm) {
+  size_t size = 0;
+  for (std::span<const uint8_t> piece : pieces) size += piece.size();
   if (state_ != QpState::kRts) {
     if (state_ == QpState::kError) {
       return absl::FailedPreconditionError(
@@ -153,18 +161,16 @@ absl::Status RcQueuePair::PostSend(std::span<const uint8_t> message, uint64_t wr
     return absl::FailedPreconditionError(
         absl::StrFormat("QP 0x%06x is in %s; sending needs RTS", qpn_, QpStateName(state_)));
   }
-  if (message.size() > config_.max_message_size) {
+  if (size > config_.max_message_size) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "message of %d bytes exceeds the QP's limit of %d", message.size(),
-        config_.max_message_size));
+        "message of %d bytes exceeds the QP's limit of %d", size, config_.max_message_size));
   }
   if (sq_.size() >= config_.max_send_queue) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "send queue of QP 0x%06x is full (%d messages)", qpn_, config_.max_send_queue));
   }
   const uint32_t mtu = attrs_.path_mtu;
-  const uint32_t packets =
-      message.empty() ? 1 : static_cast<uint32_t>((message.size() + mtu - 1) / mtu);
+  const uint32_t packets = size == 0 ? 1 : static_cast<uint32_t>((size + mtu - 1) / mtu);
   // Never let the PSNs in flight span half the PSN space.
   if (static_cast<uint64_t>(PsnDiff(next_post_psn_, una_psn_)) + packets >= proto::kPsnHalfRange) {
     return absl::ResourceExhaustedError("too many packets queued on the QP");
@@ -178,7 +184,10 @@ absl::Status RcQueuePair::PostSend(std::span<const uint8_t> message, uint64_t wr
     w = wqe_storage_.back().get();
   }
   w->wr_id = wr_id;
-  w->data.assign(message.begin(), message.end());
+  w->data.clear();  // keeps its capacity: the steady state allocates nothing
+  for (std::span<const uint8_t> piece : pieces) {
+    w->data.insert(w->data.end(), piece.begin(), piece.end());
+  }
   w->imm = imm;
   w->first_psn = next_post_psn_;
   w->num_packets = packets;

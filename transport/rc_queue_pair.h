@@ -151,6 +151,10 @@ class RcQueuePair {
   // over max_message_size.
   absl::Status PostSend(std::span<const uint8_t> message, uint64_t wr_id,
                         std::optional<uint32_t> imm = std::nullopt);
+  // The same for a message gathered from `pieces` in order (a verbs
+  // scatter/gather list): copied once, straight into the QP's buffer.
+  absl::Status PostSendGather(std::span<const std::span<const uint8_t>> pieces, uint64_t wr_id,
+                              std::optional<uint32_t> imm = std::nullopt);
 
   // Handles a packet the endpoint parsed and addressed to this QP. `from` is
   // the datagram's source. `packet` stays owned by the caller.

@@ -331,6 +331,12 @@ void RoceEndpoint::Flush() {
 }
 
 size_t RoceEndpoint::Progress(absl::Duration timeout) {
+  const size_t n = Receive(timeout);
+  SendDue();
+  return n;
+}
+
+size_t RoceEndpoint::Receive(absl::Duration timeout) {
   const size_t n = ReceiveIfTimerDue();
   SendDue();
   absl::Duration wait = n > 0 ? absl::ZeroDuration() : timeout;
@@ -339,7 +345,6 @@ size_t RoceEndpoint::Progress(absl::Duration timeout) {
   }
   const size_t m = port_->RecvBurst(rx_, wait);
   for (size_t i = 0; i < m; ++i) Dispatch(rx_[i]);
-  SendDue();
   return n + m;
 }
 

@@ -111,6 +111,11 @@ class RoceEndpoint {
   // hands every packet to its QP, then sends what the QPs have to send.
   // Returns the number of packets received.
   size_t Progress(absl::Duration timeout);
+  // Progress() without its last step: what the received packets call for
+  // (ACKs, NAKs) waits for the caller's Flush(), to leave in one burst with
+  // what the caller sends in answer to the messages (one system call
+  // instead of two). For owners that always Flush after handling messages.
+  size_t Receive(absl::Duration timeout);
   // Sends what the QPs have to send. Receives only if a QP timer is due
   // (packets that arrived while the owner was away are read before a
   // retransmission timer fires), without waiting.

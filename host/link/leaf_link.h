@@ -11,7 +11,7 @@
 //   link->Connect({.remote = switch_end, .remote_qpn = ..., .rq_psn = ...,
 //                  .sq_psn = psn, .pkey = job_pkey, .qkey = job_qkey});
 //   link->AttachMulticast(group_address);
-//   link->PostRequest(message);                    // ResourceExhausted: try later
+//   link->PostRequest(header, elements);           // ResourceExhausted: try later
 //   link->Progress(timeout, [&](std::span<const uint8_t> m) { ... });
 //
 // Thread-safety: a link belongs to the thread that drives its context;
@@ -70,10 +70,11 @@ class LeafLink {
   // Brings the RC QP through INIT and RTR to RTS toward the switch, and
   // creates the UD QP for the job's Q_Key and P_Key. Once only.
   virtual absl::Status Connect(const LeafPeer& peer) = 0;
-  // Queues one request message (copied). ResourceExhausted when the send
-  // queue is full (call again after Progress); Unavailable once the
-  // connection failed.
-  virtual absl::Status PostRequest(std::span<const uint8_t> message) = 0;
+  // Queues one request message: `header` then `elements` (copied, once,
+  // into the link's send buffer). ResourceExhausted when the send queue is
+  // full (call again after Progress); Unavailable once the connection failed.
+  virtual absl::Status PostRequest(std::span<const uint8_t> header,
+                                   std::span<const uint8_t> elements) = 0;
   // Receive results sent to `group` (an IPv4 multicast address with the
   // RoCEv2 port); Detach is best-effort.
   virtual absl::Status AttachMulticast(const transport::Ipv4Endpoint& group) = 0;
@@ -83,6 +84,9 @@ class LeafLink {
   virtual void Flush() = 0;
   // Waits at most `timeout` for traffic, then hands every received message
   // (RC or multicast) to `deliver`; the span is valid during the call only.
+  // The link may hold their acknowledgments for the next Flush, which the
+  // caller makes after posting what the messages called for: both leave in
+  // one burst.
   virtual void Progress(absl::Duration timeout,
                         absl::FunctionRef<void(std::span<const uint8_t>)> deliver) = 0;
   // Makes a Progress waiting in another thread return soon (or the next

@@ -46,8 +46,10 @@ absl::Status SoftLeafLink::Connect(const LeafPeer& peer) {
   return absl::OkStatus();
 }
 
-absl::Status SoftLeafLink::PostRequest(std::span<const uint8_t> message) {
-  return rc_->PostSend(message, 0);
+absl::Status SoftLeafLink::PostRequest(std::span<const uint8_t> header,
+                                       std::span<const uint8_t> elements) {
+  const std::span<const uint8_t> pieces[] = {header, elements};
+  return rc_->PostSendGather(pieces, 0);
 }
 
 absl::Status SoftLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group) {
@@ -63,7 +65,7 @@ void SoftLeafLink::Flush() { endpoint_->Flush(); }
 
 void SoftLeafLink::Progress(absl::Duration timeout,
                             absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
-  endpoint_->Progress(timeout);
+  endpoint_->Receive(timeout);  // ACKs leave with the next requests (Flush)
   transport::RecvMessage m;
   while (rc_->PeekRecv(&m)) {
     deliver(m.data);

@@ -30,7 +30,8 @@ class SoftLeafLink : public LeafLink {
   uint32_t qpn() const override { return rc_->qpn(); }
   size_t max_datagram_payload() const override;
   absl::Status Connect(const LeafPeer& peer) override;
-  absl::Status PostRequest(std::span<const uint8_t> message) override;
+  absl::Status PostRequest(std::span<const uint8_t> header,
+                           std::span<const uint8_t> elements) override;
   absl::Status AttachMulticast(const transport::Ipv4Endpoint& group) override;
   void DetachMulticast(const transport::Ipv4Endpoint& group) override;
   void Flush() override;

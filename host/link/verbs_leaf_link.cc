@@ -444,22 +444,26 @@ absl::Status VerbsLeafLink::Connect(const LeafPeer& peer) {
   return absl::OkStatus();
 }
 
-absl::Status VerbsLeafLink::PostRequest(std::span<const uint8_t> message) {
+absl::Status VerbsLeafLink::PostRequest(std::span<const uint8_t> header,
+                                        std::span<const uint8_t> elements) {
   Impl& m = *impl_;
   if (!m.failure.ok()) return m.failure;
   if (!m.connected) return absl::FailedPreconditionError("the leaf link is not connected");
-  if (message.size() > m.sends->slot_bytes()) {
+  const size_t size = header.size() + elements.size();
+  if (size > m.sends->slot_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "a request of %d bytes exceeds the verbs link's %d-byte messages", message.size(),
+        "a request of %d bytes exceeds the verbs link's %d-byte messages", size,
         m.sends->slot_bytes()));
   }
   std::optional<uint32_t> slot = m.sends->Acquire();
   if (!slot) return absl::ResourceExhaustedError("the verbs send queue is full");
+  // Into the registered send buffer: the caller's memory is not registered.
   std::span<uint8_t> buf = m.sends->Slot(*slot);
-  std::memcpy(buf.data(), message.data(), message.size());
+  std::memcpy(buf.data(), header.data(), header.size());
+  if (!elements.empty()) std::memcpy(buf.data() + header.size(), elements.data(), elements.size());
   ibv_sge sge{};
   sge.addr = reinterpret_cast<uintptr_t>(buf.data());
-  sge.length = static_cast<uint32_t>(message.size());
+  sge.length = static_cast<uint32_t>(size);
   sge.lkey = m.send_mr->lkey;
   ibv_send_wr wr{};
   wr.wr_id = MakeWrId(WrKind::kRcSend, *slot);
@@ -475,7 +479,7 @@ absl::Status VerbsLeafLink::PostRequest(std::span<const uint8_t> message) {
     m.Fail(absl::UnavailableError(s.message()));
     return m.failure;
   }
-  m.stats.tx_bytes += message.size();
+  m.stats.tx_bytes += size;
   return absl::OkStatus();
 }
 

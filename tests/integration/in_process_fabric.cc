@@ -68,8 +68,10 @@ struct InProcessFabric::SimHost : host::RequestSender {
   transport::UdQueuePair* ud = nullptr;
   std::map<uint32_t, std::unique_ptr<host::GroupEngine>> engines;
 
-  absl::Status SendRequest(std::span<const uint8_t> message) override {
-    return rc->PostSend(message, 0);
+  absl::Status SendRequest(std::span<const uint8_t> header,
+                           std::span<const uint8_t> elements) override {
+    const std::span<const uint8_t> pieces[] = {header, elements};
+    return rc->PostSendGather(pieces, 0);
   }
 
   void Deliver(std::span<const uint8_t> message) {

@@ -152,8 +152,10 @@ class TestHost : public host::RequestSender {
     return n;
   }
 
-  absl::Status SendRequest(std::span<const uint8_t> message) override {
-    return rc_->PostSend(message, 0);
+  absl::Status SendRequest(std::span<const uint8_t> header,
+                           std::span<const uint8_t> elements) override {
+    const std::span<const uint8_t> pieces[] = {header, elements};
+    return rc_->PostSendGather(pieces, 0);
   }
 
   uint64_t malformed() const { return malformed_; }
