@@ -3,6 +3,7 @@
 // 16 hosts, with and without seeded faults on every link. Every result is
 // compared bit for bit with a reference computed independently, in tree
 // order, with reduce/'s scalar reference.
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -129,6 +130,53 @@ INSTANTIATE_TEST_SUITE_P(Trees, FabricTest,
                            return absl::StrFormat("shape%d_%s", info.param.shape,
                                                   info.param.faults ? "faults" : "clean");
                          });
+
+// Determinism (issue 22): the fabric folds each element in tree order, so
+// how a vector is cut (P), how many chunks are in flight (K) and how the
+// arrivals interleave must not change a bit of the result. Floating point,
+// where order matters, with values of mixed magnitude.
+TEST(Fabric, ResultsAreBitwiseTheSameWhateverTheChunkingAndWindow) {
+  const TreeShape shape = TreeShape::TwoLevel(2, 4);
+  FabricOptions options;
+  options.faults = "reorder=0.2:100us";
+  options.seed = 5;
+  InProcessFabric fabric(shape, options);
+  const std::vector<GroupOptions> groups = {
+      {.num_slots = 1, .slot_bytes = 64}, {.num_slots = 4, .slot_bytes = 528},
+      {.num_slots = 32, .slot_bytes = 4032}, {.num_slots = 64, .slot_bytes = 1024}};
+  for (size_t g = 0; g < groups.size(); ++g) fabric.CreateGroup(g + 1, groups[g]);
+  const int n = shape.num_hosts();
+  std::mt19937_64 rng(99);
+  for (DataType t : {DataType::kFp32, DataType::kFp64, DataType::kFp16, DataType::kBf16}) {
+    const size_t count = 3 * 4032 / proto::DataTypeSize(t) + 7;
+    std::vector<Bytes> inputs;
+    for (int r = 0; r < n; ++r) {
+      Bytes in = RandomElements(t, count, rng);
+      if (t == DataType::kFp32) {  // magnitudes 1e-6 .. 1e6: order shows in the sum
+        auto* f = reinterpret_cast<float*>(in.data());
+        for (size_t i = 0; i < count; ++i) f[i] *= std::pow(10.0f, static_cast<int>(rng() % 13) - 6);
+      }
+      inputs.push_back(std::move(in));
+    }
+    const Bytes expected = Reference(shape, 0, t, ReduceOp::kSum, count, inputs);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      std::vector<Bytes> outputs(n, Bytes(count * proto::DataTypeSize(t), 0xee));
+      std::vector<host::CollectiveArgs> args;
+      for (int r = 0; r < n; ++r) {
+        args.push_back({.collective = CollectiveType::kAllreduce, .dtype = t,
+                        .op = ReduceOp::kSum, .send = inputs[r].data(),
+                        .recv = outputs[r].data(), .count = count});
+      }
+      std::vector<host::OpId> ids = fabric.StartOnEveryRank(g + 1, args);
+      ASSERT_TRUE(fabric.RunUntilDone(g + 1, ids));
+      for (int r = 0; r < n; ++r) {
+        ASSERT_TRUE(fabric.engine(g + 1, r).Finish(ids[r]).ok());
+        ASSERT_EQ(outputs[r], expected) << proto::DataTypeName(t) << " K=" << groups[g].num_slots
+                                        << " P=" << groups[g].slot_bytes << " rank " << r;
+      }
+    }
+  }
+}
 
 TEST(Fabric, HundredThousandOperationsStreamUnderFaults) {
   const TreeShape shape = TreeShape::TwoLevel(2, 4);
