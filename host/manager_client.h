@@ -45,6 +45,12 @@ namespace netfold::host {
 
 class ManagerClient {
  public:
+  // The channel's reconnect backoff toward a manager that went away: the
+  // restarted manager counts its ranks' grace with the cap in mind
+  // (manager/recovery.h).
+  static constexpr absl::Duration kReconnectBackoffMin = absl::Milliseconds(100);
+  static constexpr absl::Duration kReconnectBackoffMax = absl::Milliseconds(500);
+
   // `address` is host:port. Connects lazily (on the first call).
   ManagerClient(std::string address, absl::Duration timeout,
                 absl::Duration connect_timeout = absl::Seconds(1));
@@ -69,7 +75,10 @@ class ManagerClient {
   // Starts the control thread: a heartbeat for `rank` every `interval`, and
   // the job's events, each handed to `on_event` (WATCH_STARTED markers are
   // not). A broken stream is watched again after a short back-off, from the
-  // last sequence number seen. Once only.
+  // last sequence number seen. A failed heartbeat (the manager is away) is
+  // not an error: the data plane does not need the manager, heartbeats go
+  // on every interval and reach a restarted manager within about
+  // kReconnectBackoffMax of its return. Once only.
   void StartControl(uint32_t rank, absl::Duration heartbeat_interval,
                     std::function<void(const control::JobEvent&)> on_event);
   // Stops and joins the control thread (idempotent).
@@ -77,7 +86,8 @@ class ManagerClient {
 
  private:
   // Calls `rpc` with the remaining time of `deadline` (capped at
-  // timeout_); retries UNAVAILABLE every `retry_every` for `retry_for`.
+  // timeout_); retries UNAVAILABLE every `retry_every` for `retry_for`,
+  // each retry waiting (wait_for_ready) for the channel to reconnect.
   // Waits (at most connect_timeout) for a connection to the manager.
   absl::Status Connect();
   template <typename Rpc>
