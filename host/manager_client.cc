@@ -4,8 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string_view>
 #include <utility>
 
+#include "absl/random/distributions.h"
+#include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -20,6 +25,21 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
   if (s.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                       absl::StrFormat("%s: %s", what, s.error_message()));
+}
+
+// The manager's rate limiter marks its refusals with the time until it
+// takes requests again (docs/control_plane.md); nullopt for any other
+// answer, including a RESOURCE_EXHAUSTED that means the fabric is full.
+std::optional<absl::Duration> RateLimitedFor(const grpc::ClientContext& c, const grpc::Status& s) {
+  if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return std::nullopt;
+  const auto& trailers = c.GetServerTrailingMetadata();
+  auto it = trailers.find("netfold-retry-after-ms");
+  if (it == trailers.end()) return std::nullopt;
+  int64_t ms = 0;
+  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms) || ms < 0) {
+    ms = 0;
+  }
+  return absl::Milliseconds(std::min<int64_t>(ms, 60000));
 }
 
 void SetDeadline(grpc::ClientContext* c, absl::Duration d) {
@@ -56,20 +76,39 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
   Deadline deadline(RealClock(), std::min(deadline_after, timeout_));
   Deadline retrying(RealClock(), retry_for);
   absl::Status s;
+  absl::Duration backoff = kRateLimitBackoffMin;
+  bool wait_for_channel = false;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext c;
-    if (attempt == 0) {
+    if (!wait_for_channel) {
       SetDeadline(&c, deadline.Remaining());
     } else {
-      // A retry waits for the channel to come back (and so polls its
-      // reconnection, see the heartbeats) rather than failing at once.
+      // A retry after UNAVAILABLE waits for the channel to come back (and so
+      // polls its reconnection, see the heartbeats) rather than failing at
+      // once.
       SetDeadline(&c, std::min(deadline.Remaining(), retrying.Remaining()));
       c.set_wait_for_ready(true);
     }
-    s = FromGrpc(rpc(&c), what);
-    if (s.ok() || !absl::IsUnavailable(s)) return s;
-    if (deadline.Remaining() <= retry_every || retrying.Remaining() <= retry_every) break;
-    absl::SleepFor(retry_every);
+    const grpc::Status g = rpc(&c);
+    s = FromGrpc(g, what);
+    if (s.ok()) return s;
+    absl::Duration pause;
+    if (std::optional<absl::Duration> after = RateLimitedFor(c, g); after.has_value()) {
+      // Rate-limited: back off, exponentially and with jitter so that the
+      // ranks of a job do not come back in step, never sooner than the
+      // manager said, and retry within the call's deadline.
+      thread_local absl::BitGen gen;
+      pause = std::max(*after, backoff * absl::Uniform(gen, 0.5, 1.0));
+      backoff = std::min(2 * backoff, kRateLimitBackoffMax);
+      NETFOLD_LOG(kDebug) << what << ": rate-limited by the manager; retrying in " << pause;
+    } else if (absl::IsUnavailable(s) && retrying.Remaining() > retry_every) {
+      pause = retry_every;
+      wait_for_channel = true;
+    } else {
+      return s;
+    }
+    if (deadline.Remaining() <= pause) break;
+    absl::SleepFor(pause);
   }
   return s;
 }

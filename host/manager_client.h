@@ -19,8 +19,11 @@
 // the caller says the fabric is still there (a manager restarting), and
 // try once otherwise (a fabric that is gone reclaims nothing; a manager
 // that comes back reclaims the job as abandoned). The others (Attach,
-// CreateGroup) retry until the deadline. Other errors return at once, as a
-// Status whose message says what was being done.
+// CreateGroup) retry until the deadline. A call the manager's rate limiter
+// refused (RESOURCE_EXHAUSTED with its retry-after) is retried after a
+// jittered exponential backoff, within the call's deadline, whatever the
+// call. Other errors return at once, as a Status whose message says what
+// was being done.
 //
 // Thread-safety: the calls may be made from any thread, but SetJob must
 // happen before StartControl and any call that carries the job's
@@ -50,6 +53,11 @@ class ManagerClient {
   // (manager/recovery.h).
   static constexpr absl::Duration kReconnectBackoffMin = absl::Milliseconds(100);
   static constexpr absl::Duration kReconnectBackoffMax = absl::Milliseconds(500);
+  // The backoff between retries of a call the manager's rate limiter
+  // refused (doubling from min to max, jittered; never sooner than the
+  // manager's retry-after).
+  static constexpr absl::Duration kRateLimitBackoffMin = absl::Milliseconds(20);
+  static constexpr absl::Duration kRateLimitBackoffMax = absl::Seconds(1);
 
   // `address` is host:port. Connects lazily (on the first call).
   ManagerClient(std::string address, absl::Duration timeout,
