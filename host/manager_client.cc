@@ -4,8 +4,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <string_view>
 #include <utility>
 
+#include "absl/random/distributions.h"
+#include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -22,6 +27,21 @@ absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
                       absl::StrFormat("%s: %s", what, s.error_message()));
 }
 
+// The manager's rate limiter marks its refusals with the time until it
+// takes requests again (docs/control_plane.md); nullopt for any other
+// answer, including a RESOURCE_EXHAUSTED that means the fabric is full.
+std::optional<absl::Duration> RateLimitedFor(const grpc::ClientContext& c, const grpc::Status& s) {
+  if (s.error_code() != grpc::StatusCode::RESOURCE_EXHAUSTED) return std::nullopt;
+  const auto& trailers = c.GetServerTrailingMetadata();
+  auto it = trailers.find("netfold-retry-after-ms");
+  if (it == trailers.end()) return std::nullopt;
+  int64_t ms = 0;
+  if (!absl::SimpleAtoi(absl::string_view(it->second.data(), it->second.size()), &ms) || ms < 0) {
+    ms = 0;
+  }
+  return absl::Milliseconds(std::min<int64_t>(ms, 60000));
+}
+
 void SetDeadline(grpc::ClientContext* c, absl::Duration d) {
   c->set_deadline(std::chrono::system_clock::now() +
                   std::chrono::milliseconds(std::max<int64_t>(1, absl::ToInt64Milliseconds(d))));
@@ -36,6 +56,14 @@ ManagerClient::ManagerClient(std::string address, absl::Duration timeout,
       connect_timeout_(std::min(connect_timeout, timeout)) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(16 << 20);
+  // Find a restarted manager within about a heartbeat. gRPC's default
+  // reconnect backoff grows to minutes: after 6 s of absence the next
+  // attempt came 2 to 4 s after the manager was back, and a manager
+  // with a shorter host timeout detached every rank (issue 23, item 7).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoffMin)));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoffMax)));
   channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
   stub_ = control::HostControl::NewStub(channel_);
 }
@@ -48,13 +76,39 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
   Deadline deadline(RealClock(), std::min(deadline_after, timeout_));
   Deadline retrying(RealClock(), retry_for);
   absl::Status s;
-  while (true) {
+  absl::Duration backoff = kRateLimitBackoffMin;
+  bool wait_for_channel = false;
+  for (int attempt = 0;; ++attempt) {
     grpc::ClientContext c;
-    SetDeadline(&c, deadline.Remaining());
-    s = FromGrpc(rpc(&c), what);
-    if (s.ok() || !absl::IsUnavailable(s)) return s;
-    if (deadline.Remaining() <= retry_every || retrying.Remaining() <= retry_every) break;
-    absl::SleepFor(retry_every);
+    if (!wait_for_channel) {
+      SetDeadline(&c, deadline.Remaining());
+    } else {
+      // A retry after UNAVAILABLE waits for the channel to come back (and so
+      // polls its reconnection, see the heartbeats) rather than failing at
+      // once.
+      SetDeadline(&c, std::min(deadline.Remaining(), retrying.Remaining()));
+      c.set_wait_for_ready(true);
+    }
+    const grpc::Status g = rpc(&c);
+    s = FromGrpc(g, what);
+    if (s.ok()) return s;
+    absl::Duration pause;
+    if (std::optional<absl::Duration> after = RateLimitedFor(c, g); after.has_value()) {
+      // Rate-limited: back off, exponentially and with jitter so that the
+      // ranks of a job do not come back in step, never sooner than the
+      // manager said, and retry within the call's deadline.
+      thread_local absl::BitGen gen;
+      pause = std::max(*after, backoff * absl::Uniform(gen, 0.5, 1.0));
+      backoff = std::min(2 * backoff, kRateLimitBackoffMax);
+      NETFOLD_LOG(kDebug) << what << ": rate-limited by the manager; retrying in " << pause;
+    } else if (absl::IsUnavailable(s) && retrying.Remaining() > retry_every) {
+      pause = retry_every;
+      wait_for_channel = true;
+    } else {
+      return s;
+    }
+    if (deadline.Remaining() <= pause) break;
+    absl::SleepFor(pause);
   }
   return s;
 }
@@ -173,6 +227,10 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
   if (stop_.HasBeenNotified()) return;
   // Heartbeats in their own small thread; this one blocks on the event stream.
   heartbeat_thread_ = std::thread([this, rank, heartbeat_interval] {
+    // Failed heartbeats are not fatal here: the data plane does not need
+    // the manager, and a restarted manager gives the ranks a grace period.
+    int failed = 0;
+    absl::Time failing_since;
     while (!stop_.WaitForNotificationWithTimeout(heartbeat_interval)) {
       control::HostHeartbeatRequest req;
       *req.mutable_job() = credentials_;
@@ -180,6 +238,11 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
       control::HostHeartbeatResponse resp;
       grpc::ClientContext c;
       SetDeadline(&c, heartbeat_interval);
+      // Waits for the channel instead of failing at once while it is down:
+      // a pending call is what polls the channel's reconnection attempts
+      // (without one, gRPC notices a connection only at its 5 s backup
+      // poll, and a restarted manager heard nothing for seconds).
+      c.set_wait_for_ready(true);
       {
         absl::MutexLock lock(&watch_mu_);
         if (stop_.HasBeenNotified()) break;
@@ -190,7 +253,16 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
         absl::MutexLock lock(&watch_mu_);
         heartbeat_context_ = nullptr;
       }
-      if (!s.ok()) NETFOLD_LOG(kDebug) << "heartbeat: " << s.error_message();
+      if (!s.ok()) {
+        if (failed++ == 0) failing_since = absl::Now();
+        NETFOLD_LOG(kDebug) << "heartbeat: " << s.error_message() << " (channel state "
+                            << channel_->GetState(false) << ")";
+      } else if (failed > 0) {
+        NETFOLD_LOG(kInfo) << absl::StrFormat(
+            "heartbeats to the manager %s resumed after %d failed over %s", address_, failed,
+            absl::FormatDuration(absl::Now() - failing_since));
+        failed = 0;
+      }
     }
   });
   uint64_t last_sequence = 0;

@@ -19,8 +19,11 @@
 // the caller says the fabric is still there (a manager restarting), and
 // try once otherwise (a fabric that is gone reclaims nothing; a manager
 // that comes back reclaims the job as abandoned). The others (Attach,
-// CreateGroup) retry until the deadline. Other errors return at once, as a
-// Status whose message says what was being done.
+// CreateGroup) retry until the deadline. A call the manager's rate limiter
+// refused (RESOURCE_EXHAUSTED with its retry-after) is retried after a
+// jittered exponential backoff, within the call's deadline, whatever the
+// call. Other errors return at once, as a Status whose message says what
+// was being done.
 //
 // Thread-safety: the calls may be made from any thread, but SetJob must
 // happen before StartControl and any call that carries the job's
@@ -45,6 +48,17 @@ namespace netfold::host {
 
 class ManagerClient {
  public:
+  // The channel's reconnect backoff toward a manager that went away: the
+  // restarted manager counts its ranks' grace with the cap in mind
+  // (manager/recovery.h).
+  static constexpr absl::Duration kReconnectBackoffMin = absl::Milliseconds(100);
+  static constexpr absl::Duration kReconnectBackoffMax = absl::Milliseconds(500);
+  // The backoff between retries of a call the manager's rate limiter
+  // refused (doubling from min to max, jittered; never sooner than the
+  // manager's retry-after).
+  static constexpr absl::Duration kRateLimitBackoffMin = absl::Milliseconds(20);
+  static constexpr absl::Duration kRateLimitBackoffMax = absl::Seconds(1);
+
   // `address` is host:port. Connects lazily (on the first call).
   ManagerClient(std::string address, absl::Duration timeout,
                 absl::Duration connect_timeout = absl::Seconds(1));
@@ -69,7 +83,10 @@ class ManagerClient {
   // Starts the control thread: a heartbeat for `rank` every `interval`, and
   // the job's events, each handed to `on_event` (WATCH_STARTED markers are
   // not). A broken stream is watched again after a short back-off, from the
-  // last sequence number seen. Once only.
+  // last sequence number seen. A failed heartbeat (the manager is away) is
+  // not an error: the data plane does not need the manager, heartbeats go
+  // on every interval and reach a restarted manager within about
+  // kReconnectBackoffMax of its return. Once only.
   void StartControl(uint32_t rank, absl::Duration heartbeat_interval,
                     std::function<void(const control::JobEvent&)> on_event);
   // Stops and joins the control thread (idempotent).
@@ -77,7 +94,8 @@ class ManagerClient {
 
  private:
   // Calls `rpc` with the remaining time of `deadline` (capped at
-  // timeout_); retries UNAVAILABLE every `retry_every` for `retry_for`.
+  // timeout_); retries UNAVAILABLE every `retry_every` for `retry_for`,
+  // each retry waiting (wait_for_ready) for the channel to reconnect.
   // Waits (at most connect_timeout) for a connection to the manager.
   absl::Status Connect();
   template <typename Rpc>

@@ -763,6 +763,13 @@ void AggregationManager::Shutdown() {
 // ---------------------------------------------------------------------------
 // Admin
 
+bool AggregationManager::Authenticates(const control::JobCredentials& creds) const {
+  absl::MutexLock lock(&mu_);
+  auto it = state_.jobs.find(creds.job_id());
+  return !creds.job_key().empty() && it != state_.jobs.end() &&
+         ConstantTimeEquals(creds.job_key(), it->second.key);
+}
+
 control::GetStatusResponse AggregationManager::GetStatus() const {
   absl::MutexLock lock(&mu_);
   return StatusReport(state_, incarnation_);

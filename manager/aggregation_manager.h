@@ -122,6 +122,10 @@ class AggregationManager {
   absl::StatusOr<std::shared_ptr<EventStream>> WatchEvents(
       const control::WatchEventsRequest& request);
 
+  // True if `creds` name a live job and carry its key (compared in constant
+  // time): the transport keys a job's request limits on the job only then.
+  bool Authenticates(const control::JobCredentials& creds) const;
+
   // ---- Admin (read-only).
   control::GetStatusResponse GetStatus() const;
   control::ExplainResponse Explain(const control::ExplainRequest& request) const;

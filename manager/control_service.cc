@@ -287,19 +287,68 @@ class ManagerServer::Core {
         options(options),
         limiter(RealClock(), options.requests_per_second, options.burst) {}
 
-  // Rate limit for one request (or stream) from `ctx`'s peer.
-  grpc::Status Admit(grpc::ServerContext* ctx, const char* method) {
+  // Rate limit for one request (or stream) from `ctx`'s peer. A request
+  // carrying valid credentials of a job (`job`) is counted against the
+  // job's bucket, so that one job's flood does not starve the others on
+  // the same host (every local process is 127.0.0.1); anything else against
+  // its peer IP's. A refusal carries kRetryAfterMetadata.
+  grpc::Status Admit(grpc::ServerContext* ctx, const char* method,
+                     const control::JobCredentials* job = nullptr) {
     if (stopping.load()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the manager is shutting down");
     }
-    const std::string peer = PeerHost(ctx->peer());
-    if (!limiter.Allow(peer)) {
-      NETFOLD_LOG(kInfo) << method << " from " << peer << " refused: rate limit";
+    const std::string key = job != nullptr && am->Authenticates(*job)
+                                ? absl::StrFormat("job %d", job->job_id())
+                                : PeerHost(ctx->peer());
+    absl::Duration retry_after;
+    if (!limiter.Allow(key, &retry_after)) {
+      num_rate_limited.fetch_add(1, std::memory_order_relaxed);
+      NETFOLD_LOG(kInfo) << method << " from " << ctx->peer() << " refused: rate limit of "
+                         << key;
+      ctx->AddTrailingMetadata(kRetryAfterMetadata,
+                               absl::StrFormat("%d", absl::ToInt64Milliseconds(retry_after)));
       return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
-                          absl::StrFormat("rate limit: %s exceeded %g requests/s (burst %g)", peer,
+                          absl::StrFormat("rate limit: %s exceeded %g requests/s (burst %g)", key,
                                           limiter.per_second(), limiter.burst()));
     }
     return grpc::Status::OK;
+  }
+
+  // The open-stream limits (ServerOptions): OK and counted, or a clear
+  // RESOURCE_EXHAUSTED. `unregistered_peer`: a Connect stream from that
+  // peer IP, counted per peer until Registered. Every OK is paired with
+  // CloseStream (StreamSlot).
+  grpc::Status OpenStream(const char* method, const std::string& unregistered_peer) {
+    absl::MutexLock lock(&streams_mu);
+    std::string why;
+    if (open_streams >= max_streams) {
+      why = absl::StrFormat("%d streams are open, the most the manager keeps (the other threads "
+                            "serve calls)",
+                            open_streams);
+    } else if (!unregistered_peer.empty() &&
+               unregistered[unregistered_peer] >= options.max_unregistered_streams_per_peer) {
+      why = absl::StrFormat("%s has %d Connect streams open that did not register, the most "
+                            "allowed per peer",
+                            unregistered_peer, unregistered[unregistered_peer]);
+    }
+    if (!why.empty()) {
+      num_streams_refused.fetch_add(1, std::memory_order_relaxed);
+      NETFOLD_LOG(kInfo) << method << " refused: " << why;
+      return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "stream limit: " + why);
+    }
+    ++open_streams;
+    if (!unregistered_peer.empty()) ++unregistered[unregistered_peer];
+    return grpc::Status::OK;
+  }
+  // A Connect stream of `peer` registered (or ended before it did).
+  void StreamRegistered(const std::string& peer) {
+    absl::MutexLock lock(&streams_mu);
+    auto it = unregistered.find(peer);
+    if (it != unregistered.end() && --it->second <= 0) unregistered.erase(it);
+  }
+  void CloseStream() {
+    absl::MutexLock lock(&streams_mu);
+    --open_streams;
   }
 
   grpc::Status Reply(grpc::ServerContext* ctx, const char* method, const absl::Status& s) {
@@ -314,11 +363,45 @@ class ManagerServer::Core {
   const ServerOptions options;
   RateLimiter limiter;
   std::atomic<bool> stopping{false};
+  std::atomic<uint64_t> num_rate_limited{0};     // requests refused by the limiter
+  std::atomic<uint64_t> num_streams_refused{0};  // streams refused by OpenStream
+  const int max_streams = options.max_threads - std::max(8, options.max_threads / 4);
+  absl::Mutex streams_mu;
+  int open_streams ABSL_GUARDED_BY(streams_mu) = 0;
+  std::map<std::string, int> unregistered ABSL_GUARDED_BY(streams_mu);
 };
 
 namespace {
 
 using Core = ManagerServer::Core;
+
+// One open stream, counted from OpenStream until the handler returns.
+class StreamSlot {
+ public:
+  explicit StreamSlot(Core* core) : core_(core) {}
+  ~StreamSlot() {
+    if (!unregistered_peer_.empty()) core_->StreamRegistered(unregistered_peer_);
+    if (open_) core_->CloseStream();
+  }
+  StreamSlot(const StreamSlot&) = delete;
+  StreamSlot& operator=(const StreamSlot&) = delete;
+
+  grpc::Status Open(const char* method, const std::string& unregistered_peer = "") {
+    grpc::Status s = core_->OpenStream(method, unregistered_peer);
+    open_ = s.ok();
+    if (open_) unregistered_peer_ = unregistered_peer;
+    return s;
+  }
+  void Registered() {
+    if (!unregistered_peer_.empty()) core_->StreamRegistered(unregistered_peer_);
+    unregistered_peer_.clear();
+  }
+
+ private:
+  Core* const core_;
+  bool open_ = false;
+  std::string unregistered_peer_;
+};
 
 class SwitchControlImpl final : public control::SwitchControl::Service {
  public:
@@ -326,10 +409,13 @@ class SwitchControlImpl final : public control::SwitchControl::Service {
 
   grpc::Status Connect(grpc::ServerContext* ctx, SwitchHub::Stream* stream) override {
     if (grpc::Status s = core_->Admit(ctx, "Connect"); !s.ok()) return s;
+    StreamSlot slot(core_);
+    if (grpc::Status s = slot.Open("Connect", PeerHost(ctx->peer())); !s.ok()) return s;
     core_->hub->WatchUnregistered(ctx, absl::Now() + core_->options.register_timeout);
     control::SwitchMessage first;
     const bool got = stream->Read(&first);
     core_->hub->Registered(ctx);
+    slot.Registered();
     if (!got) {
       return grpc::Status(grpc::StatusCode::CANCELLED,
                           "the stream ended (or timed out) before RegisterSwitch");
@@ -402,13 +488,13 @@ class HostControlImpl final : public control::HostControl::Service {
 
   grpc::Status DestroyJob(grpc::ServerContext* ctx, const control::DestroyJobRequest* req,
                           control::DestroyJobResponse*) override {
-    if (grpc::Status s = core_->Admit(ctx, "DestroyJob"); !s.ok()) return s;
+    if (grpc::Status s = core_->Admit(ctx, "DestroyJob", &req->job()); !s.ok()) return s;
     return core_->Reply(ctx, "DestroyJob", core_->am->DestroyJob(*req));
   }
 
   grpc::Status Attach(grpc::ServerContext* ctx, const control::AttachRequest* req,
                       control::AttachResponse* resp) override {
-    if (grpc::Status s = core_->Admit(ctx, "Attach"); !s.ok()) return s;
+    if (grpc::Status s = core_->Admit(ctx, "Attach", &req->job()); !s.ok()) return s;
     absl::StatusOr<control::AttachResponse> r = core_->am->Attach(*req);
     if (r.ok()) *resp = *std::move(r);
     return core_->Reply(ctx, "Attach", r.status());
@@ -416,7 +502,7 @@ class HostControlImpl final : public control::HostControl::Service {
 
   grpc::Status CreateGroup(grpc::ServerContext* ctx, const control::CreateGroupRequest* req,
                            control::CreateGroupResponse* resp) override {
-    if (grpc::Status s = core_->Admit(ctx, "CreateGroup"); !s.ok()) return s;
+    if (grpc::Status s = core_->Admit(ctx, "CreateGroup", &req->job()); !s.ok()) return s;
     absl::StatusOr<control::CreateGroupResponse> r = core_->am->CreateGroup(*req);
     if (r.ok()) *resp = *std::move(r);
     return core_->Reply(ctx, "CreateGroup", r.status());
@@ -424,7 +510,7 @@ class HostControlImpl final : public control::HostControl::Service {
 
   grpc::Status DestroyGroup(grpc::ServerContext* ctx, const control::DestroyGroupRequest* req,
                             control::DestroyGroupResponse*) override {
-    if (grpc::Status s = core_->Admit(ctx, "DestroyGroup"); !s.ok()) return s;
+    if (grpc::Status s = core_->Admit(ctx, "DestroyGroup", &req->job()); !s.ok()) return s;
     return core_->Reply(ctx, "DestroyGroup", core_->am->DestroyGroup(*req));
   }
 
@@ -438,7 +524,9 @@ class HostControlImpl final : public control::HostControl::Service {
 
   grpc::Status WatchEvents(grpc::ServerContext* ctx, const control::WatchEventsRequest* req,
                            grpc::ServerWriter<control::JobEvent>* writer) override {
-    if (grpc::Status s = core_->Admit(ctx, "WatchEvents"); !s.ok()) return s;
+    if (grpc::Status s = core_->Admit(ctx, "WatchEvents", &req->job()); !s.ok()) return s;
+    StreamSlot slot(core_);
+    if (grpc::Status s = slot.Open("WatchEvents"); !s.ok()) return s;
     absl::StatusOr<std::shared_ptr<EventStream>> stream = core_->am->WatchEvents(*req);
     if (!stream.ok()) return core_->Reply(ctx, "WatchEvents", stream.status());
     while (!ctx->IsCancelled() && !core_->stopping.load()) {
@@ -560,5 +648,8 @@ void ManagerServer::Shutdown() {
 }
 
 ManagerServer::~ManagerServer() { Shutdown(); }
+
+uint64_t ManagerServer::num_rate_limited() const { return core_->num_rate_limited.load(); }
+uint64_t ManagerServer::num_streams_refused() const { return core_->num_streams_refused.load(); }
 
 }  // namespace netfold::manager

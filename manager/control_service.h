@@ -11,9 +11,10 @@
 //   ... (*server)->port() ...
 //   (*server)->Shutdown();   // also on destruction
 //
-// Requests are rate-limited per peer IP address (host heartbeats excepted:
-// they are cheap, and many ranks of one host must not starve themselves
-// into timeouts) and bounded in size; every
+// Requests are rate-limited per job for authenticated job requests, else per
+// peer IP address (host heartbeats excepted: they are cheap, and many ranks
+// of one host must not starve themselves into timeouts), and bounded in
+// size; a rate-limit refusal carries kRetryAfterMetadata; every
 // refusal is a gRPC status whose code is the absl::Status code and whose
 // message says what was wrong. Thread-safe.
 #ifndef NETFOLD_MANAGER_CONTROL_SERVICE_H_
@@ -39,6 +40,12 @@
 #include "proto/control/netfold_control.grpc.pb.h"
 
 namespace netfold::manager {
+
+// Trailing metadata of a RESOURCE_EXHAUSTED that the rate limiter gave:
+// milliseconds until the bucket holds a token again. Clients back off and
+// retry such a refusal; other RESOURCE_EXHAUSTED answers (the fabric is
+// full) they return (docs/control_plane.md).
+inline constexpr char kRetryAfterMetadata[] = "netfold-retry-after-ms";
 
 // absl and gRPC share the canonical status codes.
 grpc::Status ToGrpcStatus(const absl::Status& status);
@@ -113,7 +120,12 @@ struct ServerOptions {
   std::string listen_address = "127.0.0.1:47910";
   int max_message_bytes = 1 << 20;    // largest request accepted
   int max_threads = 1024;             // gRPC handler threads; every open stream holds one
-  double requests_per_second = 1000;  // per peer IP, host heartbeats exempt; 0 = unlimited
+  // Open streams (Connect, WatchEvents) at once: each holds a handler
+  // thread, so a quarter of max_threads (at least 8) is kept for calls:
+  // heartbeats and GetStatus get a thread however many streams are open.
+  // Connect streams not registered yet: at most this many per peer IP.
+  int max_unregistered_streams_per_peer = 16;
+  double requests_per_second = 1000;  // per job or peer IP, heartbeats exempt; 0 = unlimited
   double burst = 2000;
   absl::Duration register_timeout = absl::Seconds(10);  // Connect -> RegisterSwitch
   absl::Duration watch_poll = absl::Milliseconds(250);  // WatchEvents cancellation check
@@ -133,6 +145,10 @@ class ManagerServer {
 
   // The port actually bound (useful with port 0).
   int port() const { return port_; }
+  // Requests refused by the rate limiter; streams refused by the stream
+  // limits (ServerOptions). Thread-safe.
+  uint64_t num_rate_limited() const;
+  uint64_t num_streams_refused() const;
   // Stops the background loop, ends every stream, stops the server.
   // Idempotent.
   void Shutdown();

@@ -70,6 +70,9 @@ struct FabricState {
   std::map<LinkKey, absl::Duration> links_down_until;
   std::set<uint32_t> multicast_used;
   std::set<uint32_t> pkeys_used;  // kDefaultPkey is shared, never in here
+  // A restarted manager detaches no silent rank before this (recovery.h,
+  // RestartReregistrationGrace): its hosts must find it again first.
+  absl::Duration ranks_grace_until = absl::ZeroDuration();
 
   // ---- Queries.
   const std::string& SwitchName(int sw) const { return topo.switch_at(sw).name; }

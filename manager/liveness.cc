@@ -58,7 +58,7 @@ void SweepJobs(FabricState& state, absl::Duration now, LivenessSweep* due) {
 
 void SweepRanks(const FabricState& state, absl::Duration now, LivenessSweep* due) {
   const absl::Duration timeout = state.options.host_timeout;
-  if (timeout <= absl::ZeroDuration()) return;
+  if (timeout <= absl::ZeroDuration() || now <= state.ranks_grace_until) return;
   for (const auto& [jid, job] : state.jobs) {
     std::vector<uint32_t> ranks;
     for (const auto& [r, rank] : job.ranks) {

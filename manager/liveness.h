@@ -2,7 +2,8 @@
 // switch whose heartbeats stopped for `switch_timeout`, or whose stream
 // broke, is due to be declared dead; so is one that held state before the
 // manager restarted and has not registered again within its grace period.
-// An attached rank silent for `host_timeout` is due to be detached; a job
+// An attached rank silent for `host_timeout` is due to be detached (none
+// during a restarted manager's grace for its ranks, recovery.h); a job
 // with no attached rank for `abandoned_job_timeout` is due to be destroyed.
 // A tree link taken down after a QP error is usable again once
 // `link_retry_after` has passed.

@@ -5,7 +5,8 @@
 //   if (!limiter.Allow(PeerHost(ctx->peer()))) return ResourceExhausted(...);
 //
 // Peers are whatever string the caller keys them by (the manager uses the
-// peer's IP address). At most `max_peers` buckets are kept; idle (full)
+// job of an authenticated job request, else the peer's IP address,
+// control_service.h). At most `max_peers` buckets are kept; idle (full)
 // buckets are forgotten first. `per_second` 0 disables limiting.
 // Thread-safe.
 #ifndef NETFOLD_MANAGER_RATE_LIMITER_H_
@@ -26,8 +27,10 @@ class RateLimiter {
  public:
   RateLimiter(const Clock& clock, double per_second, double burst, size_t max_peers = 4096);
 
-  // Takes a token for `peer`; false if its bucket is empty.
-  bool Allow(std::string_view peer);
+  // Takes a token for `peer`; false if its bucket is empty, with
+  // *retry_after (if given) set to when it holds a token again (at least
+  // 1 ms; 1 s when refused because too many peers have buckets).
+  bool Allow(std::string_view peer, absl::Duration* retry_after = nullptr);
 
   double per_second() const { return per_second_; }
   double burst() const { return burst_; }

@@ -22,6 +22,18 @@ TEST(RateLimiter, BurstThenSteadyRate) {
   EXPECT_FALSE(limiter.Allow("a"));
 }
 
+TEST(RateLimiter, SaysWhenARefusedPeerHasATokenAgain) {
+  FakeClock clock;
+  RateLimiter limiter(clock, /*per_second=*/10, /*burst=*/1);
+  absl::Duration after = absl::ZeroDuration();
+  EXPECT_TRUE(limiter.Allow("a", &after));
+  EXPECT_FALSE(limiter.Allow("a", &after));
+  EXPECT_EQ(after, absl::Milliseconds(100));
+  clock.Advance(absl::Milliseconds(60));
+  EXPECT_FALSE(limiter.Allow("a", &after));
+  EXPECT_LE(absl::AbsDuration(after - absl::Milliseconds(40)), absl::Microseconds(1));
+}
+
 TEST(RateLimiter, ZeroRateMeansUnlimited) {
   FakeClock clock;
   RateLimiter limiter(clock, 0, 1);

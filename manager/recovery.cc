@@ -186,6 +186,16 @@ absl::Duration ReregistrationGrace(const FabricState& state) {
   return std::max(state.options.switch_timeout, 2 * state.options.heartbeat_interval);
 }
 
+// The hosts' heartbeats fail while the manager is away, and their gRPC
+// channels retry it at least every kHostReconnectBackoffMax (500 ms, with
+// up to 20% jitter; docs/control_plane.md): a full host_timeout counts from
+// when they can have found it again.
+constexpr absl::Duration kHostReconnectAllowance = absl::Seconds(1);
+
+absl::Duration RankGrace(const FabricState& state) {
+  return state.options.host_timeout + kHostReconnectAllowance;
+}
+
 }  // namespace
 
 absl::Status RecoverFabricState(const state::Snapshot& snap, FabricState* state) {
@@ -204,6 +214,7 @@ absl::Status RecoverFabricState(const state::Snapshot& snap, FabricState* state)
 
   state->records.StartIdsAt(b.next_job_id, b.next_group_id);
   for (int sw : b.holders) state->switches[sw].grace_until = b.now + ReregistrationGrace(*state);
+  if (!state->jobs.empty()) state->ranks_grace_until = b.now + RankGrace(*state);
 
   for (const state::JournalEntry& e : b.drops) NETFOLD_RETURN_IF_ERROR(state->records.Append(e));
   NETFOLD_RETURN_IF_ERROR(state->records.WriteSnapshot(state->Snapshot()));
@@ -214,6 +225,9 @@ absl::Status RecoverFabricState(const state::Snapshot& snap, FabricState* state)
 }
 
 void RestartReregistrationGrace(FabricState* state) {
+  if (state->ranks_grace_until > absl::ZeroDuration()) {
+    state->ranks_grace_until = state->clock.Now() + RankGrace(*state);
+  }
   const absl::Duration until = state->clock.Now() + ReregistrationGrace(*state);
   for (Switch& s : state->switches) {
     if (s.state == SwitchState::kUnknown && s.grace_until > absl::ZeroDuration()) {

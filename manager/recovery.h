@@ -5,8 +5,10 @@
 // link that is not in the tree any more, a group that does not fit) is
 // dropped with a warning and a delete record. Switches start UNKNOWN: those
 // that hold recovered state get max(switch_timeout, 2 x heartbeat_interval)
-// to register again before they are written off, counted again from the
-// moment the manager serves (RestartReregistrationGrace).
+// to register again before they are written off; attached ranks get
+// host_timeout + 1 s to heartbeat again before they are detached (their
+// hosts retry a lost manager every 500 ms at most). Both graces count again
+// from the moment the manager serves (RestartReregistrationGrace).
 //
 //   state::Snapshot loaded;
 //   NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<Journal> journal, Journal::Open(dir, &loaded));
@@ -27,8 +29,8 @@ namespace netfold::manager {
 // Unavailable if the drops or the snapshot cannot be written.
 absl::Status RecoverFabricState(const state::Snapshot& snapshot, FabricState* state);
 
-// Starts the grace of every switch still waiting to re-register over, from
-// now. The grace is the switches' time to reach the manager, so it counts
+// Starts the grace of every switch still waiting to re-register, and the
+// ranks' grace, over from now. The grace is the switches' time to reach the manager, so it counts
 // from when the manager accepts them: one that took longer to open its port
 // than the grace (gRPC's start on a loaded machine, seen at 1.6 s against
 // 2 s) would otherwise write them all off at its first tick. The caller

@@ -210,6 +210,43 @@ TEST_F(ManagerTest, AManagerSlowToServeStillGivesTheSwitchesTheirGrace) {
   }
 }
 
+// Issue 23, item 7: the ranks' hosts heartbeat again only once the
+// restarted manager serves and their channels found it, so their grace too
+// counts from Serving (host_timeout + 1 s): a start slower than the host
+// timeout wrote every rank off at the first tick.
+TEST_F(ManagerTest, AManagerSlowToServeStillGivesTheRanksTheirGrace) {
+  TempDir dir;
+  state_dir_ = dir.path() + "/state";
+  ManagerOptions options;
+  options.host_timeout = absl::Seconds(5);
+  Start("two_level.yaml", options);
+  RegisterAll();
+  control::CreateJobResponse job = CreateJob({"h0", "h6"});
+  AttachAll(job, 2);
+  ASSERT_TRUE(Group(job, {0, 1}).ok());
+  StartManager();
+  clock_.Advance(absl::Seconds(6));  // longer than host_timeout: the port opens only now
+  am_->Serving();
+  RegisterAll();
+  for (int i = 0; i < 11; ++i) {  // 5.5 s of switch heartbeats, none from the hosts
+    clock_.Advance(absl::Milliseconds(500));
+    Heartbeats();
+    am_->Tick();
+  }
+  control::GetStatusResponse st = am_->GetStatus();
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).num_attached(), 2u) << "ranks detached within their grace";
+  EXPECT_EQ(st.groups_size(), 1);
+
+  // The grace ends: ranks still silent are detached as usual.
+  clock_.Advance(absl::Milliseconds(600));
+  Heartbeats();
+  am_->Tick();
+  st = am_->GetStatus();
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).num_attached(), 0u);
+}
+
 TEST_F(ManagerTest, GroupIdsStopAtTheAggregationHeaderWidth) {
   Start("single_switch.yaml");
   // A manager whose id counter is at the last 32-bit id (as if recovered

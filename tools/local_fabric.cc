@@ -224,6 +224,7 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
     }
     config += "}\n";
   }
+  config += options.manager_config;
   const std::string config_file = state_dir_ + "/manager.yaml";
   NETFOLD_RETURN_IF_ERROR(WriteFile(config_file, config));
   const std::string port_file = state_dir_ + "/manager.port";

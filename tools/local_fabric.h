@@ -42,6 +42,9 @@ struct LocalFabricOptions {
   uint32_t default_slot_bytes = 0;  // manager's default P (0: its own default)
   uint32_t default_slots = 0;       // manager's default K
   int switch_poll_us = 0;           // switches' --poll_us (0: they sleep in epoll at once)
+  // Extra lines of the manager's YAML config (e.g. "host_timeout_ms: 1000\n"),
+  // appended as given; tests scale the manager's timeouts with it.
+  std::string manager_config;
   absl::Duration ready_timeout = absl::Seconds(30);
 };
 

@@ -20,6 +20,10 @@
 //                wrong=W"; exit 0 if every operation completed and W == 0
 //   digest N     N fp32 sums whose bits depend on the association order;
 //                prints "rank R: digest=<FNV-1a of every result>"
+//   until        checked allreduces (as stream) until $NETFOLD_TEST_RELEASE
+//                exists (at most 10 minutes; the ranks agree every 20
+//                operations), printing "streaming" after the first; then the
+//                stream line; exit 0 if none failed
 //   hold         create the group, print "holding", wait for
 //                $NETFOLD_TEST_RELEASE, run 10 operations
 //   fork         an allreduce, then fork(): the child's calls on the
@@ -383,6 +387,42 @@ int main(int argc, char** argv) {
     int errors = 0;
     const std::string d = FloatDigest(g, n, &errors);
     std::printf("rank %d: digest=%s errors=%d\n", g_rank, d.c_str(), errors);
+  } else if (scenario == "until") {
+    // The test decides how long the job runs (e.g. across a manager's
+    // absence): every operation must succeed, whatever happens meanwhile.
+    const char* flag = std::getenv("NETFOLD_TEST_RELEASE");
+    const absl::Time deadline = absl::Now() + absl::Minutes(10);
+    StreamResult r;
+    // Every 20 operations the ranks agree (out of band) whether to stop, so
+    // that they all run the same number.
+    auto stop = [&] {
+      const uint8_t mine = flag == nullptr || access(flag, F_OK) == 0 || absl::Now() >= deadline;
+      std::vector<uint8_t> all(static_cast<size_t>(g_size));
+      if (!(*oob)->Allgather(&mine, all.data(), 1).ok()) return true;
+      for (uint8_t v : all) {
+        if (v != 0) return true;
+      }
+      return false;
+    };
+    for (uint64_t k = 0; k % 20 != 0 || !stop(); ++k) {
+      bool wrong = false;
+      const int rc = CheckedAllreduce(g, k, &wrong);
+      if (rc == NETFOLD_SUCCESS && !wrong) {
+        ++r.ok;
+      } else if (wrong) {
+        ++r.wrong;
+      } else if (++r.errors == 1) {
+        r.first_error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
+      }
+      if (k == 0) {
+        std::printf("rank %d: streaming\n", g_rank);
+        std::fflush(stdout);
+      }
+    }
+    std::printf("rank %d: stream ok=%d errors=%d wrong=%d%s%s\n", g_rank, r.ok, r.errors, r.wrong,
+                r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
+    Check(flag != nullptr, "NETFOLD_TEST_RELEASE is not set");
+    Check(r.ok > 0 && r.errors == 0 && r.wrong == 0, "operations failed or were wrong");
   } else if (scenario == "hold") {
     // Holds the group until the test creates $NETFOLD_TEST_RELEASE.
     std::printf("rank %d: holding\n", g_rank);
