@@ -9,10 +9,17 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -23,7 +30,54 @@ namespace {
 constexpr char kSnapshotFile[] = "snapshot.pb";
 constexpr char kJournalFile[] = "journal.log";
 constexpr char kLockFile[] = "LOCK";
-constexpr uint32_t kMaxRecordBytes = 64u << 20;
+
+// Format 2 records (journal.h):
+//   0  "NFR2"            4  u64 number       12 u16 kind       14 u16 key_len
+//   16 u32 payload_len   20 u32 CRC-32 of bytes 0..19
+//   24 key               .. u32 CRC-32 of the key
+//   .. payload           .. u32 CRC-32 of the payload
+// The fixed part has its own checksum, so the lengths are known to be right
+// before they are used: a record that runs past the end of the file was
+// really cut short, not made to look so by a damaged length.
+constexpr char kMagic[4] = {'N', 'F', 'R', '2'};
+constexpr size_t kFixedBytes = 24;  // with its checksum
+constexpr size_t kMinRecordBytes = kFixedBytes + 4 + 4;
+constexpr uint32_t kMaxKeyBytes = 4096;
+constexpr uint32_t kMaxPayloadBytes = 64u << 20;
+// Kinds: JournalEntry's oneof field numbers, and the snapshot's own two.
+constexpr int kSnapshotBegin = 100;
+constexpr int kSnapshotEnd = 101;
+
+// ---------------------------------------------------------------------------
+// Bytes and files
+
+void PutU16(std::string* out, uint16_t v) {
+  for (int i = 0; i < 2; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint64_t GetLe(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i)
+    v |= static_cast<uint64_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+uint32_t GetU32(const char* p) { return static_cast<uint32_t>(GetLe(p, 4)); }
+
+uint32_t Crc(const char* data, size_t size) {
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(data), static_cast<uInt>(size)));
+}
+uint32_t Crc(const std::string& s) { return Crc(s.data(), s.size()); }
+
+bool AllZero(const std::string& b, size_t from) {
+  return std::all_of(b.begin() + static_cast<std::ptrdiff_t>(from), b.end(),
+                     [](char c) { return c == 0; });
+}
 
 absl::Status WriteAll(int fd, const void* data, size_t size, const std::string& what) {
   const char* p = static_cast<const char*>(data);
@@ -73,20 +127,607 @@ absl::Status FsyncDir(const std::string& dir) {
   return rc == 0 ? absl::OkStatus() : ErrnoToStatus(e, absl::StrFormat("fsync %s", dir));
 }
 
-void PutU32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+// Writes `bytes` to `path` through `path`.tmp: written, fsync'd, renamed,
+// the directory fsync'd. A failure leaves `path` as it was and no .tmp.
+absl::Status ReplaceFile(const std::string& dir, const std::string& path,
+                         const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrFormat("open %s", tmp));
+  absl::Status s = WriteAll(fd, bytes.data(), bytes.size(), absl::StrFormat("write %s", tmp));
+  if (s.ok() && fsync(fd) != 0) s = ErrnoToStatus(errno, absl::StrFormat("fsync %s", tmp));
+  close(fd);
+  if (s.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
+    s = ErrnoToStatus(errno, absl::StrFormat("rename %s to %s", tmp, path));
+  }
+  if (!s.ok()) {
+    unlink(tmp.c_str());
+    return s;
+  }
+  return FsyncDir(dir);
 }
 
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i)
-    v |= static_cast<uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
+// Keeps `bytes` (what `path` held) as `path`.<reason>-<UTC time>; returns
+// the copy's path.
+absl::StatusOr<std::string> SaveCopy(const std::string& dir, const std::string& path,
+                                     const std::string& bytes, const std::string& reason) {
+  const std::string stamp = absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone());
+  for (int i = 0; i < 1000; ++i) {
+    const std::string copy =
+        absl::StrCat(path, ".", reason, "-", stamp, i == 0 ? "" : absl::StrCat("-", i));
+    int fd = open(copy.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) return ErrnoToStatus(errno, absl::StrFormat("create %s", copy));
+    absl::Status s = WriteAll(fd, bytes.data(), bytes.size(), absl::StrFormat("write %s", copy));
+    if (s.ok() && fsync(fd) != 0) s = ErrnoToStatus(errno, absl::StrFormat("fsync %s", copy));
+    close(fd);
+    NETFOLD_RETURN_IF_ERROR(s);
+    NETFOLD_RETURN_IF_ERROR(FsyncDir(dir));
+    return copy;
+  }
+  return absl::AlreadyExistsError(absl::StrFormat("cannot name a copy of %s", path));
 }
 
-uint32_t Crc(const std::string& payload) {
-  return static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(payload.data()), static_cast<uInt>(payload.size())));
+// ---------------------------------------------------------------------------
+// Records
+
+struct Key {
+  int kind = 0;
+  std::string key;
+};
+
+std::string IdKey(uint64_t id) {
+  std::string k;
+  PutU64(&k, id);
+  return k;
+}
+
+Key KeyOf(const state::JournalEntry& e) {
+  Key k{.kind = static_cast<int>(e.entry_case())};
+  switch (e.entry_case()) {
+    case state::JournalEntry::kPutJob:
+      k.key = IdKey(e.put_job().job_id());
+      break;
+    case state::JournalEntry::kDeleteJob:
+      k.key = IdKey(e.delete_job());
+      break;
+    case state::JournalEntry::kPutGroup:
+      k.key = IdKey(e.put_group().group_id());
+      break;
+    case state::JournalEntry::kDeleteGroup:
+      k.key = IdKey(e.delete_group());
+      break;
+    case state::JournalEntry::kPutLink:
+      k.key = absl::StrCat(e.put_link().tree_root(), std::string(1, '\0'), e.put_link().child());
+      break;
+    case state::JournalEntry::kDeleteLink:
+      k.key =
+          absl::StrCat(e.delete_link().tree_root(), std::string(1, '\0'), e.delete_link().child());
+      break;
+    case state::JournalEntry::kCounters:
+    case state::JournalEntry::ENTRY_NOT_SET:
+      break;
+  }
+  return k;
+}
+
+std::string EncodeRecord(uint64_t seq, int kind, const std::string& key,
+                         const std::string& payload) {
+  std::string r;
+  r.reserve(kMinRecordBytes + key.size() + payload.size());
+  r.append(kMagic, sizeof(kMagic));
+  PutU64(&r, seq);
+  PutU16(&r, static_cast<uint16_t>(kind));
+  PutU16(&r, static_cast<uint16_t>(key.size()));
+  PutU32(&r, static_cast<uint32_t>(payload.size()));
+  PutU32(&r, Crc(r.data(), r.size()));
+  r += key;
+  PutU32(&r, Crc(key));
+  r += payload;
+  PutU32(&r, Crc(payload));
+  return r;
+}
+
+// The snapshot's first and last records: the snapshot without its objects
+// (a new top-level field of state::Snapshot must be copied here).
+state::Snapshot SnapshotHead(const state::Snapshot& s) {
+  state::Snapshot head;
+  head.set_topology_name(s.topology_name());
+  *head.mutable_counters() = s.counters();
+  return head;
+}
+
+std::string EncodeSnapshot(const state::Snapshot& s) {
+  const std::string head = SnapshotHead(s).SerializeAsString();
+  std::string out;
+  uint64_t seq = 1;
+  out += EncodeRecord(seq++, kSnapshotBegin, "", head);
+  auto put = [&](const state::JournalEntry& e) {
+    const Key k = KeyOf(e);
+    out += EncodeRecord(seq++, k.kind, k.key, e.SerializeAsString());
+  };
+  for (const state::JobRecord& r : s.jobs()) {
+    state::JournalEntry e;
+    *e.mutable_put_job() = r;
+    put(e);
+  }
+  for (const state::GroupRecord& r : s.groups()) {
+    state::JournalEntry e;
+    *e.mutable_put_group() = r;
+    put(e);
+  }
+  for (const state::LinkRecord& r : s.links()) {
+    state::JournalEntry e;
+    *e.mutable_put_link() = r;
+    put(e);
+  }
+  out += EncodeRecord(seq++, kSnapshotEnd, "", head);
+  return out;
+}
+
+const char* KindName(int kind) {
+  switch (kind) {
+    case state::JournalEntry::kPutJob:
+      return "put_job";
+    case state::JournalEntry::kDeleteJob:
+      return "delete_job";
+    case state::JournalEntry::kPutGroup:
+      return "put_group";
+    case state::JournalEntry::kDeleteGroup:
+      return "delete_group";
+    case state::JournalEntry::kPutLink:
+      return "put_link";
+    case state::JournalEntry::kDeleteLink:
+      return "delete_link";
+    case state::JournalEntry::kCounters:
+      return "counters";
+    case kSnapshotBegin:
+      return "snapshot header";
+    case kSnapshotEnd:
+      return "snapshot end";
+    default:
+      return "unknown kind";
+  }
+}
+
+// What a record is about, for messages: "put_job of job 4".
+std::string Describe(int kind, bool key_known, const std::string& key) {
+  if (!key_known)
+    return absl::StrFormat("%s (kind %d) of an object whose key is damaged", KindName(kind), kind);
+  switch (kind) {
+    case state::JournalEntry::kPutJob:
+    case state::JournalEntry::kDeleteJob:
+    case state::JournalEntry::kPutGroup:
+    case state::JournalEntry::kDeleteGroup:
+      return absl::StrFormat("%s of %s %d", KindName(kind), kind <= 2 ? "job" : "group",
+                             key.size() == 8 ? GetLe(key.data(), 8) : 0);
+    case state::JournalEntry::kPutLink:
+    case state::JournalEntry::kDeleteLink: {
+      const size_t nul = key.find('\0');
+      return absl::StrFormat("%s of the link from %s in tree %s", KindName(kind),
+                             nul == std::string::npos ? "?" : key.substr(nul + 1),
+                             key.substr(0, nul));
+    }
+    case state::JournalEntry::kCounters:
+      return "counters (the id limits)";
+    case kSnapshotBegin:
+      return "the snapshot's header (topology name, id limits)";
+    case kSnapshotEnd:
+      return "the snapshot's closing record";
+    case state::JournalEntry::ENTRY_NOT_SET:
+      return "an empty record";
+    default:
+      return absl::StrFormat("a record of kind %d, unknown to this version", kind);
+  }
+}
+
+// The object a record sets: a later intact record with the same family
+// replaces it. "" for records that set nothing; "?" for unknown kinds.
+std::string Family(int kind, const std::string& key) {
+  switch (kind) {
+    case state::JournalEntry::kPutJob:
+    case state::JournalEntry::kDeleteJob:
+      return "j" + key;
+    case state::JournalEntry::kPutGroup:
+    case state::JournalEntry::kDeleteGroup:
+      return "g" + key;
+    case state::JournalEntry::kPutLink:
+    case state::JournalEntry::kDeleteLink:
+      return "l" + key;
+    case state::JournalEntry::kCounters:
+    case kSnapshotBegin:
+      return "c";       // id limits only grow: a later one covers it
+    case kSnapshotEnd:  // a copy of the header
+    case state::JournalEntry::ENTRY_NOT_SET:
+      return "";
+    default:
+      return "?";
+  }
+}
+
+// One record (or a stretch of unreadable bytes) of a state file.
+struct Item {
+  enum State {
+    kIntact,
+    kDamaged,  // its fixed header is intact: kind (and perhaps key) known
+    kLost,     // not even that: an unknown object, `count` records (0 = unknown)
+  };
+  State state = kIntact;
+  const std::string* path = nullptr;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+  uint64_t seq = 0;
+  uint64_t count = 1;
+  int kind = 0;
+  bool key_known = true;
+  std::string key;
+  std::string why;
+  state::JournalEntry entry;  // kIntact records with a JournalEntry
+  state::Snapshot head;       // kIntact snapshot header and end
+};
+
+// One state file as read.
+struct StateFile {
+  std::string path;
+  bool exists = false;
+  std::string bytes;
+  int format = 2;
+  std::vector<Item> items;
+  uint64_t end = 0;   // where its whole records end
+  uint64_t torn = 0;  // bytes of torn tail after `end` (journal only)
+  uint64_t next_seq = 1;
+
+  bool damaged() const {
+    return std::any_of(items.begin(), items.end(),
+                       [](const Item& i) { return i.state != Item::kIntact; });
+  }
+  Item& Add(Item::State state, uint64_t offset, uint64_t length, std::string why) {
+    Item& i = items.emplace_back();
+    i.state = state;
+    i.path = &path;
+    i.offset = offset;
+    i.length = length;
+    i.why = std::move(why);
+    return i;
+  }
+};
+
+struct Header {
+  uint64_t seq = 0;
+  int kind = 0;
+  uint32_t key_len = 0;
+  uint32_t payload_len = 0;
+  uint64_t total = 0;  // bytes of the whole record
+};
+
+// True if a format-2 record's fixed header, checksum included, is at `pos`.
+bool ReadHeader(const std::string& b, size_t pos, Header* h) {
+  if (b.size() - pos < kFixedBytes) return false;
+  const char* p = b.data() + pos;
+  if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0) return false;
+  if (Crc(p, kFixedBytes - 4) != GetU32(p + kFixedBytes - 4)) return false;
+  h->seq = GetLe(p + 4, 8);
+  h->kind = static_cast<int>(GetLe(p + 12, 2));
+  h->key_len = static_cast<uint32_t>(GetLe(p + 14, 2));
+  h->payload_len = GetU32(p + 16);
+  if (h->key_len > kMaxKeyBytes || h->payload_len > kMaxPayloadBytes) return false;
+  h->total = kMinRecordBytes + h->key_len + h->payload_len;
+  return true;
+}
+
+size_t FindHeader(const std::string& b, size_t from) {
+  Header h;
+  for (size_t p = b.find(kMagic, from, sizeof(kMagic)); p != std::string::npos;
+       p = b.find(kMagic, p + 1, sizeof(kMagic))) {
+    if (ReadHeader(b, p, &h)) return p;
+  }
+  return std::string::npos;
+}
+
+// Decodes an intact record's payload into `item`; false (and `why`) if it
+// is not what its header says or not what `journal` or a snapshot holds.
+bool Decode(const std::string& payload, bool journal, Item* item) {
+  if (item->kind == kSnapshotBegin || item->kind == kSnapshotEnd) {
+    if (journal) {
+      item->why = "a snapshot record in the journal";
+      return false;
+    }
+    if (!item->head.ParseFromString(payload) || !item->key.empty()) {
+      item->why = "its payload does not decode";
+      return false;
+    }
+    return true;
+  }
+  if (!item->entry.ParseFromString(payload)) {
+    item->why = "its payload does not decode";
+    return false;
+  }
+  const Key k = KeyOf(item->entry);
+  if (k.kind != item->kind || k.key != item->key) {
+    item->why = k.kind == state::JournalEntry::ENTRY_NOT_SET
+                    ? "its kind is unknown to this version of netfold-managerd"
+                    : "its payload does not match its header";
+    return false;
+  }
+  if (!journal && k.kind != state::JournalEntry::kPutJob &&
+      k.kind != state::JournalEntry::kPutGroup && k.kind != state::JournalEntry::kPutLink) {
+    item->why = "a journal record in the snapshot";
+    return false;
+  }
+  return true;
+}
+
+// Reads a format-2 file. In the journal, a last record cut short (or
+// zero-filled) is a torn tail; anywhere else, and in a snapshot, anything
+// that does not check out is damage. Damage never stops the reading: the
+// next intact header is searched for.
+void ParseFormat2(bool journal, StateFile* f) {
+  const std::string& b = f->bytes;
+  size_t pos = 0;
+  uint64_t expect = 1;
+  while (pos < b.size()) {
+    const size_t avail = b.size() - pos;
+    Header h;
+    if (ReadHeader(b, pos, &h)) {
+      if (h.seq != expect) {
+        Item& gap =
+            f->Add(Item::kLost, pos, 0,
+                   h.seq > expect ? absl::StrFormat("records %d to %d are missing (record %d comes "
+                                                    "next)",
+                                                    expect, h.seq - 1, h.seq)
+                                  : absl::StrFormat("record %d is out of order (record %d was "
+                                                    "expected)",
+                                                    h.seq, expect));
+        gap.seq = expect;
+        gap.count = h.seq > expect ? h.seq - expect : 0;
+      }
+      expect = h.seq + 1;
+      if (h.total > avail) {
+        if (journal) {  // cut short by a crash in the middle of its append
+          f->torn = avail;
+          break;
+        }
+        Item& cut = f->Add(
+            Item::kLost, pos, avail,
+            absl::StrFormat("the file ends %d bytes into this %d-byte record", avail, h.total));
+        cut.seq = h.seq;
+        cut.count = 0;
+        pos = b.size();
+        break;
+      }
+      const char* p = b.data() + pos;
+      const std::string key(p + kFixedBytes, h.key_len);
+      const bool key_ok = Crc(key) == GetU32(p + kFixedBytes + h.key_len);
+      const std::string payload(p + kFixedBytes + h.key_len + 4, h.payload_len);
+      const bool payload_ok = Crc(payload) == GetU32(p + h.total - 4);
+      if (journal && pos + h.total == b.size() && (!key_ok || !payload_ok) &&
+          AllZero(b, b.size() - 4)) {
+        f->torn = avail;  // its end never reached the disk (zero-filled after a crash)
+        break;
+      }
+      Item& item = f->Add(Item::kIntact, pos, h.total, "");
+      item.seq = h.seq;
+      item.kind = h.kind;
+      item.key = key;
+      item.key_known = key_ok;
+      if (!key_ok) {
+        item.state = Item::kDamaged;
+        item.why = "the checksum of its key does not match";
+      } else if (!payload_ok) {
+        item.state = Item::kDamaged;
+        item.why = "the checksum of its payload does not match";
+      } else if (!Decode(payload, journal, &item)) {
+        item.state = Item::kDamaged;
+      }
+      pos += h.total;
+      continue;
+    }
+    if (avail < kFixedBytes && journal) {  // less than a header: never a whole record
+      f->torn = avail;
+      break;
+    }
+    const size_t next = FindHeader(b, pos + 1);
+    if (next == std::string::npos) {
+      if (journal && AllZero(b, pos)) {
+        f->torn = avail;
+        break;
+      }
+      Item& lost = f->Add(Item::kLost, pos, avail, "unreadable to the end of the file");
+      lost.seq = expect;
+      lost.count = 0;
+      pos = b.size();
+      break;
+    }
+    Header nh;
+    ReadHeader(b, next, &nh);
+    Item& lost = f->Add(Item::kLost, pos, next - pos,
+                        absl::StrFormat("unreadable up to the next intact record (record %d at "
+                                        "offset %d)",
+                                        nh.seq, next));
+    lost.seq = expect;
+    lost.count = nh.seq > expect ? nh.seq - expect : 0;
+    expect = nh.seq;
+    pos = next;
+  }
+  f->end = pos;
+  f->next_seq = expect;
+}
+
+// True if from `pos` on a format-1 journal ([u32 length][u32 CRC-32]
+// [payload]) holds at least one whole record, and whole records up to the
+// end of the file or a torn tail.
+bool Format1ChainsToEnd(const std::string& b, size_t pos) {
+  bool whole = false;
+  while (pos < b.size()) {
+    const size_t avail = b.size() - pos;
+    if (avail < 8) return whole;
+    const uint32_t len = GetU32(b.data() + pos);
+    if (len > kMaxPayloadBytes) return false;
+    if (8 + static_cast<size_t>(len) > avail) return whole;
+    const std::string payload = b.substr(pos + 8, len);
+    state::JournalEntry e;
+    if (Crc(payload) != GetU32(b.data() + pos + 4) || !e.ParseFromString(payload)) return false;
+    whole = true;
+    pos += 8 + len;
+  }
+  return whole;
+}
+
+// Reads a format-1 journal. Its lengths are not checksummed: after a bad
+// record, reading goes on from the first offset whose records check out to
+// the end of the file.
+void ParseFormat1Journal(StateFile* f) {
+  f->format = 1;
+  const std::string& b = f->bytes;
+  size_t pos = 0;
+  uint64_t n = 1;
+  while (pos < b.size()) {
+    const size_t avail = b.size() - pos;
+    uint32_t len = avail >= 8 ? GetU32(b.data() + pos) : 0;
+    if (avail < 8 || (len <= kMaxPayloadBytes && 8 + static_cast<size_t>(len) > avail)) {
+      f->torn = avail;
+      break;
+    }
+    state::JournalEntry e;
+    std::string payload = len <= kMaxPayloadBytes ? b.substr(pos + 8, len) : std::string();
+    if (len <= kMaxPayloadBytes && Crc(payload) == GetU32(b.data() + pos + 4) &&
+        e.ParseFromString(payload)) {
+      Item& item = f->Add(Item::kIntact, pos, 8 + len, "");
+      const Key k = KeyOf(e);
+      item.seq = n++;
+      item.kind = k.kind;
+      item.key = k.key;
+      item.entry = std::move(e);
+      pos += 8 + len;
+      continue;
+    }
+    if (AllZero(b, pos)) {
+      f->torn = avail;
+      break;
+    }
+    size_t next = pos + 1;
+    while (next < b.size() && !Format1ChainsToEnd(b, next)) ++next;
+    std::string why = "a damaged record, and nothing after it can be read";
+    if (next < b.size()) {
+      why = len <= kMaxPayloadBytes && 8 + static_cast<size_t>(len) > next - pos
+                ? "a record cut short and followed by whole ones: what a failed append left "
+                  "before netfold-managerd rolled them back (that append was refused, not "
+                  "acknowledged), or a damaged length"
+                : "a damaged record";
+    }
+    Item& lost = f->Add(Item::kLost, pos, next - pos, why);
+    lost.seq = n++;
+    lost.count = 0;
+    pos = next;
+  }
+  f->end = pos;
+  f->next_seq = n;
+}
+
+// Reads snapshot.pb, of either format.
+void ParseSnapshot(StateFile* f) {
+  const std::string& b = f->bytes;
+  if (!f->exists) return;
+  const bool format2 =
+      b.size() >= sizeof(kMagic) &&
+      (std::memcmp(b.data(), kMagic, sizeof(kMagic)) == 0 || FindHeader(b, 0) != std::string::npos);
+  if (!format2) {  // a bare state::Snapshot, without checksums
+    f->format = 1;
+    state::Snapshot s;
+    if (!s.ParseFromString(b)) {
+      Item& lost = f->Add(Item::kLost, 0, b.size(),
+                          "it is neither a snapshot of this version nor of an older one");
+      lost.count = 0;
+      return;
+    }
+    Item& head = f->Add(Item::kIntact, 0, b.size(), "");
+    head.kind = kSnapshotBegin;
+    head.head = SnapshotHead(s);
+    auto put = [&](state::JournalEntry e) {
+      Item& item = f->Add(Item::kIntact, 0, b.size(), "");
+      const Key k = KeyOf(e);
+      item.kind = k.kind;
+      item.key = k.key;
+      item.entry = std::move(e);
+    };
+    for (const state::JobRecord& r : s.jobs()) {
+      state::JournalEntry e;
+      *e.mutable_put_job() = r;
+      put(std::move(e));
+    }
+    for (const state::GroupRecord& r : s.groups()) {
+      state::JournalEntry e;
+      *e.mutable_put_group() = r;
+      put(std::move(e));
+    }
+    for (const state::LinkRecord& r : s.links()) {
+      state::JournalEntry e;
+      *e.mutable_put_link() = r;
+      put(std::move(e));
+    }
+    return;
+  }
+  ParseFormat2(/*journal=*/false, f);
+  // A whole snapshot opens with its header and closes with its end record;
+  // anything else means records are missing.
+  if (!f->items.empty() && f->items.front().state != Item::kLost &&
+      f->items.front().kind != kSnapshotBegin) {
+    Item lost;
+    lost.state = Item::kLost;
+    lost.path = &f->path;
+    lost.count = 0;
+    lost.why = "the snapshot's header record is missing";
+    f->items.insert(f->items.begin(), std::move(lost));
+  }
+  const bool closed = !f->items.empty() && f->items.back().state != Item::kLost &&
+                      f->items.back().kind == kSnapshotEnd;
+  if (!closed) {
+    Item& lost = f->Add(Item::kLost, b.size(), 0,
+                        "the snapshot ends without its closing record: records are missing");
+    lost.seq = f->next_seq;
+    lost.count = 0;
+  }
+  for (size_t i = 0; i + 1 < f->items.size(); ++i) {
+    Item& item = f->items[i];
+    if (item.state != Item::kLost && item.kind == kSnapshotEnd) {
+      item.state = Item::kDamaged;
+      item.why = "the snapshot's closing record is not its last";
+    }
+  }
+}
+
+// Reads journal.log, of either format.
+void ParseJournal(StateFile* f) {
+  const std::string& b = f->bytes;
+  const bool format2 =
+      b.empty() ||
+      (b.size() >= sizeof(kMagic) && std::memcmp(b.data(), kMagic, sizeof(kMagic)) == 0) ||
+      FindHeader(b, 0) != std::string::npos || AllZero(b, 0);
+  if (format2) {
+    ParseFormat2(/*journal=*/true, f);
+  } else {
+    ParseFormat1Journal(f);
+  }
+}
+
+std::string Where(const Item& i) {
+  if (i.state == Item::kLost) {
+    std::string records = i.count == 0 ? "an unknown number of records"
+                          : i.count == 1
+                              ? absl::StrFormat("record %d", i.seq)
+                              : absl::StrFormat("records %d to %d", i.seq, i.seq + i.count - 1);
+    return absl::StrFormat("%s: %s at offset %d (%d bytes, objects unknown): %s", *i.path, records,
+                           i.offset, i.length, i.why);
+  }
+  return absl::StrFormat("%s: record %d at offset %d (%d bytes, %s): %s", *i.path, i.seq, i.offset,
+                         i.length, Describe(i.kind, i.key_known, i.key), i.why);
+}
+
+void ApplyHead(const state::Snapshot& head, state::Snapshot* snap) {
+  if (!head.topology_name().empty()) snap->set_topology_name(head.topology_name());
+  state::Counters* c = snap->mutable_counters();
+  c->set_job_id_limit(std::max(c->job_id_limit(), head.counters().job_id_limit()));
+  c->set_group_id_limit(std::max(c->group_id_limit(), head.counters().group_id_limit()));
 }
 
 template <typename Records, typename Id>
@@ -151,11 +792,21 @@ void ApplyJournalEntry(const state::JournalEntry& entry, state::Snapshot* snap) 
 
 absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
                                                        state::Snapshot* loaded) {
-  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+  return Open(dir, JournalOptions(), loaded);
+}
+
+absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
+                                                       const JournalOptions& options,
+                                                       state::Snapshot* loaded) {
+  if (mkdir(dir.c_str(), 0700) == 0) {
+    std::string parent = std::filesystem::path(dir).parent_path().string();
+    NETFOLD_RETURN_IF_ERROR(FsyncDir(parent.empty() ? "." : parent));
+  } else if (errno != EEXIST) {
     return ErrnoToStatus(errno, absl::StrFormat("create state directory %s", dir));
   }
   std::unique_ptr<Journal> j(new Journal());
   j->dir_ = dir;
+  j->options_ = options;
   const std::string lock_path = dir + "/" + kLockFile;
   j->lock_fd_ = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (j->lock_fd_ < 0) return ErrnoToStatus(errno, absl::StrFormat("open %s", lock_path));
@@ -167,44 +818,127 @@ absl::StatusOr<std::unique_ptr<Journal>> Journal::Open(const std::string& dir,
     return ErrnoToStatus(errno, absl::StrFormat("lock %s", lock_path));
   }
 
-  loaded->Clear();
-  bool exists = false;
-  NETFOLD_ASSIGN_OR_RETURN(std::string snap_bytes, ReadAll(dir + "/" + kSnapshotFile, &exists));
-  if (exists && !loaded->ParseFromString(snap_bytes)) {
-    return absl::DataLossError(
-        absl::StrFormat("%s/%s is corrupt; refusing to start without it", dir, kSnapshotFile));
+  StateFile snap{.path = dir + "/" + kSnapshotFile};
+  NETFOLD_ASSIGN_OR_RETURN(snap.bytes, ReadAll(snap.path, &snap.exists));
+  ParseSnapshot(&snap);
+  StateFile log{.path = dir + "/" + kJournalFile};
+  NETFOLD_ASSIGN_OR_RETURN(log.bytes, ReadAll(log.path, &log.exists));
+  ParseJournal(&log);
+
+  // Damage is skipped only where a later intact record sets the same object
+  // again: the state is then exactly what a clean replay gives.
+  std::vector<const Item*> all;
+  for (const Item& i : snap.items) all.push_back(&i);
+  for (const Item& i : log.items) all.push_back(&i);
+  std::map<std::string, size_t> last_intact;
+  for (size_t n = 0; n < all.size(); ++n) {
+    const Item& i = *all[n];
+    if (i.state != Item::kIntact) continue;
+    last_intact[i.kind == kSnapshotEnd ? "c" : Family(i.kind, i.key)] = n;
+  }
+  std::vector<const Item*> unsafe;
+  int damaged = 0;
+  for (size_t n = 0; n < all.size(); ++n) {
+    const Item& i = *all[n];
+    if (i.state == Item::kIntact) continue;
+    damaged += i.state == Item::kLost ? static_cast<int>(std::max<uint64_t>(1, i.count)) : 1;
+    std::string verdict;
+    if (i.state == Item::kDamaged && i.key_known) {
+      const std::string family = Family(i.kind, i.key);
+      auto it = last_intact.find(family);
+      if (family.empty()) {
+        verdict = "it sets nothing: skipped";
+      } else if (family != "?" && it != last_intact.end() && it->second > n) {
+        const Item& later = *all[it->second];
+        verdict = absl::StrFormat("record %d of %s (offset %d) sets the same object again: skipped",
+                                  later.seq, *later.path, later.offset);
+      }
+    }
+    if (verdict.empty()) {
+      unsafe.push_back(&i);
+      verdict = "no later record replaces it";
+    }
+    NETFOLD_LOG(kError) << "damaged state: " << Where(i) << "; " << verdict;
+  }
+  if (!unsafe.empty() && !options.skip_damaged) {
+    std::vector<std::string> where;
+    for (size_t n = 0; n < unsafe.size() && n < 4; ++n) where.push_back(Where(*unsafe[n]));
+    if (unsafe.size() > 4) where.push_back(absl::StrFormat("%d more (logged)", unsafe.size() - 4));
+    return absl::DataLossError(absl::StrFormat(
+        "the manager's state in %s is damaged, and skipping the damage could lose or change "
+        "acknowledged state: %s. Nothing on disk was changed. Restore the state directory from a "
+        "backup, or start netfold-managerd with --state_skip_damaged to load every intact record "
+        "and drop the damaged ones (their changes are lost; the damaged files are first copied "
+        "aside as <file>.damaged-<UTC time>)",
+        dir, absl::StrJoin(where, "; ")));
   }
 
-  const std::string log_path = dir + "/" + kJournalFile;
-  NETFOLD_ASSIGN_OR_RETURN(std::string log, ReadAll(log_path, &exists));
-  size_t pos = 0;
-  while (pos + 8 <= log.size()) {
-    uint32_t len = GetU32(log.data() + pos);
-    uint32_t crc = GetU32(log.data() + pos + 4);
-    if (len > kMaxRecordBytes || pos + 8 + len > log.size()) break;
-    std::string payload = log.substr(pos + 8, len);
-    if (Crc(payload) != crc) break;
-    state::JournalEntry entry;
-    if (!entry.ParseFromString(payload)) break;
-    ApplyJournalEntry(entry, loaded);
-    ++j->records_replayed_;
-    pos += 8 + len;
-  }
-  j->bytes_discarded_ = log.size() - pos;
-  j->log_fd_ = open(log_path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
-  if (j->log_fd_ < 0) return ErrnoToStatus(errno, absl::StrFormat("open %s", log_path));
-  if (j->bytes_discarded_ > 0) {
-    NETFOLD_LOG(kWarning) << "journal " << log_path << ": cut off " << j->bytes_discarded_
-                          << " bytes of torn or corrupt tail after " << j->records_replayed_
-                          << " records";
-    if (ftruncate(j->log_fd_, static_cast<off_t>(pos)) != 0) {
-      return ErrnoToStatus(errno, absl::StrFormat("truncate %s", log_path));
+  loaded->Clear();
+  for (const Item* i : all) {
+    if (i->state != Item::kIntact) continue;
+    if (i->kind == kSnapshotBegin || i->kind == kSnapshotEnd) {
+      ApplyHead(i->head, loaded);
+    } else {
+      ApplyJournalEntry(i->entry, loaded);
     }
   }
-  if (lseek(j->log_fd_, static_cast<off_t>(pos), SEEK_SET) < 0) {
-    return ErrnoToStatus(errno, absl::StrFormat("seek %s", log_path));
+  if (!unsafe.empty()) {
+    // Lost id limits: raise them past anything the lost records reserved.
+    uint64_t blocks = 0;
+    for (const Item* i : unsafe) {
+      if (i->state == Item::kLost) {
+        blocks += i->count > 0 ? i->count : std::max<uint64_t>(1, i->length / kMinRecordBytes);
+      } else if (const std::string family = Family(i->kind, i->key);
+                 family == "c" || family == "?") {
+        blocks += 1;  // its kind is known: only a counters record reserves ids
+      }
+    }
+    state::Counters* c = loaded->mutable_counters();
+    c->set_job_id_limit(c->job_id_limit() + blocks * kIdBlock);
+    c->set_group_id_limit(c->group_id_limit() + blocks * kIdBlock);
+    NETFOLD_LOG(kError) << "--state_skip_damaged: " << dir
+                        << " loaded without the damaged records above that nothing replaces ("
+                        << unsafe.size() << "); their changes are lost; id limits raised by "
+                        << blocks * kIdBlock;
   }
+  if (log.torn > 0) {
+    NETFOLD_LOG(kWarning) << log.path << ": dropping a torn last record (" << log.torn
+                          << " bytes at offset " << log.end
+                          << "): an append cut short by a crash, never acknowledged";
+  }
+  j->damaged_records_ = damaged;
+  j->bytes_discarded_ = log.torn;
+  for (const Item& i : log.items) j->records_replayed_ += i.state == Item::kIntact ? 1 : 0;
+
+  const bool log_created = !log.exists;
+  j->log_fd_ = open(log.path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (j->log_fd_ < 0) return ErrnoToStatus(errno, absl::StrFormat("open %s", log.path));
+  if (log_created) NETFOLD_RETURN_IF_ERROR(FsyncDir(dir));
+  j->end_ = log.end;
+  j->next_seq_ = log.next_seq;
   j->records_since_snapshot_ = j->records_replayed_;
+
+  // Anything skipped, dropped or in the old format: keep the files as they
+  // were, then write what was loaded as a new snapshot (which empties the
+  // journal), so that the state on disk is whole again.
+  const bool snap_rewrite = snap.exists && (snap.damaged() || snap.format == 1);
+  const bool log_rewrite = log.damaged() || log.torn > 0 || log.format == 1;
+  if (snap_rewrite || log_rewrite) {
+    for (const StateFile* f : {&snap, &log}) {
+      if (f->bytes.empty() || !(f == &snap ? snap_rewrite : log_rewrite)) continue;
+      const bool bad = f->damaged() || f->torn > 0;
+      NETFOLD_ASSIGN_OR_RETURN(std::string copy,
+                               SaveCopy(dir, f->path, f->bytes, bad ? "damaged" : "format1"));
+      NETFOLD_LOG(kWarning) << f->path
+                            << (!bad           ? " (format 1)"
+                                : f->damaged() ? " (damaged)"
+                                               : " (with a torn tail)")
+                            << " kept as " << copy;
+      j->saved_copies_.push_back(copy);
+    }
+    NETFOLD_RETURN_IF_ERROR(j->WriteSnapshot(*loaded));
+    NETFOLD_LOG(kWarning) << dir << ": the loaded state was written as a new snapshot";
+  }
   return j;
 }
 
@@ -213,41 +947,92 @@ Journal::~Journal() {
   if (lock_fd_ >= 0) close(lock_fd_);  // releases the flock
 }
 
+ssize_t Journal::PWrite(const void* data, size_t size, off_t offset) {
+  return options_.pwrite ? options_.pwrite(log_fd_, data, size, offset)
+                         : pwrite(log_fd_, data, size, offset);
+}
+int Journal::DataSync() {
+  return options_.fdatasync ? options_.fdatasync(log_fd_) : fdatasync(log_fd_);
+}
+int Journal::Truncate(off_t size) {
+  return options_.ftruncate ? options_.ftruncate(log_fd_, size) : ftruncate(log_fd_, size);
+}
+
+absl::Status Journal::WriteRecord(const std::string& record) {
+  const std::string path = absl::StrFormat("%s/%s", dir_, kJournalFile);
+  const char* p = record.data();
+  size_t left = record.size();
+  off_t offset = static_cast<off_t>(end_);
+  while (left > 0) {
+    ssize_t n = PWrite(p, left, offset);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return n == 0 ? absl::UnavailableError(absl::StrFormat("append to %s: no progress", path))
+                    : ErrnoToStatus(errno, absl::StrFormat("append to %s", path));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+    offset += n;
+  }
+  if (DataSync() != 0) return ErrnoToStatus(errno, absl::StrFormat("fdatasync %s", path));
+  return absl::OkStatus();
+}
+
 absl::Status Journal::Append(const state::JournalEntry& entry) {
+  const std::string path = absl::StrFormat("%s/%s", dir_, kJournalFile);
+  if (!broken_.ok()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s refuses appends: an earlier failed append could not be rolled back (%s); the next "
+        "successful snapshot or a restart makes it usable again",
+        path, broken_.message()));
+  }
   std::string payload;
   if (!entry.SerializeToString(&payload)) return absl::InternalError("cannot serialize a record");
-  std::string record;
-  PutU32(&record, static_cast<uint32_t>(payload.size()));
-  PutU32(&record, Crc(payload));
-  record += payload;
-  const std::string what = absl::StrFormat("append to %s/%s", dir_, kJournalFile);
-  NETFOLD_RETURN_IF_ERROR(WriteAll(log_fd_, record.data(), record.size(), what));
-  if (fdatasync(log_fd_) != 0) return ErrnoToStatus(errno, what);
+  const Key k = KeyOf(entry);
+  if (payload.size() > kMaxPayloadBytes || k.key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("a %s record is too large for %s", KindName(k.kind), path));
+  }
+  const std::string record = EncodeRecord(next_seq_, k.kind, k.key, payload);
+  absl::Status s = WriteRecord(record);
+  if (!s.ok()) {
+    // Nothing of the record may stay: the next append would land after it,
+    // and the next start would find a damaged record in the middle.
+    if (Truncate(static_cast<off_t>(end_)) != 0 || DataSync() != 0) {
+      broken_ = ErrnoToStatus(errno, absl::StrFormat("truncate %s back to %d bytes", path, end_));
+      NETFOLD_LOG(kError) << path << ": a failed append could not be rolled back ("
+                          << broken_.message() << "): no more appends until a snapshot succeeds";
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s; then %s: the journal refuses appends until a snapshot succeeds",
+                          s.message(), broken_.message()));
+    }
+    return s;
+  }
+  end_ += record.size();
+  ++next_seq_;
   ++records_since_snapshot_;
   return absl::OkStatus();
 }
 
-absl::Status Journal::WriteSnapshot(const state::Snapshot& snapshot) {
-  std::string bytes;
-  if (!snapshot.SerializeToString(&bytes)) return absl::InternalError("cannot serialize snapshot");
-  const std::string tmp = absl::StrFormat("%s/%s.tmp", dir_, kSnapshotFile);
-  const std::string final_path = absl::StrFormat("%s/%s", dir_, kSnapshotFile);
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoToStatus(errno, absl::StrFormat("open %s", tmp));
-  absl::Status s = WriteAll(fd, bytes.data(), bytes.size(), absl::StrFormat("write %s", tmp));
-  if (s.ok() && fsync(fd) != 0) s = ErrnoToStatus(errno, absl::StrFormat("fsync %s", tmp));
-  close(fd);
-  NETFOLD_RETURN_IF_ERROR(s);
-  if (rename(tmp.c_str(), final_path.c_str()) != 0) {
-    return ErrnoToStatus(errno, absl::StrFormat("rename %s", tmp));
+absl::Status Journal::EmptyLog() {
+  const std::string path = absl::StrFormat("%s/%s", dir_, kJournalFile);
+  if (Truncate(0) != 0) return ErrnoToStatus(errno, absl::StrFormat("truncate %s", path));
+  end_ = 0;
+  next_seq_ = 1;
+  if (DataSync() != 0) {
+    // Whether the old records are gone on disk is unknown: new ones written
+    // at offset 0 could end up in front of their remains.
+    broken_ = ErrnoToStatus(errno, absl::StrFormat("fdatasync %s after emptying it", path));
+    return broken_;
   }
-  NETFOLD_RETURN_IF_ERROR(FsyncDir(dir_));
-  const std::string log_path = absl::StrFormat("%s/%s", dir_, kJournalFile);
-  if (ftruncate(log_fd_, 0) != 0)
-    return ErrnoToStatus(errno, absl::StrFormat("truncate %s", log_path));
-  if (lseek(log_fd_, 0, SEEK_SET) < 0)
-    return ErrnoToStatus(errno, absl::StrFormat("seek %s", log_path));
-  if (fsync(log_fd_) != 0) return ErrnoToStatus(errno, absl::StrFormat("fsync %s", log_path));
+  broken_ = absl::OkStatus();
+  return absl::OkStatus();
+}
+
+absl::Status Journal::WriteSnapshot(const state::Snapshot& snapshot) {
+  NETFOLD_RETURN_IF_ERROR(
+      ReplaceFile(dir_, absl::StrFormat("%s/%s", dir_, kSnapshotFile), EncodeSnapshot(snapshot)));
+  NETFOLD_RETURN_IF_ERROR(EmptyLog());
   records_since_snapshot_ = 0;
   return absl::OkStatus();
 }

@@ -31,6 +31,9 @@ ABSL_FLAG(std::string, listen, "",
 ABSL_FLAG(std::string, topology, "", "topology YAML file");
 ABSL_FLAG(std::string, state_dir, "",
           "directory for the journal and snapshots (none: no durability)");
+ABSL_FLAG(bool, state_skip_damaged, false,
+          "start even if --state_dir holds damaged records that no later record replaces: "
+          "they are dropped (the files are copied aside first); see docs/manager.md");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, log_level, "", "error|warning|info|debug|trace");
 
@@ -76,7 +79,10 @@ int Main(int argc, char** argv) {
   if (config.state_dir.empty()) {
     NETFOLD_LOG(kWarning) << "no --state_dir: jobs and groups will not survive a restart";
   } else {
-    absl::StatusOr<std::unique_ptr<Journal>> j = Journal::Open(config.state_dir, &loaded);
+    JournalOptions journal_options;
+    journal_options.skip_damaged = absl::GetFlag(FLAGS_state_skip_damaged);
+    absl::StatusOr<std::unique_ptr<Journal>> j =
+        Journal::Open(config.state_dir, journal_options, &loaded);
     if (!j.ok()) return Fail(1, j.status());
     journal = *std::move(j);
   }

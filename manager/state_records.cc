@@ -5,11 +5,6 @@
 #include "base/status_macros.h"
 
 namespace netfold::manager {
-namespace {
-
-constexpr uint64_t kIdBlock = 64;  // ids reserved in the journal per counters record
-
-}  // namespace
 
 StateRecords::StateRecords(const Topology& topo, const std::vector<Tree>& trees, Journal* journal,
                            int snapshot_every)
@@ -149,9 +144,18 @@ absl::Status StateRecords::Append(const state::JournalEntry& entry) {
 void StateRecords::MaybeSnapshot(const std::map<uint64_t, Job>& jobs,
                                  const std::map<uint64_t, Group>& groups,
                                  const std::map<LinkKey, Link>& links) {
-  if (journal_ == nullptr || journal_->records_since_snapshot() < snapshot_every_) return;
+  if (journal_ == nullptr) return;
+  // A journal that refuses appends (a failed append it could not roll
+  // back) is made usable again by a snapshot: tried at every change.
+  if (journal_->records_since_snapshot() < snapshot_every_ && journal_->broken().ok()) return;
   absl::Status s = journal_->WriteSnapshot(Snapshot(jobs, groups, links));
-  if (!s.ok()) NETFOLD_LOG(kError) << "snapshot failed: " << s.message();
+  if (s.ok()) {
+    if (!last_snapshot_error_.empty()) NETFOLD_LOG(kWarning) << "snapshot written again";
+    last_snapshot_error_.clear();
+  } else if (s.message() != last_snapshot_error_) {
+    NETFOLD_LOG(kError) << "snapshot failed: " << s.message();
+    last_snapshot_error_ = std::string(s.message());
+  }
 }
 
 absl::Status StateRecords::WriteSnapshot(const state::Snapshot& snapshot) {

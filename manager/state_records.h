@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -64,8 +65,10 @@ class StateRecords {
   absl::Status Append(const state::JournalEntry& entry);
 
   // ---- Snapshots. Replaces the snapshot (and empties the journal) once
-  // `snapshot_every` records were appended since the last one; a failure is
-  // logged, the journal keeps the records.
+  // `snapshot_every` records were appended since the last one, and at every
+  // call while the journal refuses appends (Journal::broken(): a snapshot
+  // makes it usable again; the manager calls this at every tick). A failure
+  // is logged (once while it repeats), the journal keeps the records.
   void MaybeSnapshot(const std::map<uint64_t, Job>& jobs, const std::map<uint64_t, Group>& groups,
                      const std::map<LinkKey, Link>& links);
   absl::Status WriteSnapshot(const state::Snapshot& snapshot);
@@ -90,6 +93,7 @@ class StateRecords {
   uint64_t job_id_limit_ = 1;
   uint64_t next_group_id_ = 1;
   uint64_t group_id_limit_ = 1;
+  std::string last_snapshot_error_;
 };
 
 }  // namespace netfold::manager

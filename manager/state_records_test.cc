@@ -3,6 +3,9 @@
 // succeeds.
 #include "manager/state_records.h"
 
+#include <unistd.h>
+
+#include <cerrno>
 #include <memory>
 #include <string>
 #include <vector>
@@ -83,6 +86,45 @@ TEST_F(StateRecordsTest, IdsAreReservedInJournaledBlocks) {
   journal->reset();
   ASSERT_TRUE(Journal::Open(dir.path(), &loaded).ok());
   EXPECT_EQ(loaded.counters().job_id_limit(), 138u);  // 74 + 64: no id is handed out twice
+}
+
+TEST_F(StateRecordsTest, AJournalThatRefusesAppendsIsMadeUsableByTheNextSnapshot) {
+  // A full disk, and the failed append cannot be rolled back either: every
+  // write is refused (Unavailable: the manager refuses the request) until a
+  // snapshot of the books replaces the journal.
+  TempDir dir;
+  bool failing = false;
+  JournalOptions options;
+  options.pwrite = [&](int fd, const void* data, size_t size, off_t offset) -> ssize_t {
+    if (!failing) return pwrite(fd, data, size, offset);
+    errno = ENOSPC;
+    return -1;
+  };
+  options.ftruncate = [&](int fd, off_t size) {
+    if (!failing) return ftruncate(fd, size);
+    errno = EIO;
+    return -1;
+  };
+  state::Snapshot loaded;
+  absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(dir.path(), options, &loaded);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  StateRecords records(*topo_, trees_, journal->get(), /*snapshot_every=*/1000);
+  Job job;
+  job.id = 5;
+  job.key = std::string(kJobKeyBytes, 'k');
+  failing = true;
+  EXPECT_EQ(records.PutJob(job).code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE((*journal)->broken().ok());
+  failing = false;
+  EXPECT_EQ(records.PutJob(job).code(), absl::StatusCode::kUnavailable);
+  records.MaybeSnapshot(/*jobs=*/{}, /*groups=*/{}, /*links=*/{});  // job 5 was refused
+  EXPECT_TRUE((*journal)->broken().ok());
+  EXPECT_TRUE(records.PutJob(job).ok());
+
+  journal->reset();
+  ASSERT_TRUE(Journal::Open(dir.path(), &loaded).ok());
+  ASSERT_EQ(loaded.jobs_size(), 1);
+  EXPECT_EQ(loaded.jobs(0).job_id(), 5u);
 }
 
 }  // namespace
