@@ -39,6 +39,11 @@ ticks() {  # utime + stime of the given pids, in clock ticks
   echo $t
 }
 pids=$(switch_pids)
+# Library settings to try (e.g. NETFOLD_SLOTS=4 NETFOLD_SLOT_BYTES=1024) reach the ranks.
+extra=()
+for v in NETFOLD_SLOTS NETFOLD_SLOT_BYTES NETFOLD_PROGRESS_THREAD NETFOLD_ALGORITHM NETFOLD_DELIVERY; do
+  [ -n "${!v:-}" ] && extra+=(-x "$v=${!v}")
+done
 hz=$(getconf CLK_TCK)
 # One mpirun: prints "ops avg_us rank_cpu_s switch_ticks".
 run() {
@@ -47,7 +52,7 @@ run() {
   before=$(ticks $pids)
   /usr/bin/time -f "%U %S" -o "$out.time" timeout 600 mpirun --allow-run-as-root --oversubscribe \
     -np "$np" -x NETFOLD_MANAGER="$manager" -x LD_PRELOAD="$build/host/mpi/libnetfold_mpi.so" \
-    -x NETFOLD_MPI_ENABLE=1 "$build/bench/mpi/collective_bench" allreduce "$size" "$secs" \
+    -x NETFOLD_MPI_ENABLE=1 "${extra[@]}" "$build/bench/mpi/collective_bench" allreduce "$size" "$secs" \
     >"$out" 2>/dev/null
   after=$(ticks $pids)
   line=$(grep -E "^$size," "$out" | tail -1)
