@@ -65,7 +65,8 @@ class VerbsLeafLink : public LeafLink {
   size_t max_datagram_payload() const override;
   absl::Status Connect(const LeafPeer& peer) override;
   absl::Status PostRequest(std::span<const uint8_t> message) override;
-  absl::Status AttachMulticast(const transport::Ipv4Endpoint& group) override;
+  absl::Status AttachMulticast(const transport::Ipv4Endpoint& group,
+                               const transport::Ipv4Endpoint& source) override;
   void DetachMulticast(const transport::Ipv4Endpoint& group) override;
   void Flush() override {}
   void Progress(absl::Duration timeout,
