@@ -510,6 +510,7 @@ class Switch:
             "name: rc-responder-test",
             "data_address: 127.0.0.1:0",
             "admin_address: 127.0.0.1:0",
+            "admin_detail: true",  # the per-QP counters below
             "log_level: warning",
             f"data_port_file: {os.path.join(self.tmpdir, 'data.port')}",
             f"admin_port_file: {os.path.join(self.tmpdir, 'admin.port')}",
@@ -571,7 +572,8 @@ class Switch:
         if not self.query:
             return None
         try:
-            out = subprocess.run([self.query, "counters", self.admin, "--timeout_ms", "3000"],
+            out = subprocess.run([self.query, "counters_detail", self.admin, "--timeout_ms",
+                                  "3000"],
                                  capture_output=True, text=True, timeout=10)
         except subprocess.TimeoutExpired:
             raise CheckFailed("testbed_query counters did not answer within 10 s")
