@@ -63,7 +63,9 @@ absl::Status SoftLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group,
   }
   ud_->AllowSource(group, source);
   absl::Status s = endpoint_->AttachMulticast(ud_->qpn(), group);
-  if (!s.ok()) ud_->ForgetSource(group);
+  // Already attached (a re-planned group not yet destroyed): its results
+  // keep coming, now from the source named here.
+  if (!s.ok() && !absl::IsAlreadyExists(s)) ud_->ForgetSource(group);
   return s;
 }
 
