@@ -212,6 +212,7 @@ absl::Status Context::Join(Oob& world) {
   peer.pkey = pkey_;
   peer.qkey = qkey_;
   NETFOLD_RETURN_IF_ERROR(link.Connect(peer));
+  leaf_address_ = peer.remote;
   NETFOLD_LOG(kInfo) << absl::StrFormat(
       "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x)",
       options_.rank, job_id_, link.address(), link.qpn(), attached.leaf_switch(),
@@ -386,7 +387,19 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   if (mine.ok() && params.delivery == proto::DeliveryMode::kMulticast) {
     absl::StatusOr<transport::Ipv4Endpoint> mc =
         transport::ParseIpv4Endpoint(info.multicast_address());
-    mine = mc.ok() ? link.AttachMulticast(*mc) : mc.status();
+    // Results are taken from the group root only (its data address and
+    // port); from a manager that does not name it, the leaf.
+    absl::StatusOr<transport::Ipv4Endpoint> root =
+        info.root_data_address().empty() ? absl::StatusOr<transport::Ipv4Endpoint>(leaf_address_)
+                                         : transport::ParseIpv4Endpoint(info.root_data_address());
+    if (!mc.ok()) {
+      mine = mc.status();
+    } else if (!root.ok()) {
+      mine = absl::InternalError(absl::StrFormat("the manager's root data address: %s",
+                                                 root.status().message()));
+    } else {
+      mine = link.AttachMulticast(*mc, *root);
+    }
     if (mine.ok()) setup.multicast = *mc;
   }
   setup.engine = std::make_unique<GroupEngine>(params, data_path_->sender(), RealClock());
@@ -448,6 +461,7 @@ ContextStats Context::stats() const {
     out.link_rx_bytes = link.rx_bytes;
     out.retransmissions = link.retransmissions;
     out.packets_dropped = link.packets_dropped;
+    out.foreign_packets_dropped = link.foreign_packets_dropped;
   }
   return out;
 }

@@ -43,6 +43,7 @@ struct ContextStats {
   uint64_t link_rx_bytes = 0;
   uint64_t retransmissions = 0;
   uint64_t packets_dropped = 0;
+  uint64_t foreign_packets_dropped = 0;  // of those, not from the switch (LeafLinkStats)
 };
 
 class Context : private GroupOwner {
@@ -97,6 +98,9 @@ class Context : private GroupOwner {
   uint64_t job_id_ = 0;
   uint16_t pkey_ = 0;
   uint32_t qkey_ = 0;
+  // The leaf switch's data address (from Attach): where results come from
+  // when the manager names no group root address.
+  transport::Ipv4Endpoint leaf_address_;
   uint32_t num_slots_ = 8, slot_bytes_ = 4032, max_groups_ = 0;
   uint64_t groups_created_ = 0;  // for idempotency tags
   absl::Duration heartbeat_interval_ = absl::Seconds(1);

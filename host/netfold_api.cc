@@ -346,6 +346,7 @@ int netfold_get_stats(netfold_context_t ctx, netfold_stats_t* stats) {
   stats->link_rx_bytes = s.link_rx_bytes;
   stats->retransmissions = s.retransmissions;
   stats->packets_dropped = s.packets_dropped;
+  stats->foreign_packets_dropped = s.foreign_packets_dropped;
   stats->host_ops = s.host_ops;
   stats->failovers = s.failovers;
   return Ok();

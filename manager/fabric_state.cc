@@ -56,6 +56,10 @@ control::GroupInfo FabricState::DescribeGroup(const Group& g) const {
   info.set_delivery(g.delivery);
   info.set_multicast_address(MulticastAddress(g.multicast_index));
   info.set_root_switch(SwitchName(g.placement.subtree.root()));
+  if (const int root = g.placement.subtree.root();
+      root >= 0 && static_cast<size_t>(root) < switches.size()) {
+    info.set_root_data_address(switches[static_cast<size_t>(root)].data_address);
+  }
   info.set_tag(g.tag);
   for (uint32_t r : g.ranks) {
     for (const SubtreeNode& n : g.placement.subtree.nodes) {

@@ -3,8 +3,11 @@
 // API's answers (counters, groups, link faults) built from it.
 #include "switch/control_commands.h"
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -336,6 +339,64 @@ TEST_F(CommandsTest, AdminAnswersDescribeTheSwitch) {
   }
   EXPECT_TRUE(named);
   EXPECT_EQ(counters.usage().groups(), 1u);
+}
+
+// Issue 23.2: the admin API is not authenticated. Without `detail` it
+// answers aggregates only (no QPN, PSN counter, P_Key, peer or group list;
+// the QPs' out_of_sequence and duplicate drops summed together); `detail`
+// is refused unless the switch allows it.
+TEST_F(CommandsTest, TheAdminServiceShowsAggregatesOnlyUnlessItsDetailIsAllowed) {
+  const uint32_t q0 = HostQp(0);
+  const uint32_t q1 = HostQp(1);
+  ASSERT_EQ(Run(Install(1, 1, 0, {q0, q1})).code(), 0);
+  std::atomic<bool> stop{false};
+  std::thread loop([&] {
+    while (!stop) dp_->RunOnce(absl::Milliseconds(1));
+  });
+  SwitchAdminService closed(dp_.get(), port_, {.name = "leaf0"});
+  SwitchAdminService open(dp_.get(), port_, {.name = "leaf0", .allow_detail = true});
+
+  control::GetCountersRequest plain, detail;
+  detail.set_detail(true);
+  control::GetCountersResponse c;
+  grpc::Status s = closed.GetCounters(nullptr, &plain, &c);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  EXPECT_FALSE(c.detailed());
+  EXPECT_EQ(c.qps_size(), 0);
+  EXPECT_EQ(c.groups_size(), 0);
+  EXPECT_EQ(c.peers_size(), 0);
+  EXPECT_EQ(c.usage().qps(), 2u);
+  std::vector<std::string> names;
+  for (const auto& d : c.drops()) names.push_back(d.name());
+  auto has = [&](const std::string& n) {
+    return std::find(names.begin(), names.end(), n) != names.end();
+  };
+  EXPECT_TRUE(has("qp.psn_mismatch") && has("qp.wrong_source") && has("qp.unsupported_opcode"));
+  EXPECT_FALSE(has("qp.out_of_sequence") || has("qp.duplicate"));
+  control::GetCountersResponse refused;
+  s = closed.GetCounters(nullptr, &detail, &refused);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(s.error_message().find("admin_detail"), std::string::npos) << s.error_message();
+
+  control::ListGroupsRequest groups_plain, groups_detail;
+  groups_detail.set_detail(true);
+  control::ListGroupsResponse g;
+  EXPECT_TRUE(closed.ListGroups(nullptr, &groups_plain, &g).ok());
+  EXPECT_EQ(g.groups_size(), 0);
+  EXPECT_EQ(g.usage().slots(), 4u);
+  EXPECT_EQ(closed.ListGroups(nullptr, &groups_detail, &g).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
+
+  control::GetCountersResponse full;
+  EXPECT_TRUE(open.GetCounters(nullptr, &detail, &full).ok());
+  EXPECT_TRUE(full.detailed());
+  EXPECT_EQ(full.qps_size(), 2);
+  control::ListGroupsResponse full_groups;
+  EXPECT_TRUE(open.ListGroups(nullptr, &groups_detail, &full_groups).ok());
+  stop = true;
+  loop.join();  // before any ASSERT: the loop reads the data plane
+  ASSERT_EQ(full_groups.groups_size(), 1);
+  EXPECT_EQ(full_groups.groups(0).pkey(), kPkey);
 }
 
 }  // namespace

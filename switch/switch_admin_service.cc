@@ -1,6 +1,7 @@
 #include "switch/switch_admin_service.h"
 
 #include <algorithm>
+#include <array>
 #include <map>
 #include <utility>
 #include <vector>
@@ -79,7 +80,7 @@ std::string ConfigText(const transport::ImpairmentConfig& c) { return c.ToString
 }  // namespace
 
 void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
-                  control::GetCountersResponse* out) {
+                  control::GetCountersResponse* out, bool detail) {
   // The port.
   const transport::PortCounters& pc = dp.endpoint().port().counters();
   control::SwitchPortCounters* p = out->mutable_port();
@@ -121,6 +122,35 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
     AddCount(out->mutable_drops(),
              absl::StrFormat("switch.%s", SwitchDropReasonName(static_cast<SwitchDropReason>(r))),
              Load(sc.drops[r]), false);
+  }
+
+  out->set_detailed(detail);
+  *out->mutable_usage() = UsageOf(dp);
+  if (!detail) {
+    // The QPs' drops summed by reason. Whether a probe was ahead of or
+    // behind a QP's expected PSN is not told apart: that would find the
+    // PSN in 24 probes.
+    std::array<uint64_t, transport::kNumQpDropReasons> sum{};
+    dp.ForEachQp([&](const std::string&, const transport::RcQueuePair& rc) {
+      for (size_t r = 0; r < transport::kNumQpDropReasons; ++r) {
+        sum[r] += rc.counters().drops.Get(static_cast<transport::QpDropReason>(r));
+      }
+    });
+    auto at = [&](transport::QpDropReason r) { return sum[static_cast<size_t>(r)]; };
+    for (size_t r = 0; r < transport::kNumQpDropReasons; ++r) {
+      const auto reason = static_cast<transport::QpDropReason>(r);
+      if (reason == transport::QpDropReason::kOutOfSequence ||
+          reason == transport::QpDropReason::kDuplicate ||
+          reason == transport::QpDropReason::kUnknownQp) {
+        continue;  // the first two below; unknown_qp is the endpoint's
+      }
+      AddCount(out->mutable_drops(), absl::StrFormat("qp.%s", transport::QpDropReasonName(reason)),
+               sum[r], false);
+    }
+    AddCount(out->mutable_drops(), "qp.psn_mismatch",
+             at(transport::QpDropReason::kOutOfSequence) + at(transport::QpDropReason::kDuplicate),
+             false);
+    return;
   }
 
   // QPs, ordered by QPN; and who sits behind each remote address.
@@ -212,10 +242,19 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
       FillStage(s.receive_stage, pc2->mutable_receive_stage());
     }
   }
-  *out->mutable_usage() = UsageOf(dp);
 }
 
-void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out) {
+void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out, bool detail) {
+  out->set_detailed(detail);
+  *out->mutable_usage() = UsageOf(dp);
+  if (!detail) {
+    uint32_t busy = 0;
+    dp.ForEachNode([&](const GroupSpec&, const AggregationNode& node) {
+      busy += static_cast<uint32_t>(node.num_busy_slots());
+    });
+    out->set_busy_slots(busy);
+    return;
+  }
   absl::flat_hash_map<uint32_t, std::string> peers;
   dp.ForEachQp([&](const std::string& peer, const transport::RcQueuePair& rc) {
     peers[rc.qpn()] = peer;
@@ -246,7 +285,6 @@ void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out) {
     groups[{g.tree_id, g.group_id}] = std::move(sg);
   });
   for (auto& kv : groups) *out->add_groups() = std::move(kv.second);
-  *out->mutable_usage() = UsageOf(dp);
   out->set_busy_slots(busy);
 }
 
@@ -304,14 +342,30 @@ SwitchAdminService::SwitchAdminService(SwitchDataPlane* dp, transport::ImpairedP
                                        SwitchIdentity identity, absl::Duration timeout)
     : dp_(dp), port_(port), identity_(std::move(identity)), timeout_(timeout) {}
 
-grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*, const control::GetCountersRequest*,
+grpc::Status SwitchAdminService::CheckDetail(bool wanted, std::string_view what) const {
+  if (!wanted || identity_.allow_detail) return grpc::Status::OK;
+  return grpc::Status(
+      grpc::StatusCode::PERMISSION_DENIED,
+      absl::StrFormat("switch %s: the detailed %s (QPNs, PSN counters, P_Keys, peers) is off: "
+                      "this admin API does not authenticate its callers; ask without detail "
+                      "for the aggregate counters, or start the switch with admin_detail: true "
+                      "(loopback admin address only)",
+                      identity_.name, what));
+}
+
+grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*,
+                                             const control::GetCountersRequest* request,
                                              control::GetCountersResponse* response) {
+  if (grpc::Status denied = CheckDetail(request->detail(), "GetCounters"); !denied.ok()) {
+    return denied;
+  }
   // The closure fills its own copy: if we stop waiting, it must not write
   // into a response gRPC may already have freed.
   auto result = std::make_shared<control::GetCountersResponse>();
   transport::ImpairedPort* port = port_;
-  grpc::Status s = RunOnDataPlane(dp_, timeout_, [result, port](SwitchDataPlane& dp) {
-    FillCounters(dp, port, result.get());
+  const bool detail = request->detail();
+  grpc::Status s = RunOnDataPlane(dp_, timeout_, [result, port, detail](SwitchDataPlane& dp) {
+    FillCounters(dp, port, result.get(), detail);
   });
   if (!s.ok()) return s;
   *response = std::move(*result);
@@ -331,11 +385,16 @@ grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*, const control
   return grpc::Status::OK;
 }
 
-grpc::Status SwitchAdminService::ListGroups(grpc::ServerContext*, const control::ListGroupsRequest*,
+grpc::Status SwitchAdminService::ListGroups(grpc::ServerContext*,
+                                            const control::ListGroupsRequest* request,
                                             control::ListGroupsResponse* response) {
+  if (grpc::Status denied = CheckDetail(request->detail(), "ListGroups"); !denied.ok()) {
+    return denied;
+  }
   auto result = std::make_shared<control::ListGroupsResponse>();
-  grpc::Status s = RunOnDataPlane(dp_, timeout_, [result](SwitchDataPlane& dp) {
-    FillGroups(dp, result.get());
+  const bool detail = request->detail();
+  grpc::Status s = RunOnDataPlane(dp_, timeout_, [result, detail](SwitchDataPlane& dp) {
+    FillGroups(dp, result.get(), detail);
   });
   if (!s.ok()) return s;
   *response = std::move(*result);

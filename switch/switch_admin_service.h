@@ -41,16 +41,25 @@ struct SwitchIdentity {
   absl::Time started = absl::Now();
   control::SwitchCapacity capacity;
   std::string backend = "udp";  // udp or dpdk
+  // Whether a request may ask for the detailed view (QPNs, per-QP PSN
+  // counters, P_Keys, peers). The admin API is not authenticated: anyone
+  // who reaches it could use that view to forge a job's data, so it is off
+  // unless the operator turns it on (admin_detail, loopback only). The seam
+  // for an authenticated admin API: it decides this per caller.
+  bool allow_detail = false;
   // The backend's own counters (the DPDK port's links, bridge, ARP), any
   // thread; empty for the socket backend.
   std::function<void(const std::function<void(std::string_view, uint64_t)>&)> backend_counters;
 };
 
 // Every counter (data-plane thread). `port` may be null (no per-peer data).
+// Without `detail`, aggregates only: the port, the switch's drops and the
+// QPs' drops summed by reason, usage; no QPN, PSN counter, P_Key or peer.
 void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
-                  control::GetCountersResponse* out);
-// The installed groups (data-plane thread).
-void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out);
+                  control::GetCountersResponse* out, bool detail = true);
+// The installed groups (data-plane thread); without `detail`, usage and
+// busy slots only.
+void FillGroups(const SwitchDataPlane& dp, control::ListGroupsResponse* out, bool detail = true);
 // Applies a SetLinkFault request (any thread). InvalidArgument for a bad
 // peer, direction or impairment text; ResourceExhausted if the port tracks
 // too many peers already.
@@ -71,6 +80,9 @@ class SwitchAdminService final : public control::SwitchAdmin::Service {
                             control::SetLinkFaultResponse* response) override;
 
  private:
+  // OK unless `wanted` and the detailed view is off (PERMISSION_DENIED).
+  grpc::Status CheckDetail(bool wanted, std::string_view what) const;
+
   SwitchDataPlane* const dp_;
   transport::ImpairedPort* const port_;
   const SwitchIdentity identity_;

@@ -128,7 +128,8 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
                             .incarnation = incarnation,
                             .started = absl::Now(),
                             .capacity = capacity,
-                            .backend = config.backend};
+                            .backend = config.backend,
+                            .allow_detail = config.admin_detail};
 #ifdef NETFOLD_HAVE_DPDK
     if (frame_port != nullptr) {
       identity.backend_counters = [frame_port](const auto& fn) { frame_port->ForEachCounter(fn); };

@@ -206,7 +206,8 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   if (root.IsNull()) return c;  // an empty file: the defaults
   NETFOLD_RETURN_IF_ERROR(
       CheckKeys(root,
-                {"name", "data_address", "backend", "dpdk", "admin_address", "manager", "secret",
+                {"name", "data_address", "backend", "dpdk", "admin_address", "admin_detail", "manager",
+                 "secret",
                  "log_level", "data_port_file", "admin_port_file", "capacity", "job_quota",
                  "transport", "link_faults", "static"},
                 ""));
@@ -219,6 +220,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
     NETFOLD_RETURN_IF_ERROR(ParseDpdk(d, &c.dpdk));
   }
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "admin_address", "", &c.admin_address));
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalBool(root, "admin_detail", "", &c.admin_detail));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "manager", "", &c.manager_address));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "secret", "", &c.secret));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "log_level", "", &c.log_level));
@@ -391,6 +393,15 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {
   }
   if (!c.admin_address.empty() && !transport::ParseIpv4Endpoint(c.admin_address).ok()) {
     return invalid(absl::StrFormat("admin_address '%s' is not ip:port", c.admin_address));
+  }
+  if (c.admin_detail) {
+    absl::StatusOr<transport::Ipv4Endpoint> admin = transport::ParseIpv4Endpoint(c.admin_address);
+    if (!admin.ok() || (admin->ip >> 24) != 127) {
+      return invalid(absl::StrFormat(
+          "admin_detail needs an admin_address on loopback (127.0.0.0/8), not '%s': the admin "
+          "API does not authenticate its callers",
+          c.admin_address));
+    }
   }
   if (!c.log_level.empty() && !ParseLogLevel(c.log_level).has_value()) {
     return invalid(absl::StrFormat("log_level '%s' is not error, warning, info, debug or trace",

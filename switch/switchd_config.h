@@ -26,6 +26,7 @@
 //     mbufs_per_link: 2047
 //     mbuf_data_size: 8192
 //   admin_address: 127.0.0.1:0          # "": no admin service
+//   admin_detail: false                 # per-QP/group/peer admin view (loopback only)
 //   manager: 127.0.0.1:47910            # omit for static mode
 //   secret: ""
 //   log_level: info
@@ -108,6 +109,10 @@ struct SwitchdConfig {
   std::string backend = "udp";
   DpdkBackendConfig dpdk;  // with backend dpdk
   std::string admin_address = "127.0.0.1:0";  // "" = no admin service
+  // The admin API may answer requests for its detailed view (QPNs, PSN
+  // counters, P_Keys, peers): only with an admin address on loopback, until
+  // the admin API authenticates its callers.
+  bool admin_detail = false;
   std::string manager_address;                // "" = static mode
   std::string secret;
   std::string log_level;  // "" = leave NETFOLD_LOG_LEVEL's choice

@@ -151,6 +151,22 @@ TEST(SwitchdConfig, EmptyFileGivesTheDefaultsButNoName) {
   EXPECT_TRUE(ValidateSwitchdConfig(*c).ok()) << ValidateSwitchdConfig(*c);
 }
 
+// The admin API's detailed view (QPNs, PSNs, P_Keys) is off by default and
+// can be turned on only with an admin address on loopback (issue 23.2).
+TEST(SwitchdConfig, AdminDetailIsOffByDefaultAndNeedsALoopbackAdminAddress) {
+  absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig("name: s1\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->admin_detail);
+  c = ParseSwitchdConfig("name: s1\nadmin_detail: true\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->admin_detail);
+  EXPECT_TRUE(ValidateSwitchdConfig(*c).ok()) << ValidateSwitchdConfig(*c);
+  c->admin_address = "10.0.0.5:0";
+  absl::Status v = ValidateSwitchdConfig(*c);
+  EXPECT_EQ(v.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.message().find("loopback"), std::string::npos) << v;
+}
+
 // Each bad file is refused with InvalidArgument and a message holding `want`.
 struct BadCase {
   const char* yaml;

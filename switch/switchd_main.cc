@@ -28,6 +28,9 @@ ABSL_FLAG(std::string, data_address, "",
 ABSL_FLAG(std::string, backend, "", "I/O backend: udp or dpdk (the dpdk: section of --config; docs/dpdk.md)");
 ABSL_FLAG(std::string, admin_address, "",
           "admin API ip:port (default 127.0.0.1:0; \"none\" turns it off)");
+ABSL_FLAG(bool, admin_detail, false,
+          "let the admin API answer requests for its detailed view (QPNs, PSN counters, "
+          "P_Keys, peers); needs a loopback admin_address (the API is not authenticated)");
 ABSL_FLAG(std::string, manager, "",
           "the aggregation manager's address ip:port (none: static mode from --config)");
 ABSL_FLAG(std::string, secret, "", "the fabric's switch secret, if the manager requires one");
@@ -76,6 +79,7 @@ absl::StatusOr<SwitchdConfig> BuildConfig() {
   if (const std::string a = absl::GetFlag(FLAGS_admin_address); !a.empty()) {
     config.admin_address = a == "none" ? "" : a;
   }
+  if (absl::GetFlag(FLAGS_admin_detail)) config.admin_detail = true;
   if (const std::string a = absl::GetFlag(FLAGS_data_address); !a.empty()) {
     absl::StatusOr<transport::Ipv4Endpoint> ep = transport::ParseIpv4Endpoint(a);
     if (!ep.ok()) {

@@ -38,7 +38,8 @@ enum class QpDropReason : uint8_t {
   kWrongPkey,           // P_Key does not match the QP's
   kWrongQkey,           // UD: Q_Key does not match the QP's
   kWrongTransport,      // UD opcode to an RC QP or the reverse
-  kWrongSource,         // RC: not from the QP's connected peer's IP address
+  kWrongSource,         // RC: not from the connected peer's address and bound source port;
+                        // UD with filter_sources: not from the destination's allowed source
   kBadState,            // the QP is not in a state that receives (RESET, INIT, ERROR)
   kOutOfSequence,       // RC: PSN ahead of the expected PSN (a NAK was sent)
   kDuplicate,           // RC: PSN already received (re-ACKed)
@@ -48,7 +49,7 @@ enum class QpDropReason : uint8_t {
   kUnexpectedAck,       // ACK/NAK for a PSN that was never sent, or stale
   kNoBuffer,            // no packet buffer to build a reply
   kUnsupportedOpcode,   // RC: a request netfold does not implement, e.g. RDMA WRITE
-                        // (NAK invalid request, as a NIC without that access does)
+                        // (dropped unanswered; the QP stays up)
   kNumReasons
 };
 inline constexpr size_t kNumQpDropReasons = static_cast<size_t>(QpDropReason::kNumReasons);

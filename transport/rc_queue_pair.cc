@@ -59,6 +59,7 @@ absl::Status RcQueuePair::Modify(QpState target, const RcQpAttributes& attrs) {
     retransmit_at_ns_ = rnr_resume_at_ns_ = -1;
     retries_ = rnr_retries_ = backoff_ = 0;
     probing_ = false;
+    source_port_bound_ = false;
     error_ = absl::OkStatus();
     state_ = QpState::kReset;
     return absl::OkStatus();
@@ -101,6 +102,7 @@ absl::Status RcQueuePair::Modify(QpState target, const RcQpAttributes& attrs) {
       attrs_.path_mtu = attrs.path_mtu;
       expected_psn_ = attrs.rq_psn;
       msn_ = 0;
+      source_port_bound_ = false;
       state_ = QpState::kRtr;
       return absl::OkStatus();
     case QpState::kRts:
@@ -201,10 +203,13 @@ bool RcQueuePair::Admits(uint16_t pkey, const Ipv4Endpoint& from) {
     counters_.drops.Count(QpDropReason::kBadState);
     return false;
   }
-  // The peer's address, whatever its UDP source port: a RoCE NIC sends
-  // from a port of its own choosing and listens on 4791 (IBTA RoCEv2
-  // annex; the source port is entropy for ECMP). Replies go to attrs_.remote.
-  if (from.ip != attrs_.remote.ip) {
+  // The peer's address, and once the QP has taken a packet from it, the
+  // UDP source port that packet came from. A RoCE NIC sends from a port of
+  // its own choosing (per QP, for ECMP entropy) and listens on 4791, so the
+  // port cannot be known at RTR; but it is stable for the QP, and a packet
+  // from another port of that address is not the peer's (docs/verbs.md,
+  // "UDP ports"). Replies go to attrs_.remote.
+  if (from.ip != attrs_.remote.ip || (source_port_bound_ && from.port != source_port_)) {
     counters_.drops.Count(QpDropReason::kWrongSource);
     return false;
   }
@@ -218,12 +223,13 @@ bool RcQueuePair::Admits(uint16_t pkey, const Ipv4Endpoint& from) {
 void RcQueuePair::OnUnsupportedRequest(uint8_t opcode, uint16_t pkey, uint32_t psn,
                                        const Ipv4Endpoint& from) {
   if (!Admits(pkey, from)) return;
-  if (!AcceptPsn(psn)) return;
-  RejectInvalidRequest(QpDropReason::kUnsupportedOpcode,
-                       absl::DataLossError(absl::StrFormat(
-                           "QP 0x%06x: opcode 0x%02x at PSN 0x%06x is not supported (netfold "
-                           "implements SEND only): NAK invalid request",
-                           qpn_, opcode, psn)));
+  // Dropped whatever its PSN: no answer, nothing consumed, the QP stays up.
+  // A NAK invalid request would put the QP in ERROR (IBTA 9.7.5.2.2) and
+  // revoke the job's groups: one packet would be enough to stop a job.
+  counters_.drops.Count(QpDropReason::kUnsupportedOpcode);
+  NETFOLD_LOG(kDebug) << absl::StrFormat(
+      "QP 0x%06x: dropped opcode 0x%02x at PSN 0x%06x (netfold implements SEND only)", qpn_,
+      opcode, psn);
 }
 
 void RcQueuePair::OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
@@ -239,9 +245,9 @@ void RcQueuePair::OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoi
       counters_.drops.Count(QpDropReason::kBadState);
       return;
     }
-    HandleAck(packet);
+    HandleAck(packet, from);
   } else {
-    HandleSend(packet);
+    HandleSend(packet, from);
   }
 }
 
@@ -285,9 +291,16 @@ bool RcQueuePair::AcceptPsn(uint32_t psn) {
   return true;
 }
 
-void RcQueuePair::HandleSend(const proto::RocePacketView& packet) {
+void RcQueuePair::BindSourcePort(const Ipv4Endpoint& from) {
+  if (source_port_bound_) return;
+  source_port_ = from.port;
+  source_port_bound_ = true;
+}
+
+void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
   const proto::Bth& bth = packet.bth;
   if (!AcceptPsn(bth.psn)) return;
+  BindSourcePort(from);
   const BthOpcode op = bth.opcode;
   const bool starts = proto::OpcodeIsFirst(op) || proto::OpcodeIsOnly(op);
   const bool ends = proto::OpcodeIsLast(op) || proto::OpcodeIsOnly(op);
@@ -373,7 +386,7 @@ bool RcQueuePair::EmitAck(const Ipv4Endpoint& local, PacketSink sink, const prot
 // ---------------------------------------------------------------------------
 // Requester.
 
-void RcQueuePair::HandleAck(const proto::RocePacketView& packet) {
+void RcQueuePair::HandleAck(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
   if (!packet.aeth.has_value()) {
     counters_.drops.Count(QpDropReason::kUnexpectedAck);
     return;
@@ -389,6 +402,7 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet) {
         counters_.drops.Count(QpDropReason::kUnexpectedAck);
         return;
       }
+      BindSourcePort(from);
       AckUpTo(psn);
       return;
     }
@@ -400,6 +414,7 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet) {
         counters_.drops.Count(QpDropReason::kUnexpectedAck);
         return;
       }
+      BindSourcePort(from);
       if (psn != una_psn_) AckUpTo(PsnAdd(psn, -1));
       probing_ = false;  // an answer: the receiver said where it is
       if (rnr) {

@@ -157,14 +157,17 @@ class RcQueuePair {
                               std::optional<uint32_t> imm = std::nullopt);
 
   // Handles a packet the endpoint parsed and addressed to this QP. `from` is
-  // the datagram's source. `packet` stays owned by the caller.
+  // the datagram's source: it must be the connected peer's address and,
+  // once the QP has taken a packet, the UDP source port of that first
+  // packet (a NIC picks its source port per QP; it does not change). Other
+  // sources are dropped as wrong_source. `packet` stays owned by the caller.
   void OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from);
   // A valid packet (ICRC checked) with an RC request opcode netfold does not
   // implement (RDMA WRITE/READ, atomics, SEND with invalidate): after the
-  // same source, P_Key and state checks as OnPacket, at the expected PSN it
-  // is answered with NAK invalid request and the QP enters ERROR (IBTA
-  // 9.7.5.2.2), as a NIC's QP without that access would do; out of sequence
-  // it is NAKed or re-ACKed like a SEND.
+  // same source, P_Key and state checks as OnPacket, it is dropped and
+  // counted as unsupported_opcode, whatever its PSN: no answer, the
+  // expected PSN and the QP's state unchanged (docs/protocol.md). IBTA would
+  // NAK it and put the QP in ERROR; that would let one packet stop a job.
   void OnUnsupportedRequest(uint8_t opcode, uint16_t pkey, uint32_t psn,
                             const Ipv4Endpoint& from);
 
@@ -197,6 +200,11 @@ class RcQueuePair {
   const absl::Status& error() const { return error_; }
   const RcQpAttributes& attributes() const { return attrs_; }
   const RcQpCounters& counters() const { return counters_; }
+  // The peer's UDP source port the QP is bound to; nullopt until the QP
+  // has taken a packet after RTR.
+  std::optional<uint16_t> bound_source_port() const {
+    return source_port_bound_ ? std::optional<uint16_t>(source_port_) : std::nullopt;
+  }
   // Messages posted and not yet completed.
   size_t num_send_queued() const { return sq_.size(); }
   size_t num_recv_queued() const { return rq_count_; }
@@ -218,14 +226,19 @@ class RcQueuePair {
 
   void EnterError(absl::Status why);
   // Requester side.
-  void HandleAck(const proto::RocePacketView& packet);
+  void HandleAck(const proto::RocePacketView& packet, const Ipv4Endpoint& from);
   void AckUpTo(uint32_t psn);  // PSNs up to and including psn are delivered
   void GoBackTo(uint32_t psn);
   bool TransmitOne(const Ipv4Endpoint& local, PacketSink sink);
   // Responder side.
-  void HandleSend(const proto::RocePacketView& packet);
-  // The checks every packet to the QP passes first (counted drops if not).
+  void HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from);
+  // The checks every packet to the QP passes first (counted drops if not):
+  // state, the peer's address (and bound source port), P_Key.
   bool Admits(uint16_t pkey, const Ipv4Endpoint& from);
+  // Binds the QP to `from`'s UDP source port if it is not bound yet; called
+  // for the first packet the QP takes (a request at the expected PSN, an
+  // ACK or NAK inside the window).
+  void BindSourcePort(const Ipv4Endpoint& from);
   // Responder PSN check: true for the expected PSN; duplicates are
   // re-ACKed, gaps NAKed once (counted drops).
   bool AcceptPsn(uint32_t psn);
@@ -241,6 +254,10 @@ class RcQueuePair {
   QpState state_ = QpState::kReset;
   RcQpAttributes attrs_;
   absl::Status error_;
+  // The peer's UDP source port, learnt from the first packet taken after
+  // RTR; from then on packets from another port are dropped (wrong_source).
+  bool source_port_bound_ = false;
+  uint16_t source_port_ = 0;
 
   // Requester.
   std::deque<SendWqe*> sq_;              // in PSN order; front holds una_psn_

@@ -160,6 +160,70 @@ TEST_F(EndpointTest, AcceptsThePeersPacketsFromAnySourcePortAndAnswersTheConnect
   EXPECT_EQ(replies[0].bth.psn, 100u);
 }
 
+// Issue 23, item 2: another process on the peer's machine shares its IP
+// address. Once the QP has taken a packet from the peer, it is bound to that
+// packet's source port: a request at the expected PSN or an ACK from another
+// port of the same address is dropped as wrong_source, not delivered and not
+// answered, and the peer's next packet is taken as if nothing happened.
+TEST_F(EndpointTest, AConnectedQpTakesPacketsOnlyFromThePeersFirstSourcePort) {
+  const Ipv4Endpoint forger{kAddrB.ip, 40000};
+  std::unique_ptr<MemoryPort> forger_port = *net_.CreatePort({.local = forger});
+  EXPECT_EQ(rc_->bound_source_port(), std::nullopt);
+  Inject(*b_, Build(RcSend(rc_->qpn(), 100), kAddrB));
+  EXPECT_EQ(rc_->bound_source_port(), kAddrB.port);
+  ASSERT_EQ(Replies().size(), 1u);
+
+  Crafted forged = RcSend(rc_->qpn(), 101);
+  forged.payload.assign(16, 0xee);
+  Inject(*forger_port, Build(forged, forger));
+  EXPECT_EQ(rc_->counters().drops.Get(QpDropReason::kWrongSource), 1u);
+  EXPECT_TRUE(Replies().empty()) << "a forged packet is not answered";
+
+  // An ACK for what the QP sent, from the forger: not taken either.
+  ASSERT_TRUE(rc_->PostSend(std::vector<uint8_t>(8, 1), 9).ok());
+  a_->Flush();
+  (void)Replies();
+  Crafted ack;
+  ack.spec.bth.opcode = BthOpcode::kRcAcknowledge;
+  ack.spec.bth.pkey = kPkey;
+  ack.spec.bth.dest_qp = rc_->qpn();
+  ack.spec.bth.psn = 500;
+  ack.spec.aeth = proto::MakeAck(1);
+  Inject(*forger_port, Build(ack, forger));
+  EXPECT_EQ(rc_->counters().drops.Get(QpDropReason::kWrongSource), 2u);
+  EXPECT_EQ(rc_->num_send_queued(), 1u) << "the forged ACK completed nothing";
+
+  Inject(*b_, Build(RcSend(rc_->qpn(), 101), kAddrB));
+  RecvMessage m;
+  ASSERT_TRUE(rc_->PeekRecv(&m));
+  rc_->PopRecv();
+  ASSERT_TRUE(rc_->PeekRecv(&m)) << "the peer's PSN 101 was taken";
+  EXPECT_EQ(m.data[0], 0x42);
+  EXPECT_EQ(rc_->counters().messages_received.load(), 2u);
+}
+
+// A NIC's QP sends from its own port (not 4791): the first packet binds the
+// QP to it, and 4791 of the same address is then another sender. Back in
+// RESET the binding is forgotten.
+TEST_F(EndpointTest, TheBoundSourcePortIsTheFirstOneSeenAndResetForgetsIt) {
+  const Ipv4Endpoint nic_source{kAddrB.ip, 0xC123};
+  std::unique_ptr<MemoryPort> nic = *net_.CreatePort({.local = nic_source});
+  Inject(*nic, Build(RcSend(rc_->qpn(), 100), nic_source));
+  Inject(*nic, Build(RcSend(rc_->qpn(), 101), nic_source));
+  EXPECT_EQ(rc_->counters().messages_received.load(), 2u);
+  EXPECT_EQ(rc_->bound_source_port(), 0xC123);
+  Inject(*b_, Build(RcSend(rc_->qpn(), 102), kAddrB));
+  EXPECT_EQ(rc_->counters().messages_received.load(), 2u);
+  EXPECT_EQ(rc_->counters().drops.Get(QpDropReason::kWrongSource), 1u);
+  // A packet the QP does not take (a duplicate) binds nothing.
+  RcQueuePair* fresh = ConnectedToB(*a_);
+  ASSERT_NE(fresh, nullptr);
+  Inject(*nic, Build(RcSend(fresh->qpn(), 99), nic_source));
+  EXPECT_EQ(fresh->bound_source_port(), std::nullopt);
+  ASSERT_TRUE(rc_->Modify(QpState::kReset, {}).ok());
+  EXPECT_EQ(rc_->bound_source_port(), std::nullopt);
+}
+
 // Replaces the ICRC of a packet from B to A by the one a NIC computes over
 // its real header, with IPv4 identification `id`.
 void StoreNicIcrc(std::vector<uint8_t>& packet, uint16_t id) {
@@ -278,7 +342,7 @@ INSTANTIATE_TEST_SUITE_P(
                  [](EndpointTest& t) { return t.Build(RcSend(t.rc_->qpn(), 100), kAddrB); }, true,
                  proto::RoceParseResult::kBadIcrc},
         // An RDMA WRITE to no QP of ours, and a UC SEND (no UC here): not
-        // answered. (An RDMA WRITE to an RC QP is NAKed: see below.)
+        // answered. (An RDMA WRITE to an RC QP is counted there: see below.)
         DropCase{"unknown_opcode_rdma_write_to_no_qp",
                  [](EndpointTest& t) {
                    return Rewrite(t.Build(RcSend(0x999, 100), kAddrB), 0, 0x0a, kAddrB);
@@ -470,32 +534,29 @@ TEST_F(EndpointTest, InvalidRequestIsNakedAndErrorsTheQp) {
   EXPECT_EQ(rc_->error().code(), absl::StatusCode::kDataLoss);
 }
 
-// What a NIC whose QP grants no RDMA access does with an RDMA WRITE, READ
-// or atomic: NAK invalid request at the PSN, then ERROR. Out of sequence it
-// is handled like any request (a NAK for the gap, nothing consumed).
-TEST_F(EndpointTest, UnsupportedRequestsAreNakedInvalidAndErrorTheQp) {
+// Issue 23, item 11: an RDMA WRITE, READ or atomic (netfold implements
+// SEND only) is dropped and counted on the QP, at the expected PSN or any
+// other: no answer, the QP stays in RTS and still expects that PSN (a NAK
+// invalid request would put it in ERROR and revoke the job's groups).
+TEST_F(EndpointTest, UnsupportedRequestsAreDroppedAndCountedAndTheQpStaysUp) {
+  int n = 0;
   for (uint8_t opcode : {0x0a, 0x0c, 0x13}) {
-    RcQueuePair* qp = ConnectedToB(*a_);  // a fresh QP per opcode: each ends in ERROR
-    ASSERT_NE(qp, nullptr);
-    Inject(*b_, Rewrite(Build(RcSend(qp->qpn(), 101), kAddrB), 0, opcode, kAddrB));
-    auto gap = Replies();
-    ASSERT_EQ(gap.size(), 1u) << int{opcode};
-    EXPECT_EQ(proto::GetAethValue(*gap[0].aeth),
-              static_cast<uint8_t>(proto::NakCode::kPsnSequenceError));
-    EXPECT_EQ(qp->state(), QpState::kRts);
-
-    Inject(*b_, Rewrite(Build(RcSend(qp->qpn(), 100), kAddrB), 0, opcode, kAddrB));
-    auto replies = Replies();
-    ASSERT_EQ(replies.size(), 1u) << int{opcode};
-    EXPECT_EQ(replies[0].bth.psn, 100u);
-    EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kNak);
-    EXPECT_EQ(proto::GetAethValue(*replies[0].aeth),
-              static_cast<uint8_t>(proto::NakCode::kInvalidRequest));
-    EXPECT_EQ(qp->state(), QpState::kError);
-    EXPECT_EQ(qp->counters().drops.Get(QpDropReason::kUnsupportedOpcode), 1u);
-    EXPECT_EQ(a_->counters().ParseDrops(proto::RoceParseResult::kUnknownOpcode), 0u);
-    EXPECT_NE(qp->error().message().find("not supported"), std::string::npos);
+    for (uint32_t psn : {101u, 100u, 99u}) {
+      Inject(*b_, Rewrite(Build(RcSend(rc_->qpn(), psn), kAddrB), 0, opcode, kAddrB));
+      ++n;
+      EXPECT_TRUE(Replies().empty()) << int{opcode} << " at PSN " << psn;
+      EXPECT_EQ(rc_->state(), QpState::kRts);
+      EXPECT_EQ(rc_->counters().drops.Get(QpDropReason::kUnsupportedOpcode),
+                static_cast<uint64_t>(n));
+    }
   }
+  EXPECT_EQ(a_->counters().ParseDrops(proto::RoceParseResult::kUnknownOpcode), 0u);
+  Inject(*b_, Build(RcSend(rc_->qpn(), 100), kAddrB));
+  RecvMessage m;
+  EXPECT_TRUE(rc_->PeekRecv(&m)) << "PSN 100 is still the one expected";
+  auto replies = Replies();
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kAck);
 }
 
 TEST_F(EndpointTest, UdUnicastAndMulticastDelivery) {
@@ -532,6 +593,51 @@ TEST_F(EndpointTest, UdUnicastAndMulticastDelivery) {
   Inject(*attacker_, Build(c, kAttacker, kGroup), kGroup);
   EXPECT_FALSE(ud_->PeekRecv(&d));
   EXPECT_EQ(a_->DestroyQp(0xabcdef).code(), absl::StatusCode::kNotFound);
+}
+
+// Issue 23, item 1: the P_Key and Q_Key of a group's results travel in
+// clear and anyone may join its multicast address. A UD QP that filters
+// sources takes results for a group only from the address and port named
+// for it (the group root switch); the same keys from anyone else, or from
+// another port of the root's own address, are dropped as wrong_source.
+TEST_F(EndpointTest, AFilteringUdQpTakesAGroupsResultsOnlyFromItsNamedSource) {
+  UdQueuePair* ud = *a_->CreateUdQp({.qkey = kQkey, .pkey = kPkey, .filter_sources = true});
+  ASSERT_TRUE(a_->AttachMulticast(ud->qpn(), kGroup).ok());
+  ud->AllowSource(kGroup, kAddrB);
+  const Ipv4Endpoint same_host{kAddrB.ip, 40001};
+  std::unique_ptr<MemoryPort> neighbour = *net_.CreatePort({.local = same_host});
+  Crafted c = RcSend(kMulticastQpn, 0, 24);
+  c.spec.bth.opcode = BthOpcode::kUdSendOnly;
+  c.spec.bth.ack_req = false;
+  c.spec.deth = proto::Deth{kQkey, 0x55};
+
+  Inject(*attacker_, Build(c, kAttacker, kGroup), kGroup);
+  Inject(*neighbour, Build(c, same_host, kGroup), kGroup);
+  UdDatagram d;
+  EXPECT_FALSE(ud->PeekRecv(&d));
+  EXPECT_EQ(ud->counters().drops.Get(QpDropReason::kWrongSource), 2u);
+
+  Inject(*b_, Build(c, kAddrB, kGroup), kGroup);
+  ASSERT_TRUE(ud->PeekRecv(&d));
+  EXPECT_EQ(d.src, kAddrB);
+  ud->PopRecv();
+
+  // Unicast to the QP: no source was named for our own address.
+  c.spec.bth.dest_qp = ud->qpn();
+  Inject(*b_, Build(c, kAddrB));
+  EXPECT_FALSE(ud->PeekRecv(&d));
+  EXPECT_EQ(ud->counters().drops.Get(QpDropReason::kWrongSource), 3u);
+
+  // Forgotten: the group's results are dropped again; a QP that does not
+  // filter (the default) still takes anyone's.
+  ud->ForgetSource(kGroup);
+  c.spec.bth.dest_qp = kMulticastQpn;
+  Inject(*b_, Build(c, kAddrB, kGroup), kGroup);
+  EXPECT_FALSE(ud->PeekRecv(&d));
+  EXPECT_EQ(ud->counters().drops.Get(QpDropReason::kWrongSource), 4u);
+  ASSERT_TRUE(a_->AttachMulticast(ud_->qpn(), kGroup).ok());
+  Inject(*attacker_, Build(c, kAttacker, kGroup), kGroup);
+  EXPECT_TRUE(ud_->PeekRecv(&d));
 }
 
 TEST_F(EndpointTest, UdPostSendValidatesAndBuildsADatagram) {

@@ -77,6 +77,10 @@ bool UdQueuePair::OnPacket(const proto::RocePacketView& packet, PacketBuffer* bu
     counters_.drops.Count(QpDropReason::kWrongQkey);
     return false;
   }
+  if (config_.filter_sources && !SourceAllowed(buffer->dst, buffer->src)) {
+    counters_.drops.Count(QpDropReason::kWrongSource);
+    return false;
+  }
   if (packet.payload.size() > config_.mtu) {
     counters_.drops.Count(QpDropReason::kBadLength);
     return false;
@@ -95,6 +99,27 @@ bool UdQueuePair::OnPacket(const proto::RocePacketView& packet, PacketBuffer* bu
   counters_.datagrams_received.fetch_add(1, std::memory_order_relaxed);
   counters_.bytes_received.fetch_add(packet.payload.size(), std::memory_order_relaxed);
   return true;
+}
+
+bool UdQueuePair::SourceAllowed(const Ipv4Endpoint& dst, const Ipv4Endpoint& src) const {
+  for (const auto& [d, s] : allowed_sources_) {
+    if (d == dst) return s == src;
+  }
+  return false;
+}
+
+void UdQueuePair::AllowSource(const Ipv4Endpoint& dst, const Ipv4Endpoint& source) {
+  for (auto& [d, s] : allowed_sources_) {
+    if (d == dst) {
+      s = source;
+      return;
+    }
+  }
+  allowed_sources_.emplace_back(dst, source);
+}
+
+void UdQueuePair::ForgetSource(const Ipv4Endpoint& dst) {
+  std::erase_if(allowed_sources_, [&](const auto& e) { return e.first == dst; });
 }
 
 void UdQueuePair::Poll(std::vector<PacketBuffer*>* out) {

@@ -11,6 +11,14 @@
 // `max_recv_queue` are waiting, new ones are dropped and counted, as a UD QP
 // without posted receives drops them.
 //
+// The P_Key and Q_Key travel in clear: anyone who sees one datagram can
+// forge the next. A QP created with `filter_sources` therefore takes a
+// datagram only from the sender AllowSource() named for its destination
+// (address and UDP port: a host names the switch that multicasts a group's
+// results), and drops the rest as wrong_source:
+//
+//   ud->AllowSource(group, root_switch_data_address);
+//
 // Thread-safety: belongs to the thread that runs its endpoint.
 #ifndef NETFOLD_TRANSPORT_UD_QUEUE_PAIR_H_
 #define NETFOLD_TRANSPORT_UD_QUEUE_PAIR_H_
@@ -20,6 +28,7 @@
 #include <deque>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,6 +44,9 @@ struct UdQpConfig {
   uint32_t mtu = 4096;       // largest datagram payload
   uint32_t max_recv_queue = 1024;
   uint32_t max_send_queue = 1024;  // packets built and not yet handed to the port
+  // true: datagrams are taken only from the source AllowSource() gave for
+  // their destination; every other one is dropped as wrong_source.
+  bool filter_sources = false;
 };
 
 struct UdDatagram {
@@ -75,6 +87,13 @@ class UdQueuePair {
   // it was dropped, with the reason counted.
   bool OnPacket(const proto::RocePacketView& packet, PacketBuffer* buffer);
 
+  // With `filter_sources`: datagrams sent to `dst` (a multicast group, or
+  // the QP's own address) are taken from `source` (IPv4 address and UDP
+  // port) only. A second call for the same `dst` replaces the source.
+  void AllowSource(const Ipv4Endpoint& dst, const Ipv4Endpoint& source);
+  // Forgets `dst`'s source: datagrams to it are dropped again.
+  void ForgetSource(const Ipv4Endpoint& dst);
+
   // Moves the datagrams built by PostSend to `out`.
   void Poll(std::vector<PacketBuffer*>* out);
   bool HasWork() const { return !send_queue_.empty(); }
@@ -88,6 +107,8 @@ class UdQueuePair {
   const UdQpCounters& counters() const { return counters_; }
 
  private:
+  bool SourceAllowed(const Ipv4Endpoint& dst, const Ipv4Endpoint& src) const;
+
   struct Received {
     PacketBuffer* buffer;
     UdDatagram datagram;
@@ -100,6 +121,9 @@ class UdQueuePair {
   uint32_t next_psn_ = 0;
   std::deque<PacketBuffer*> send_queue_;
   std::deque<Received> recv_queue_;
+  // (destination, the one source taken for it); a few entries, one per
+  // group the QP is attached to.
+  std::vector<std::pair<Ipv4Endpoint, Ipv4Endpoint>> allowed_sources_;
   UdQpCounters counters_;
 };
 

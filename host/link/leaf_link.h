@@ -10,7 +10,7 @@
 //   attach.endpoint = {link->address(), link->qpn(), psn};   // to the manager
 //   link->Connect({.remote = switch_end, .remote_qpn = ..., .rq_psn = ...,
 //                  .sq_psn = psn, .pkey = job_pkey, .qkey = job_qkey});
-//   link->AttachMulticast(group_address);
+//   link->AttachMulticast(group_address, root_switch_data_address);
 //   link->PostRequest(header, elements);           // ResourceExhausted: try later
 //   link->Progress(timeout, [&](std::span<const uint8_t> m) { ... });
 //
@@ -52,6 +52,10 @@ struct LeafLinkStats {
   uint64_t rx_bytes = 0;
   uint64_t retransmissions = 0;  // soft only; a NIC retransmits on its own
   uint64_t packets_dropped = 0;  // received and discarded, every reason
+  // Of those, packets to this rank's queue pairs from a sender that is not
+  // the switch (another address, or another UDP port of its address):
+  // forged results or data (soft only: a NIC counts them as it may).
+  uint64_t foreign_packets_dropped = 0;
 };
 
 class LeafLink {
@@ -76,8 +80,11 @@ class LeafLink {
   virtual absl::Status PostRequest(std::span<const uint8_t> header,
                                    std::span<const uint8_t> elements) = 0;
   // Receive results sent to `group` (an IPv4 multicast address with the
-  // RoCEv2 port); Detach is best-effort.
-  virtual absl::Status AttachMulticast(const transport::Ipv4Endpoint& group) = 0;
+  // RoCEv2 port) by `source`, the group root switch's data address: results
+  // from any other address or port are dropped and counted
+  // (foreign_packets_dropped). Detach is best-effort.
+  virtual absl::Status AttachMulticast(const transport::Ipv4Endpoint& group,
+                                       const transport::Ipv4Endpoint& source) = 0;
   virtual void DetachMulticast(const transport::Ipv4Endpoint& group) = 0;
 
   // Sends what is queued without waiting.

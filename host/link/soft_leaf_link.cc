@@ -42,7 +42,10 @@ absl::Status SoftLeafLink::Connect(const LeafPeer& peer) {
   NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kInit, attrs));
   NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kRtr, attrs));
   NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kRts, attrs));
-  NETFOLD_ASSIGN_OR_RETURN(ud_, endpoint_->CreateUdQp({.qkey = peer.qkey, .pkey = peer.pkey}));
+  // Results are taken only from the group root named at AttachMulticast:
+  // the keys travel in clear and anyone can join the multicast address.
+  NETFOLD_ASSIGN_OR_RETURN(
+      ud_, endpoint_->CreateUdQp({.qkey = peer.qkey, .pkey = peer.pkey, .filter_sources = true}));
   return absl::OkStatus();
 }
 
@@ -52,13 +55,26 @@ absl::Status SoftLeafLink::PostRequest(std::span<const uint8_t> header,
   return rc_->PostSendGather(pieces, 0);
 }
 
-absl::Status SoftLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group) {
+absl::Status SoftLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group,
+                                           const transport::Ipv4Endpoint& source) {
   if (ud_ == nullptr) return absl::FailedPreconditionError("the leaf link is not connected");
-  return endpoint_->AttachMulticast(ud_->qpn(), group);
+  if (source.IsMulticast() || source.ip == 0 || source.port == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "results of %s would come from %s, which is not a switch's data address",
+        group.ToString(), source.ToString()));
+  }
+  ud_->AllowSource(group, source);
+  absl::Status s = endpoint_->AttachMulticast(ud_->qpn(), group);
+  // Already attached (a re-planned group not yet destroyed): its results
+  // keep coming, now from the source named here.
+  if (!s.ok() && !absl::IsAlreadyExists(s)) ud_->ForgetSource(group);
+  return s;
 }
 
 void SoftLeafLink::DetachMulticast(const transport::Ipv4Endpoint& group) {
-  if (ud_ != nullptr) (void)endpoint_->DetachMulticast(ud_->qpn(), group);
+  if (ud_ == nullptr) return;
+  (void)endpoint_->DetachMulticast(ud_->qpn(), group);
+  ud_->ForgetSource(group);
 }
 
 void SoftLeafLink::Flush() { endpoint_->Flush(); }
@@ -97,7 +113,11 @@ LeafLinkStats SoftLeafLink::stats() const {
   }
   out.retransmissions = rc_->counters().packets_retransmitted.load();
   out.packets_dropped += rc_->counters().drops.Total();
-  if (ud_ != nullptr) out.packets_dropped += ud_->counters().drops.Total();
+  if (ud_ != nullptr) {
+    out.packets_dropped += ud_->counters().drops.Total();
+    out.foreign_packets_dropped += ud_->counters().drops.Get(transport::QpDropReason::kWrongSource);
+  }
+  out.foreign_packets_dropped += rc_->counters().drops.Get(transport::QpDropReason::kWrongSource);
   out.packets_dropped += endpoint_->counters().drops.Total();
   for (const auto& c : endpoint_->counters().parse_drops) out.packets_dropped += c.load();
   return out;

@@ -483,7 +483,11 @@ absl::Status VerbsLeafLink::PostRequest(std::span<const uint8_t> header,
   return absl::OkStatus();
 }
 
-absl::Status VerbsLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group) {
+// `source` is not checked: a UD completion does not carry the UDP source
+// port, and the GRH's source address alone would not tell the switch from
+// another process on its machine (docs/security.md, "The data plane").
+absl::Status VerbsLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group,
+                                            const transport::Ipv4Endpoint& /*source*/) {
   Impl& m = *impl_;
   if (!m.connected) return absl::FailedPreconditionError("the leaf link is not connected");
   if (!group.IsMulticast()) {

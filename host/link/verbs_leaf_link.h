@@ -66,7 +66,8 @@ class VerbsLeafLink : public LeafLink {
   absl::Status Connect(const LeafPeer& peer) override;
   absl::Status PostRequest(std::span<const uint8_t> header,
                            std::span<const uint8_t> elements) override;
-  absl::Status AttachMulticast(const transport::Ipv4Endpoint& group) override;
+  absl::Status AttachMulticast(const transport::Ipv4Endpoint& group,
+                               const transport::Ipv4Endpoint& source) override;
   void DetachMulticast(const transport::Ipv4Endpoint& group) override;
   void Flush() override {}
   void Progress(absl::Duration timeout,

@@ -108,8 +108,9 @@ TEST(VerbsLeafLink, OnADeviceAnUnansweredRequestFailsTheLinkWithTheReason) {
   peer.ack_timeout = absl::Milliseconds(1);
   ASSERT_TRUE(link.Connect(peer).ok());
   EXPECT_EQ(link.Connect(peer).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_TRUE(link.AttachMulticast({0xefff0707, 4791}).ok());
-  EXPECT_EQ(link.AttachMulticast({0x0a000001, 4791}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(link.AttachMulticast({0xefff0707, 4791}, peer.remote).ok());
+  EXPECT_EQ(link.AttachMulticast({0x0a000001, 4791}, peer.remote).code(),
+            absl::StatusCode::kInvalidArgument);
 
   std::vector<uint8_t> request(64, 0x5a);
   ASSERT_TRUE(link.PostRequest(request, {}).ok());

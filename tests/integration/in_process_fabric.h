@@ -83,6 +83,8 @@ class InProcessFabric {
   transport::ImpairedPort& switch_port(int index) { return *switches_[index].port; }
   const TreeShape& shape() const { return shape_; }
   FakeClock& clock() { return clock_; }
+  // The in-memory network, e.g. for a port of a forger's own.
+  transport::MemoryNetwork& network() { return net_; }
   int num_hosts() const { return static_cast<int>(hosts_.size()); }
   // Sends raw bytes as an RC message from rank `rank` to its leaf switch.
   absl::Status SendRaw(uint32_t rank, std::span<const uint8_t> message);

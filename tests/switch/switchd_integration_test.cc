@@ -204,7 +204,8 @@ class SwitchdTest : public ::testing::Test {
     const std::string data_file = dir_.path() + "/" + name + ".data.port";
     const std::string admin_file = dir_.path() + "/" + name + ".admin.port";
     std::vector<std::string> argv = {NETFOLD_SWITCHD, "--data_port_file", data_file,
-                                     "--admin_port_file", admin_file, "--log_level", "info"};
+                                     "--admin_port_file", admin_file, "--log_level", "info",
+                                     "--admin_detail"};
     argv.insert(argv.end(), args.begin(), args.end());
     absl::StatusOr<std::unique_ptr<Subprocess>> p =
         Subprocess::Start(argv, dir_.path() + "/switchd-" + name + ".log");
@@ -260,8 +261,9 @@ class SwitchdTest : public ::testing::Test {
   control::ListGroupsResponse ListGroups(const std::string& name) {
     control::ListGroupsResponse resp;
     grpc::ClientContext ctx;
-    grpc::Status s =
-        switch_admin_.at(name)->ListGroups(Ctx(&ctx, absl::Seconds(5)), control::ListGroupsRequest(), &resp);
+    control::ListGroupsRequest req;
+    req.set_detail(true);
+    grpc::Status s = switch_admin_.at(name)->ListGroups(Ctx(&ctx, absl::Seconds(5)), req, &resp);
     EXPECT_TRUE(s.ok()) << name << ": " << s.error_message();
     return resp;
   }
@@ -269,8 +271,9 @@ class SwitchdTest : public ::testing::Test {
   control::GetCountersResponse Counters(const std::string& name) {
     control::GetCountersResponse resp;
     grpc::ClientContext ctx;
-    grpc::Status s = switch_admin_.at(name)->GetCounters(Ctx(&ctx, absl::Seconds(5)),
-                                                         control::GetCountersRequest(), &resp);
+    control::GetCountersRequest req;
+    req.set_detail(true);
+    grpc::Status s = switch_admin_.at(name)->GetCounters(Ctx(&ctx, absl::Seconds(5)), req, &resp);
     EXPECT_TRUE(s.ok()) << name << ": " << s.error_message();
     return resp;
   }

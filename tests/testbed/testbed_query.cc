@@ -3,6 +3,7 @@
 // (tests/testbed/testbed_test.py) and deploy/testbed/netfold-testbed.
 //
 //   testbed_query counters 10.78.0.3:40371   # SwitchAdmin.GetCounters of a switch
+//   testbed_query counters_detail ADDR       # its per-QP view (the switch's admin_detail)
 //   testbed_query manager 10.78.0.1:45000    # Admin.GetStatus of the manager
 //   testbed_query fault 10.78.0.3:40371 all both drop=0.05,seed=3
 //                                            # SwitchAdmin.SetLinkFault (docs/switch.md)
@@ -26,7 +27,7 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: testbed_query counters|manager IP:PORT [--timeout_ms N]\n"
+    "usage: testbed_query counters|counters_detail|manager IP:PORT [--timeout_ms N]\n"
     "       testbed_query fault IP:PORT PEER both|send|receive IMPAIRMENT [--timeout_ms N]\n";
 
 namespace control = netfold::control;
@@ -77,10 +78,12 @@ int main(int argc, char** argv) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-  if (what == "counters") {
+  if (what == "counters" || what == "counters_detail") {
+    control::GetCountersRequest request;
+    request.set_detail(what == "counters_detail");  // the switch must allow it (admin_detail)
     control::GetCountersResponse answer;
-    grpc::Status s = control::SwitchAdmin::NewStub(channel)->GetCounters(
-        &context, control::GetCountersRequest(), &answer);
+    grpc::Status s =
+        control::SwitchAdmin::NewStub(channel)->GetCounters(&context, request, &answer);
     return Print(s, "SwitchAdmin.GetCounters", address, answer);
   }
   if (what == "manager") {

@@ -255,6 +255,9 @@ typedef struct {
   uint64_t host_ops;           /* operations the hosts ran (host algorithms:
                                   NETFOLD_ALGORITHM, no fabric, failover) */
   uint64_t failovers;          /* groups moved from the fabric to the hosts */
+  uint64_t foreign_packets_dropped; /* of packets_dropped, those not from the
+                                  fabric's switch (another address or UDP
+                                  port): forged results or data */
 } netfold_stats_t;
 
 /* Counters of this rank since init. Returns SUCCESS or INVALID_ARGUMENT. */
