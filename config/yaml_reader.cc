@@ -3,6 +3,8 @@
 #include <cerrno>
 #include <fstream>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "base/errno_status.h"
@@ -40,14 +42,64 @@ absl::StatusOr<std::string> Scalar(const YAML::Node& node, std::string_view wher
   return node.Scalar();
 }
 
+// Every mapping of the document, at any depth, has each key once: yaml-cpp
+// keeps both copies of a duplicated key and a lookup reads the first, so a
+// second `listen:` further down a file would be silently ignored. Checked
+// here, once for every file, rather than left to each parser's CheckKeys.
+// Iterative (a deeply nested document cannot exhaust the stack) and with a
+// budget of nodes (aliases can make a small text a huge tree).
+absl::Status CheckUniqueKeys(const YAML::Node& root) {
+  constexpr size_t kMaxNodes = 1 << 20;
+  std::vector<std::pair<YAML::Node, std::string>> pending = {{root, ""}};  // node, key path
+  size_t visited = 0;
+  while (!pending.empty()) {
+    const auto [node, where] = pending.back();
+    pending.pop_back();
+    if (++visited > kMaxNodes) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the document has more than %d nodes (counting aliases); not a configuration",
+          kMaxNodes));
+    }
+    if (node.IsSequence()) {
+      size_t i = 0;
+      for (const YAML::Node& item : node) pending.emplace_back(item, IndexPath(where, i++));
+    } else if (node.IsMap()) {
+      std::vector<std::pair<std::string, YAML::Node>> seen;
+      for (const auto& kv : node) {
+        // A key that is itself a map or a list is compared by its text.
+        const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : YAML::Dump(kv.first);
+        for (const auto& [earlier, earlier_node] : seen) {
+          if (earlier != key) continue;
+          const std::string first = YamlLine(earlier_node);
+          return ErrorAt(kv.first, where,
+                         absl::StrFormat("duplicate key '%s'%s", key.substr(0, 64),
+                                         first.empty() ? ""
+                                                       : absl::StrFormat(" (first on %s)", first)));
+        }
+        seen.emplace_back(key, kv.first);
+        pending.emplace_back(kv.first, where);
+        pending.emplace_back(kv.second, KeyPath(where, key.substr(0, 64)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<YAML::Node> ParseYaml(std::string_view text) {
+  YAML::Node root;
   try {
-    return YAML::Load(std::string(text));
+    root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrFormat("YAML syntax error: %s", e.what()));
   }
+  try {
+    NETFOLD_RETURN_IF_ERROR(CheckUniqueKeys(root));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrFormat("YAML: %s", e.what()));
+  }
+  return root;
 }
 
 absl::StatusOr<std::string> ReadTextFile(const std::string& path) {

@@ -21,8 +21,9 @@
 //   capacity.slots (line 3): 'many' is not a non-negative integer
 //
 // The rules, the same for every file:
-// - keys: every map is checked with CheckKeys, which refuses unknown and
-//   duplicate keys (yaml-cpp keeps both copies and would read the first);
+// - keys: ParseYaml refuses a duplicated key in any mapping (yaml-cpp keeps
+//   both copies and would read the first); every map is checked with
+//   CheckKeys, which refuses unknown keys (and duplicates, again);
 // - numbers: non-negative integers, decimal or hexadecimal (0x...), at most
 //   the caller's maximum;
 // - strings: a key written without a value is refused ("" is the empty
@@ -49,7 +50,10 @@
 namespace netfold::config {
 
 // Parses one YAML document. InvalidArgument "YAML syntax error: ..." with the
-// line and column.
+// line and column; InvalidArgument "WHERE (line N): duplicate key 'K' (first
+// on line M)" when any mapping of the document, at any depth and whether a
+// parser reads it or not, has a key twice (yaml-cpp would keep both and read
+// the first); InvalidArgument for a document of more than 2^20 nodes.
 absl::StatusOr<YAML::Node> ParseYaml(std::string_view text);
 
 // Reads a whole file. NotFound / PermissionDenied / ... naming the path.

@@ -49,13 +49,49 @@ TEST(YamlReader, CheckKeysRefusesUnknownKeysWithTheirLine) {
 }
 
 TEST(YamlReader, CheckKeysRefusesDuplicateKeys) {
-  // yaml-cpp keeps both and would silently read the first.
-  const YAML::Node root = Yaml("name: a\nslots: 1\nname: b\n");
+  // yaml-cpp keeps both and would silently read the first. (ParseYaml
+  // refuses such a document already; CheckKeys does not rely on it.)
+  const YAML::Node root = YAML::Load("name: a\nslots: 1\nname: b\n");
   EXPECT_EQ(Error(CheckKeys(root, {"name", "slots"}, "")),
             "line 3: duplicate key 'name' (first on line 1)");
-  const YAML::Node flow = Yaml("capacity: {slots: 1, slots: 2}\n");
+  const YAML::Node flow = YAML::Load("capacity: {slots: 1, slots: 2}\n");
   EXPECT_THAT(Error(CheckKeys(flow["capacity"], {"slots"}, "capacity")),
               HasSubstr("capacity (line 1): duplicate key 'slots'"));
+}
+
+// Issue 23 item 11: a duplicated key in any mapping of any config file is
+// an error naming the key and its line, also where no parser looks.
+TEST(YamlReader, ParseYamlRefusesADuplicateKeyInAnyMapping) {
+  auto error = [](const char* text) {
+    absl::StatusOr<YAML::Node> n = ParseYaml(text);
+    return n.ok() ? std::string("accepted") : Error(n.status());
+  };
+  EXPECT_EQ(error("listen: a\nlog_level: info\nlisten: b\n"),
+            "line 3: duplicate key 'listen' (first on line 1)");
+  EXPECT_EQ(error("limits:\n  max_jobs: 1\n  max_jobs: 2\n"),
+            "limits (line 3): duplicate key 'max_jobs' (first on line 2)");
+  EXPECT_EQ(error("switches:\n  - {name: a, tier: 0}\n  - {name: b, name: c}\n"),
+            "switches[1] (line 3): duplicate key 'name' (first on line 3)");
+  // Quoting or tagging does not make a key different.
+  EXPECT_THAT(error("a: 1\n\"a\": 2\n"), HasSubstr("duplicate key 'a'"));
+  EXPECT_THAT(error("a: 1\n!!str a: 2\n"), HasSubstr("duplicate key 'a'"));
+  // Deep inside a value nobody reads.
+  EXPECT_THAT(error("x: [[{k: 1, k: 2}]]\n"), HasSubstr("x[0][0] (line 1): duplicate key 'k'"));
+  // The same key in two different mappings is fine.
+  EXPECT_EQ(error("a: {k: 1}\nb: {k: 2}\nc: [{k: 1}, {k: 2}]\n"), "accepted");
+}
+
+TEST(YamlReader, ParseYamlRefusesAliasBombs) {
+  // Nine levels of nine aliases: 9^9 nodes in a few hundred bytes.
+  std::string text = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 9; ++i) {
+    text += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int j = 0; j < 9; ++j) text += (j ? ", *a" : "*a") + std::to_string(i - 1);
+    text += "]\n";
+  }
+  absl::StatusOr<YAML::Node> n = ParseYaml(text);
+  ASSERT_FALSE(n.ok());
+  EXPECT_THAT(Error(n.status()), HasSubstr("more than"));
 }
 
 TEST(YamlReader, CheckKeysWantsAMap) {

@@ -45,7 +45,7 @@ absl::Status ValidateRegistration(const Topology& topo, const ManagerOptions& op
     return absl::PermissionDeniedError(
         absl::StrFormat("switch %s: wrong or missing fabric secret", req.name()));
   }
-  NETFOLD_RETURN_IF_ERROR(CheckEndpointAddress(
+  NETFOLD_RETURN_IF_ERROR(CheckDataEndpoint(
       req.data_address(), absl::StrFormat("switch %s data_address", req.name())));
   if (!req.admin_address().empty()) {
     NETFOLD_RETURN_IF_ERROR(CheckEndpointAddress(
@@ -258,7 +258,7 @@ absl::Status CheckGroupRequest(const Job& job, const std::vector<uint32_t>& rank
 
 absl::Status CheckRankEndpoint(uint32_t rank, const control::Endpoint& ep) {
   NETFOLD_RETURN_IF_ERROR(
-      CheckEndpointAddress(ep.address(), absl::StrFormat("rank %d endpoint address", rank)));
+      CheckDataEndpoint(ep.address(), absl::StrFormat("rank %d endpoint address", rank)));
   if (ep.qpn() < 2 || ep.qpn() > kMax24) {
     return absl::InvalidArgumentError(
         absl::StrFormat("rank %d: QPN %d is out of range (2..0xffffff)", rank, ep.qpn()));

@@ -28,6 +28,29 @@ absl::StatusOr<EndpointAddress> ParseEndpointAddress(std::string_view text, std:
   return EndpointAddress{ip, static_cast<uint16_t>(port)};
 }
 
+absl::StatusOr<EndpointAddress> ParseDataEndpoint(std::string_view text, std::string_view what) {
+  absl::StatusOr<EndpointAddress> ep = ParseEndpointAddress(text, what);
+  if (!ep.ok()) return ep.status();
+  in_addr addr;
+  inet_pton(AF_INET, ep->ip.c_str(), &addr);  // parsed above
+  const uint32_t ip = ntohl(addr.s_addr);
+  const char* why = nullptr;
+  if ((ip >> 24) == 0) {
+    why = "0.0.0.0/8 names no host";
+  } else if (ip == 0xffffffffu) {
+    why = "the broadcast address names no single host";
+  } else if ((ip >> 28) == 0xe) {
+    why = "a multicast group, not a host";
+  } else if ((ip >> 28) == 0xf) {
+    why = "a reserved address (240.0.0.0/4)";
+  }
+  if (why != nullptr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: '%s' cannot receive RoCE packets: %s; give a unicast IPv4 address", what, text, why));
+  }
+  return ep;
+}
+
 std::string PeerHost(std::string_view peer) {
   if (peer.substr(0, 5) == "ipv4:") {
     std::string_view rest = peer.substr(5);

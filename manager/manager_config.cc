@@ -7,6 +7,7 @@
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
 #include "manager/endpoint_address.h"
+#include "proto/slot_size.h"
 
 namespace netfold::manager {
 namespace {
@@ -148,6 +149,20 @@ absl::Status ValidateManagerConfig(const ManagerConfig& c) {
       l.default_slots_per_group == 0 || l.default_slots_per_group > l.max_slots_per_group ||
       l.default_slot_bytes == 0 || l.default_slot_bytes > l.max_slot_bytes) {
     return absl::InvalidArgumentError("limits: every default must be positive and <= its max");
+  }
+  // A slot size the switches' ALU refuses would fail every group that uses
+  // it (proto/slot_size.h).
+  if (!proto::IsValidSlotBytes(l.default_slot_bytes)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "limits.default_slot_bytes %d must be a multiple of %d (the largest element) and at "
+        "most %d (a multicast result, %d-byte header + slot, fits one 4096-byte packet)",
+        l.default_slot_bytes, proto::kSlotAlignment, proto::kMaxSlotBytes,
+        proto::kAggregationHeaderSize));
+  }
+  if (l.max_slot_bytes % proto::kSlotAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "limits.max_slot_bytes %d must be a multiple of %d (the largest element)",
+        l.max_slot_bytes, proto::kSlotAlignment));
   }
   if (c.server.max_message_bytes < 1024) {
     return absl::InvalidArgumentError("max_message_bytes must be at least 1024");

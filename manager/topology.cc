@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
+#include "proto/slot_size.h"
 
 namespace netfold::manager {
 
@@ -144,6 +145,15 @@ absl::StatusOr<Topology> Topology::Build(const TopologyDescription& desc) {
                             "defaults.capacity)",
                             s.name, check.what));
       }
+    }
+    // The switch's ALU refuses any other slot size, so a topology that
+    // declares one could never install a group (proto/slot_size.h).
+    if (!proto::IsValidSlotBytes(c.slot_bytes)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "switch '%s': capacity slot_bytes %d must be a multiple of %d (the largest element) "
+          "and at most %d (a multicast result, %d-byte header + slot, fits one 4096-byte packet)",
+          s.name, c.slot_bytes, proto::kSlotAlignment, proto::kMaxSlotBytes,
+          proto::kAggregationHeaderSize));
     }
     SwitchSpec spec;
     spec.name = s.name;

@@ -10,7 +10,7 @@
 //
 //   name: two-level
 //   defaults:
-//     capacity: {trees: 64, groups: 128, slots: 512, slot_bytes: 4096, qps: 256}
+//     capacity: {trees: 64, groups: 128, slots: 512, slot_bytes: 4048, qps: 256}
 //   switches:
 //     - {name: spine0, tier: 1}
 //     - {name: leaf0, tier: 0, capacity: {slots: 256}}

@@ -73,24 +73,24 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"name: t\nswitches: []\n", "no switches"},
         BadCase{"name: t\nswitches:\n  - {name: a, capacity: {slots: 1}}\n",
                 "capacity trees must be positive"},
-        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 1, "
+        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 16, "
                 "qps: 1}}\nswitches:\n  - {name: a}\n  - {name: a}\n",
                 "listed twice"},
-        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 1, "
+        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 16, "
                 "qps: 1}}\nswitches:\n  - {name: a, tier: 0}\n  - {name: b, tier: 2}\n"
                 "links:\n  - [a, b]\n",
                 "not adjacent"},
-        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 1, "
+        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 16, "
                 "qps: 1}}\nswitches:\n  - {name: a, tier: 0}\nlinks:\n  - [a, z]\n",
                 "unknown switch 'z'"},
-        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 1, "
+        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 16, "
                 "qps: 1}}\nswitches:\n  - {name: a, tier: 1}\nhosts:\n  - {name: h, switch: a}\n",
                 "hosts attach to tier-0"},
-        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: -3, slot_bytes: 1, "
+        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: -3, slot_bytes: 16, "
                 "qps: 1}}\nswitches:\n  - {name: a}\n",
                 "not a non-negative integer"},
         BadCase{"name: 'bad name'\nswitches: []\n", "invalid"},
-        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 1, "
+        BadCase{"name: t\ndefaults: {capacity: {trees: 1, groups: 1, slots: 1, slot_bytes: 16, "
                 "qps: 1}}\nswitches:\n  - {name: a}\nhosts:\n  - {name: h, switch: a}\n"
                 "  - {name: h, switch: a}\n",
                 "host 'h' is listed twice"}));

@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
 #include "proto/aggregation_header.h"
+#include "proto/slot_size.h"
 
 namespace netfold::sw {
 namespace {
@@ -355,10 +356,11 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {
         "name '%s': give the switch a name of 1..64 characters [A-Za-z0-9._-] (--name or name:)",
         c.name));
   }
-  if (c.data_address.ip == 0 || c.data_address.IsMulticast()) {
+  if (c.data_address.ip == 0 || c.data_address.IsMulticast() ||
+      c.data_address.ip == 0xffffffffu) {
     return invalid(absl::StrFormat(
-        "data_address %s: needs one unicast IPv4 address (the ICRC covers it), not 0.0.0.0 or a "
-        "multicast group",
+        "data_address %s: needs one unicast IPv4 address (the ICRC covers it), not 0.0.0.0, "
+        "the broadcast address or a multicast group",
         c.data_address.ToString()));
   }
   if (c.backend == "dpdk") {
@@ -459,6 +461,12 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {
     if (!groups.insert({g.tree_id, g.group_id}).second) {
       return invalid(
           absl::StrFormat("static.groups: group %d of tree %d appears twice", g.group_id, g.tree_id));
+    }
+    if (!proto::IsValidSlotBytes(g.slot_bytes) || g.slot_bytes > d.max_slot_bytes) {
+      return invalid(absl::StrFormat(
+          "static.groups: group %d of tree %d: slot_bytes %d must be a multiple of %d (the "
+          "largest element) and at most capacity.slot_bytes (%d)",
+          g.group_id, g.tree_id, g.slot_bytes, proto::kSlotAlignment, d.max_slot_bytes));
     }
   }
   return absl::OkStatus();

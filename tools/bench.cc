@@ -1,11 +1,9 @@
 #include "tools/bench.h"
 
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -18,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "tools/local_fabric.h"
+#include "tools/run_command.h"
 
 namespace netfold::tools {
 namespace {
@@ -33,8 +32,8 @@ struct Point {
 
 // Variants measured, in table order.
 struct Variant {
-  std::string name;   // column label
-  std::string mpirun_options;
+  std::string name;                         // column label
+  std::vector<std::string> mpirun_options;  // arguments, each passed as is
   bool netfold = false;
 };
 
@@ -58,18 +57,6 @@ std::string Us(double us) {
   if (us < 1000) return absl::StrFormat("%.1f us", us);
   if (us < 1e6) return absl::StrFormat("%.2f ms", us / 1000);
   return absl::StrFormat("%.2f s", us / 1e6);
-}
-
-// Runs a shell command with a deadline; returns its stdout (stderr to `log`).
-bool RunCommand(const std::string& cmd, int timeout_s, std::string* out, const std::string& log) {
-  const std::string full = absl::StrFormat("timeout -k 5 %d sh -c '%s' 2>>%s", timeout_s, cmd, log);
-  FILE* p = popen(full.c_str(), "r");
-  if (p == nullptr) return false;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out->append(buf, n);
-  const int status = pclose(p);
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
 std::vector<Point> Parse(const std::string& csv) {
@@ -112,7 +99,7 @@ int RunBench(const BenchOptions& o) {
   const std::string bench = Find(o.self, {"../bench/mpi/collective_bench", "collective_bench"});
   const std::string interposer = Find(o.self, {"../host/mpi/libnetfold_mpi.so", "../lib/libnetfold_mpi.so",
                                                "../lib/x86_64-linux-gnu/libnetfold_mpi.so"});
-  if (bench.empty() || interposer.empty() || system("command -v mpirun >/dev/null 2>&1") != 0) {
+  if (bench.empty() || interposer.empty() || FindOnPath("mpirun").empty()) {
     std::fprintf(stderr, "netfold bench needs mpirun (Open MPI), bench/mpi/collective_bench and "
                          "libnetfold_mpi.so (build with -Dmpi=enabled)\n");
     return 2;
@@ -126,8 +113,14 @@ int RunBench(const BenchOptions& o) {
   std::vector<int> ranks = o.ranks;
   const int max_ranks = *std::max_element(ranks.begin(), ranks.end());
   const std::string out_dir = o.out_dir.empty() ? "netfold-bench-" + o.op : o.out_dir;
-  fs::create_directories(out_dir);
-  const std::string log = fs::absolute(out_dir + "/mpirun.log").string();
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "netfold bench: cannot create %s: %s\n", out_dir.c_str(),
+                 ec.message().c_str());
+    return 2;
+  }
+  const std::string log = fs::absolute(out_dir + "/mpirun.log", ec).string();
   std::remove(log.c_str());
 
   std::printf("netfold bench %s: ranks %s, sizes %s .. %s, %.2f s per point; machine: %ld cores\n",
@@ -159,21 +152,28 @@ int RunBench(const BenchOptions& o) {
               three.empty() ? ""
                             : absl::StrFormat(" Ranks %s: leaf0, leaf1 and root (three switches).",
                                               absl::StrJoin(three, ",")).c_str());
-  std::string netfold_options =
-      absl::StrFormat("-x NETFOLD_MANAGER=%s -x LD_PRELOAD=%s -x NETFOLD_MPI_ENABLE=1",
-                      (*fabric)->manager_address(), interposer);
-  if (o.poll_us > 0) netfold_options += absl::StrFormat(" -x NETFOLD_POLL_US=%d", o.poll_us);
+  // Every command below is an argument vector (tools/run_command.h): a path
+  // or an --out with spaces, quotes or `;` is one argument, never a command.
+  std::vector<std::string> netfold_options = {
+      "-x", "NETFOLD_MANAGER=" + (*fabric)->manager_address(), "-x", "LD_PRELOAD=" + interposer,
+      "-x", "NETFOLD_MPI_ENABLE=1"};
+  if (o.poll_us > 0) {
+    netfold_options.insert(netfold_options.end(),
+                           {"-x", absl::StrFormat("NETFOLD_POLL_US=%d", o.poll_us)});
+  }
   std::vector<Variant> variants = {
       {"netfold", netfold_options, true},
-      {"ompi-sm", "--mca btl self,vader", false},
-      {"ompi-tcp", "--mca btl self,tcp --mca btl_tcp_if_include lo", false},
+      {"ompi-sm", {"--mca", "btl", "self,vader"}, false},
+      {"ompi-tcp", {"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"}, false},
   };
   // libnetfold's host algorithms (docs/algorithms.md) over the same
   // transport, forced with NETFOLD_ALGORITHM: what the fabric buys.
   const std::vector<std::string> host_algorithms = {"ring", "bidir", "tree"};
   if (o.op == "allreduce") {
     for (const std::string& a : host_algorithms) {
-      variants.push_back({a, netfold_options + " -x NETFOLD_ALGORITHM=" + a, true});
+      std::vector<std::string> options = netfold_options;
+      options.insert(options.end(), {"-x", "NETFOLD_ALGORITHM=" + a});
+      variants.push_back({a, options, true});
     }
   }
   std::string size_list;
@@ -184,13 +184,20 @@ int RunBench(const BenchOptions& o) {
   for (int p : ranks) {
     for (const Variant& v : variants) {
       std::fprintf(stderr, "  measuring %s on %d ranks ...\n", v.name.c_str(), p);
-      const std::string cmd = absl::StrFormat(
-          "mpirun --allow-run-as-root --oversubscribe -np %d %s %s %s %s %.3f", p, v.mpirun_options,
-          bench, o.op, size_list, o.seconds_per_size);
-      std::string out;
-      const int timeout = 120 + static_cast<int>(sizes.size() * (o.seconds_per_size * 4 + 20));
-      const uintmax_t log_before = fs::exists(log) ? fs::file_size(log) : 0;
-      if (!RunCommand(cmd, timeout, &out, log)) {
+      std::vector<std::string> argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+                                       std::to_string(p)};
+      argv.insert(argv.end(), v.mpirun_options.begin(), v.mpirun_options.end());
+      argv.insert(argv.end(),
+                  {bench, o.op, size_list, absl::StrFormat("%.3f", o.seconds_per_size)});
+      CommandOptions run;
+      run.timeout = absl::Seconds(120 + static_cast<int>(sizes.size() *
+                                                         (o.seconds_per_size * 4 + 20)));
+      run.stderr_path = log;
+      const uintmax_t log_before = fs::exists(log, ec) ? fs::file_size(log, ec) : 0;
+      absl::StatusOr<CommandResult> ran = RunCommand(argv, run);
+      std::string out = ran.ok() ? ran->output : "";
+      if (!ran.ok() || !ran->Succeeded()) {
+        if (!ran.ok()) std::fprintf(stderr, "  %s\n", ran.status().ToString().c_str());
         std::fprintf(stderr, "  %s on %d ranks failed or timed out (see %s)\n", v.name.c_str(), p,
                      log.c_str());
         failed.push_back(absl::StrFormat("%s on %d ranks", v.name, p));
@@ -266,9 +273,23 @@ int RunBench(const BenchOptions& o) {
               "on one rank's link (both directions) per operation, against what a ring allreduce "
               "must send and receive.\nCSV: %s\n", csv_path.c_str());
   const std::string plot = Find(o.self, {"../../bench/plot_bench.py", "../share/netfold/plot_bench.py"});
-  if (!plot.empty() && system("/usr/bin/python3 -c 'import matplotlib' 2>/dev/null") == 0) {
-    const std::string cmd = absl::StrFormat("/usr/bin/python3 %s %s %s", plot, csv_path, out_dir);
-    if (system(cmd.c_str()) == 0) std::printf("plots: %s/*.png\n", out_dir.c_str());
+  if (!plot.empty()) {
+    CommandOptions check;
+    check.timeout = absl::Seconds(30);
+    absl::StatusOr<CommandResult> has_matplotlib =
+        RunCommand({"/usr/bin/python3", "-c", "import matplotlib"}, check);
+    if (has_matplotlib.ok() && has_matplotlib->Succeeded()) {
+      CommandOptions draw;
+      draw.timeout = absl::Minutes(5);
+      draw.stderr_path = out_dir + "/plot.log";
+      absl::StatusOr<CommandResult> drawn =
+          RunCommand({"/usr/bin/python3", plot, csv_path, out_dir}, draw);
+      if (drawn.ok() && drawn->Succeeded()) {
+        std::printf("plots: %s/*.png\n", out_dir.c_str());
+      } else {
+        std::printf("no plots (see %s/plot.log)\n", out_dir.c_str());
+      }
+    }
   }
   if (!failed.empty()) {
     // The rows of a failed run are missing ('-'), not guessed.

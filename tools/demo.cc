@@ -1,5 +1,6 @@
 #include "tools/demo.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -389,9 +390,13 @@ int RunDemo(const DemoOptions& options) {
         setenv("NETFOLD_FAULTS", absl::StrFormat("%s,seed=%d", kFaults, 100 + r).c_str(), 1);
       }
       if (r != 0) {
-        // Only rank 0 prints the table; the others' messages go to a log.
+        // Only rank 0 prints the table; the others' messages go to a log,
+        // a new file in the fabric's state directory (never through a
+        // symlink, docs/security.md).
         const std::string log = absl::StrFormat("%s/rank%d.log", (*fabric)->state_dir(), r);
-        if (!std::freopen(log.c_str(), "w", stdout)) _exit(3);
+        const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+        if (fd < 0 || dup2(fd, STDOUT_FILENO) < 0) _exit(3);
+        close(fd);
       }
       execl(options.self.c_str(), options.self.c_str(), "__demo-rank", nullptr);
       _exit(127);

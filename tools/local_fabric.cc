@@ -12,8 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
@@ -24,33 +22,27 @@
 #include "base/status_macros.h"
 #include "manager/topology.h"
 #include "proto/control/netfold_control.grpc.pb.h"
+#include "tools/daemon_pids.h"
 
 namespace netfold::tools {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// The programs `netfold down` agrees to signal (tools/daemon_pids.h).
+const std::vector<std::string>& DaemonPrograms() {
+  static const std::vector<std::string>* const kPrograms =
+      new std::vector<std::string>{"netfold-managerd", "netfold-switchd"};
+  return *kPrograms;
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrFormat("cannot write %s", path));
-  return absl::OkStatus();
-}
-
-// Waits for `path` to hold a number (a port written by a daemon).
-absl::StatusOr<int> WaitForPortFile(const std::string& path, pid_t pid, absl::Duration timeout,
-                                    const std::string& log) {
+// Waits for the file `name` in `dir` to hold a number (a port written by a
+// daemon).
+absl::StatusOr<int> WaitForPortFile(const StateDir& dir, const std::string& name, pid_t pid,
+                                    absl::Duration timeout, const std::string& log) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
-    std::string text = ReadFile(path);
+    const std::string text = dir.ReadFile(name).value_or("");
     int port = 0;
     if (!text.empty() && absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port) && port > 0) {
       return port;
@@ -58,13 +50,37 @@ absl::StatusOr<int> WaitForPortFile(const std::string& path, pid_t pid, absl::Du
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {
       return absl::UnavailableError(absl::StrFormat(
-          "the daemon exited before it was ready (status %d); its log %s says:\n%s", status, log,
-          ReadFile(log).substr(0, 2000)));
+          "the daemon exited before it was ready (status %d); its log %s says:\n%s", status,
+          dir.PathOf(log), dir.ReadFile(log).value_or("").substr(0, 2000)));
     }
     absl::SleepFor(absl::Milliseconds(20));
   }
-  return absl::DeadlineExceededError(
-      absl::StrFormat("no port in %s after %s (log: %s)", path, absl::FormatDuration(timeout), log));
+  return absl::DeadlineExceededError(absl::StrFormat("no port in %s after %s (log: %s)",
+                                                     dir.PathOf(name),
+                                                     absl::FormatDuration(timeout),
+                                                     dir.PathOf(log)));
+}
+
+// The daemons that fabric.pids in `dir` lists and that still run (checked as
+// `netfold down` checks them), as "123 124 ..."; "" if none does (no file,
+// or one left by a fabric that is gone). An unreadable file is an error.
+absl::StatusOr<std::string> RunningDaemons(const StateDir& dir) {
+  absl::StatusOr<std::string> text = dir.ReadFile("fabric.pids");
+  if (absl::IsNotFound(text.status())) return std::string();
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::vector<DaemonRecord>> records = ParseDaemonRecords(*text);
+  if (!records.ok()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s: %s (stop its daemons yourself and remove it)", dir.PathOf("fabric.pids"),
+        records.status().message()));
+  }
+  std::string pids;
+  for (const DaemonRecord& r : *records) {
+    if (CheckDaemon(r, DaemonPrograms(), nullptr) == DaemonState::kRunning) {
+      pids += absl::StrFormat("%s%d", pids.empty() ? "" : " ", r.pid);
+    }
+  }
+  return pids;
 }
 
 std::string DemoTopology(int hosts) {
@@ -126,9 +142,19 @@ absl::StatusOr<std::string> LocalFabric::FindDaemon(const std::string& name,
 
 absl::StatusOr<pid_t> LocalFabric::Spawn(const std::string& name,
                                          const std::vector<std::string>& argv, bool detach) {
-  const std::string log = absl::StrFormat("%s/%s.log", state_dir_, name);
+  // The log is a new file (O_EXCL | O_NOFOLLOW, tools/state_dir.h), opened
+  // here so that a failure is reported; the child only dup2s it. Nothing
+  // after fork() allocates (the parent has gRPC's threads).
+  NETFOLD_ASSIGN_OR_RETURN(const int log_fd, dir_->CreateFile(name + ".log"));
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
   pid_t pid = fork();
-  if (pid < 0) return ErrnoToStatus(errno, "fork");
+  if (pid < 0) {
+    const int e = errno;
+    close(log_fd);
+    return ErrnoToStatus(e, "fork");
+  }
   if (pid == 0) {
     if (detach) {
       setsid();
@@ -136,27 +162,26 @@ absl::StatusOr<pid_t> LocalFabric::Spawn(const std::string& name,
       // Children of a test or of the demo die with their parent.
       prctl(PR_SET_PDEATHSIG, SIGTERM);
     }
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd >= 0) {
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-    }
+    dup2(log_fd, STDOUT_FILENO);
+    dup2(log_fd, STDERR_FILENO);
     int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    std::vector<char*> args;
-    for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
   }
+  close(log_fd);
+  // Taken now, before anything could reuse the pid: what `netfold down`
+  // checks before it signals (tools/daemon_pids.h).
+  const uint64_t start_time = ProcessStartTime(pid).value_or(0);
   bool known = false;
   for (Daemon& d : daemons_) {
     if (d.name == name) {
       d.pid = pid;
+      d.start_time = start_time;
       known = true;
     }
   }
-  if (!known) daemons_.push_back({name, pid, "", argv, detach});
+  if (!known) daemons_.push_back({name, pid, start_time, "", argv, detach});
   return pid;
 }
 
@@ -175,24 +200,30 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   if (options.state_dir.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "netfold-fabric-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) return ErrnoToStatus(errno, "mkdtemp");
-    state_dir_ = tmpl;
     owns_state_dir_ = std::getenv("NETFOLD_KEEP_STATE") == nullptr;
+    NETFOLD_ASSIGN_OR_RETURN(StateDir dir, StateDir::Open(tmpl, /*create=*/false));
+    dir_.emplace(std::move(dir));
   } else {
-    state_dir_ = options.state_dir;
-    std::error_code ec;
-    fs::create_directories(state_dir_, ec);
-    if (ec) return absl::UnavailableError(absl::StrFormat("cannot create %s: %s", state_dir_, ec.message()));
-    if (fs::exists(fs::path(state_dir_) / "fabric.pids")) {
+    // Created 0700, or refused if another user could have prepared it
+    // (tools/state_dir.h).
+    NETFOLD_ASSIGN_OR_RETURN(StateDir dir, StateDir::Open(options.state_dir, /*create=*/true));
+    dir_.emplace(std::move(dir));
+    // A fabric that runs from here keeps its state: nothing below (nor
+    // Stop(), which only removes a fabric.pids this launch wrote) touches it.
+    NETFOLD_ASSIGN_OR_RETURN(const std::string running, RunningDaemons(*dir_));
+    if (!running.empty()) {
       return absl::AlreadyExistsError(absl::StrFormat(
-          "a fabric already runs from %s (stop it with `netfold down`)", state_dir_));
+          "a fabric is already running from %s (pids %s); netfold down first", dir_->path(),
+          running));
     }
   }
+  state_dir_ = dir_->path();
   if (options.topology_file.empty()) {
     if (options.hosts < 1 || options.hosts > 64) {
       return absl::InvalidArgumentError("--hosts must be 1..64");
     }
-    topology_file_ = state_dir_ + "/topology.yaml";
-    NETFOLD_RETURN_IF_ERROR(WriteFile(topology_file_, DemoTopology(options.hosts)));
+    topology_file_ = dir_->PathOf("topology.yaml");
+    NETFOLD_RETURN_IF_ERROR(dir_->WriteFile("topology.yaml", DemoTopology(options.hosts)));
   } else {
     topology_file_ = fs::absolute(options.topology_file).string();
   }
@@ -225,30 +256,30 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
     config += "}\n";
   }
   config += options.manager_config;
-  const std::string config_file = state_dir_ + "/manager.yaml";
-  NETFOLD_RETURN_IF_ERROR(WriteFile(config_file, config));
-  const std::string port_file = state_dir_ + "/manager.port";
-  std::remove(port_file.c_str());
+  const std::string config_file = dir_->PathOf("manager.yaml");
+  NETFOLD_RETURN_IF_ERROR(dir_->WriteFile("manager.yaml", config));
+  const std::string port_file = dir_->PathOf("manager.port");
+  dir_->Remove("manager.port");
   NETFOLD_ASSIGN_OR_RETURN(pid_t mpid, Spawn("manager",
                                              {managerd, "--config=" + config_file,
                                               "--port_file=" + port_file},
                                              options.detach));
-  NETFOLD_ASSIGN_OR_RETURN(int mport, WaitForPortFile(port_file, mpid, options.ready_timeout,
-                                                      state_dir_ + "/manager.log"));
+  NETFOLD_ASSIGN_OR_RETURN(int mport, WaitForPortFile(*dir_, "manager.port", mpid,
+                                                      options.ready_timeout, "manager.log"));
   manager_address_ = absl::StrFormat("127.0.0.1:%d", mport);
-  NETFOLD_RETURN_IF_ERROR(WriteFile(state_dir_ + "/manager.address", manager_address_ + "\n"));
+  NETFOLD_RETURN_IF_ERROR(dir_->WriteFile("manager.address", manager_address_ + "\n"));
   // A restarted manager must come back on the same port: the switches and
   // hosts know it. Pin it in the config for later starts.
   {
     std::string pinned = config;
     const std::string from = "listen: 127.0.0.1:0\n";
     pinned.replace(pinned.find(from), from.size(), "listen: " + manager_address_ + "\n");
-    NETFOLD_RETURN_IF_ERROR(WriteFile(config_file, pinned));
+    NETFOLD_RETURN_IF_ERROR(dir_->WriteFile("manager.yaml", pinned));
   }
 
   for (const std::string& name : switch_names_) {
-    const std::string admin_file = absl::StrFormat("%s/%s.admin_port", state_dir_, name);
-    std::remove(admin_file.c_str());
+    const std::string admin_file = dir_->PathOf(name + ".admin_port");
+    dir_->Remove(name + ".admin_port");
     std::vector<std::string> argv = {switchd,
                                      "--name=" + name,
                                      "--manager=" + manager_address_,
@@ -266,9 +297,8 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   NETFOLD_RETURN_IF_ERROR(WritePids());
   for (Daemon& d : daemons_) {
     if (d.name == "manager") continue;
-    const std::string admin_file = absl::StrFormat("%s/%s.admin_port", state_dir_, d.name);
-    auto port = WaitForPortFile(admin_file, d.pid, options.ready_timeout,
-                                absl::StrFormat("%s/%s.log", state_dir_, d.name));
+    auto port = WaitForPortFile(*dir_, d.name + ".admin_port", d.pid, options.ready_timeout,
+                                d.name + ".log");
     if (port.ok()) d.admin_address = absl::StrFormat("127.0.0.1:%d", *port);
     else return port.status();
   }
@@ -304,7 +334,7 @@ absl::Status LocalFabric::WaitForSwitches(absl::Duration timeout) {
       if (waitpid(d.pid, &st, WNOHANG) == d.pid) {
         return absl::UnavailableError(absl::StrFormat(
             "%s exited during start-up; its log says:\n%s", d.name,
-            ReadFile(absl::StrFormat("%s/%s.log", state_dir_, d.name)).substr(0, 2000)));
+            dir_->ReadFile(d.name + ".log").value_or("").substr(0, 2000)));
       }
     }
     absl::SleepFor(absl::Milliseconds(50));
@@ -313,10 +343,11 @@ absl::Status LocalFabric::WaitForSwitches(absl::Duration timeout) {
       absl::StrFormat("switches not up after %s:%s", absl::FormatDuration(timeout), last));
 }
 
-absl::Status LocalFabric::WritePids() const {
-  std::string text;
-  for (const Daemon& d : daemons_) text += absl::StrFormat("%s %d\n", d.name, d.pid);
-  return WriteFile(state_dir_ + "/fabric.pids", text);
+absl::Status LocalFabric::WritePids() {
+  std::vector<DaemonRecord> records;
+  for (const Daemon& d : daemons_) records.push_back({d.name, d.pid, d.start_time});
+  wrote_pids_ = true;
+  return dir_->WriteFile("fabric.pids", FormatDaemonRecords(records));
 }
 
 std::vector<std::string> LocalFabric::switch_admin_addresses() const {
@@ -351,14 +382,12 @@ absl::Status LocalFabric::Restart(const std::string& name, absl::Duration timeou
     if (d.pid > 0 && waitpid(d.pid, nullptr, WNOHANG) == 0) {
       return absl::FailedPreconditionError(absl::StrFormat("%s is still running", name));
     }
-    const std::string port_file = name == "manager"
-                                      ? state_dir_ + "/manager.port"
-                                      : absl::StrFormat("%s/%s.admin_port", state_dir_, name);
-    std::remove(port_file.c_str());
+    const std::string port_file = name == "manager" ? "manager.port" : name + ".admin_port";
+    dir_->Remove(port_file);
     NETFOLD_ASSIGN_OR_RETURN(pid_t pid, Spawn(name, d.argv, d.detach));
     NETFOLD_RETURN_IF_ERROR(WritePids());
-    NETFOLD_ASSIGN_OR_RETURN(int port, WaitForPortFile(port_file, pid, timeout,
-                                                       absl::StrFormat("%s/%s.log", state_dir_, name)));
+    NETFOLD_ASSIGN_OR_RETURN(int port,
+                             WaitForPortFile(*dir_, port_file, pid, timeout, name + ".log"));
     if (name != "manager") d.admin_address = absl::StrFormat("127.0.0.1:%d", port);
     return WaitForSwitches(timeout);
   }
@@ -393,33 +422,34 @@ absl::Status LocalFabric::Stop(absl::Duration grace) {
     }
     d.pid = -1;
   }
-  std::remove((state_dir_ + "/fabric.pids").c_str());
+  // Only the file this fabric wrote: a launch refused because another
+  // fabric runs from the same directory leaves that one's pids alone.
+  if (wrote_pids_ && dir_.has_value()) dir_->Remove("fabric.pids");
   return result;
 }
 
-absl::Status LocalFabric::StopStateDir(const std::string& state_dir, absl::Duration grace) {
-  const std::string pids_file = state_dir + "/fabric.pids";
-  const std::string text = ReadFile(pids_file);
-  if (text.empty()) {
+absl::Status LocalFabric::StopStateDir(const std::string& state_dir, absl::Duration grace,
+                                       std::vector<std::string>* notes) {
+  absl::StatusOr<StateDir> opened = StateDir::Open(state_dir, /*create=*/false);
+  if (absl::IsNotFound(opened.status())) {
     return absl::NotFoundError(absl::StrFormat("no fabric runs from %s", state_dir));
   }
-  std::vector<pid_t> pids;
-  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
-    std::vector<absl::string_view> f = absl::StrSplit(line, ' ');
-    int pid = 0;
-    if (f.size() == 2 && absl::SimpleAtoi(f[1], &pid) && pid > 1) pids.push_back(pid);
+  if (!opened.ok()) return opened.status();
+  const StateDir& dir = *opened;
+  absl::StatusOr<std::string> text = dir.ReadFile("fabric.pids");
+  if (absl::IsNotFound(text.status()) || (text.ok() && text->empty())) {
+    return absl::NotFoundError(absl::StrFormat("no fabric runs from %s", dir.path()));
   }
-  for (pid_t p : pids) kill(p, SIGTERM);
-  const absl::Time deadline = absl::Now() + grace;
-  for (pid_t p : pids) {
-    while (kill(p, 0) == 0 && absl::Now() < deadline) {
-      waitpid(p, nullptr, WNOHANG);  // reaps it if it is our child
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    if (kill(p, 0) == 0) kill(p, SIGKILL);
+  if (!text.ok()) return text.status();
+  absl::StatusOr<std::vector<DaemonRecord>> records = ParseDaemonRecords(*text);
+  if (!records.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: %s; no process was signalled", dir.PathOf("fabric.pids"),
+                        records.status().message()));
   }
-  std::remove(pids_file.c_str());
-  std::remove((state_dir + "/manager.address").c_str());
+  StopDaemons(*records, DaemonPrograms(), grace, notes);
+  dir.Remove("fabric.pids");
+  dir.Remove("manager.address");
   return absl::OkStatus();
 }
 

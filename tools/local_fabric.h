@@ -10,7 +10,12 @@
 //
 // Everything lives in a state directory: the topology, the manager's config
 // and journal, one log per daemon, and `fabric.pids` / `manager.address`
-// so that `netfold down` (StopStateDir) can find the daemons again. A
+// so that `netfold down` (StopStateDir) can find the daemons again. The
+// directory is opened through StateDir (tools/state_dir.h: made 0700,
+// refused if another user could have prepared it; files opened with
+// O_NOFOLLOW) and fabric.pids records each daemon's start time, so that
+// `netfold down` signals only the processes it started (tools/daemon_pids.h).
+// A
 // directory the fabric made itself (no `state_dir` given) is removed when
 // the fabric is destroyed, unless KeepStateDir() was called, a daemon had
 // to be killed, or NETFOLD_KEEP_STATE is set (for reading the logs).
@@ -20,12 +25,15 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "tools/state_dir.h"
 
 namespace netfold::tools {
 
@@ -78,9 +86,14 @@ class LocalFabric {
   // registers again), and waits until every switch is UP.
   absl::Status Restart(const std::string& name, absl::Duration timeout = absl::Seconds(30));
 
-  // Stops the daemons recorded in `state_dir` (netfold down).
+  // Stops the daemons recorded in `state_dir` (netfold down): only those
+  // that are still the processes recorded (tools/daemon_pids.h); `notes`
+  // (if not null) gets a line for each one left alone and why. Errors: the
+  // directory is refused (StateDir::Open), NotFound if no fabric runs from
+  // it, FailedPrecondition if fabric.pids is not as netfold wrote it.
   static absl::Status StopStateDir(const std::string& state_dir,
-                                   absl::Duration grace = absl::Seconds(5));
+                                   absl::Duration grace = absl::Seconds(5),
+                                   std::vector<std::string>* notes = nullptr);
   // The default state directory of `netfold up`: $NETFOLD_STATE_DIR, else
   // /tmp/netfold-<uid>.
   static std::string DefaultStateDir();
@@ -94,6 +107,7 @@ class LocalFabric {
   struct Daemon {
     std::string name;
     pid_t pid = -1;
+    uint64_t start_time = 0;  // /proc/PID/stat field 22, for fabric.pids
     std::string admin_address;
     std::vector<std::string> argv;
     bool detach = false;
@@ -103,8 +117,9 @@ class LocalFabric {
   absl::StatusOr<pid_t> Spawn(const std::string& name, const std::vector<std::string>& argv,
                               bool detach);
   absl::Status WaitForSwitches(absl::Duration timeout);
-  absl::Status WritePids() const;
+  absl::Status WritePids();
 
+  std::optional<StateDir> dir_;
   std::string state_dir_;
   std::string topology_file_;
   std::string manager_address_;
@@ -114,6 +129,7 @@ class LocalFabric {
   bool released_ = false;
   bool stopped_ = false;
   bool owns_state_dir_ = false;  // made by Launch: removed by the destructor
+  bool wrote_pids_ = false;      // fabric.pids is this fabric's: Stop removes it
 };
 
 }  // namespace netfold::tools

@@ -23,6 +23,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +32,7 @@
 #include "tools/bench.h"
 #include "tools/demo.h"
 #include "tools/local_fabric.h"
+#include "tools/state_dir.h"
 #include "tools/status_text.h"
 
 namespace netfold::tools {
@@ -224,19 +226,27 @@ int Down(int argc, char** argv) {
   Args args = Args::Parse(argc, argv, *FindCommand("down"));
   if (!args.error.empty()) return FailUsage("down", args.error);
   const std::string dir = args.Get("state-dir", LocalFabric::DefaultStateDir());
-  absl::Status s = LocalFabric::StopStateDir(dir);
+  std::vector<std::string> notes;
+  absl::Status s = LocalFabric::StopStateDir(dir, absl::Seconds(5), &notes);
+  for (const std::string& n : notes) std::fprintf(stderr, "netfold down: %s\n", n.c_str());
   if (!s.ok()) return Fail(std::string(s.message()));
   std::printf("netfold fabric in %s stopped\n", dir.c_str());
   return 0;
 }
 
 // The manager to talk to: --manager, the fabric of --state-dir, or
-// $NETFOLD_MANAGER; "" if none.
-std::string FindManager(const Args& args) {
+// $NETFOLD_MANAGER; "" if none. A state directory that another user could
+// have prepared (tools/state_dir.h) is an error, not a source of addresses.
+absl::StatusOr<std::string> FindManager(const Args& args) {
   std::string manager = args.Get("manager");
   if (manager.empty()) {
-    std::ifstream in(args.Get("state-dir", LocalFabric::DefaultStateDir()) + "/manager.address");
-    std::getline(in, manager);
+    absl::StatusOr<StateDir> dir =
+        StateDir::Open(args.Get("state-dir", LocalFabric::DefaultStateDir()), /*create=*/false);
+    if (!dir.ok() && !absl::IsNotFound(dir.status())) return dir.status();
+    if (dir.ok()) {
+      const std::string text = dir->ReadFile("manager.address", 256).value_or("");
+      manager = std::string(absl::StripAsciiWhitespace(text));
+    }
   }
   if (manager.empty()) {
     if (const char* m = std::getenv("NETFOLD_MANAGER")) manager = m;
@@ -339,7 +349,9 @@ int SwitchStatus(const std::string& manager, const std::string& name) {
 int Status(int argc, char** argv) {
   Args args = Args::Parse(argc, argv, *FindCommand("status"));
   if (!args.error.empty()) return FailUsage("status", args.error);
-  const std::string manager = FindManager(args);
+  const absl::StatusOr<std::string> found = FindManager(args);
+  if (!found.ok()) return Fail(std::string(found.status().message()));
+  const std::string& manager = *found;
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
   if (args.Has("switch")) return SwitchStatus(manager, args.Get("switch"));
   absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager);
@@ -355,7 +367,9 @@ int Fault(int argc, char** argv) {
   if (args.positional.size() != 2) {
     return FailUsage("fault", "give SWITCH and IMPAIRMENT (e.g. leaf0 drop=0.05,seed=3)");
   }
-  const std::string manager = FindManager(args);
+  const absl::StatusOr<std::string> found = FindManager(args);
+  if (!found.ok()) return Fail(std::string(found.status().message()));
+  const std::string& manager = *found;
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
   const std::string name = args.positional[0];
   control::SetLinkFaultRequest req;

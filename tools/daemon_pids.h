@@ -1,0 +1,72 @@
+// The daemons of a detached local fabric as `fabric.pids` records them, and
+// how `netfold down` stops them without signalling a process that is not
+// one of them: a pid from a file is only a claim. Each line is
+//
+//   NAME PID START
+//
+// with START the process's start time (/proc/PID/stat field 22, clock ticks
+// since boot), taken when it was spawned. Before a signal, the process must
+// still have that start time (a pid reused by another process has another),
+// belong to this user (real uid) and run one of the expected programs
+// (/proc/PID/exe). With a pidfd (Linux >= 5.3) the signal goes to the
+// process that was checked, even if it exits and its pid is reused
+// meanwhile. (issue 23 item 10, docs/security.md)
+//
+//   NETFOLD_ASSIGN_OR_RETURN(std::vector<DaemonRecord> d, ParseDaemonRecords(text));
+//   std::vector<std::string> notes;
+//   StopDaemons(d, {"netfold-managerd", "netfold-switchd"}, absl::Seconds(5), &notes);
+//
+// Thread-safe (no shared state).
+#ifndef NETFOLD_TOOLS_DAEMON_PIDS_H_
+#define NETFOLD_TOOLS_DAEMON_PIDS_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace netfold::tools {
+
+struct DaemonRecord {
+  std::string name;         // "manager", or a switch's name
+  pid_t pid = -1;
+  uint64_t start_time = 0;  // /proc/PID/stat field 22
+};
+
+// The file's text, one line per record.
+std::string FormatDaemonRecords(const std::vector<DaemonRecord>& records);
+// InvalidArgument naming the line for anything but "NAME PID START" lines
+// (a pid must be > 1).
+absl::StatusOr<std::vector<DaemonRecord>> ParseDaemonRecords(std::string_view text);
+
+// Field 22 of /proc/PID/stat. NotFound if there is no such process.
+absl::StatusOr<uint64_t> ProcessStartTime(pid_t pid);
+
+enum class DaemonState {
+  kRunning,  // the recorded process, still alive
+  kGone,     // exited (no process, or a zombie, with that pid and start time)
+  kOther,    // the pid belongs to some other process: never signal it
+};
+
+// What `record.pid` is now. kRunning only if the start time, the real uid
+// (getuid()) and the executable's file name (one of `programs`) all match;
+// `why` (if not null) says what did not.
+DaemonState CheckDaemon(const DaemonRecord& record, const std::vector<std::string>& programs,
+                        std::string* why);
+
+// SIGTERM to each record that CheckDaemon finds kRunning, then waits up to
+// `grace` for them to exit and SIGKILLs those left. Records that are kOther
+// are left alone and explained in `notes` ("pid 123 (leaf0) was not
+// signalled: ..."), as are those that were already gone. Returns the number
+// of processes signalled.
+int StopDaemons(const std::vector<DaemonRecord>& records, const std::vector<std::string>& programs,
+                absl::Duration grace, std::vector<std::string>* notes);
+
+}  // namespace netfold::tools
+
+#endif  // NETFOLD_TOOLS_DAEMON_PIDS_H_
