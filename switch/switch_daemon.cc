@@ -197,8 +197,12 @@ absl::Status SwitchDaemon::InstallStatic() {
 }
 
 void SwitchDaemon::DataPlaneLoop() {
+  // Idle, the thread sleeps in receive: packets, QP timers, a posted command
+  // (Post wakes it) and Stop (likewise) end the wait.
+  const absl::Duration idle = config_.idle_wait.value_or(
+      dp_->CanWake() ? kIdleWaitWoken : absl::Milliseconds(1));
   while (!dp_stop_.load(std::memory_order_acquire)) {
-    dp_->RunOnce(config_.idle_wait);
+    dp_->RunOnce(idle);
     used_groups_.store(static_cast<uint32_t>(dp_->num_groups()), std::memory_order_relaxed);
     used_slots_.store(dp_->num_slots_used(), std::memory_order_relaxed);
     used_qps_.store(static_cast<uint32_t>(dp_->num_qps()), std::memory_order_relaxed);
@@ -254,6 +258,7 @@ absl::StatusOr<ShutdownReport> SwitchDaemon::Stop() {
       }
     });
     dp_stop_.store(true, std::memory_order_release);
+    dp_->Wake();
     dp_thread_.join();
     report = *r;
     if (!removed || !destroyed) {

@@ -463,8 +463,11 @@ void SwitchDataPlane::RunOnce(absl::Duration timeout) {
 }
 
 void SwitchDataPlane::Post(std::function<void(SwitchDataPlane&)> command) {
-  absl::MutexLock lock(&commands_mu_);
-  commands_.push_back(std::move(command));
+  {
+    absl::MutexLock lock(&commands_mu_);
+    commands_.push_back(std::move(command));
+  }
+  Wake();  // runs at the end of the current pass, or of the next one at once
 }
 
 std::vector<QpFailure> SwitchDataPlane::TakeQpFailures() {

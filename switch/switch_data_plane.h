@@ -180,6 +180,11 @@ class SwitchDataPlane {
   // Runs `command` on the data-plane thread during a later RunOnce.
   // Thread-safe. The command must not block.
   void Post(std::function<void(SwitchDataPlane&)> command);
+  // Makes a RunOnce waiting in receive return soon. Any thread.
+  void Wake() { endpoint_.port().Wake(); }
+  // True if Post and Wake cut RunOnce's wait short (its port can be woken):
+  // the loop may then wait long when idle.
+  bool CanWake() { return endpoint_.port().CanWake(); }
   // QPs that went to ERROR since the last call.
   std::vector<QpFailure> TakeQpFailures();
 

@@ -3,7 +3,9 @@
 // and per switch, epoch replacement, and removal freeing every slot.
 #include "switch/switch_data_plane.h"
 
+#include <atomic>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "base/clock.h"
@@ -11,6 +13,7 @@
 #include "proto/aggregation_header.h"
 #include "transport/memory_port.h"
 #include "transport/roce_endpoint.h"
+#include "transport/udp_port.h"
 
 namespace netfold::sw {
 namespace {
@@ -336,6 +339,34 @@ TEST_F(DataPlaneTest, RemoveGroupAbortsInFlightOperationsAndFreesEverySlot) {
   Run(20);
   EXPECT_EQ(dp_->counters().drops[static_cast<size_t>(SwitchDropReason::kUnknownGroup)].load(), 1u);
   ASSERT_TRUE(dp_->DestroyQp(h0.switch_qpn).ok());
+}
+
+// An idle data plane on a socket sleeps long in receive (the daemon's
+// kIdleWaitWoken); a command posted from another thread wakes it at once.
+TEST(DataPlaneWake, APostedCommandEndsALongIdleWait) {
+  auto port = transport::UdpPort::Create({.local = {0x7f000001, 0}, .pool = {.num_buffers = 64}});
+  ASSERT_TRUE(port.ok()) << port.status();
+  SwitchConfig config;
+  config.name = "s0";
+  SwitchDataPlane dp(std::move(*port), RealClock(), config);
+  ASSERT_TRUE(dp.CanWake());
+  std::atomic<bool> ran{false};
+  std::thread loop([&] {
+    // At most 30 passes of 10 s each: a wake that does not work fails the
+    // deadline below long before this ends.
+    for (int i = 0; i < 30 && !ran.load(); ++i) dp.RunOnce(absl::Seconds(10));
+  });
+  absl::SleepFor(absl::Milliseconds(20));  // let the loop reach its wait
+  const absl::Time posted = absl::Now();
+  dp.Post([&](SwitchDataPlane&) { ran.store(true); });
+  while (!ran.load() && absl::Now() - posted < absl::Seconds(5)) absl::SleepFor(absl::Milliseconds(1));
+  const absl::Duration took = absl::Now() - posted;
+  EXPECT_TRUE(ran.load());
+  EXPECT_LT(took, absl::Seconds(2)) << "the command waited for the idle wait to end";
+  if (!ran.load()) {
+    dp.Post([&](SwitchDataPlane&) { ran.store(true); });  // let the loop end
+  }
+  loop.join();
 }
 
 }  // namespace

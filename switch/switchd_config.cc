@@ -258,8 +258,12 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
         ReadOptionalDuration(t, "ack_delay_us", "transport", us, 1000, &c.data_plane.ack_delay));
     NETFOLD_RETURN_IF_ERROR(
         ReadOptionalUint(t, "retry_count", "transport", 7, &c.data_plane.retry_count));
-    NETFOLD_RETURN_IF_ERROR(
-        ReadOptionalDuration(t, "idle_wait_us", "transport", us, 1000000, &c.idle_wait));
+    if (t["idle_wait_us"]) {
+      absl::Duration idle;
+      NETFOLD_RETURN_IF_ERROR(
+          ReadOptionalDuration(t, "idle_wait_us", "transport", us, 1000000, &idle));
+      c.idle_wait = idle;
+    }
     NETFOLD_RETURN_IF_ERROR(
         ReadOptionalDuration(t, "poll_us", "transport", us, 1000000, &c.poll_window));
     NETFOLD_RETURN_IF_ERROR(
@@ -430,7 +434,9 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {
   }
   if (d.retry_count > 7) return invalid("transport.retry_count must be 0..7");
   if (c.packet_buffers < 256) return invalid("transport.packet_buffers must be at least 256");
-  if (c.idle_wait < absl::ZeroDuration()) return invalid("transport.idle_wait_us must not be negative");
+  if (c.idle_wait && *c.idle_wait < absl::ZeroDuration()) {
+    return invalid("transport.idle_wait_us must not be negative");
+  }
   for (const LinkFaultSpec& f : c.link_faults) {
     if (f.peer != "default" && f.peer != "all" && !transport::ParseIpv4Endpoint(f.peer).ok()) {
       return invalid(absl::StrFormat("link fault peer '%s' is neither default, all nor ip:port",

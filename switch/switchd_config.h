@@ -33,7 +33,7 @@
 //   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
 //   job_quota: {groups: 64, slots: 1024, qps: 256}
 //   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 1000, retry_count: 7,
-//               idle_wait_us: 1000, poll_us: 0, packet_buffers: 8192}
+//               idle_wait_us: (automatic), poll_us: 0, packet_buffers: 8192}
 //   link_faults:
 //     - {peer: default, direction: both, impairment: "drop=0.01,seed=3"}
 //     - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
@@ -58,6 +58,7 @@
 #define NETFOLD_SWITCH_SWITCHD_CONFIG_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -103,6 +104,11 @@ struct DpdkBackendConfig {
   uint32_t mbuf_data_size = 0;   // 0 = path_mtu + 4096 (room for af_packet frames)
 };
 
+// The data-plane thread's wait when idle on a port that can be woken: long,
+// since packets, QP timers, commands and Stop all end it early; what remains
+// is one wakeup per interval to publish usage for the heartbeats.
+inline constexpr absl::Duration kIdleWaitWoken = absl::Milliseconds(100);
+
 struct SwitchdConfig {
   std::string name;
   transport::Ipv4Endpoint data_address{0x7f000001, transport::kDefaultRocePort};
@@ -125,9 +131,10 @@ struct SwitchdConfig {
   // follows `name`.
   SwitchConfig data_plane;
   uint32_t max_trees = 64;
-  // How long the data-plane thread waits for packets when idle: it bounds
-  // how late a control command (from the manager or the admin API) runs.
-  absl::Duration idle_wait = absl::Milliseconds(1);
+  // How long the data-plane thread waits for packets when idle. Unset: long
+  // (kIdleWaitWoken) on a port that control commands can wake (udp), 1 ms
+  // on one they cannot (dpdk), where it bounds how late a command runs.
+  std::optional<absl::Duration> idle_wait;
   // udp backend: keep reading without sleeping this long after the last
   // packet (transport.poll_us; UdpPortConfig::poll_window). Zero: sleep in
   // epoll at once (the default; polling is opt-in).

@@ -61,7 +61,7 @@ TEST(SwitchdConfig, ParsesEveryKey) {
   EXPECT_EQ(c->data_plane.ack_timeout, absl::Milliseconds(3));
   EXPECT_EQ(c->data_plane.ack_delay, absl::Microseconds(250));
   EXPECT_EQ(c->data_plane.retry_count, 5);
-  EXPECT_EQ(c->idle_wait, absl::Microseconds(500));
+  EXPECT_EQ(c->idle_wait, absl::Microseconds(500));  // set: kept whatever the port
   EXPECT_EQ(c->poll_window, absl::Microseconds(150));
   EXPECT_EQ(c->packet_buffers, 1024u);
   EXPECT_TRUE(c->data_plane.solve_ip_identification);

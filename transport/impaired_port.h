@@ -128,6 +128,7 @@ class ImpairedPort : public Port {
     woken_.store(true, std::memory_order_relaxed);
     inner_->Wake();
   }
+  bool CanWake() const override { return inner_->CanWake(); }
 
   // The configuration of peers created from now on. Existing peers keep
   // theirs.

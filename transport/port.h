@@ -79,6 +79,9 @@ class Port {
   // See the contract above. The default does nothing: for ports whose
   // RecvBurst never sleeps for long (in-memory, DPDK bursts).
   virtual void Wake() {}
+  // True if Wake() cuts a waiting RecvBurst short: an owner may then wait
+  // long when idle and rely on Wake for work from other threads.
+  virtual bool CanWake() const { return false; }
 };
 
 }  // namespace netfold::transport

@@ -76,6 +76,7 @@ class UdpPort : public Port {
   const PortCounters& counters() const override { return counters_; }
   // An eventfd in the port's epoll set: a waiting RecvBurst returns.
   void Wake() override;
+  bool CanWake() const override { return true; }
 
  private:
   struct Socket {
