@@ -301,11 +301,19 @@ absl::StatusOr<control::SetLinkFaultResponse> ApplyLinkFault(
 }
 
 SwitchAdminService::SwitchAdminService(SwitchDataPlane* dp, transport::ImpairedPort* port,
-                                       SwitchIdentity identity, absl::Duration timeout)
-    : dp_(dp), port_(port), identity_(std::move(identity)), timeout_(timeout) {}
+                                       SwitchIdentity identity, std::string credential,
+                                       absl::Duration timeout)
+    : dp_(dp),
+      port_(port),
+      identity_(std::move(identity)),
+      verifier_(std::move(credential)),
+      timeout_(timeout) {}
 
-grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*, const control::GetCountersRequest*,
+grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext* ctx,
+                                             const control::GetCountersRequest*,
                                              control::GetCountersResponse* response) {
+  // Every counter here is the detailed view (QPNs, PSN counters, peers).
+  if (grpc::Status s = verifier_.Check(*ctx, "GetCounters"); !s.ok()) return s;
   // The closure fills its own copy: if we stop waiting, it must not write
   // into a response gRPC may already have freed.
   auto result = std::make_shared<control::GetCountersResponse>();
@@ -331,8 +339,10 @@ grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*, const control
   return grpc::Status::OK;
 }
 
-grpc::Status SwitchAdminService::ListGroups(grpc::ServerContext*, const control::ListGroupsRequest*,
+grpc::Status SwitchAdminService::ListGroups(grpc::ServerContext* ctx,
+                                            const control::ListGroupsRequest*,
                                             control::ListGroupsResponse* response) {
+  if (grpc::Status s = verifier_.Check(*ctx, "ListGroups"); !s.ok()) return s;
   auto result = std::make_shared<control::ListGroupsResponse>();
   grpc::Status s = RunOnDataPlane(dp_, timeout_, [result](SwitchDataPlane& dp) {
     FillGroups(dp, result.get());
@@ -343,9 +353,12 @@ grpc::Status SwitchAdminService::ListGroups(grpc::ServerContext*, const control:
   return grpc::Status::OK;
 }
 
-grpc::Status SwitchAdminService::SetLinkFault(grpc::ServerContext*,
+grpc::Status SwitchAdminService::SetLinkFault(grpc::ServerContext* ctx,
                                               const control::SetLinkFaultRequest* request,
                                               control::SetLinkFaultResponse* response) {
+  // Before anything is parsed or a peer created: a stranger must not be
+  // able to fill the peer table either.
+  if (grpc::Status s = verifier_.Check(*ctx, "SetLinkFault"); !s.ok()) return s;
   if (port_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this switch has no per-peer impairment stage");

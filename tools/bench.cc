@@ -160,8 +160,9 @@ int RunBench(const BenchOptions& o) {
                             : absl::StrFormat(" Ranks %s: leaf0, leaf1 and root (three switches).",
                                               absl::StrJoin(three, ",")).c_str());
   std::string netfold_options =
-      absl::StrFormat("-x NETFOLD_MANAGER=%s -x LD_PRELOAD=%s -x NETFOLD_MPI_ENABLE=1",
-                      (*fabric)->manager_address(), interposer);
+      absl::StrFormat("-x NETFOLD_MANAGER=%s -x NETFOLD_CREDENTIAL_FILE=%s -x LD_PRELOAD=%s "
+                      "-x NETFOLD_MPI_ENABLE=1",
+                      (*fabric)->manager_address(), (*fabric)->credential_file(), interposer);
   if (o.poll_us > 0) netfold_options += absl::StrFormat(" -x NETFOLD_POLL_US=%d", o.poll_us);
   std::vector<Variant> variants = {
       {"netfold", netfold_options, true},
