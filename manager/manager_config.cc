@@ -180,17 +180,20 @@ absl::Status ValidateManagerConfig(const ManagerConfig& c) {
 }
 
 absl::Status LoadManagerCredential(ManagerConfig* c) {
-  std::string file = c->credential_file;
-  if (file.empty()) {
-    if (const char* f = std::getenv(auth::kCredentialFileEnv); f != nullptr) file = f;
-  }
   if (c->auth_none) {
-    if (!file.empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "auth: none (--insecure) and a credential file (%s) both given: drop one", file));
+    // The environment's file is ignored: it may be inherited; a file given
+    // to this daemon is a contradiction.
+    if (!c->credential_file.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("auth: none (--insecure) and a credential file (%s) both given: drop one",
+                          c->credential_file));
     }
     c->server.credential.clear();
     return absl::OkStatus();
+  }
+  std::string file = c->credential_file;
+  if (file.empty()) {
+    if (const char* f = std::getenv(auth::kCredentialFileEnv); f != nullptr) file = f;
   }
   if (file.empty()) {
     return absl::InvalidArgumentError(

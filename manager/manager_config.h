@@ -74,7 +74,8 @@ absl::Status ValidateManagerConfig(const ManagerConfig& config);
 // Reads the fabric credential into config->server.credential: from
 // credential_file, else the file $NETFOLD_CREDENTIAL_FILE names. Without
 // either, InvalidArgument saying how to give one, unless auth_none; with
-// auth_none and a credential, InvalidArgument too (which one is meant?).
+// auth_none and a credential_file, InvalidArgument too (which one is meant?);
+// with auth_none the environment's file is ignored (it may be inherited).
 // The file's own errors (mode 0644, ...) are ReadCredentialFile's.
 absl::Status LoadManagerCredential(ManagerConfig* config);
 

@@ -159,7 +159,8 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& config);
 // Reads the fabric credential into config->credential from credential_file,
 // else the file $NETFOLD_CREDENTIAL_FILE names. A switch with a manager or
 // an admin address needs one unless auth_none (InvalidArgument saying how
-// to give it); auth_none with a file is refused too. The file's own errors
+// to give it); auth_none with a credential_file is refused too, the
+// environment's file ignored (it may be inherited). The file's own errors
 // (mode 0644, ...) are ReadCredentialFile's.
 absl::Status LoadSwitchdCredential(SwitchdConfig* config);
 

@@ -510,6 +510,9 @@ class Switch:
             "name: rc-responder-test",
             "data_address: 127.0.0.1:0",
             "admin_address: 127.0.0.1:0",
+            # A lone static switch on loopback in a private directory: its
+            # admin API asks no credential (docs/security.md).
+            "auth: none",
             "log_level: warning",
             f"data_port_file: {os.path.join(self.tmpdir, 'data.port')}",
             f"admin_port_file: {os.path.join(self.tmpdir, 'admin.port')}",
