@@ -3,7 +3,7 @@
  * one process joins a running fabric, creates a group of itself and runs an
  * allreduce, a bcast and a barrier through the switches.
  *
- *   netfold up --hosts 1 && export NETFOLD_MANAGER=...   (what `up` prints)
+ *   netfold up --hosts 1 && export NETFOLD_MANAGER=... NETFOLD_CREDENTIAL_FILE=...  (what `up` prints)
  *   cc hello_netfold.c $(pkg-config --cflags --libs netfold) -o hello_netfold
  *   ./hello_netfold
  *

@@ -3,9 +3,9 @@
  * Run it with the interposer preloaded and its collectives go through the
  * fabric (docs/mpi.md):
  *
- *   netfold up --hosts 4            # prints NETFOLD_MANAGER=...
+ *   netfold up --hosts 4            # prints NETFOLD_MANAGER=..., NETFOLD_CREDENTIAL_FILE=...
  *   mpicc examples/mpi_allreduce.c -o mpi_allreduce
- *   mpirun -np 4 -x NETFOLD_MANAGER=... -x NETFOLD_MPI_STATS=1 \
+ *   mpirun -np 4 -x NETFOLD_MANAGER=... -x NETFOLD_CREDENTIAL_FILE=... -x NETFOLD_MPI_STATS=1 \
  *          -x LD_PRELOAD=$PWD/build/host/mpi/libnetfold_mpi.so ./mpi_allreduce
  */
 #include <mpi.h>

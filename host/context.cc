@@ -6,6 +6,7 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
+#include "auth/fabric_credential.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
@@ -139,8 +140,19 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
 }
 
 absl::Status Context::Join(Oob& world) {
-  manager_ = std::make_unique<ManagerClient>(options_.manager, options_.timeout,
-                                             options_.connect_timeout);
+  std::string credential;
+  if (!options_.credential_file.empty()) {
+    absl::StatusOr<std::string> c = auth::ReadCredentialFile(options_.credential_file);
+    if (!c.ok()) {
+      // Refused whatever the algorithm policy: the operator must fix the
+      // file (or the variable naming it), and must hear about it.
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "the fabric credential (NETFOLD_CREDENTIAL_FILE): %s", c.status().message()));
+    }
+    credential = *std::move(c);
+  }
+  manager_ = std::make_unique<ManagerClient>(options_.manager, std::move(credential),
+                                             options_.timeout, options_.connect_timeout);
 
   // Every rank's host name, for the job's rank table.
   constexpr size_t kNameBytes = 64;

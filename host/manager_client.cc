@@ -12,6 +12,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "auth/grpc_credential.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -49,8 +50,8 @@ void SetDeadline(grpc::ClientContext* c, absl::Duration d) {
 
 }  // namespace
 
-ManagerClient::ManagerClient(std::string address, absl::Duration timeout,
-                             absl::Duration connect_timeout)
+ManagerClient::ManagerClient(std::string address, std::string credential,
+                             absl::Duration timeout, absl::Duration connect_timeout)
     : address_(std::move(address)),
       timeout_(timeout),
       connect_timeout_(std::min(connect_timeout, timeout)) {
@@ -64,7 +65,7 @@ ManagerClient::ManagerClient(std::string address, absl::Duration timeout,
               static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoffMin)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoffMax)));
-  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  channel_ = auth::CreateChannel(address_, credential, args);
   stub_ = control::HostControl::NewStub(channel_);
 }
 

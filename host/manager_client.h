@@ -2,7 +2,7 @@
 // service HostControl): the job and group calls, and the control thread that
 // sends heartbeats and watches the job's event stream.
 //
-//   ManagerClient manager(options.manager, options.timeout);
+//   ManagerClient manager(options.manager, credential, options.timeout);
 //   auto job = manager.CreateJob(request);                  // rank 0
 //   manager.SetJob(job->job_id(), job->job_key());          // every rank
 //   auto attached = manager.Attach(attach_request);
@@ -59,8 +59,9 @@ class ManagerClient {
   static constexpr absl::Duration kRateLimitBackoffMin = absl::Milliseconds(20);
   static constexpr absl::Duration kRateLimitBackoffMax = absl::Seconds(1);
 
-  // `address` is host:port. Connects lazily (on the first call).
-  ManagerClient(std::string address, absl::Duration timeout,
+  // `address` is host:port; `credential` the fabric credential every call
+  // presents ("" = none). Connects lazily (on the first call).
+  ManagerClient(std::string address, std::string credential, absl::Duration timeout,
                 absl::Duration connect_timeout = absl::Seconds(1));
   ~ManagerClient();  // stops the control thread
   ManagerClient(const ManagerClient&) = delete;

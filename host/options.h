@@ -25,6 +25,11 @@ struct ContextOptions {
   int rank = 0;
   int world_size = 1;
   std::string manager = "127.0.0.1:47910";
+  // The file of the fabric credential, presented on every call to the
+  // manager: NETFOLD_CREDENTIAL_FILE, else the `credential` file of
+  // $NETFOLD_STATE_DIR or /tmp/netfold-<uid> (netfold up's), if there is
+  // one; "" = none (a manager run with auth: none).
+  std::string credential_file;
   std::string host_name;             // topology host of this rank
   std::string local_address = "127.0.0.1";
   std::string job_name = "netfold";

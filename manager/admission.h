@@ -33,7 +33,7 @@ namespace netfold::manager {
 inline constexpr uint32_t kProtocolVersion = control::PROTOCOL_VERSION_CURRENT;
 
 // The stateless checks of a switch registration: protocol version, a name
-// of the topology, the fabric secret, addresses, capacities at least those
+// of the topology (the fabric credential was checked before: ServerOptions), addresses, capacities at least those
 // declared, and a bounded amount of reported state.
 absl::Status ValidateRegistration(const Topology& topo, const ManagerOptions& options,
                                   const control::RegisterSwitch& request);

@@ -219,17 +219,12 @@ TEST_F(ManagerTest, UnsetSlotBytesFitTheSmallestSwitch) {
 }
 
 TEST_F(ManagerTest, RegistrationIsChecked) {
-  ManagerOptions options;
-  options.switch_secret = "s3cret";
-  Start("two_level.yaml", options);
-  control::RegisterSwitch reg = fabric_->Get("leaf0")->Registration("s3cret");
+  Start("two_level.yaml");
+  control::RegisterSwitch reg = fabric_->Get("leaf0")->Registration();
   EXPECT_TRUE(am_->RegisterSwitch(reg, 1).ok());
   control::RegisterSwitch r = reg;
   r.set_name("leaf9");
   EXPECT_EQ(am_->RegisterSwitch(r, 2).status().code(), absl::StatusCode::kNotFound);
-  r = reg;
-  r.set_secret("guess");
-  EXPECT_EQ(am_->RegisterSwitch(r, 3).status().code(), absl::StatusCode::kPermissionDenied);
   r = reg;
   r.mutable_capacity()->set_num_slots(10);
   absl::Status s = am_->RegisterSwitch(r, 4).status();

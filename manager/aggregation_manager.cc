@@ -11,9 +11,14 @@
 #include "manager/admission.h"
 #include "manager/liveness.h"
 #include "manager/recovery.h"
-#include "manager/secrets.h"
+#include "auth/secrets.h"
 
 namespace netfold::manager {
+
+using auth::ConstantTimeEquals;
+using auth::RandomBytes;
+using auth::RandomU64;
+
 namespace {
 
 int64_t Ms(absl::Duration d) { return absl::ToInt64Milliseconds(d); }

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "auth/grpc_credential.h"
 #include "base/log.h"
 #include "manager/endpoint_address.h"
 
@@ -285,9 +286,12 @@ class ManagerServer::Core {
       : am(am),
         hub(hub),
         options(options),
-        limiter(RealClock(), options.requests_per_second, options.burst) {}
+        limiter(RealClock(), options.requests_per_second, options.burst),
+        verifier(options.credential) {}
 
-  // Rate limit for one request (or stream) from `ctx`'s peer. A request
+  // The fabric credential first (every call needs it, unless the manager
+  // runs without one), then the rate limit for one request (or stream)
+  // from `ctx`'s peer. A request
   // carrying valid credentials of a job (`job`) is counted against the
   // job's bucket, so that one job's flood does not starve the others on
   // the same host (every local process is 127.0.0.1); anything else against
@@ -297,6 +301,9 @@ class ManagerServer::Core {
     if (stopping.load()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the manager is shutting down");
     }
+    // Before the limiter: a stranger's refused calls must not spend the
+    // bucket of the operator's own tools on this host.
+    if (grpc::Status s = verifier.Check(*ctx, method); !s.ok()) return s;
     const std::string key = job != nullptr && am->Authenticates(*job)
                                 ? absl::StrFormat("job %d", job->job_id())
                                 : PeerHost(ctx->peer());
@@ -362,6 +369,7 @@ class ManagerServer::Core {
   SwitchHub* const hub;
   const ServerOptions options;
   RateLimiter limiter;
+  const auth::CredentialVerifier verifier;
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> num_rate_limited{0};     // requests refused by the limiter
   std::atomic<uint64_t> num_streams_refused{0};  // streams refused by OpenStream
@@ -517,6 +525,7 @@ class HostControlImpl final : public control::HostControl::Service {
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const control::HostHeartbeatRequest* req,
                          control::HostHeartbeatResponse* resp) override {
     // Not rate-limited (see the header); still authenticated.
+    if (grpc::Status s = core_->verifier.Check(*ctx, "Heartbeat"); !s.ok()) return s;
     absl::StatusOr<control::HostHeartbeatResponse> r = core_->am->HostHeartbeat(*req);
     if (r.ok()) *resp = *std::move(r);
     return core_->Reply(ctx, "Heartbeat", r.status());
@@ -651,5 +660,6 @@ ManagerServer::~ManagerServer() { Shutdown(); }
 
 uint64_t ManagerServer::num_rate_limited() const { return core_->num_rate_limited.load(); }
 uint64_t ManagerServer::num_streams_refused() const { return core_->num_streams_refused.load(); }
+uint64_t ManagerServer::num_unauthenticated() const { return core_->verifier.num_refused(); }
 
 }  // namespace netfold::manager

@@ -11,7 +11,8 @@
 //   ... (*server)->port() ...
 //   (*server)->Shutdown();   // also on destruction
 //
-// Requests are rate-limited per job for authenticated job requests, else per
+// Every call must present the fabric credential (ServerOptions::credential)
+// before anything else is looked at. Requests are rate-limited per job for authenticated job requests, else per
 // peer IP address (host heartbeats excepted: they are cheap, and many ranks
 // of one host must not starve themselves into timeouts), and bounded in
 // size; a rate-limit refusal carries kRetryAfterMetadata; every
@@ -129,6 +130,10 @@ struct ServerOptions {
   double burst = 2000;
   absl::Duration register_timeout = absl::Seconds(10);  // Connect -> RegisterSwitch
   absl::Duration watch_poll = absl::Milliseconds(250);  // WatchEvents cancellation check
+  // The fabric credential every call must present (auth/grpc_credential.h):
+  // switch registration, job calls, heartbeats, Admin. "" = none required,
+  // which netfold-managerd allows only when told (auth: none).
+  std::string credential;
 };
 
 class ManagerServer {
@@ -149,6 +154,8 @@ class ManagerServer {
   // limits (ServerOptions). Thread-safe.
   uint64_t num_rate_limited() const;
   uint64_t num_streams_refused() const;
+  // Calls refused for a missing or wrong fabric credential. Thread-safe.
+  uint64_t num_unauthenticated() const;
   // Stops the background loop, ends every stream, stops the server.
   // Idempotent.
   void Shutdown();

@@ -32,7 +32,7 @@ namespace netfold::manager {
 // (ranks behind RoCE NICs). Shared, so never counted as used by a job.
 inline constexpr uint32_t kDefaultPkey = 0xFFFF;
 
-// A job key is this many random bytes (secrets.h).
+// A job key is this many random bytes (auth/secrets.h).
 inline constexpr size_t kJobKeyBytes = 16;
 
 enum class SwitchState { kUnknown, kReconciling, kUp, kDead };

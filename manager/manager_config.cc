@@ -1,8 +1,10 @@
 #include "manager/manager_config.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/str_format.h"
+#include "auth/fabric_credential.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
@@ -35,8 +37,8 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
       root,
       {"listen", "topology", "state_dir", "log_level", "heartbeat_interval_ms", "switch_timeout_ms",
        "host_timeout_ms", "abandoned_job_timeout_ms", "command_timeout_ms", "link_retry_ms",
-       "replan_on_failure", "switch_secret", "multicast_prefix", "snapshot_every",
-       "max_message_bytes", "max_threads", "rate_limit", "limits"},
+       "replan_on_failure", "credential_file", "auth", "multicast_prefix", "snapshot_every",
+       "max_message_bytes", "max_threads", "rate_limit", "limits", "switch_secret"},
       ""));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "listen", "", &c.server.listen_address));
   if (root["topology"].IsDefined()) {
@@ -63,7 +65,24 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
   NETFOLD_RETURN_IF_ERROR(
       ReadOptionalDuration(root, "link_retry_ms", "", ms, kMaxMs, &m.link_retry_after));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalBool(root, "replan_on_failure", "", &m.replan_on_failure));
-  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "switch_secret", "", &m.switch_secret));
+  if (root["switch_secret"].IsDefined()) {
+    return config::ErrorAt(
+        root["switch_secret"], "switch_secret",
+        "is no longer read: a secret in a config file is as safe as the file. Put the fabric "
+        "credential alone in a file only you can read (chmod 600) and name it with "
+        "credential_file (docs/security.md)");
+  }
+  if (root["credential_file"].IsDefined()) {
+    NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "credential_file", "", &c.credential_file));
+    c.credential_file = Resolve(c.credential_file, base_dir);
+  }
+  std::string auth = c.auth_none ? "none" : "credential";
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "auth", "", &auth));
+  if (auth != "credential" && auth != "none") {
+    return config::ErrorAt(root["auth"], "auth",
+                           absl::StrFormat("'%s' must be credential or none", auth));
+  }
+  c.auth_none = auth == "none";
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "multicast_prefix", "", &m.multicast_prefix));
   NETFOLD_RETURN_IF_ERROR(
       ReadOptionalUint(root, "snapshot_every", "", 1u << 30, &m.snapshot_every));
@@ -172,6 +191,33 @@ absl::Status ValidateManagerConfig(const ManagerConfig& c) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "log_level '%s' is not one of error, warning, info, debug, trace", c.log_level));
   }
+  return absl::OkStatus();
+}
+
+absl::Status LoadManagerCredential(ManagerConfig* c) {
+  if (c->auth_none) {
+    // The environment's file is ignored: it may be inherited; a file given
+    // to this daemon is a contradiction.
+    if (!c->credential_file.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("auth: none (--insecure) and a credential file (%s) both given: drop one",
+                          c->credential_file));
+    }
+    c->server.credential.clear();
+    return absl::OkStatus();
+  }
+  std::string file = c->credential_file;
+  if (file.empty()) {
+    if (const char* f = std::getenv(auth::kCredentialFileEnv); f != nullptr) file = f;
+  }
+  if (file.empty()) {
+    return absl::InvalidArgumentError(
+        "no fabric credential: give --credential_file FILE (or credential_file: in --config, or "
+        "NETFOLD_CREDENTIAL_FILE), a file only you can read holding the secret every switch, "
+        "job and admin call must present (netfold up makes one); or run without "
+        "authentication with --insecure (auth: none), on a machine where you trust every user");
+  }
+  NETFOLD_ASSIGN_OR_RETURN(c->server.credential, auth::ReadCredentialFile(file));
   return absl::OkStatus();
 }
 

@@ -17,7 +17,8 @@
 //   command_timeout_ms: 3000
 //   link_retry_ms: 10000
 //   replan_on_failure: true
-//   switch_secret: ""
+//   credential_file: /etc/netfold/credential   # the fabric credential (a 0600 file)
+//   auth: credential                # or none: no credential asked of anyone (loud)
 //   multicast_prefix: "239.77"
 //   snapshot_every: 1000
 //   max_message_bytes: 1048576
@@ -46,6 +47,13 @@ struct ManagerConfig {
   std::string topology_path;
   std::string state_dir;  // "" = no durability
   std::string log_level;  // "" = leave NETFOLD_LOG_LEVEL's choice
+  // The file holding the fabric credential every caller must present
+  // (docs/security.md); "" = $NETFOLD_CREDENTIAL_FILE. Its contents go to
+  // server.credential (LoadManagerCredential).
+  std::string credential_file;
+  // `auth: none` (or --insecure): no credential asked of anyone, said
+  // loudly at start. Without it the manager refuses to start without one.
+  bool auth_none = false;
   ManagerOptions manager;
   ServerOptions server;
 };
@@ -62,6 +70,14 @@ absl::StatusOr<ManagerConfig> LoadManagerConfig(const std::string& path);
 
 // Checks values that depend on each other (timeouts vs. interval, ...).
 absl::Status ValidateManagerConfig(const ManagerConfig& config);
+
+// Reads the fabric credential into config->server.credential: from
+// credential_file, else the file $NETFOLD_CREDENTIAL_FILE names. Without
+// either, InvalidArgument saying how to give one, unless auth_none; with
+// auth_none and a credential_file, InvalidArgument too (which one is meant?);
+// with auth_none the environment's file is ignored (it may be inherited).
+// The file's own errors (mode 0644, ...) are ReadCredentialFile's.
+absl::Status LoadManagerCredential(ManagerConfig* config);
 
 }  // namespace netfold::manager
 

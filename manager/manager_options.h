@@ -45,7 +45,6 @@ struct ManagerOptions {
   absl::Duration command_timeout = absl::Seconds(3);    // per batch of switch commands
   absl::Duration link_retry_after = absl::Seconds(10);  // a failed link stays down this long
   bool replan_on_failure = true;
-  std::string switch_secret;  // "" = switches need none
   JobLimits limits;
   std::string multicast_prefix = "239.77";  // groups get <prefix>.x.y:4791
   int snapshot_every = 1000;                // journal records between snapshots

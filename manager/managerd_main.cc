@@ -3,6 +3,7 @@
 //   netfold-managerd --topology deploy/topologies/two_level.yaml
 //       --state_dir /var/lib/netfold/manager [--listen 127.0.0.1:47910]
 //       [--config manager.yaml] [--port_file /run/netfold/manager.port]
+//       --credential_file /etc/netfold/credential   (or --insecure)
 //
 // Flags override the config file (docs/manager.md). --help prints the usage
 // and the flags (exit status 0). SIGTERM or SIGINT shut it down cleanly:
@@ -36,6 +37,13 @@ ABSL_FLAG(bool, state_skip_damaged, false,
           "they are dropped (the files are copied aside first); see docs/manager.md");
 ABSL_FLAG(std::string, port_file, "", "write the bound port to this file once serving");
 ABSL_FLAG(std::string, log_level, "", "error|warning|info|debug|trace");
+ABSL_FLAG(std::string, credential_file, "",
+          "the fabric credential: a file only this user can read (mode 0600) holding the "
+          "secret every switch, job and admin call must present (default: "
+          "$NETFOLD_CREDENTIAL_FILE); never the secret itself");
+ABSL_FLAG(bool, insecure, false,
+          "ask no credential of anyone (as auth: none): anyone who reaches --listen can "
+          "register a switch, create jobs and read every job's P_Key");
 
 namespace netfold::manager {
 namespace {
@@ -49,8 +57,8 @@ int Main(int argc, char** argv) {
   if (!config::ParseDaemonCommandLine(
           argc, argv,
           "the netfold aggregation manager (docs/manager.md).\n"
-          "  netfold-managerd --topology FILE [--state_dir DIR] [--listen IP:PORT] "
-          "[--config FILE]")) {
+          "  netfold-managerd --topology FILE --credential_file FILE [--state_dir DIR]\n"
+          "                   [--listen IP:PORT] [--config FILE]")) {
     return 0;  // --help
   }
 
@@ -67,7 +75,12 @@ int Main(int argc, char** argv) {
   if (!absl::GetFlag(FLAGS_topology).empty()) config.topology_path = absl::GetFlag(FLAGS_topology);
   if (!absl::GetFlag(FLAGS_state_dir).empty()) config.state_dir = absl::GetFlag(FLAGS_state_dir);
   if (!absl::GetFlag(FLAGS_log_level).empty()) config.log_level = absl::GetFlag(FLAGS_log_level);
+  if (!absl::GetFlag(FLAGS_credential_file).empty()) {
+    config.credential_file = absl::GetFlag(FLAGS_credential_file);
+  }
+  if (absl::GetFlag(FLAGS_insecure)) config.auth_none = true;
   if (absl::Status s = ValidateManagerConfig(config); !s.ok()) return Fail(2, s);
+  if (absl::Status s = LoadManagerCredential(&config); !s.ok()) return Fail(2, s);
   if (!config.log_level.empty()) SetLogLevel(*ParseLogLevel(config.log_level));
   SetLogTag("managerd");
 
@@ -102,7 +115,17 @@ int Main(int argc, char** argv) {
   }
   NETFOLD_LOG(kWarning) << "netfold-managerd serving topology '" << topo->name() << "' ("
                         << topo->num_switches() << " switches, " << topo->num_hosts()
-                        << " hosts) on port " << (*server)->port();
+                        << " hosts) on port " << (*server)->port()
+                        << (config.server.credential.empty() ? "" : ", fabric credential required");
+  if (config.server.credential.empty()) {
+    // On stderr whatever the log level: nobody should run this by accident.
+    std::fprintf(stderr,
+                 "netfold-managerd: WARNING: INSECURE: started with auth: none (--insecure): "
+                 "anyone who reaches %s can register as any switch (and take over its groups), "
+                 "create and destroy jobs and read every job's P_Key. Use --credential_file "
+                 "unless every user of this network is trusted.\n",
+                 config.server.listen_address.c_str());
+  }
 
   const int sig = WaitForTerminationSignal();
   NETFOLD_LOG(kWarning) << "signal " << sig << ": shutting down";

@@ -339,23 +339,33 @@ absl::StatusOr<control::SetLinkFaultResponse> ApplyLinkFault(
 }
 
 SwitchAdminService::SwitchAdminService(SwitchDataPlane* dp, transport::ImpairedPort* port,
-                                       SwitchIdentity identity, absl::Duration timeout)
-    : dp_(dp), port_(port), identity_(std::move(identity)), timeout_(timeout) {}
+                                       SwitchIdentity identity, std::string credential,
+                                       absl::Duration timeout)
+    : dp_(dp),
+      port_(port),
+      identity_(std::move(identity)),
+      verifier_(std::move(credential)),
+      timeout_(timeout) {}
 
 grpc::Status SwitchAdminService::CheckDetail(bool wanted, std::string_view what) const {
-  if (!wanted || identity_.allow_detail) return grpc::Status::OK;
+  // A caller that presented the fabric credential is the operator's; without
+  // one configured (auth: none) nobody is known, and the detail that lets a
+  // caller forge a job's data stays off unless the operator allowed it.
+  if (!wanted || verifier_.required() || identity_.allow_detail) return grpc::Status::OK;
   return grpc::Status(
       grpc::StatusCode::PERMISSION_DENIED,
       absl::StrFormat("switch %s: the detailed %s (QPNs, PSN counters, P_Keys, peers) is off: "
-                      "this admin API does not authenticate its callers; ask without detail "
-                      "for the aggregate counters, or start the switch with admin_detail: true "
+                      "this switch runs without a fabric credential (auth: none), so it does "
+                      "not know its callers; ask without detail for the aggregate counters, "
+                      "give the switch a credential, or start it with admin_detail: true "
                       "(loopback admin address only)",
                       identity_.name, what));
 }
 
-grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*,
+grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext* ctx,
                                              const control::GetCountersRequest* request,
                                              control::GetCountersResponse* response) {
+  if (grpc::Status s = verifier_.Check(*ctx, "GetCounters"); !s.ok()) return s;
   if (grpc::Status denied = CheckDetail(request->detail(), "GetCounters"); !denied.ok()) {
     return denied;
   }
@@ -385,9 +395,10 @@ grpc::Status SwitchAdminService::GetCounters(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SwitchAdminService::ListGroups(grpc::ServerContext*,
+grpc::Status SwitchAdminService::ListGroups(grpc::ServerContext* ctx,
                                             const control::ListGroupsRequest* request,
                                             control::ListGroupsResponse* response) {
+  if (grpc::Status s = verifier_.Check(*ctx, "ListGroups"); !s.ok()) return s;
   if (grpc::Status denied = CheckDetail(request->detail(), "ListGroups"); !denied.ok()) {
     return denied;
   }
@@ -402,9 +413,12 @@ grpc::Status SwitchAdminService::ListGroups(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status SwitchAdminService::SetLinkFault(grpc::ServerContext*,
+grpc::Status SwitchAdminService::SetLinkFault(grpc::ServerContext* ctx,
                                               const control::SetLinkFaultRequest* request,
                                               control::SetLinkFaultResponse* response) {
+  // Before anything is parsed or a peer created: a stranger must not be
+  // able to fill the peer table either.
+  if (grpc::Status s = verifier_.Check(*ctx, "SetLinkFault"); !s.ok()) return s;
   if (port_ == nullptr) {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         "this switch has no per-peer impairment stage");

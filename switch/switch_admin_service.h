@@ -13,6 +13,13 @@
 // wait at most `timeout` for it (UNAVAILABLE past that). SetLinkFault
 // talks to the ImpairedPort directly (it is thread-safe).
 //
+// Every call must present the fabric credential (auth/grpc_credential.h)
+// unless the switch runs without one: SetLinkFault changes what the data
+// plane does (a fault stops a job; a peer per call fills the peer table),
+// and GetCounters and ListGroups show QPNs, PSN counters and P_Keys.
+// Refusals are UNAUTHENTICATED or PERMISSION_DENIED, counted in
+// num_unauthenticated().
+//
 // The Fill* functions build the answers; they run on the data-plane thread
 // (tests call them directly). Thread-safety: the service is thread-safe.
 #ifndef NETFOLD_SWITCH_SWITCH_ADMIN_SERVICE_H_
@@ -27,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auth/grpc_credential.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "switch/switch_data_plane.h"
 #include "transport/impaired_port.h"
@@ -68,9 +76,10 @@ absl::StatusOr<control::SetLinkFaultResponse> ApplyLinkFault(
 
 class SwitchAdminService final : public control::SwitchAdmin::Service {
  public:
-  // `dp` and `port` must outlive the service.
+  // `dp` and `port` must outlive the service. `credential`: the fabric
+  // credential callers must present ("" = none asked: auth: none).
   SwitchAdminService(SwitchDataPlane* dp, transport::ImpairedPort* port, SwitchIdentity identity,
-                     absl::Duration timeout = absl::Seconds(2));
+                     std::string credential, absl::Duration timeout = absl::Seconds(2));
 
   grpc::Status GetCounters(grpc::ServerContext* ctx, const control::GetCountersRequest* request,
                            control::GetCountersResponse* response) override;
@@ -79,6 +88,9 @@ class SwitchAdminService final : public control::SwitchAdmin::Service {
   grpc::Status SetLinkFault(grpc::ServerContext* ctx, const control::SetLinkFaultRequest* request,
                             control::SetLinkFaultResponse* response) override;
 
+  // Calls refused for a missing or wrong credential.
+  uint64_t num_unauthenticated() const { return verifier_.num_refused(); }
+
  private:
   // OK unless `wanted` and the detailed view is off (PERMISSION_DENIED).
   grpc::Status CheckDetail(bool wanted, std::string_view what) const;
@@ -86,6 +98,7 @@ class SwitchAdminService final : public control::SwitchAdmin::Service {
   SwitchDataPlane* const dp_;
   transport::ImpairedPort* const port_;
   const SwitchIdentity identity_;
+  const auth::CredentialVerifier verifier_;
   const absl::Duration timeout_;
 };
 

@@ -6,6 +6,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
+#include "auth/grpc_credential.h"
 #include "base/log.h"
 
 namespace netfold::sw {
@@ -61,8 +62,8 @@ SwitchAgent::SwitchAgent(SwitchAgentOptions options, SwitchDataPlane* dp,
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_min)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_max)));
-  stub_ = control::SwitchControl::NewStub(grpc::CreateCustomChannel(
-      options_.manager_address, grpc::InsecureChannelCredentials(), args));
+  stub_ = control::SwitchControl::NewStub(
+      auth::CreateChannel(options_.manager_address, options_.credential, args));
 }
 
 SwitchAgent::~SwitchAgent() { Stop(); }
@@ -151,7 +152,6 @@ bool SwitchAgent::RunSession() {
   reg->set_data_address(options_.data_address);
   reg->set_admin_address(options_.admin_address);
   *reg->mutable_capacity() = options_.capacity;
-  reg->set_secret(options_.secret);
   reg->set_incarnation(incarnation_);
 
   grpc::ClientContext ctx;
@@ -225,7 +225,7 @@ bool SwitchAgent::RunSession() {
                          status.error_code() != grpc::StatusCode::CANCELLED &&
                          status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
     if (refused) {
-      // The manager said no (unknown name, wrong secret, too small): an
+      // The manager said no (unknown name, no or a wrong fabric credential, too small): an
       // operator has to act; the switch keeps retrying meanwhile.
       NETFOLD_LOG(kError) << what << " -- the manager refused the registration";
     } else if (welcomed) {

@@ -52,7 +52,7 @@ struct SwitchAgentOptions {
   std::string name;
   std::string data_address;   // "ip:port" as registered
   std::string admin_address;  // "" = none
-  std::string secret;
+  std::string credential;  // the fabric credential, presented on Connect ("" = none)
   control::SwitchCapacity capacity;
   uint64_t incarnation = 0;  // once per process start; 0: the agent picks one
   CommandLimits limits;

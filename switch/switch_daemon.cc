@@ -136,7 +136,8 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
     }
 #endif
     d->admin_service_ =
-        std::make_unique<SwitchAdminService>(d->dp_.get(), d->port_, std::move(identity));
+        std::make_unique<SwitchAdminService>(d->dp_.get(), d->port_, std::move(identity),
+                                             config.credential);
     NETFOLD_ASSIGN_OR_RETURN(d->admin_server_,
                              AdminServer::Start(config.admin_address, d->admin_service_.get()));
     absl::StatusOr<transport::Ipv4Endpoint> admin = transport::ParseIpv4Endpoint(config.admin_address);
@@ -150,7 +151,7 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
     options.name = config.name;
     options.data_address = d->data_address_.ToString();
     options.admin_address = d->admin_address_;
-    options.secret = config.secret;
+    options.credential = config.credential;
     options.capacity = capacity;
     options.incarnation = incarnation;
     options.limits.max_trees = config.max_trees;

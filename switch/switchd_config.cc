@@ -1,10 +1,12 @@
 #include "switch/switchd_config.h"
 
+#include <cstdlib>
 #include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "auth/fabric_credential.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
@@ -208,8 +210,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   NETFOLD_RETURN_IF_ERROR(
       CheckKeys(root,
                 {"name", "data_address", "backend", "dpdk", "admin_address", "admin_detail", "manager",
-                 "secret",
-                 "log_level", "data_port_file", "admin_port_file", "capacity", "job_quota",
+                 "credential_file", "auth", "secret", "log_level", "data_port_file", "admin_port_file", "capacity", "job_quota",
                  "transport", "link_faults", "static"},
                 ""));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "name", "", &c.name));
@@ -223,7 +224,19 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "admin_address", "", &c.admin_address));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalBool(root, "admin_detail", "", &c.admin_detail));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "manager", "", &c.manager_address));
-  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "secret", "", &c.secret));
+  if (root["secret"].IsDefined()) {
+    return ErrorAt(root["secret"], "secret",
+                   "is no longer read: a secret in a config file is as safe as the file. Put the "
+                   "fabric credential alone in a file only you can read (chmod 600) and name it "
+                   "with credential_file (docs/security.md)");
+  }
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "credential_file", "", &c.credential_file));
+  std::string auth = c.auth_none ? "none" : "credential";
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "auth", "", &auth));
+  if (auth != "credential" && auth != "none") {
+    return ErrorAt(root["auth"], "auth", absl::StrFormat("'%s' must be credential or none", auth));
+  }
+  c.auth_none = auth == "none";
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "log_level", "", &c.log_level));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "data_port_file", "", &c.data_port_file));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "admin_port_file", "", &c.admin_port_file));
@@ -351,6 +364,34 @@ absl::StatusOr<SwitchdConfig> LoadSwitchdConfig(const std::string& path) {
   absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig(text);
   if (!c.ok()) return config::InFile(c.status(), path);
   return c;
+}
+
+absl::Status LoadSwitchdCredential(SwitchdConfig* c) {
+  if (c->auth_none) {
+    // The environment's file is ignored: it may be inherited; a file given
+    // to this daemon is a contradiction.
+    if (!c->credential_file.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("auth: none (--insecure) and a credential file (%s) both given: drop one",
+                          c->credential_file));
+    }
+    c->credential.clear();
+    return absl::OkStatus();
+  }
+  std::string file = c->credential_file;
+  if (file.empty()) {
+    if (const char* f = std::getenv(auth::kCredentialFileEnv); f != nullptr) file = f;
+  }
+  if (file.empty()) {
+    if (c->manager_address.empty() && c->admin_address.empty()) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        "no fabric credential: give --credential_file FILE (or credential_file: in --config, or "
+        "NETFOLD_CREDENTIAL_FILE), the manager's credential file (netfold up makes one); the "
+        "switch presents it to the manager and asks it of admin callers. Or run without "
+        "authentication with --insecure (auth: none), on a machine where you trust every user");
+  }
+  NETFOLD_ASSIGN_OR_RETURN(c->credential, auth::ReadCredentialFile(file));
+  return absl::OkStatus();
 }
 
 absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {

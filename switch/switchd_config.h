@@ -28,7 +28,8 @@
 //   admin_address: 127.0.0.1:0          # "": no admin service
 //   admin_detail: false                 # per-QP/group/peer admin view (loopback only)
 //   manager: 127.0.0.1:47910            # omit for static mode
-//   secret: ""
+//   credential_file: /etc/netfold/credential   # the fabric credential (a 0600 file)
+//   auth: credential                    # or none: no credential, loudly
 //   log_level: info
 //   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
 //   job_quota: {groups: 64, slots: 1024, qps: 256}
@@ -120,7 +121,12 @@ struct SwitchdConfig {
   // the admin API authenticates its callers.
   bool admin_detail = false;
   std::string manager_address;                // "" = static mode
-  std::string secret;
+  // The file of the fabric credential, presented to the manager and asked
+  // of admin callers ("" = $NETFOLD_CREDENTIAL_FILE); `auth: none` (or
+  // --insecure) runs without one. LoadSwitchdCredential fills `credential`.
+  std::string credential_file;
+  bool auth_none = false;
+  std::string credential;  // never from YAML or flags: read from credential_file
   std::string log_level;  // "" = leave NETFOLD_LOG_LEVEL's choice
   // Files the daemon writes once serving: the bound data-plane UDP port and
   // admin port (useful with port 0). "" = none.
@@ -161,6 +167,14 @@ absl::StatusOr<SwitchdConfig> LoadSwitchdConfig(const std::string& path);
 // unique, the dpdk section. InvalidArgument (Unimplemented for the dpdk
 // backend in a build without DPDK).
 absl::Status ValidateSwitchdConfig(const SwitchdConfig& config);
+
+// Reads the fabric credential into config->credential from credential_file,
+// else the file $NETFOLD_CREDENTIAL_FILE names. A switch with a manager or
+// an admin address needs one unless auth_none (InvalidArgument saying how
+// to give it); auth_none with a credential_file is refused too, the
+// environment's file ignored (it may be inherited). The file's own errors
+// (mode 0644, ...) are ReadCredentialFile's.
+absl::Status LoadSwitchdCredential(SwitchdConfig* config);
 
 // "PEER/DIRECTION/IMPAIRMENT" entries separated by ';' (the --link_faults
 // flag), e.g. "all/both/drop=0.05,seed=3;127.0.0.1:5000/send/down=1".

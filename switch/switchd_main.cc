@@ -1,7 +1,8 @@
 // netfold-switchd: one emulated switch (docs/switch.md).
 //
 //   netfold-switchd --name leaf0 --data_address 127.0.0.1:4791
-//       --manager 127.0.0.1:47910 [--admin_address 127.0.0.1:0] [--config leaf0.yaml]
+//       --manager 127.0.0.1:47910 --credential_file /etc/netfold/credential
+//       [--admin_address 127.0.0.1:0] [--config leaf0.yaml]
 //   netfold-switchd --config static.yaml            # static mode: no manager
 //
 // Flags override the config file. --help prints the usage and the flags
@@ -33,7 +34,15 @@ ABSL_FLAG(bool, admin_detail, false,
           "P_Keys, peers); needs a loopback admin_address (the API is not authenticated)");
 ABSL_FLAG(std::string, manager, "",
           "the aggregation manager's address ip:port (none: static mode from --config)");
-ABSL_FLAG(std::string, secret, "", "the fabric's switch secret, if the manager requires one");
+ABSL_FLAG(std::string, credential_file, "",
+          "the fabric credential: a file only this user can read (mode 0600), presented to the "
+          "manager and asked of admin callers (default: $NETFOLD_CREDENTIAL_FILE)");
+ABSL_FLAG(bool, insecure, false,
+          "no credential (as auth: none): anyone who reaches the admin address can set faults "
+          "and read QPNs; the manager must run without one too");
+// Gone: a secret on the command line is in every user's ps. Still parsed,
+// so that the refusal can say what to do instead.
+ABSL_FLAG(std::string, secret, "", "no longer accepted: use --credential_file");
 ABSL_FLAG(std::string, log_level, "", "error|warning|info|debug|trace");
 ABSL_FLAG(std::string, data_port_file, "", "write the bound data-plane UDP port here once serving");
 ABSL_FLAG(std::string, admin_port_file, "", "write the bound admin port here once serving");
@@ -72,7 +81,13 @@ absl::StatusOr<SwitchdConfig> BuildConfig() {
   set(absl::GetFlag(FLAGS_name), &config.name);
   set(absl::GetFlag(FLAGS_backend), &config.backend);
   set(absl::GetFlag(FLAGS_manager), &config.manager_address);
-  set(absl::GetFlag(FLAGS_secret), &config.secret);
+  if (!absl::GetFlag(FLAGS_secret).empty()) {
+    return absl::InvalidArgumentError(
+        "--secret is no longer accepted: every user can read a command line (ps). Put the "
+        "fabric credential in a file only you can read (chmod 600) and give --credential_file");
+  }
+  set(absl::GetFlag(FLAGS_credential_file), &config.credential_file);
+  if (absl::GetFlag(FLAGS_insecure)) config.auth_none = true;
   set(absl::GetFlag(FLAGS_log_level), &config.log_level);
   set(absl::GetFlag(FLAGS_data_port_file), &config.data_port_file);
   set(absl::GetFlag(FLAGS_admin_port_file), &config.admin_port_file);
@@ -137,7 +152,8 @@ int Main(int argc, char** argv) {
   if (!config::ParseDaemonCommandLine(
           argc, argv,
           "one netfold switch: aggregation nodes on a RoCEv2 data plane (docs/switch.md).\n"
-          "  netfold-switchd --name NAME --manager IP:PORT [--data_address IP:PORT]\n"
+          "  netfold-switchd --name NAME --manager IP:PORT --credential_file FILE\n"
+          "                  [--data_address IP:PORT]\n"
           "                  [--config FILE]\n"
           "  netfold-switchd --config FILE          (static mode: QPs and groups from the file)")) {
     return 0;  // --help
@@ -147,6 +163,14 @@ int Main(int argc, char** argv) {
   absl::StatusOr<SwitchdConfig> config = BuildConfig();
   if (!config.ok()) return Fail(2, config.status());
   if (absl::Status s = ValidateSwitchdConfig(*config); !s.ok()) return Fail(2, s);
+  if (absl::Status s = LoadSwitchdCredential(&*config); !s.ok()) return Fail(2, s);
+  if (config->auth_none && !config->admin_address.empty()) {
+    std::fprintf(stderr,
+                 "netfold-switchd: WARNING: INSECURE: started with auth: none (--insecure): "
+                 "anyone who reaches the admin address %s can set link faults (stopping jobs) "
+                 "and read QPNs and P_Keys.\n",
+                 config->admin_address.c_str());
+  }
   if (!config->log_level.empty()) SetLogLevel(*ParseLogLevel(config->log_level));
   SetLogTag(absl::StrFormat("switchd %s", config->name));
 

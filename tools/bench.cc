@@ -155,7 +155,9 @@ int RunBench(const BenchOptions& o) {
   // Every command below is an argument vector (tools/run_command.h): a path
   // or an --out with spaces, quotes or `;` is one argument, never a command.
   std::vector<std::string> netfold_options = {
-      "-x", "NETFOLD_MANAGER=" + (*fabric)->manager_address(), "-x", "LD_PRELOAD=" + interposer,
+      "-x", "NETFOLD_MANAGER=" + (*fabric)->manager_address(),
+      "-x", "NETFOLD_CREDENTIAL_FILE=" + (*fabric)->credential_file(),
+      "-x", "LD_PRELOAD=" + interposer,
       "-x", "NETFOLD_MPI_ENABLE=1"};
   if (o.poll_us > 0) {
     netfold_options.insert(netfold_options.end(),

@@ -17,6 +17,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
+#include "auth/fabric_credential.h"
+#include "auth/grpc_credential.h"
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -231,6 +233,10 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   for (const auto& sw : topo.switches()) switch_names_.push_back(sw.name);
   for (int h = 0; h < topo.num_hosts(); ++h) host_names_.push_back(topo.host_at(h).name);
 
+  // A new credential for every fabric (docs/security.md).
+  credential_file_ = absl::StrFormat("%s/%s", state_dir_, auth::kCredentialFileName);
+  NETFOLD_ASSIGN_OR_RETURN(credential_, auth::CreateCredentialFile(credential_file_));
+
   NETFOLD_ASSIGN_OR_RETURN(std::string managerd, FindDaemon("netfold-managerd", options.bin_dir));
   NETFOLD_ASSIGN_OR_RETURN(std::string switchd, FindDaemon("netfold-switchd", options.bin_dir));
 
@@ -262,7 +268,8 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   dir_->Remove("manager.port");
   NETFOLD_ASSIGN_OR_RETURN(pid_t mpid, Spawn("manager",
                                              {managerd, "--config=" + config_file,
-                                              "--port_file=" + port_file},
+                                              "--port_file=" + port_file,
+                                              "--credential_file=" + credential_file_},
                                              options.detach));
   NETFOLD_ASSIGN_OR_RETURN(int mport, WaitForPortFile(*dir_, "manager.port", mpid,
                                                       options.ready_timeout, "manager.log"));
@@ -286,6 +293,7 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
                                      "--data_address=127.0.0.1:0",
                                      "--admin_address=127.0.0.1:0",
                                      "--admin_port_file=" + admin_file,
+                                     "--credential_file=" + credential_file_,
                                      "--log_level=" + options.log_level};
     if (!options.link_faults.empty()) argv.push_back("--link_faults=" + options.link_faults);
     if (options.switch_poll_us > 0) {
@@ -306,7 +314,7 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
 }
 
 absl::Status LocalFabric::WaitForSwitches(absl::Duration timeout) {
-  auto channel = grpc::CreateChannel(manager_address_, grpc::InsecureChannelCredentials());
+  auto channel = auth::CreateChannel(manager_address_, credential_);
   auto stub = control::Admin::NewStub(channel);
   const absl::Time deadline = absl::Now() + timeout;
   std::string last;

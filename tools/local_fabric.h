@@ -9,7 +9,9 @@
 //   fabric->Stop();      // or Release() to leave it running (netfold up)
 //
 // Everything lives in a state directory: the topology, the manager's config
-// and journal, one log per daemon, and `fabric.pids` / `manager.address`
+// and journal, one log per daemon, the fabric credential (`credential`, mode
+// 0600, new for every start: the daemons are given its path, never the
+// secret, and every client presents it), and `fabric.pids` / `manager.address`
 // so that `netfold down` (StopStateDir) can find the daemons again. The
 // directory is opened through StateDir (tools/state_dir.h: made 0700,
 // refused if another user could have prepared it; files opened with
@@ -63,6 +65,10 @@ class LocalFabric {
   ~LocalFabric();
 
   const std::string& manager_address() const { return manager_address_; }
+  // The fabric credential's file (for NETFOLD_CREDENTIAL_FILE) and the
+  // secret in it (for the caller's own gRPC channels, auth/grpc_credential.h).
+  const std::string& credential_file() const { return credential_file_; }
+  const std::string& credential() const { return credential_; }
   const std::string& state_dir() const { return state_dir_; }
   const std::string& topology_file() const { return topology_file_; }
   const std::vector<std::string>& switch_names() const { return switch_names_; }
@@ -123,6 +129,8 @@ class LocalFabric {
   std::string state_dir_;
   std::string topology_file_;
   std::string manager_address_;
+  std::string credential_file_;
+  std::string credential_;
   std::vector<std::string> switch_names_;
   std::vector<std::string> host_names_;
   std::vector<Daemon> daemons_;

@@ -27,6 +27,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
+#include "auth/fabric_credential.h"
+#include "auth/grpc_credential.h"
 #include "base/log.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tools/bench.h"
@@ -217,6 +219,7 @@ int Up(int argc, char** argv) {
   std::printf("hosts of the topology: ");
   for (const std::string& h : (*fabric)->host_names()) std::printf("%s ", h.c_str());
   std::printf("\n\nexport NETFOLD_MANAGER=%s\n", (*fabric)->manager_address().c_str());
+  std::printf("export NETFOLD_CREDENTIAL_FILE=%s\n", (*fabric)->credential_file().c_str());
   std::printf("\n(stop it with: netfold down%s)\n",
               args.Has("state-dir") ? (" --state-dir " + o.state_dir).c_str() : "");
   return 0;
@@ -254,12 +257,26 @@ absl::StatusOr<std::string> FindManager(const Args& args) {
   return manager;
 }
 
+// The fabric credential: the one of --state-dir's fabric, else the file
+// NETFOLD_CREDENTIAL_FILE names, else the default state directory's; ""
+// if there is none (a manager run with auth: none asks for none).
+absl::StatusOr<std::string> FindCredential(const Args& args) {
+  const std::string file = args.Has("state-dir")
+                               ? args.Get("state-dir") + "/" + auth::kCredentialFileName
+                               : auth::DefaultCredentialFile();
+  if (file.empty()) return std::string();
+  absl::StatusOr<std::string> credential = auth::ReadCredentialFile(file);
+  if (absl::IsNotFound(credential.status())) return std::string();
+  return credential;
+}
+
 std::chrono::system_clock::time_point RpcDeadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(5);
 }
 
-absl::StatusOr<control::GetStatusResponse> GetManagerStatus(const std::string& manager) {
-  auto stub = control::Admin::NewStub(grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+absl::StatusOr<control::GetStatusResponse> GetManagerStatus(const std::string& manager,
+                                                            const std::string& credential) {
+  auto stub = control::Admin::NewStub(auth::CreateChannel(manager, credential));
   grpc::ClientContext c;
   c.set_deadline(RpcDeadline());
   control::GetStatusResponse status;
@@ -271,8 +288,9 @@ absl::StatusOr<control::GetStatusResponse> GetManagerStatus(const std::string& m
 }
 
 // The admin address of switch `name`, as it registered with the manager.
-absl::StatusOr<std::string> SwitchAdminAddress(const std::string& manager, const std::string& name) {
-  absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager);
+absl::StatusOr<std::string> SwitchAdminAddress(const std::string& manager, const std::string& name,
+                                               const std::string& credential) {
+  absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager, credential);
   if (!status.ok()) return status.status();
   std::string names;
   for (const control::SwitchStatus& sw : status->switches()) {
@@ -299,15 +317,19 @@ std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>
   return out.empty() ? " none" : out;
 }
 
-int SwitchStatus(const std::string& manager, const std::string& name) {
-  absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name);
+int SwitchStatus(const std::string& manager, const std::string& name,
+                 const std::string& credential) {
+  absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name, credential);
   if (!admin.ok()) return Fail(std::string(admin.status().message()));
-  auto stub = control::SwitchAdmin::NewStub(
-      grpc::CreateChannel(*admin, grpc::InsecureChannelCredentials()));
+  auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(*admin, credential));
   grpc::ClientContext c;
   c.set_deadline(RpcDeadline());
   control::GetCountersResponse r;
-  grpc::Status s = stub->GetCounters(&c, control::GetCountersRequest(), &r);
+  control::GetCountersRequest request;
+  // The operator's view (QPs, peers, per-link faults): the switch gives it
+  // to a caller with the fabric credential.
+  request.set_detail(!credential.empty());
+  grpc::Status s = stub->GetCounters(&c, request, &r);
   if (!s.ok()) return Fail(absl::StrFormat("switch %s (%s): %s", name, *admin, s.error_message()));
   absl::PrintF("switch %s: data %s (%s), admin %s, up %.1f s, incarnation %d\n", r.name(),
               r.data_address(), r.backend(), admin->c_str(),
@@ -353,8 +375,10 @@ int Status(int argc, char** argv) {
   if (!found.ok()) return Fail(std::string(found.status().message()));
   const std::string& manager = *found;
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
-  if (args.Has("switch")) return SwitchStatus(manager, args.Get("switch"));
-  absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager);
+  absl::StatusOr<std::string> credential = FindCredential(args);
+  if (!credential.ok()) return Fail(std::string(credential.status().message()));
+  if (args.Has("switch")) return SwitchStatus(manager, args.Get("switch"), *credential);
+  absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager, *credential);
   if (!status.ok()) return Fail(std::string(status.status().message()));
   absl::PrintF("manager %s\n%s", manager, FormatStatus(*status));
   return 0;
@@ -385,10 +409,11 @@ int Fault(int argc, char** argv) {
   } else {
     return Fail(absl::StrFormat("--direction '%s': use both, send or receive", direction));
   }
-  absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name);
+  absl::StatusOr<std::string> credential = FindCredential(args);
+  if (!credential.ok()) return Fail(std::string(credential.status().message()));
+  absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name, *credential);
   if (!admin.ok()) return Fail(std::string(admin.status().message()));
-  auto stub = control::SwitchAdmin::NewStub(
-      grpc::CreateChannel(*admin, grpc::InsecureChannelCredentials()));
+  auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(*admin, *credential));
   grpc::ClientContext c;
   c.set_deadline(RpcDeadline());
   control::SetLinkFaultResponse resp;

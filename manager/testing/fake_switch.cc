@@ -1,9 +1,12 @@
 #include "manager/testing/fake_switch.h"
 
 #include "absl/strings/str_format.h"
-#include "manager/secrets.h"
+#include "auth/secrets.h"
 
 namespace netfold::manager {
+
+using auth::RandomU64;
+
 namespace {
 
 control::CommandResult Error(absl::StatusCode code, std::string message) {
@@ -147,7 +150,7 @@ control::CommandResult FakeSwitch::Apply(const control::ManagerMessage& msg) {
   return result;
 }
 
-control::RegisterSwitch FakeSwitch::Registration(const std::string& secret) const {
+control::RegisterSwitch FakeSwitch::Registration() const {
   absl::MutexLock lock(&mu_);
   control::RegisterSwitch reg;
   reg.set_protocol_version(control::PROTOCOL_VERSION_CURRENT);
@@ -155,7 +158,6 @@ control::RegisterSwitch FakeSwitch::Registration(const std::string& secret) cons
   reg.set_data_address(data_address_);
   *reg.mutable_capacity() = capacity_;
   reg.set_incarnation(incarnation_);
-  reg.set_secret(secret);
   for (const auto& [id, g] : groups_) {
     control::InstalledGroup* ig = reg.add_installed_groups();
     ig->set_group_id(id);

@@ -45,7 +45,7 @@ class FakeSwitch {
   control::CommandResult Apply(const control::ManagerMessage& message);
 
   // A registration reporting everything currently held.
-  control::RegisterSwitch Registration(const std::string& secret = "") const;
+  control::RegisterSwitch Registration() const;
   control::ResourceUsage Usage() const;
 
   struct Qp {

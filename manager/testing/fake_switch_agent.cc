@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "auth/grpc_credential.h"
+
 namespace netfold::manager {
 
 FakeSwitchAgent::FakeSwitchAgent(std::string manager_address, FakeSwitch* sw, Options options)
@@ -13,7 +15,7 @@ FakeSwitchAgent::FakeSwitchAgent(std::string manager_address, FakeSwitch* sw, Op
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   stub_ = control::SwitchControl::NewStub(
-      grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args));
+      auth::CreateChannel(address_, options_.credential, args));
 }
 
 FakeSwitchAgent::~FakeSwitchAgent() { Stop(); }
@@ -77,7 +79,7 @@ void FakeSwitchAgent::Run() {
     std::unique_ptr<grpc::ClientReaderWriter<control::SwitchMessage, control::ManagerMessage>>
         stream = stub_->Connect(&ctx);
     control::SwitchMessage reg;
-    *reg.mutable_register_() = sw_->Registration(options_.secret);
+    *reg.mutable_register_() = sw_->Registration();
     control::ManagerMessage welcome;
     bool ok = stream->Write(reg) && stream->Read(&welcome) && welcome.has_welcome();
     std::thread heartbeats;

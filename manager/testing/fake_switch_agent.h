@@ -29,7 +29,7 @@ namespace netfold::manager {
 class FakeSwitchAgent {
  public:
   struct Options {
-    std::string secret;
+    std::string credential;  // the fabric credential, sent on Connect ("" = none)
     absl::Duration reconnect_delay = absl::Milliseconds(100);
   };
   FakeSwitchAgent(std::string manager_address, FakeSwitch* sw, Options options);

@@ -3,15 +3,17 @@
 #include <grpcpp/generic/generic_stub.h>
 
 #include "absl/time/clock.h"
+#include "auth/grpc_credential.h"
 
 namespace netfold::manager {
 
-std::shared_ptr<grpc::Channel> FastReconnectChannel(const std::string& address) {
+std::shared_ptr<grpc::Channel> FastReconnectChannel(const std::string& address,
+                                                    const std::string& credential) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  return auth::CreateChannel(address, credential, args);
 }
 
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout,

@@ -27,8 +27,10 @@
 
 namespace netfold::manager {
 
-// A channel that reconnects within half a second after its server restarts.
-std::shared_ptr<grpc::Channel> FastReconnectChannel(const std::string& address);
+// A channel that reconnects within half a second after its server restarts;
+// every call carries `credential` (the fabric credential), if not empty.
+std::shared_ptr<grpc::Channel> FastReconnectChannel(const std::string& address,
+                                                    const std::string& credential = "");
 
 // Polls `condition` every `step` until it holds or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout,

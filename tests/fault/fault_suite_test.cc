@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "auth/grpc_credential.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tests/host/rank_launcher.h"
 #include "tools/local_fabric.h"
@@ -52,8 +53,9 @@ std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& sw
   return fabric.ok() ? std::move(*fabric) : nullptr;
 }
 
-control::GetStatusResponse Status(const std::string& manager) {
-  auto stub = control::Admin::NewStub(grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+control::GetStatusResponse Status(const tools::LocalFabric& fabric) {
+  auto stub = control::Admin::NewStub(
+      auth::CreateChannel(fabric.manager_address(), fabric.credential()));
   control::GetStatusResponse status;
   for (int attempt = 0; attempt < 50; ++attempt) {
     grpc::ClientContext c;
@@ -66,12 +68,12 @@ control::GetStatusResponse Status(const std::string& manager) {
 
 // No switch holds a slot or a group once every job is gone (as the
 // switches themselves report it in their heartbeats).
-void ExpectNoLeaks(const std::string& manager) {
+void ExpectNoLeaks(const tools::LocalFabric& fabric) {
   const absl::Time deadline = absl::Now() + absl::Seconds(10);
   control::GetStatusResponse st;
   bool clean = false;
   while (!clean && absl::Now() < deadline) {
-    st = Status(manager);
+    st = Status(fabric);
     clean = st.switches_size() > 0;
     for (const auto& sw : st.switches()) {
       if (sw.reported().slots() != 0 || sw.reported().groups() != 0) clean = false;
@@ -107,9 +109,9 @@ TEST_P(LinkFaults, EveryOperationExactAndNoSlotLeaked) {
   ASSERT_NE(fabric, nullptr);
   std::map<std::string, std::string> env;
   if (!c.host_faults.empty()) env["NETFOLD_FAULTS"] = c.host_faults;
-  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(150)}, env);
+  Launch ranks(*fabric, 4, 0, {"stream", Ops(150)}, env);
   ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
-  ExpectNoLeaks(fabric->manager_address());
+  ExpectNoLeaks(*fabric);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -129,20 +131,20 @@ TEST(ProcessFaults, ManagerKilledAndRestartedMidJobLosesNothing) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
   // Long enough to outlive the manager's absence.
-  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(4000)});
+  Launch ranks(*fabric, 4, 0, {"stream", Ops(4000)});
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(fabric->manager_address()).groups_size() == 0 && absl::Now() < deadline) {
+  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));  // the job and its group exist: it runs
   }
-  const int jobs_before = Status(fabric->manager_address()).jobs_size();
+  const int jobs_before = Status(*fabric).jobs_size();
   EXPECT_EQ(jobs_before, 1);
   ASSERT_TRUE(fabric->Kill("manager", SIGKILL).ok());
   absl::SleepFor(absl::Seconds(1));  // the data plane carries on without it
   ASSERT_TRUE(fabric->Restart("manager").ok());
-  const control::GetStatusResponse st = Status(fabric->manager_address());
+  const control::GetStatusResponse st = Status(*fabric);
   EXPECT_EQ(st.jobs_size(), 1) << "the restarted manager lost the job";
   ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
-  ExpectNoLeaks(fabric->manager_address());
+  ExpectNoLeaks(*fabric);
 }
 
 TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
@@ -153,7 +155,7 @@ TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
   std::remove(flag.c_str());
   // In-network only: the error must reach the ranks (the next test covers
   // the failover to the hosts).
-  Launch ranks(fabric->manager_address(), 4, 0, {"outage", Ops(100)},
+  Launch ranks(*fabric, 4, 0, {"outage", Ops(100)},
                {{"NETFOLD_TEST_PHASE2", flag}, {"NETFOLD_TIMEOUT_MS", "5000"},
                 {"NETFOLD_ALGORITHM", "innetwork"}});
   absl::SleepFor(absl::Seconds(2));
@@ -171,17 +173,17 @@ TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
     EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
     EXPECT_NE(results[r].output.find("phase2 ok=" + Ops(100)), std::string::npos) << results[r].output;
   }
-  ExpectNoLeaks(fabric->manager_address());
+  ExpectNoLeaks(*fabric);
 }
 
 TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
   // The default policy (auto): the hosts take over and no operation fails.
-  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(3000)},
+  Launch ranks(*fabric, 4, 0, {"stream", Ops(3000)},
                {{"NETFOLD_TIMEOUT_MS", "5000"}});
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(fabric->manager_address()).groups_size() == 0 && absl::Now() < deadline) {
+  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   absl::SleepFor(absl::Milliseconds(500));  // mid-stream
@@ -218,15 +220,15 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
   {
     auto fabric = StartFabric(4);
     ASSERT_NE(fabric, nullptr);
-    Launch ranks(fabric->manager_address(), 4, 0, {"digest", n}, {{"NETFOLD_ALGORITHM", "treeorder"}});
+    Launch ranks(*fabric, 4, 0, {"digest", n}, {{"NETFOLD_ALGORITHM", "treeorder"}});
     healthy = Digest(ranks.Wait(absl::Minutes(4)));
   }
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 4, 0, {"digest", n},
+  Launch ranks(*fabric, 4, 0, {"digest", n},
                {{"NETFOLD_ALGORITHM", "treeorder"}, {"NETFOLD_TIMEOUT_MS", "5000"}});
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(fabric->manager_address()).groups_size() == 0 && absl::Now() < deadline) {
+  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   absl::SleepFor(absl::Milliseconds(300));  // mid-stream
@@ -243,7 +245,7 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
 TEST(ProcessFaults, RankKilledMidOperationFailsTheOthersWithinTheirDeadline) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 4, 0, {"victim"}, {{"NETFOLD_TIMEOUT_MS", "4000"}});
+  Launch ranks(*fabric, 4, 0, {"victim"}, {{"NETFOLD_TIMEOUT_MS", "4000"}});
   ASSERT_TRUE(ranks.WaitForOutput(2, "started", absl::Seconds(60)));
   ranks.Kill(2);
   auto results = ranks.Wait(absl::Seconds(60));
@@ -252,7 +254,7 @@ TEST(ProcessFaults, RankKilledMidOperationFailsTheOthersWithinTheirDeadline) {
     EXPECT_NE(results[r].output.find("failed cleanly"), std::string::npos) << results[r].output;
   }
   // The manager revokes the dead rank's groups; the job ends with the others.
-  ExpectNoLeaks(fabric->manager_address());
+  ExpectNoLeaks(*fabric);
 }
 
 // Stops rank 1 of a 4-rank stream of `ops` allreduces for `pause`, then
@@ -262,13 +264,13 @@ void PauseOneRankMidStream(const std::string& ops, absl::Duration pause,
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
   env["NETFOLD_TIMEOUT_MS"] = "30000";
-  Launch ranks(fabric->manager_address(), 4, 0, {"stream", ops}, env);
+  Launch ranks(*fabric, 4, 0, {"stream", ops}, env);
   absl::SleepFor(absl::Seconds(1));
   ranks.Signal(1, SIGSTOP);
   absl::SleepFor(pause);
   ranks.Signal(1, SIGCONT);
   ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
-  ExpectNoLeaks(fabric->manager_address());
+  ExpectNoLeaks(*fabric);
 }
 
 TEST(ProcessFaults, StragglerRankPausedThenResumedDelaysButBreaksNothing) {
@@ -298,11 +300,12 @@ std::pair<int, std::string> Cli(const std::string& args) {
 TEST(LinkFaultsAtRunTime, NetfoldFaultChangesALiveSwitchAndTheJobStaysExact) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
-  const std::string m = " --manager " + fabric->manager_address();
-  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(1500)});
+  // The fabric's state directory: its manager and its credential.
+  const std::string m = " --state-dir " + fabric->state_dir();
+  Launch ranks(*fabric, 4, 0, {"stream", Ops(1500)});
   // Once the ranks are connected, so that the switch lists them as peers.
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(fabric->manager_address()).groups_size() == 0 && absl::Now() < deadline) {
+  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   auto [rc, out] = Cli("fault leaf1 drop=0.03,reorder=0.05,seed=4" + m);
@@ -324,19 +327,19 @@ TEST(LinkFaultsAtRunTime, NetfoldFaultChangesALiveSwitchAndTheJobStaysExact) {
   EXPECT_EQ(rc, 0) << out;
   std::tie(rc, out) = Cli("status --switch leaf1" + m);
   EXPECT_EQ(out.find("drop=0.03"), std::string::npos) << "the fault was not cleared:\n" << out;
-  ExpectNoLeaks(fabric->manager_address());
+  ExpectNoLeaks(*fabric);
 }
 
 TEST(LinkFaultsAtRunTime, EveryLinkOfALeafDownThenUpDelaysButBreaksNothing) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
-  const std::string m = " --manager " + fabric->manager_address();
+  const std::string m = " --state-dir " + fabric->state_dir();
   // In-network only: the fabric itself must ride out the outage (RC
   // retransmission), not a failover to the hosts.
-  Launch ranks(fabric->manager_address(), 4, 0, {"stream", Ops(1500)},
+  Launch ranks(*fabric, 4, 0, {"stream", Ops(1500)},
                {{"NETFOLD_ALGORITHM", "innetwork"}});
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(fabric->manager_address()).groups_size() == 0 && absl::Now() < deadline) {
+  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   absl::SleepFor(absl::Milliseconds(200));  // mid-stream
@@ -348,7 +351,7 @@ TEST(LinkFaultsAtRunTime, EveryLinkOfALeafDownThenUpDelaysButBreaksNothing) {
   std::tie(rc, out) = Cli("status --switch leaf1" + m);
   EXPECT_NE(out.find("dropped_down="), std::string::npos) << "the link was never down:\n" << out;
   ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
-  ExpectNoLeaks(fabric->manager_address());
+  ExpectNoLeaks(*fabric);
 }
 
 TEST(ResourceFaults, QuotaExhaustedByASecondJobIsRefusedClearlyAndRecovers) {
@@ -375,10 +378,10 @@ TEST(ResourceFaults, QuotaExhaustedByASecondJobIsRefusedClearlyAndRecovers) {
       (std::filesystem::temp_directory_path() / absl::StrFormat("netfold-release-%d", getpid())).string();
   std::remove(release.c_str());
   {
-    Launch a(fabric->manager_address(), 2, 0, {"hold"}, {{"NETFOLD_TEST_RELEASE", release}});
+    Launch a(*fabric, 2, 0, {"hold"}, {{"NETFOLD_TEST_RELEASE", release}});
     ASSERT_TRUE(a.WaitForOutput(0, "holding", absl::Seconds(60))) << a.output(0);  // leaf0's only group
     // In-network only, job B is refused...
-    Launch b(fabric->manager_address(), 2, 0, {"stream", "10"}, {{"NETFOLD_ALGORITHM", "innetwork"}});
+    Launch b(*fabric, 2, 0, {"stream", "10"}, {{"NETFOLD_ALGORITHM", "innetwork"}});
     auto rb = b.Wait(absl::Minutes(2));
     for (const auto& r : rb) {
       EXPECT_NE(r.exit_code, 0) << r.output;
@@ -386,7 +389,7 @@ TEST(ResourceFaults, QuotaExhaustedByASecondJobIsRefusedClearlyAndRecovers) {
       EXPECT_NE(r.output.find("leaf0"), std::string::npos) << "the refusal names the switch:\n" << r.output;
     }
     // ... and by default the hosts serve it instead, with the same results.
-    Launch c(fabric->manager_address(), 2, 0, {"stream", "10"});
+    Launch c(*fabric, 2, 0, {"stream", "10"});
     auto rc = c.Wait(absl::Minutes(2));
     ExpectStreamClean(rc);
     for (const auto& r : rc) {
@@ -396,9 +399,9 @@ TEST(ResourceFaults, QuotaExhaustedByASecondJobIsRefusedClearlyAndRecovers) {
     ExpectStreamClean(a.Wait(absl::Minutes(3)));
     std::remove(release.c_str());
   }
-  Launch again(fabric->manager_address(), 2, 0, {"stream", "20"});
+  Launch again(*fabric, 2, 0, {"stream", "20"});
   ExpectStreamClean(again.Wait(absl::Minutes(2)));
-  ExpectNoLeaks(fabric->manager_address());
+  ExpectNoLeaks(*fabric);
   std::remove(topo.c_str());
 }
 

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "host/tcp_oob.h"
+#include "auth/grpc_credential.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tests/host/rank_launcher.h"
 #include "tools/local_fabric.h"
@@ -41,9 +42,9 @@ std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& fa
 }
 
 // The number of jobs the manager holds; -1 if it does not answer.
-int NumJobs(const std::string& manager) {
+int NumJobs(const tools::LocalFabric& fabric) {
   auto stub = control::Admin::NewStub(
-      grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+      auth::CreateChannel(fabric.manager_address(), fabric.credential()));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   control::GetStatusResponse status;
@@ -62,21 +63,21 @@ void ExpectAllOk(const std::vector<RankResult>& results) {
 TEST(HostFabric, SweepOnTwoRanks) {
   auto fabric = StartFabric(2);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 2, 0, {"sweep"});
+  Launch ranks(*fabric, 2, 0, {"sweep"});
   ExpectAllOk(ranks.Wait(absl::Minutes(3)));
 }
 
 TEST(HostFabric, AForkedChildCannotUseTheContextAndTheParentGoesOn) {
   auto fabric = StartFabric(2);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 2, 0, {"fork"});
+  Launch ranks(*fabric, 2, 0, {"fork"});
   ExpectAllOk(ranks.Wait(absl::Minutes(2)));
 }
 
 TEST(HostFabric, SweepOnFiveRanksAcrossTwoLeaves) {
   auto fabric = StartFabric(5);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 5, 0, {"sweep"});
+  Launch ranks(*fabric, 5, 0, {"sweep"});
   ExpectAllOk(ranks.Wait(absl::Minutes(4)));
 }
 
@@ -88,7 +89,7 @@ class HostAlgorithmSweep : public ::testing::TestWithParam<const char*> {};
 TEST_P(HostAlgorithmSweep, SweepOnFiveRanks) {
   auto fabric = StartFabric(5);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 5, 0, {"sweep"}, {{"NETFOLD_ALGORITHM", GetParam()}});
+  Launch ranks(*fabric, 5, 0, {"sweep"}, {{"NETFOLD_ALGORITHM", GetParam()}});
   auto results = ranks.Wait(absl::Minutes(4));
   ExpectAllOk(results);
   for (const auto& r : results) {
@@ -105,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(Policies, HostAlgorithmSweep,
 TEST(HostFabric, DefaultPartitionJobRunsTheSweep) {
   auto fabric = StartFabric(3);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 3, 0, {"sweep"},
+  Launch ranks(*fabric, 3, 0, {"sweep"},
                {{"NETFOLD_PARTITION", "default"}, {"NETFOLD_LOG_LEVEL", "info"}});
   auto results = ranks.Wait(absl::Minutes(4));
   ExpectAllOk(results);
@@ -125,20 +126,20 @@ TEST(HostFabric, VerbsTransportWithoutADeviceFailsInitWithTheReason) {
   }
   auto fabric = StartFabric(2);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 2, 0, {"sweep"}, {{"NETFOLD_TRANSPORT", "verbs"}});
+  Launch ranks(*fabric, 2, 0, {"sweep"}, {{"NETFOLD_TRANSPORT", "verbs"}});
   auto results = ranks.Wait(absl::Minutes(1));
   for (const auto& r : results) {
     EXPECT_EQ(r.exit_code, 1) << r.output;
     EXPECT_NE(r.output.find("FAIL init"), std::string::npos) << r.output;
   }
   EXPECT_NE(results[0].output.find("no RDMA device"), std::string::npos) << results[0].output;
-  EXPECT_EQ(NumJobs(fabric->manager_address()), 0) << "the failed job still holds its QPs";
+  EXPECT_EQ(NumJobs(*fabric), 0) << "the failed job still holds its QPs";
 }
 
 TEST(HostFabric, SixteenRanksWithConcurrentGroups) {
   auto fabric = StartFabric(16);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 16, 0, {"groups"});
+  Launch ranks(*fabric, 16, 0, {"groups"});
   ExpectAllOk(ranks.Wait(absl::Minutes(4)));
 }
 
@@ -146,15 +147,15 @@ TEST(HostFabric, SweepUnderSeededFaultsOnEveryLink) {
   const std::string faults = "drop=0.02,dup=0.01,reorder=0.02:200us,corrupt=0.002,seed=5";
   auto fabric = StartFabric(4, faults);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 4, 0, {"sweep"}, {{"NETFOLD_FAULTS", faults}});
+  Launch ranks(*fabric, 4, 0, {"sweep"}, {{"NETFOLD_FAULTS", faults}});
   ExpectAllOk(ranks.Wait(absl::Minutes(4)));
 }
 
 TEST(HostFabric, TwoJobsAtOnce) {
   auto fabric = StartFabric(8);
   ASSERT_NE(fabric, nullptr);
-  Launch a(fabric->manager_address(), 4, 0, {"groups"});
-  Launch b(fabric->manager_address(), 4, 4, {"sweep"});
+  Launch a(*fabric, 4, 0, {"groups"});
+  Launch b(*fabric, 4, 4, {"sweep"});
   ExpectAllOk(a.Wait(absl::Minutes(4)));
   ExpectAllOk(b.Wait(absl::Minutes(4)));
 }
@@ -162,14 +163,14 @@ TEST(HostFabric, TwoJobsAtOnce) {
 TEST(HostFabric, SixtyFourMebibyteVector) {
   auto fabric = StartFabric(3);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 3, 0, {"large", std::to_string(64u << 20)});
+  Launch ranks(*fabric, 3, 0, {"large", std::to_string(64u << 20)});
   ExpectAllOk(ranks.Wait(absl::Minutes(5)));
 }
 
 TEST(HostFabric, AKilledRankMakesTheOthersFailCleanlyWithinTheDeadline) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
-  Launch ranks(fabric->manager_address(), 4, 0, {"victim"}, {{"NETFOLD_TIMEOUT_MS", "4000"}});
+  Launch ranks(*fabric, 4, 0, {"victim"}, {{"NETFOLD_TIMEOUT_MS", "4000"}});
   ASSERT_TRUE(ranks.WaitForOutput(1, "started", absl::Seconds(60)));
   ranks.Kill(1);
   const absl::Time killed = absl::Now();

@@ -2,7 +2,7 @@
 // and fault tests: a TCP rendezvous, one process per rank with its host
 // name and environment, output captured, every process killed at the end.
 //
-//   Launch ranks(fabric->manager_address(), 4, /*first_host=*/0, {"stream", "100"});
+//   Launch ranks(*fabric, 4, /*first_host=*/0, {"stream", "100"});
 //   auto results = ranks.Wait(absl::Minutes(2));
 #ifndef NETFOLD_TESTS_HOST_RANK_LAUNCHER_H_
 #define NETFOLD_TESTS_HOST_RANK_LAUNCHER_H_
@@ -12,10 +12,12 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "host/tcp_oob.h"
+#include "tools/local_fabric.h"
 
 namespace netfold::testing {
 
@@ -28,6 +30,12 @@ class Launch {
  public:
   Launch(const std::string& manager, int n, int first_host, std::vector<std::string> args,
          std::map<std::string, std::string> env = {});
+  // Ranks of `fabric`: its manager, and its credential file in
+  // NETFOLD_CREDENTIAL_FILE unless `env` names another.
+  Launch(const tools::LocalFabric& fabric, int n, int first_host, std::vector<std::string> args,
+         std::map<std::string, std::string> env = {})
+      : Launch(fabric.manager_address(), n, first_host, std::move(args),
+               WithCredential(fabric, std::move(env))) {}
   ~Launch();
   // Reads what the ranks printed so far.
   void Drain();
@@ -41,6 +49,12 @@ class Launch {
   const std::string& output(int r) const { return results_[r].output; }
 
  private:
+  static std::map<std::string, std::string> WithCredential(
+      const tools::LocalFabric& fabric, std::map<std::string, std::string> env) {
+    env.emplace("NETFOLD_CREDENTIAL_FILE", fabric.credential_file());
+    return env;
+  }
+
   std::unique_ptr<host::TcpOobServer> server_;
   std::vector<pid_t> pids_;
   std::vector<int> out_fds_;

@@ -42,7 +42,10 @@ c++ -std=c++20 -Wall -Werror "$tmp/hello.cc" $flags -o "$tmp/hello_cc"
 up=$("$tmp/bin/netfold" up --hosts 1 --state-dir "$state")
 manager=$(echo "$up" | sed -n 's/^export NETFOLD_MANAGER=//p')
 [ -n "$manager" ] || { echo "FAIL: netfold up printed no manager:"; echo "$up"; exit 1; }
-out=$(NETFOLD_MANAGER="$manager" LD_LIBRARY_PATH="$root/$libdir" timeout 60 "$tmp/hello_netfold")
+credential=$(echo "$up" | sed -n 's/^export NETFOLD_CREDENTIAL_FILE=//p')
+[ -n "$credential" ] || { echo "FAIL: netfold up printed no credential file:"; echo "$up"; exit 1; }
+out=$(NETFOLD_MANAGER="$manager" NETFOLD_CREDENTIAL_FILE="$credential" LD_LIBRARY_PATH="$root/$libdir" \
+      timeout 60 "$tmp/hello_netfold")
 echo "$out"
 echo "$out" | grep -q "ok" || { echo "FAIL: the example did not succeed"; exit 1; }
 LD_LIBRARY_PATH="$root/$libdir" ldd "$tmp/hello_netfold" | grep -q "$root/$libdir/libnetfold.so" || {

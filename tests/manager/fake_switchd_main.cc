@@ -16,6 +16,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "auth/fabric_credential.h"
 #include "base/log.h"
 #include "manager/testing/fake_switch.h"
 #include "manager/testing/fake_switch_agent.h"
@@ -25,7 +26,7 @@ ABSL_FLAG(std::string, manager, "127.0.0.1:47910", "manager address");
 ABSL_FLAG(std::string, topology, "", "topology YAML (for the capacities)");
 ABSL_FLAG(std::string, name, "", "switch name in the topology");
 ABSL_FLAG(std::string, data_address, "127.0.0.1:4791", "data-plane ip:port to report");
-ABSL_FLAG(std::string, secret, "", "fabric switch secret");
+ABSL_FLAG(std::string, credential_file, "", "the fabric credential's file (0600), if any");
 
 namespace {
 int g_pipe[2] = {-1, -1};
@@ -57,7 +58,14 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_name), absl::GetFlag(FLAGS_data_address),
       netfold::manager::ToProtoCapacity(topo->switch_at(index).capacity));
   netfold::manager::FakeSwitchAgent::Options options;
-  options.secret = absl::GetFlag(FLAGS_secret);
+  if (const std::string file = absl::GetFlag(FLAGS_credential_file); !file.empty()) {
+    absl::StatusOr<std::string> credential = netfold::auth::ReadCredentialFile(file);
+    if (!credential.ok()) {
+      std::fprintf(stderr, "fake-switchd: %s\n", std::string(credential.status().message()).c_str());
+      return 2;
+    }
+    options.credential = *credential;
+  }
   netfold::manager::FakeSwitchAgent agent(absl::GetFlag(FLAGS_manager), &sw, options);
   agent.Start();
   char b;

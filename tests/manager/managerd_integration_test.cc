@@ -97,7 +97,10 @@ class ManagerdTest : public testing::Test {
   void WriteConfig(const std::string& extra = "") {
     config_path_ = dir_.path() + "/manager.yaml";
     std::ofstream out(config_path_);
-    out << "log_level: info\n"
+    // The manager's behaviour, not its authentication (tests/security):
+    // no credential, as a manager told so runs.
+    out << "auth: none\n"
+        << "log_level: info\n"
         << "heartbeat_interval_ms: " << absl::ToInt64Milliseconds(kHeartbeat) << "\n"
         << "switch_timeout_ms: " << absl::ToInt64Milliseconds(kSwitchTimeout) << "\n"
         << "host_timeout_ms: 3000\n"

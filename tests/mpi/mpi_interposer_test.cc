@@ -47,11 +47,26 @@ struct MpiResult {
   std::string output;
 };
 
+// What the ranks are pointed at: a fabric (its manager and credential
+// file), or just an address (nothing, or nothing that answers, there).
+struct Target {
+  Target(const tools::LocalFabric& fabric)  // NOLINT: implicit on purpose
+      : manager(fabric.manager_address()), credential_file(fabric.credential_file()) {}
+  Target(std::string address) : manager(std::move(address)) {}  // NOLINT
+  Target(const char* address) : manager(address) {}             // NOLINT
+  std::string manager;
+  std::string credential_file;
+};
+
 // Runs `mpirun -np N ... mpi_collectives ARGS`, output (stdout+stderr) captured.
-MpiResult MpiRun(int np, const std::vector<std::string>& args, const std::string& manager,
+MpiResult MpiRun(int np, const std::vector<std::string>& args, const Target& target,
            std::map<std::string, std::string> env = {}, absl::Duration timeout = absl::Minutes(5),
            const std::string& when_printed = "", std::function<void()> action = nullptr) {
+  const std::string& manager = target.manager;
   env.emplace("NETFOLD_MANAGER", manager);
+  if (!target.credential_file.empty()) {
+    env.emplace("NETFOLD_CREDENTIAL_FILE", target.credential_file);
+  }
   env.emplace("LD_PRELOAD", Interposer());
   std::string cmd = absl::StrFormat("mpirun --allow-run-as-root --oversubscribe -np %d", np);
   for (const auto& [k, v] : env) cmd += absl::StrFormat(" -x %s=%s", k, v);
@@ -123,7 +138,7 @@ class MpiInterposer : public ::testing::Test {
     if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built (no MPI development files)";
     ASSERT_NE(fabric_, nullptr) << "could not start the fabric: " << start_error_;
   }
-  static const std::string& manager() { return fabric_->manager_address(); }
+  static const tools::LocalFabric& manager() { return *fabric_; }
 
   static tools::LocalFabric* fabric_;
   static std::string start_error_;
@@ -191,7 +206,7 @@ TEST(MpiInterposerPolling, EveryTypeAndOpOnFourPollingRanks) {
   o.switch_poll_us = 200;
   auto fabric = tools::LocalFabric::Start(o);
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  MpiResult r = MpiRun(4, {"sweep"}, (*fabric)->manager_address(),
+  MpiResult r = MpiRun(4, {"sweep"}, **fabric,
                        {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_MPI_ENABLE", "1"},
                         {"NETFOLD_POLL_US", "200"}});
   ExpectPassed(r, "sweep");
@@ -216,7 +231,7 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
     std::FILE* f = std::fopen(flag.c_str(), "w");
     if (f) std::fclose(f);
   };
-  MpiResult r = MpiRun(4, {"outage"}, (*fabric)->manager_address(),
+  MpiResult r = MpiRun(4, {"outage"}, **fabric,
                  {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"},
                   {"NETFOLD_TEST_OUTAGE_FILE", flag}},
                  absl::Minutes(5), "phase 1 done", kill_switches);
@@ -249,7 +264,7 @@ TEST(MpiInterposerOutage, UnderEnableOneAFabricFailureGoesThroughTheErrorHandler
       std::FILE* f = std::fopen(flag.c_str(), "w");
       if (f) std::fclose(f);
     };
-    MpiResult r = MpiRun(2, {"strict", handler}, (*fabric)->manager_address(),
+    MpiResult r = MpiRun(2, {"strict", handler}, **fabric,
                          {{"NETFOLD_MPI_ENABLE", "1"}, {"NETFOLD_TIMEOUT_MS", "2000"},
                           {"NETFOLD_TEST_OUTAGE_FILE", flag}},
                          absl::Minutes(3), "phase 1 done", kill_switches);
@@ -298,7 +313,7 @@ TEST(MpiComputePhase, EveryCollectiveStaysOnTheFabricAfterAMinuteOfCompute) {
   o.hosts = 8;
   auto fabric = tools::LocalFabric::Start(o);
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  const std::string manager = (*fabric)->manager_address();
+  const tools::LocalFabric& manager = **fabric;
   struct Job {
     int np;
     std::vector<std::string> args;
@@ -398,7 +413,7 @@ TEST(MpiStartup, FinalizeDoesNotWaitForAStoppedFabric) {
   o.hosts = 4;
   auto fabric = tools::LocalFabric::Start(o);
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  MpiResult r = MpiRun(4, {"pause", "5", "100", "sleep"}, (*fabric)->manager_address(),
+  MpiResult r = MpiRun(4, {"pause", "5", "100", "sleep"}, **fabric,
                        {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "5000"}},
                        absl::Minutes(3), "compute phase", [&] { EXPECT_TRUE((*fabric)->Stop().ok()); });
   ExpectPassed(r, "pause");

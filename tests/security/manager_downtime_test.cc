@@ -27,6 +27,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "auth/grpc_credential.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tests/host/rank_launcher.h"
 #include "tools/local_fabric.h"
@@ -43,9 +44,9 @@ int Scale() {
   return n > 0 ? n : 1;
 }
 
-absl::StatusOr<control::GetStatusResponse> Status(const std::string& manager) {
+absl::StatusOr<control::GetStatusResponse> Status(const tools::LocalFabric& fabric) {
   auto stub = control::Admin::NewStub(
-      grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+      auth::CreateChannel(fabric.manager_address(), fabric.credential()));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   control::GetStatusResponse status;
@@ -85,7 +86,7 @@ TEST(ManagerDowntime, JobsSurviveAnAbsenceLongerThanEveryHeartbeatTimeout) {
   Flag release;
   // In-network only: a job that lost its fabric fails its operations
   // instead of quietly handing them to the hosts.
-  Launch ranks(fabric->manager_address(), 4, 0, {"until"},
+  Launch ranks(*fabric, 4, 0, {"until"},
                {{"NETFOLD_TEST_RELEASE", release.path}, {"NETFOLD_ALGORITHM", "innetwork"},
                 {"NETFOLD_TIMEOUT_MS", "20000"}});
   for (int r = 0; r < 4; ++r) {
@@ -107,7 +108,7 @@ TEST(ManagerDowntime, JobsSurviveAnAbsenceLongerThanEveryHeartbeatTimeout) {
   // switches are back (a revocation shows as a missing job or rank).
   const absl::Time watch_until = absl::Now() + 2 * timeout + 2 * heartbeat;
   while (absl::Now() < watch_until) {
-    absl::StatusOr<control::GetStatusResponse> st = Status(fabric->manager_address());
+    absl::StatusOr<control::GetStatusResponse> st = Status(*fabric);
     ASSERT_TRUE(st.ok()) << st.status();
     ASSERT_EQ(st->jobs_size(), 1) << "the restarted manager lost the job";
     ASSERT_EQ(st->jobs(0).num_attached(), 4u)

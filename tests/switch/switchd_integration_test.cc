@@ -21,6 +21,8 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "auth/fabric_credential.h"
+#include "auth/grpc_credential.h"
 #include "gtest/gtest.h"
 #include "manager/testing/grpc_test_util.h"
 #include "manager/testing/temp_dir.h"
@@ -156,7 +158,14 @@ void RunAllreduces(const std::vector<TestHost*>& hosts, const control::GroupInfo
 
 class SwitchdTest : public ::testing::Test {
  protected:
-  void SetUp() override { ASSERT_FALSE(dir_.path().empty()); }
+  void SetUp() override {
+    ASSERT_FALSE(dir_.path().empty());
+    // The fabric credential, as netfold up makes it: daemons get the file.
+    credential_file_ = dir_.path() + "/credential";
+    absl::StatusOr<std::string> credential = auth::CreateCredentialFile(credential_file_);
+    ASSERT_TRUE(credential.ok()) << credential.status();
+    credential_ = *credential;
+  }
 
   void TearDown() override {
     if (HasFailure()) {
@@ -185,7 +194,7 @@ class SwitchdTest : public ::testing::Test {
         {NETFOLD_MANAGERD, "--config", config, "--topology",
          std::string(NETFOLD_TOPOLOGY_DIR) + "/switchd_test.yaml", "--listen",
          absl::StrFormat("127.0.0.1:%d", port), "--state_dir", dir_.path() + "/state",
-         "--port_file", port_file},
+         "--port_file", port_file, "--credential_file", credential_file_},
         dir_.path() + "/managerd.log");
     ASSERT_TRUE(p.ok()) << p.status();
     manager_ = *std::move(p);
@@ -193,7 +202,7 @@ class SwitchdTest : public ::testing::Test {
     ASSERT_TRUE(bound.has_value()) << "netfold-managerd did not start:\n" << manager_->Log();
     manager_port_ = *bound;
     manager_address_ = absl::StrFormat("127.0.0.1:%d", *bound);
-    channel_ = manager::FastReconnectChannel(manager_address_);
+    channel_ = manager::FastReconnectChannel(manager_address_, credential_);
     host_ = control::HostControl::NewStub(channel_);
     admin_ = control::Admin::NewStub(channel_);
   }
@@ -205,7 +214,7 @@ class SwitchdTest : public ::testing::Test {
     const std::string admin_file = dir_.path() + "/" + name + ".admin.port";
     std::vector<std::string> argv = {NETFOLD_SWITCHD, "--data_port_file", data_file,
                                      "--admin_port_file", admin_file, "--log_level", "info",
-                                     "--admin_detail"};
+                                     "--credential_file", credential_file_};
     argv.insert(argv.end(), args.begin(), args.end());
     absl::StatusOr<std::unique_ptr<Subprocess>> p =
         Subprocess::Start(argv, dir_.path() + "/switchd-" + name + ".log");
@@ -217,7 +226,7 @@ class SwitchdTest : public ::testing::Test {
         << "netfold-switchd " << name << " did not start:\n" << switchd_[name]->Log();
     data_port_[name] = *data;
     switch_admin_[name] = control::SwitchAdmin::NewStub(
-        grpc::CreateChannel(absl::StrFormat("127.0.0.1:%d", *admin), grpc::InsecureChannelCredentials()));
+        auth::CreateChannel(absl::StrFormat("127.0.0.1:%d", *admin), credential_));
   }
 
   void StartManagedSwitches(const std::vector<std::string>& extra_flags = {}) {
@@ -376,6 +385,8 @@ class SwitchdTest : public ::testing::Test {
   }
 
   TempDir dir_;
+  std::string credential_file_;
+  std::string credential_;
   std::unique_ptr<Subprocess> manager_;
   int manager_port_ = 0;
   std::string manager_address_;

@@ -12,13 +12,16 @@
 // Every field is printed, zeros included (proto field names; 64-bit
 // integers as strings, as protobuf's JSON mapping does). Exit status: 0 with
 // the JSON, 1 if the call failed (the gRPC status on stderr), 2 for a bad
-// command line.
+// command line. Calls present the credential in $NETFOLD_CREDENTIAL_FILE.
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+
+#include "auth/fabric_credential.h"
+#include "auth/grpc_credential.h"
 
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
@@ -75,7 +78,18 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+  // The fabric credential (docs/security.md), from the file
+  // NETFOLD_CREDENTIAL_FILE names; none if unset (a daemon with auth: none).
+  std::string credential;
+  if (const char* file = std::getenv(netfold::auth::kCredentialFileEnv); file && *file) {
+    absl::StatusOr<std::string> c = netfold::auth::ReadCredentialFile(file);
+    if (!c.ok()) {
+      std::fprintf(stderr, "testbed_query: %s\n", std::string(c.status().message()).c_str());
+      return 2;
+    }
+    credential = *c;
+  }
+  auto channel = netfold::auth::CreateChannel(address, credential);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   if (what == "counters" || what == "counters_detail") {

@@ -510,7 +510,11 @@ class Switch:
             "name: rc-responder-test",
             "data_address: 127.0.0.1:0",
             "admin_address: 127.0.0.1:0",
-            "admin_detail: true",  # the per-QP counters below
+            # A lone static switch on loopback in a private directory: its
+            # admin API asks no credential (docs/security.md), so the per-QP
+            # counters below need admin_detail.
+            "auth: none",
+            "admin_detail: true",
             "log_level: warning",
             f"data_port_file: {os.path.join(self.tmpdir, 'data.port')}",
             f"admin_port_file: {os.path.join(self.tmpdir, 'admin.port')}",

@@ -239,6 +239,12 @@ def inner(args):
         f.write(TOPOLOGY)
     with open("/tmp/switchd.yaml", "w") as f:
         f.write(SWITCH_CONFIG)
+    # The fabric credential (docs/security.md): the daemons, netfold status
+    # and the ranks read the file this names.
+    fd = os.open("/tmp/credential", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(os.urandom(32).hex() + "\n")
+    os.environ["NETFOLD_CREDENTIAL_FILE"] = "/tmp/credential"
     logs = {"manager": open("/tmp/manager.log", "w"), "switch": open("/tmp/switch.log", "w")}
     procs = [
         subprocess.Popen([f"{build}/manager/netfold-managerd", "--topology", "/tmp/topology.yaml",

@@ -1,4 +1,4 @@
-#include "manager/secrets.h"
+#include "auth/secrets.h"
 
 #include <sys/random.h>
 
@@ -8,7 +8,7 @@
 
 #include "base/log.h"
 
-namespace netfold::manager {
+namespace netfold::auth {
 
 std::string RandomBytes(size_t n) {
   std::string out(n, '\0');
@@ -53,4 +53,4 @@ std::string HexString(std::string_view bytes) {
   return out;
 }
 
-}  // namespace netfold::manager
+}  // namespace netfold::auth
