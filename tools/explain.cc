@@ -158,7 +158,8 @@ std::string FormatExplain(const control::ExplainRequest& req,
     if (s.tree_id() >= 0) where += absl::StrFormat("tree %d, ", s.tree_id());
     if (!s.switch_name().empty()) where += absl::StrFormat("switch %s, ", s.switch_name());
     std::string numbers;
-    if (s.needed() != 0 || s.capacity() != 0) {
+    // A switch's resource with its figures; a quota's are in its reason.
+    if (!s.switch_name().empty() && s.capacity() != 0) {
       numbers = absl::StrFormat(" (needs %d, %d free of %d)", s.needed(), s.free(), s.capacity());
     }
     out += absl::StrFormat("  - %s%s: %s%s\n", where, s.resource(), s.reason(), numbers);
