@@ -4,6 +4,7 @@
 //   netfold up [--topology FILE] [--hosts N] [--state-dir DIR] [--faults SPEC]
 //   netfold down [--state-dir DIR]
 //   netfold status [--manager IP:PORT | --state-dir DIR] [--switch NAME]
+//   netfold explain --job ID [--ranks LIST] | --hosts H0,H1,.. [--slots K] [--slot-bytes P]
 //   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
 //   netfold bench allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--quick] [--poll-us N]
 //   netfold help [COMMAND]      (also: netfold --help, netfold COMMAND --help)
@@ -33,6 +34,7 @@
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tools/bench.h"
 #include "tools/demo.h"
+#include "tools/explain.h"
 #include "tools/local_fabric.h"
 #include "tools/state_dir.h"
 #include "tools/status_text.h"
@@ -384,6 +386,35 @@ int Status(int argc, char** argv) {
   return 0;
 }
 
+// Why a group (or a new job) would not fit: the manager's Admin.Explain.
+// Exits 0 if it fits, 1 if not, 2 on errors.
+int Explain(int argc, char** argv) {
+  Args args = Args::Parse(argc, argv, *FindCommand("explain"));
+  if (!args.error.empty()) return FailUsage("explain", args.error);
+  absl::StatusOr<ExplainOptions> options = ParseExplainOptions(args.values);
+  if (!options.ok()) return FailUsage("explain", std::string(options.status().message()));
+  const absl::StatusOr<std::string> found = FindManager(args);
+  if (!found.ok()) return Fail(std::string(found.status().message()));
+  const std::string& manager = *found;
+  if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
+  control::GetStatusResponse status;
+  if (options->job_id && options->ranks.empty()) {
+    absl::StatusOr<control::GetStatusResponse> st = GetManagerStatus(manager);
+    if (!st.ok()) return Fail(std::string(st.status().message()));
+    status = *std::move(st);
+  }
+  absl::StatusOr<control::ExplainRequest> req = BuildExplainRequest(*options, status);
+  if (!req.ok()) return Fail(absl::StrFormat("manager %s: %s", manager, req.status().message()));
+  auto stub = control::Admin::NewStub(grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.set_deadline(RpcDeadline());
+  control::ExplainResponse resp;
+  grpc::Status s = stub->Explain(&c, *req, &resp);
+  if (!s.ok()) return Fail(absl::StrFormat("manager %s: %s", manager, s.error_message()));
+  absl::PrintF("manager %s: %s", manager, FormatExplain(*req, resp));
+  return resp.fits() ? 0 : 1;
+}
+
 int Fault(int argc, char** argv) {
   // netfold fault SWITCH IMPAIRMENT [options]
   Args args = Args::Parse(argc, argv, *FindCommand("fault"));
@@ -590,6 +621,18 @@ const std::vector<Command>& Commands() {
                   "--switch NAME: that switch's own counters, peers, QPs and groups instead",
        .valued = {"manager", "state-dir", "switch"},
        .run = Status},
+      {.name = "explain",
+       .synopsis = "--job ID [--ranks LIST] | --hosts H0,H1,... [--slots K] [--slot-bytes P] "
+                   "[--groups G]",
+       .summary = "why a group of a running job, or a new job, would not fit now, in the\n"
+                  "manager's words (the reasons a refused request got); nothing is reserved.\n"
+                  "--job ID [--ranks 0,1,4-7] (default: every rank of the job)\n"
+                  "--hosts H0,H1,...: a new job, one rank per host (--groups G: its quota)\n"
+                  "--slots K  --slot-bytes P   --manager/--state-dir as status\n"
+                  "exit status: 0 fits, 1 does not fit, 2 error",
+       .valued = {"manager", "state-dir", "job", "ranks", "hosts", "slots", "slot-bytes",
+                  "groups"},
+       .run = Explain},
       {.name = "fault",
        .synopsis = "SWITCH IMPAIRMENT [--peer IP:PORT|all|default] "
                    "[--direction both|send|receive]",

@@ -15,6 +15,8 @@
 //
 // Knobs (environment): NETFOLD_MPI_ENABLE=0|1|try, NETFOLD_MPI_MIN_COMM_SIZE
 // (2), NETFOLD_MPI_STATS=0|1 (counts printed by rank 0 at MPI_Finalize),
+// NETFOLD_MPI_VERBOSE=0|1 (each communicator's decision, printed by its
+// rank 0 when it is taken),
 // NETFOLD_MPI_HIERARCHY=auto|flat|node, plus the library's NETFOLD_* (docs/host.md).
 #include <mpi.h>
 
@@ -75,6 +77,7 @@ struct Config {
   Enable enable = Enable::kTry;
   int min_comm_size = 2;
   bool stats = false;
+  bool verbose = false;
   Hierarchy hierarchy = Hierarchy::kAuto;
 };
 
@@ -103,6 +106,7 @@ struct CommState {
   enum class Mode { kUnknown, kFabric, kPmpi } mode = Mode::kUnknown;
   uint64_t seq = 0;  // creation order: the order in which finalize settles communicators
   Reason pmpi_reason = kFabricError;  // why mode is kPmpi
+  std::string pmpi_detail;            // the fabric's words for it (kGroupFailed, kFabricError)
   MPI_Comm oob = MPI_COMM_NULL;  // our private duplicate for out-of-band collectives
   netfold_group_t group = nullptr;
   int rank = 0, size = 0;
@@ -122,7 +126,11 @@ struct Global {
   uint64_t fallbacks[kNumReasons] = {};
   bool thread_multiple = false;
   uint64_t next_seq = 0;
+  // NETFOLD_MPI_VERBOSE: per communicator, what was already said (bit r:
+  // reason r; bit kNumReasons: "offloaded"), so that each line comes once.
+  std::unordered_map<uintptr_t, uint32_t> told;
 };
+static_assert(kNumReasons < 31, "Global::told holds a bit per reason");
 
 Global& G() {
   static Global* g = new Global();
@@ -173,6 +181,7 @@ Config ReadConfig() {
     else std::fprintf(stderr, "netfold-mpi: ignoring NETFOLD_MPI_MIN_COMM_SIZE='%s'\n", v);
   }
   if (const char* v = std::getenv("NETFOLD_MPI_STATS")) c.stats = std::string(v) == "1";
+  if (const char* v = std::getenv("NETFOLD_MPI_VERBOSE")) c.verbose = std::string(v) == "1";
   if (const char* v = std::getenv("NETFOLD_MPI_HIERARCHY")) {
     const std::string s(v);
     if (s == "flat") c.hierarchy = Hierarchy::kFlat;
@@ -188,6 +197,17 @@ void JoinFabric() {
   g.initialized = true;
   PMPI_Comm_rank(MPI_COMM_WORLD, &g.world_rank);
   if (g.config.enable == Enable::kOff) return;
+  if (g.thread_multiple && g.world_rank == 0) {
+    // Said always, not only with NETFOLD_MPI_VERBOSE: a job that preloaded
+    // the interposer should not run without the fabric silently, and
+    // mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise.
+    std::fprintf(stderr,
+                 "netfold: MPI_THREAD_MULTIPLE: the fabric is off for this job, every collective "
+                 "runs on MPI itself (netfold does not offload under MPI_THREAD_MULTIPLE yet); "
+                 "initialise MPI with MPI_THREAD_SERIALIZED or less to use it (mpi4py: "
+                 "MPI4PY_RC_THREAD_LEVEL=serialized, or mpi4py.rc.thread_level = \"serialized\" "
+                 "before importing mpi4py.MPI)\n");
+  }
   int size = 0;
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
   PMPI_Comm_dup(MPI_COMM_WORLD, &g.world_oob);
@@ -221,6 +241,68 @@ void JoinFabric() {
   }
 }
 
+// --- NETFOLD_MPI_VERBOSE: each decision, once -------------------------------------
+
+constexpr int kOffloadedBit = kNumReasons;
+
+// Reasons that hold for one call (its datatype, op, size, form), not for the
+// communicator: the communicator's other calls may still be offloaded.
+bool PerCall(Reason r) {
+  return r == kUserOp || r == kUnsupportedType || r == kOpNotAllowed || r == kHugeCount ||
+         r == kNonblocking;
+}
+
+// "MPI_COMM_WORLD (4 ranks)", or the handle's value when MPI has no name for it.
+std::string CommText(MPI_Comm comm) {
+  char name[MPI_MAX_OBJECT_NAME] = {};
+  int len = 0;
+  PMPI_Comm_get_name(comm, name, &len);
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  const std::string who =
+      len > 0 ? std::string(name, static_cast<size_t>(len))
+              : absl::StrFormat("0x%x", static_cast<unsigned long long>(Key(comm)));
+  return absl::StrFormat("communicator %s (%d rank%s)", who, size, size == 1 ? "" : "s");
+}
+
+std::string TypeText(MPI_Datatype type) {
+  if (type == MPI_DATATYPE_NULL) return "";
+  char name[MPI_MAX_OBJECT_NAME] = {};
+  int len = 0;
+  PMPI_Type_get_name(type, name, &len);
+  return len > 0 ? std::string(name, static_cast<size_t>(len)) : "a derived datatype";
+}
+
+// With NETFOLD_MPI_VERBOSE=1, the communicator's rank 0 says once per
+// (communicator, bit) what was decided: `bit` is a Reason, or kOffloadedBit.
+// `detail` (built only when something is printed) adds the particulars.
+template <typename Detail>
+void Tell(MPI_Comm comm, int bit, Kind kind, Detail detail) {
+  Global& g = G();
+  if (!g.config.verbose || !g.initialized) return;
+  uint32_t& told = g.told[Key(comm)];
+  if (told & (1u << bit)) return;
+  told |= 1u << bit;
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  if (rank != 0) return;
+  const std::string d = detail();
+  std::string line;
+  if (bit == kOffloadedBit) {
+    line = absl::StrFormat("%s: offloaded to the fabric", CommText(comm));
+  } else if (PerCall(static_cast<Reason>(bit))) {
+    line = absl::StrFormat("%s: %s runs on MPI itself: %s", CommText(comm), kKindNames[kind],
+                           kReasonNames[bit]);
+  } else {
+    line = absl::StrFormat("%s: not offloaded: %s", CommText(comm), kReasonNames[bit]);
+  }
+  if (!d.empty()) line += " (" + d + ")";
+  std::fprintf(stderr, "netfold: %s\n", line.c_str());
+}
+void Tell(MPI_Comm comm, int bit, Kind kind) {
+  Tell(comm, bit, kind, [] { return std::string(); });
+}
+
 // --- Eligibility and group creation ----------------------------------------------
 
 // The state of `comm` if this collective can go to the fabric; nullptr
@@ -230,6 +312,23 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
   Global& g = G();
   auto fallback = [&](Reason r) -> CommState* {
     ++g.fallbacks[r];
+    Tell(comm, r, kind, [&]() -> std::string {
+      switch (r) {
+        case kUnsupportedType:
+        case kOpNotAllowed:
+        case kUserOp:
+          return TypeText(type);
+        case kCommTooSmall:
+          return absl::StrFormat("NETFOLD_MPI_MIN_COMM_SIZE=%d", g.config.min_comm_size);
+        case kGroupFailed:
+        case kFabricError: {
+          auto it = g.comms.find(Key(comm));
+          return it == g.comms.end() ? std::string() : it->second->pmpi_detail;
+        }
+        default:
+          return std::string();
+      }
+    });
     return nullptr;
   };
   if (!g.initialized || g.config.enable == Enable::kOff) return fallback(kDisabled);
@@ -294,11 +393,13 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
       }
       s->mode = CommState::Mode::kPmpi;
       s->pmpi_reason = kGroupFailed;
+      s->pmpi_detail = netfold_last_error();  // the manager's reason, at the group's rank 0
       return fallback(kGroupFailed);
     }
     s->mode = CommState::Mode::kFabric;
   }
   if (s->mode != CommState::Mode::kFabric) return fallback(s->pmpi_reason);
+  Tell(comm, kOffloadedBit, kind);
   return s;
 }
 
@@ -467,6 +568,9 @@ int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc) {
   }
   ++g.fallbacks[kFabricError];
   s->pmpi_reason = kFabricError;
+  s->pmpi_detail = absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
+                                   netfold_strerror(netfold_rc), netfold_last_error());
+  Tell(comm, kFabricError, p.kind, [&] { return s->pmpi_detail; });
   if (std::getenv("NETFOLD_LOG_LEVEL") != nullptr) {
     std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric (%s: %s); re-running on MPI\n",
                  g.world_rank, kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
@@ -509,6 +613,17 @@ void ReleaseComm(MPI_Comm comm, bool destroy_group) {
     PMPI_Comm_free(&s->oob);
   }
   g.comms.erase(it);
+}
+
+// MPI may give a freed communicator's handle to a new one: what was told
+// about the old one is forgotten with it.
+void ForgetComm(MPI_Comm comm) { G().told.erase(Key(comm)); }
+
+// A nonblocking collective, which goes to MPI itself for now.
+void Nonblocking(MPI_Comm comm, Kind kind) {
+  if (!G().initialized || !G().fabric) return;
+  ++G().fallbacks[kNonblocking];
+  Tell(comm, kNonblocking, kind);
 }
 
 }  // namespace
@@ -573,6 +688,7 @@ int MPI_Finalize(void) {
       if (s->oob != MPI_COMM_NULL) PMPI_Comm_free(&s->oob);
     }
     g.comms.clear();
+    g.told.clear();
     if (g.ctx != nullptr) netfold_finalize(g.ctx);  // destroys the job and its groups
     g.ctx = nullptr;
     if (g.world_oob != MPI_COMM_NULL) PMPI_Comm_free(&g.world_oob);
@@ -582,7 +698,10 @@ int MPI_Finalize(void) {
 }
 
 int MPI_Comm_free(MPI_Comm* comm) {
-  if (comm != nullptr && G().initialized) ReleaseComm(*comm, /*destroy_group=*/true);
+  if (comm != nullptr && G().initialized) {
+    ReleaseComm(*comm, /*destroy_group=*/true);
+    ForgetComm(*comm);
+  }
   return PMPI_Comm_free(comm);
 }
 
@@ -689,24 +808,24 @@ int netfold_mpi_stats(netfold_stats_t* stats) {
 // Nonblocking collectives go to MPI itself for now (counted).
 int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                    MPI_Comm comm, MPI_Request* request) {
-  if (G().initialized && G().fabric) ++G().fallbacks[kNonblocking];
+  Nonblocking(comm, kAllreduce);
   return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, request);
 }
 
 int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm,
                MPI_Request* request) {
-  if (G().initialized && G().fabric) ++G().fallbacks[kNonblocking];
+  Nonblocking(comm, kBcast);
   return PMPI_Ibcast(buffer, count, type, root, comm, request);
 }
 
 int MPI_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                 int root, MPI_Comm comm, MPI_Request* request) {
-  if (G().initialized && G().fabric) ++G().fallbacks[kNonblocking];
+  Nonblocking(comm, kReduce);
   return PMPI_Ireduce(sendbuf, recvbuf, count, type, op, root, comm, request);
 }
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
-  if (G().initialized && G().fabric) ++G().fallbacks[kNonblocking];
+  Nonblocking(comm, kBarrier);
   return PMPI_Ibarrier(comm, request);
 }
 

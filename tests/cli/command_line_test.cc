@@ -55,7 +55,7 @@ std::string Netfold(const std::string& args) {
   return absl::StrFormat("'%s' %s", NETFOLD_CLI, args);
 }
 
-const char* const kCommands[] = {"demo",  "up",    "down", "status",
+const char* const kCommands[] = {"demo",  "up",    "down", "status",     "explain",
                                  "fault", "bench", "help", "completion"};
 
 TEST(Netfold, HelpPrintsTheUsageAndExitsZero) {
@@ -132,6 +132,8 @@ TEST(Netfold, BashCompletionCompletes) {
   }
   EXPECT_EQ(Complete(script, "netfold fa"), "fault");
   EXPECT_EQ(Complete(script, "netfold st"), "status");
+  EXPECT_EQ(Complete(script, "netfold ex"), "explain");
+  EXPECT_EQ(Complete(script, "netfold explain --job 3 --ra"), "--ranks");
   EXPECT_EQ(Complete(script, "netfold fault leaf0 --di"), "--direction");
   EXPECT_EQ(Complete(script, "netfold fault leaf0 --direction s"), "send");
   EXPECT_EQ(Complete(script, "netfold bench all"), "allreduce");

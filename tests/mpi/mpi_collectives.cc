@@ -19,6 +19,12 @@
 //                             (a reduce last), a compute phase of SECONDS
 //                             without any MPI call (sleeping, or busy on
 //                             the CPU), then OPS collectives, each checked
+//   mpi_collectives verbose DUPS   a barrier on MPI_COMM_WORLD, a long double
+//                             allreduce twice, a single-rank split, then DUPS
+//                             duplicates of MPI_COMM_WORLD each with a barrier
+//                             (enough of them exhaust the job's group quota)
+//   mpi_collectives threads   MPI_Init_thread(MPI_THREAD_MULTIPLE), then one
+//                             allreduce: it runs on MPI itself
 //   mpi_collectives bench COUNT ITERS   (used by bench/)
 #include <mpi.h>
 #include <unistd.h>
@@ -309,6 +315,35 @@ void Fallback() {
   if (y != g_size - 1) Fail("nonblocking allreduce");
 }
 
+// For NETFOLD_MPI_VERBOSE: one communicator offloaded, a per-call fallback
+// (twice: said once), a communicator too small, and `dups` more
+// communicators, the last ones refused a group when `dups` exceeds the
+// job's quota. Every result is still checked.
+void Verbose(int dups) {
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = 0; i < 2; ++i) {
+    long double ld = g_rank + 1, ld_sum = -1;
+    MPI_Allreduce(&ld, &ld_sum, 1, MPI_LONG_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    ++g_checks;
+    if (ld_sum != g_size * (g_size + 1) / 2) Fail("long double allreduce");
+  }
+  MPI_Comm alone;
+  MPI_Comm_split(MPI_COMM_WORLD, g_rank, 0, &alone);
+  int x = g_rank + 1, y = -1;
+  MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, alone);
+  ++g_checks;
+  if (y != g_rank + 1) Fail("single-rank allreduce");
+  MPI_Comm_free(&alone);
+  std::vector<MPI_Comm> comms(static_cast<size_t>(dups));
+  for (MPI_Comm& c : comms) {
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, c);
+    ++g_checks;
+    if (y != g_size * (g_size + 1) / 2) Fail("allreduce on a duplicate");
+  }
+  for (MPI_Comm& c : comms) MPI_Comm_free(&c);
+}
+
 void Outage() {
   // Phase 1 on the fabric, then the driver kills the switches; phase 2 must
   // complete anyway (NETFOLD_MPI_ENABLE=try) with the right results.
@@ -441,7 +476,14 @@ void Pause(double seconds, int ops, bool busy) {
 
 int main(int argc, char** argv) {
   const auto init_start = std::chrono::steady_clock::now();
-  MPI_Init(&argc, &argv);
+  const std::string what = argc > 1 ? argv[1] : "sweep";
+  if (what == "threads") {
+    int provided = 0;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided != MPI_THREAD_MULTIPLE) Fail("MPI_THREAD_MULTIPLE not provided");
+  } else {
+    MPI_Init(&argc, &argv);
+  }
   const double init_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - init_start).count();
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -450,11 +492,17 @@ int main(int argc, char** argv) {
     std::printf("MPI_Init took %.3f s\n", init_seconds);
     std::fflush(stdout);
   }
-  const std::string what = argc > 1 ? argv[1] : "sweep";
   if (what == "sweep") Sweep(MPI_COMM_WORLD, argc > 2 && std::string(argv[2]) == "big");
   else if (what == "comms") Comms();
   else if (what == "fallback") Fallback();
   else if (what == "outage") Outage();
+  else if (what == "verbose") Verbose(argc > 2 ? std::atoi(argv[2]) : 0);
+  else if (what == "threads") {
+    int x = g_rank + 1, y = -1;
+    MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    ++g_checks;
+    if (y != g_size * (g_size + 1) / 2) Fail("allreduce under MPI_THREAD_MULTIPLE");
+  }
   else if (what == "strict") Strict(argc > 2 ? argv[2] : "fatal");
   else if (what == "pause") {
     Pause(argc > 2 ? std::atof(argv[2]) : 20, argc > 3 ? std::atoi(argv[3]) : 1000,

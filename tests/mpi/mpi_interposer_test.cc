@@ -195,6 +195,59 @@ TEST_F(MpiInterposer, NoFabricMeansFallbackUnderTryAndAnErrorUnderOne) {
   EXPECT_NE(strict.output.find("cannot use the fabric"), std::string::npos) << strict.output;
 }
 
+// How many times `needle` occurs in `text`.
+int Occurrences(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+// NETFOLD_MPI_VERBOSE=1: each communicator's rank 0 says at its first
+// collective whether it is offloaded and why not, once; per-call fallbacks
+// once per (communicator, reason); a refused group with the manager's reason.
+TEST_F(MpiInterposer, VerboseSaysEachDecisionOnceFromRankZero) {
+  // The job's quota is 16 groups (the manager's default): MPI_COMM_WORLD
+  // and 15 duplicates get one, the last 5 duplicates are refused.
+  MpiResult r = MpiRun(2, {"verbose", "20"}, manager(), {{"NETFOLD_MPI_VERBOSE", "1"}});
+  ExpectPassed(r, "verbose");
+  EXPECT_EQ(Occurrences(r.output,
+                        "netfold: communicator MPI_COMM_WORLD (2 ranks): offloaded to the fabric\n"),
+            1)
+      << r.output;
+  EXPECT_EQ(Occurrences(r.output,
+                        "netfold: communicator MPI_COMM_WORLD (2 ranks): allreduce runs on MPI "
+                        "itself: unsupported datatype (MPI_LONG_DOUBLE)\n"),
+            1)
+      << r.output;
+  // Each rank is rank 0 of its own single-rank communicator.
+  EXPECT_EQ(Occurrences(r.output, "(1 rank): not offloaded: communicator too small "
+                                  "(NETFOLD_MPI_MIN_COMM_SIZE=2)\n"),
+            2)
+      << r.output;
+  EXPECT_EQ(Occurrences(r.output, "(2 ranks): offloaded to the fabric\n"), 16) << r.output;
+  EXPECT_EQ(Occurrences(r.output, "(2 ranks): not offloaded: group not created ("),
+            5)
+      << r.output;
+  EXPECT_EQ(Occurrences(r.output, "of 16 groups (its quota)"), 5) << r.output;
+
+  MpiResult quiet = MpiRun(2, {"verbose", "2"}, manager());
+  ExpectPassed(quiet, "verbose");
+  EXPECT_EQ(quiet.output.find("netfold: communicator"), std::string::npos) << quiet.output;
+}
+
+// MPI_THREAD_MULTIPLE turns the fabric off: rank 0 says so once at
+// MPI_Init_thread, without NETFOLD_MPI_VERBOSE, with the hint for mpi4py.
+TEST_F(MpiInterposer, ThreadMultipleIsToldOnceWithTheMpi4pyHint) {
+  MpiResult r = MpiRun(2, {"threads"}, manager(), {{"NETFOLD_MPI_STATS", "1"}});
+  ExpectPassed(r, "threads");
+  EXPECT_EQ(Occurrences(r.output, "netfold: MPI_THREAD_MULTIPLE: the fabric is off for this job"), 1)
+      << r.output;
+  EXPECT_NE(r.output.find("MPI4PY_RC_THREAD_LEVEL=serialized"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("mpi4py.rc.thread_level = \"serialized\""), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("fallback: MPI_THREAD_MULTIPLE"), std::string::npos) << r.output;
+}
+
 // Opt-in polling (switches' --poll_us, ranks' NETFOLD_POLL_US) changes how
 // the daemons and the ranks wait, not what they compute: every result of
 // the sweep is checked, and nothing may fall back to Open MPI.

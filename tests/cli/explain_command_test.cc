@@ -1,0 +1,156 @@
+// `netfold explain` against a local fabric of real daemons: a group the
+// manager refuses (the job's group quota is spent) is explained by the CLI
+// with the reason the refusal carried; a job that fits says so.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "netfold/netfold.h"
+#include "proto/control/netfold_control.grpc.pb.h"
+#include "tools/local_fabric.h"
+
+namespace netfold {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+// Runs the netfold CLI with `args` through /bin/sh, stdin from /dev/null.
+// Bounded: every command it runs here has a 5 s RPC deadline.
+Result RunNetfold(const std::string& args) {
+  const std::string err_path =
+      absl::StrFormat("%s/explain_command_test.%d.err", ::testing::TempDir(), getpid());
+  const std::string shell =
+      absl::StrFormat("'%s' %s </dev/null 2>'%s'", NETFOLD_CLI, args, err_path);
+  Result r;
+  FILE* p = popen(shell.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream err(err_path);
+  std::stringstream s;
+  s << err.rdbuf();
+  r.err = s.str();
+  std::remove(err_path.c_str());
+  return r;
+}
+
+// A world of one rank: the out-of-band exchanges are copies.
+int Allgather(void*, const void* send, void* recv, size_t bytes) {
+  std::memcpy(recv, send, bytes);
+  return 0;
+}
+int Bcast(void*, void*, size_t, int) { return 0; }
+int Barrier(void*) { return 0; }
+
+struct Finalize {
+  void operator()(netfold_context* ctx) const { netfold_finalize(ctx); }
+};
+
+uint64_t JobId(const std::string& manager, const std::string& name) {
+  auto stub = control::Admin::NewStub(grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  control::GetStatusResponse status;
+  if (!stub->GetStatus(&c, control::GetStatusRequest(), &status).ok()) return 0;
+  for (const control::JobStatus& j : status.jobs()) {
+    if (j.name() == name) return j.job_id();
+  }
+  return 0;
+}
+
+TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
+  tools::LocalFabricOptions o;
+  o.hosts = 2;
+  o.manager_config = "limits: {default_groups_per_job: 2}\n";
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const std::string manager = (*fabric)->manager_address();
+
+  // The fabric only: a refused group must be an error, not the hosts'
+  // algorithms (NETFOLD_ALGORITHM=auto would take over).
+  setenv("NETFOLD_ALGORITHM", "innetwork", 1);
+  netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
+  spec.rank = 0;
+  spec.world_size = 1;
+  spec.oob = {Allgather, Bcast, Barrier, nullptr};
+  spec.manager = manager.c_str();
+  spec.host_name = "h0";
+  spec.job_name = "explain-test";
+  spec.timeout_ms = 20000;
+  netfold_context_t raw = nullptr;
+  ASSERT_EQ(netfold_init(&spec, &raw), NETFOLD_SUCCESS) << netfold_last_error();
+  std::unique_ptr<netfold_context, Finalize> ctx(raw);  // destroys the job and its groups
+
+  netfold_group_spec_t gspec = NETFOLD_GROUP_SPEC_INITIALIZER;
+  gspec.rank = 0;
+  gspec.size = 1;
+  gspec.oob = spec.oob;
+  netfold_group_t groups[3] = {};
+  ASSERT_EQ(netfold_group_create(ctx.get(), &gspec, &groups[0]), NETFOLD_SUCCESS)
+      << netfold_last_error();
+  ASSERT_EQ(netfold_group_create(ctx.get(), &gspec, &groups[1]), NETFOLD_SUCCESS)
+      << netfold_last_error();
+  ASSERT_EQ(netfold_group_create(ctx.get(), &gspec, &groups[2]), NETFOLD_ERR_NO_RESOURCES);
+  const std::string refusal = netfold_last_error();
+
+  const uint64_t job = JobId(manager, "explain-test");
+  ASSERT_NE(job, 0u) << "no job explain-test at " << manager;
+  const std::string reason = absl::StrFormat("job %d has 2 of 2 groups (its quota)", job);
+  EXPECT_THAT(refusal, HasSubstr(reason));
+
+  // The same reason from the CLI, with the address from --manager...
+  Result r = RunNetfold(absl::StrFormat("explain --job %d --manager %s", job, manager));
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(absl::StrFormat("a group of job %d, ranks 0", job)));
+  EXPECT_THAT(r.out, HasSubstr("does not fit"));
+  EXPECT_THAT(r.out, HasSubstr(reason)) << "refused with: " << refusal;
+  EXPECT_EQ(r.err, "");
+  // ...and from NETFOLD_MANAGER (no fabric in the state directory given).
+  const std::string elsewhere = absl::StrFormat(
+      "explain --job %d --ranks 0 --state-dir %s/no-fabric-here", job, ::testing::TempDir());
+  unsetenv("NETFOLD_MANAGER");
+  r = RunNetfold(elsewhere);
+  EXPECT_EQ(r.exit_code, 2) << "no manager given: " << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("no manager"));
+  setenv("NETFOLD_MANAGER", manager.c_str(), 1);
+  r = RunNetfold(elsewhere);
+  unsetenv("NETFOLD_MANAGER");
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(reason));
+
+  // A new job of two ranks still fits; an unknown job is an error.
+  r = RunNetfold(absl::StrFormat("explain --hosts h0,h1 --manager %s", manager));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("fits: the job fits: 2 ranks"));
+  r = RunNetfold(absl::StrFormat("explain --job %d --manager %s", job + 100, manager));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr(absl::StrFormat("has no job %d", job + 100)));
+
+  for (netfold_group_t g : groups) {
+    if (g != nullptr) netfold_group_destroy(g);
+  }
+}
+
+}  // namespace
+}  // namespace netfold
