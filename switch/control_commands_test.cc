@@ -353,13 +353,17 @@ TEST_F(CommandsTest, TheAdminServiceShowsAggregatesOnlyUnlessItsDetailIsAllowed)
   std::thread loop([&] {
     while (!stop) dp_->RunOnce(absl::Milliseconds(1));
   });
-  SwitchAdminService closed(dp_.get(), port_, {.name = "leaf0"});
-  SwitchAdminService open(dp_.get(), port_, {.name = "leaf0", .allow_detail = true});
+  // Both without a fabric credential (auth: none): detail then needs
+  // admin_detail. (With a credential, every caller that passes its check
+  // gets detail: tests/security/control_plane_auth_test.)
+  SwitchAdminService closed(dp_.get(), port_, {.name = "leaf0"}, "");
+  SwitchAdminService open(dp_.get(), port_, {.name = "leaf0", .allow_detail = true}, "");
+  grpc::ServerContext ctx;
 
   control::GetCountersRequest plain, detail;
   detail.set_detail(true);
   control::GetCountersResponse c;
-  grpc::Status s = closed.GetCounters(nullptr, &plain, &c);
+  grpc::Status s = closed.GetCounters(&ctx, &plain, &c);
   EXPECT_TRUE(s.ok()) << s.error_message();
   EXPECT_FALSE(c.detailed());
   EXPECT_EQ(c.qps_size(), 0);
@@ -374,25 +378,25 @@ TEST_F(CommandsTest, TheAdminServiceShowsAggregatesOnlyUnlessItsDetailIsAllowed)
   EXPECT_TRUE(has("qp.psn_mismatch") && has("qp.wrong_source") && has("qp.unsupported_opcode"));
   EXPECT_FALSE(has("qp.out_of_sequence") || has("qp.duplicate"));
   control::GetCountersResponse refused;
-  s = closed.GetCounters(nullptr, &detail, &refused);
+  s = closed.GetCounters(&ctx, &detail, &refused);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_NE(s.error_message().find("admin_detail"), std::string::npos) << s.error_message();
 
   control::ListGroupsRequest groups_plain, groups_detail;
   groups_detail.set_detail(true);
   control::ListGroupsResponse g;
-  EXPECT_TRUE(closed.ListGroups(nullptr, &groups_plain, &g).ok());
+  EXPECT_TRUE(closed.ListGroups(&ctx, &groups_plain, &g).ok());
   EXPECT_EQ(g.groups_size(), 0);
   EXPECT_EQ(g.usage().slots(), 4u);
-  EXPECT_EQ(closed.ListGroups(nullptr, &groups_detail, &g).error_code(),
+  EXPECT_EQ(closed.ListGroups(&ctx, &groups_detail, &g).error_code(),
             grpc::StatusCode::PERMISSION_DENIED);
 
   control::GetCountersResponse full;
-  EXPECT_TRUE(open.GetCounters(nullptr, &detail, &full).ok());
+  EXPECT_TRUE(open.GetCounters(&ctx, &detail, &full).ok());
   EXPECT_TRUE(full.detailed());
   EXPECT_EQ(full.qps_size(), 2);
   control::ListGroupsResponse full_groups;
-  EXPECT_TRUE(open.ListGroups(nullptr, &groups_detail, &full_groups).ok());
+  EXPECT_TRUE(open.ListGroups(&ctx, &groups_detail, &full_groups).ok());
   stop = true;
   loop.join();  // before any ASSERT: the loop reads the data plane
   ASSERT_EQ(full_groups.groups_size(), 1);

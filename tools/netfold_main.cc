@@ -262,10 +262,16 @@ absl::StatusOr<std::string> FindManager(const Args& args) {
 // The fabric credential: the one of --state-dir's fabric, else the file
 // NETFOLD_CREDENTIAL_FILE names, else the default state directory's; ""
 // if there is none (a manager run with auth: none asks for none).
+// The credential of the fabric the command talks to: the one in --state-dir
+// if that directory has one (like its manager address), else the default
+// (NETFOLD_CREDENTIAL_FILE, then the default state directory's).
 absl::StatusOr<std::string> FindCredential(const Args& args) {
-  const std::string file = args.Has("state-dir")
-                               ? args.Get("state-dir") + "/" + auth::kCredentialFileName
-                               : auth::DefaultCredentialFile();
+  if (args.Has("state-dir")) {
+    absl::StatusOr<std::string> credential =
+        auth::ReadCredentialFile(args.Get("state-dir") + "/" + auth::kCredentialFileName);
+    if (!absl::IsNotFound(credential.status())) return credential;
+  }
+  const std::string file = auth::DefaultCredentialFile();
   if (file.empty()) return std::string();
   absl::StatusOr<std::string> credential = auth::ReadCredentialFile(file);
   if (absl::IsNotFound(credential.status())) return std::string();
@@ -397,15 +403,17 @@ int Explain(int argc, char** argv) {
   if (!found.ok()) return Fail(std::string(found.status().message()));
   const std::string& manager = *found;
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
+  absl::StatusOr<std::string> credential = FindCredential(args);
+  if (!credential.ok()) return Fail(std::string(credential.status().message()));
   control::GetStatusResponse status;
   if (options->job_id && options->ranks.empty()) {
-    absl::StatusOr<control::GetStatusResponse> st = GetManagerStatus(manager);
+    absl::StatusOr<control::GetStatusResponse> st = GetManagerStatus(manager, *credential);
     if (!st.ok()) return Fail(std::string(st.status().message()));
     status = *std::move(st);
   }
   absl::StatusOr<control::ExplainRequest> req = BuildExplainRequest(*options, status);
   if (!req.ok()) return Fail(absl::StrFormat("manager %s: %s", manager, req.status().message()));
-  auto stub = control::Admin::NewStub(grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+  auto stub = control::Admin::NewStub(auth::CreateChannel(manager, *credential));
   grpc::ClientContext c;
   c.set_deadline(RpcDeadline());
   control::ExplainResponse resp;

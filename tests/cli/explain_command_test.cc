@@ -15,6 +15,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_format.h"
+#include "auth/grpc_credential.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "netfold/netfold.h"
@@ -67,8 +68,9 @@ struct Finalize {
   void operator()(netfold_context* ctx) const { netfold_finalize(ctx); }
 };
 
-uint64_t JobId(const std::string& manager, const std::string& name) {
-  auto stub = control::Admin::NewStub(grpc::CreateChannel(manager, grpc::InsecureChannelCredentials()));
+uint64_t JobId(const std::string& manager, const std::string& credential,
+              const std::string& name) {
+  auto stub = control::Admin::NewStub(auth::CreateChannel(manager, credential));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   control::GetStatusResponse status;
@@ -90,6 +92,7 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   // The fabric only: a refused group must be an error, not the hosts'
   // algorithms (NETFOLD_ALGORITHM=auto would take over).
   setenv("NETFOLD_ALGORITHM", "innetwork", 1);
+  setenv("NETFOLD_CREDENTIAL_FILE", (*fabric)->credential_file().c_str(), 1);
   netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
   spec.rank = 0;
   spec.world_size = 1;
@@ -114,7 +117,7 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   ASSERT_EQ(netfold_group_create(ctx.get(), &gspec, &groups[2]), NETFOLD_ERR_NO_RESOURCES);
   const std::string refusal = netfold_last_error();
 
-  const uint64_t job = JobId(manager, "explain-test");
+  const uint64_t job = JobId(manager, (*fabric)->credential(), "explain-test");
   ASSERT_NE(job, 0u) << "no job explain-test at " << manager;
   const std::string reason = absl::StrFormat("job %d has 2 of 2 groups (its quota)", job);
   EXPECT_THAT(refusal, HasSubstr(reason));
