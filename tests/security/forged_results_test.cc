@@ -144,7 +144,7 @@ TEST(ForgedResults, ResultsFromAnyoneButTheGroupRootAreDroppedAndCounted) {
   Forger forger(groups);
 
   constexpr int kOps = 400;
-  Launch ranks((*fabric)->manager_address(), 4, 0, {"stream", std::to_string(kOps)});
+  Launch ranks(**fabric, 4, 0, {"stream", std::to_string(kOps)});
   const auto results = ranks.Wait(absl::Minutes(4));
   ASSERT_GT(forger.results_heard(), 0) << "the forger heard no result: is the prefix right?";
   EXPECT_GT(forger.forgeries_sent(), 0);
