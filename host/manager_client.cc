@@ -266,12 +266,16 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
       }
     }
   });
-  uint64_t last_sequence = 0;
+  // What this rank saw, in the numbering of the manager incarnation that
+  // issued it: a restarted manager replays everything it kept when asked
+  // with another incarnation's number.
+  uint64_t last_sequence = 0, last_incarnation = 0;
   while (!stop_.HasBeenNotified()) {
     control::WatchEventsRequest req;
     *req.mutable_job() = credentials_;
     req.set_rank(rank);
     req.set_after_sequence(last_sequence);
+    req.set_incarnation(last_incarnation);
     grpc::ClientContext* context = nullptr;
     {
       absl::MutexLock lock(&watch_mu_);
@@ -282,6 +286,10 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
     auto reader = stub_->WatchEvents(context, req);
     control::JobEvent event;
     while (reader->Read(&event)) {
+      if (event.manager_incarnation() != 0 && event.manager_incarnation() != last_incarnation) {
+        last_incarnation = event.manager_incarnation();  // its numbering starts afresh
+        last_sequence = 0;
+      }
       if (event.sequence() > 0) last_sequence = event.sequence();
       if (event.kind() != control::JobEvent::WATCH_STARTED) on_event(event);
     }

@@ -326,7 +326,7 @@ absl::StatusOr<std::shared_ptr<EventStream>> AggregationManager::WatchEvents(
     return absl::InvalidArgumentError(
         absl::StrFormat("job %d has no rank %d", job->id, req.rank()));
   }
-  return state_.events.Subscribe(job->id, req.rank(), req.after_sequence());
+  return state_.events.Subscribe(job->id, req.rank(), req.after_sequence(), req.incarnation());
 }
 
 // ---------------------------------------------------------------------------

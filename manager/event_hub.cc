@@ -64,7 +64,7 @@ void EventHub::Publish(uint64_t job_id, control::JobEvent event, std::vector<uin
 }
 
 std::shared_ptr<EventStream> EventHub::Subscribe(uint64_t job_id, uint32_t rank,
-                                                 uint64_t after_sequence) {
+                                                 uint64_t after_sequence, uint64_t incarnation) {
   JobLog& log = jobs_[job_id];
   auto stream = std::make_shared<EventStream>(job_id, rank);
   control::JobEvent hello;
@@ -73,9 +73,12 @@ std::shared_ptr<EventStream> EventHub::Subscribe(uint64_t job_id, uint32_t rank,
   hello.set_manager_incarnation(incarnation_);
   hello.set_reason(absl::StrFormat("watching job %d rank %d", job_id, rank));
   stream->Push(hello);
-  if (after_sequence > 0) {
+  const bool before_restart = (incarnation != 0 && incarnation != incarnation_) ||
+                              after_sequence >= log.next_sequence;
+  if (before_restart || after_sequence > 0) {
+    const uint64_t after = before_restart ? 0 : after_sequence;
     for (const auto& [event, ranks] : log.events) {
-      if (event.sequence() > after_sequence && IsFor(ranks, rank)) stream->Push(event);
+      if (event.sequence() > after && IsFor(ranks, rank)) stream->Push(event);
     }
   }
   std::shared_ptr<EventStream>& slot = log.watchers[rank];

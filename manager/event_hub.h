@@ -74,9 +74,14 @@ class EventHub {
 
   // A new stream for (job, rank), closing the rank's previous one. It starts
   // with WATCH_STARTED, then the kept events after `after_sequence` (none
-  // when 0) meant for the rank, then new ones as they are published. The
-  // caller checked that the job and rank exist, and that !closed().
-  std::shared_ptr<EventStream> Subscribe(uint64_t job_id, uint32_t rank, uint64_t after_sequence);
+  // when 0) meant for the rank, then new ones as they are published. A
+  // number from another manager incarnation (`incarnation`, 0: unknown) or
+  // past any this hub issued is from before a restart and says nothing
+  // about what the subscriber saw of this hub's events: every kept event for
+  // the rank is replayed. The caller checked that the job and rank exist,
+  // and that !closed().
+  std::shared_ptr<EventStream> Subscribe(uint64_t job_id, uint32_t rank, uint64_t after_sequence,
+                                         uint64_t incarnation = 0);
 
   // The job is gone: closes its streams and forgets its events.
   void EndJob(uint64_t job_id);

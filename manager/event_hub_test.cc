@@ -67,6 +67,26 @@ TEST(EventHubTest, ReplaysOnlyKeptEventsAfterTheSequenceAskedFor) {
   EXPECT_EQ(Take(*hub.Subscribe(7, 0, /*after_sequence=*/3)).size(), 1u);  // 4 is for rank 1
 }
 
+// A restarted manager numbers from 1 again: a subscriber that saw events of
+// the previous incarnation must not have this one's skipped.
+TEST(EventHubTest, ANumberFromBeforeARestartReplaysEverythingKept) {
+  EventHub hub(/*incarnation=*/2, /*events_per_job=*/16);
+  for (uint64_t g = 1; g <= 3; ++g) hub.Publish(7, Revoked(g), {});
+  // Saw up to 5 of incarnation 1: every kept event of incarnation 2.
+  std::vector<JobEvent> got = Take(*hub.Subscribe(7, 0, /*after_sequence=*/5, /*incarnation=*/1));
+  ASSERT_EQ(got.size(), 4u);
+  EXPECT_EQ(got[1].sequence(), 1u);
+  // Saw 2 of incarnation 1 (a smaller number than this hub's): the same.
+  EXPECT_EQ(Take(*hub.Subscribe(7, 0, 2, 1)).size(), 4u);
+  // Saw nothing of incarnation 1 but was watching it: the same.
+  EXPECT_EQ(Take(*hub.Subscribe(7, 0, 0, 1)).size(), 4u);
+  // An old client that does not say its incarnation, past this numbering.
+  EXPECT_EQ(Take(*hub.Subscribe(7, 0, 9)).size(), 4u);
+  // This incarnation's numbers keep their meaning.
+  EXPECT_EQ(Take(*hub.Subscribe(7, 0, 2, 2)).size(), 2u);
+  EXPECT_EQ(Take(*hub.Subscribe(7, 0, 0, 2)).size(), 1u);
+}
+
 TEST(EventHubTest, ANewSubscriberReplacesTheOldAndTheEndOfAJobClosesItsStreams) {
   EventHub hub(/*incarnation=*/1, /*events_per_job=*/16);
   std::shared_ptr<EventStream> first = hub.Subscribe(7, 0, 0);
