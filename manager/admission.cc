@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "manager/endpoint_address.h"
+#include "proto/slot_size.h"
 #include "auth/secrets.h"
 
 namespace netfold::manager {
@@ -141,6 +142,11 @@ absl::Status CheckJobRequest(const FabricState& state, const control::CreateJobR
     }
     quota->set_slot_bytes(std::max<uint32_t>(fits, 1));
   }
+  if (quota->slot_bytes() % proto::kSlotAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slot_bytes %d is not a multiple of %d (a slot holds whole elements of every data type)",
+        quota->slot_bytes(), proto::kSlotAlignment));
+  }
   if (quota->max_groups() > lim.max_groups_per_job) {
     shortfalls->push_back(
         QuotaShortfall(absl::StrFormat("max_groups %d exceeds the per-job limit of %d",
@@ -225,6 +231,11 @@ absl::Status CheckGroupRequest(const Job& job, const std::vector<uint32_t>& rank
   }
   out->num_slots = num_slots == 0 ? job.quota.num_slots() : num_slots;
   out->slot_bytes = slot_bytes == 0 ? job.quota.slot_bytes() : slot_bytes;
+  if (out->slot_bytes % proto::kSlotAlignment != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "slot_bytes %d is not a multiple of %d (a slot holds whole elements of every data type)",
+        out->slot_bytes, proto::kSlotAlignment));
+  }
   if (out->num_slots > job.quota.num_slots()) {
     shortfalls->push_back(
         QuotaShortfall(absl::StrFormat("K=%d slots exceeds job %d's quota of %d per group",

@@ -218,6 +218,26 @@ TEST_F(ManagerTest, UnsetSlotBytesFitTheSmallestSwitch) {
   EXPECT_EQ(am_->CreateJob(req).status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+// A slot size the switches' ALU could not use is refused when the job or
+// the group asks for it, not when a switch refuses to install the group.
+TEST_F(ManagerTest, ASlotSizeThatIsNotAMultipleOf16IsRefusedAtOnce) {
+  Start("single_switch.yaml");
+  RegisterAll();
+  control::CreateJobRequest req;
+  req.set_protocol_version(control::PROTOCOL_VERSION_CURRENT);
+  req.add_ranks()->set_host("h0");
+  req.mutable_quota()->set_slot_bytes(17);
+  absl::Status s = am_->CreateJob(req).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("slot_bytes 17 is not a multiple of 16"), std::string::npos) << s;
+  control::CreateJobResponse job = CreateJob({"h1", "h2"});
+  AttachAll(job, 2);
+  s = Group(job, {0, 1}, "", 0, 1000).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("slot_bytes 1000 is not a multiple of 16"), std::string::npos) << s;
+  EXPECT_TRUE(Group(job, {0, 1}, "", 0, 1008).ok());
+}
+
 TEST_F(ManagerTest, RegistrationIsChecked) {
   Start("two_level.yaml");
   control::RegisterSwitch reg = fabric_->Get("leaf0")->Registration();

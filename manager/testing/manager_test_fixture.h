@@ -131,12 +131,14 @@ class ManagerTest : public testing::Test {
 
   absl::StatusOr<control::GroupInfo> Group(const control::CreateJobResponse& job,
                                            const std::vector<uint32_t>& ranks,
-                                           const std::string& tag = "", uint32_t k = 0) {
+                                           const std::string& tag = "", uint32_t k = 0,
+                                           uint32_t p = 0) {
     control::CreateGroupRequest req;
     *req.mutable_job() = Creds(job);
     for (uint32_t r : ranks) req.add_ranks(r);
     req.set_tag(tag);
     req.set_num_slots(k);
+    req.set_slot_bytes(p);
     absl::StatusOr<control::CreateGroupResponse> resp = am_->CreateGroup(req);
     if (!resp.ok()) return resp.status();
     return resp->group();
