@@ -202,7 +202,7 @@ void JoinFabric() {
     // the interposer should not run without the fabric silently, and
     // mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise.
     std::fprintf(stderr,
-                 "netfold: MPI_THREAD_MULTIPLE: the fabric is off for this job, every collective "
+                 "netfold-mpi: MPI_THREAD_MULTIPLE: the fabric is off for this job, every collective "
                  "runs on MPI itself (netfold does not offload under MPI_THREAD_MULTIPLE yet); "
                  "initialise MPI with MPI_THREAD_SERIALIZED or less to use it (mpi4py: "
                  "MPI4PY_RC_THREAD_LEVEL=serialized, or mpi4py.rc.thread_level = \"serialized\" "
@@ -297,7 +297,7 @@ void Tell(MPI_Comm comm, int bit, Kind kind, Detail detail) {
     line = absl::StrFormat("%s: not offloaded: %s", CommText(comm), kReasonNames[bit]);
   }
   if (!d.empty()) line += " (" + d + ")";
-  std::fprintf(stderr, "netfold: %s\n", line.c_str());
+  std::fprintf(stderr, "netfold-mpi: %s\n", line.c_str());
 }
 void Tell(MPI_Comm comm, int bit, Kind kind) {
   Tell(comm, bit, kind, [] { return std::string(); });

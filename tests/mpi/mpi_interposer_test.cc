@@ -211,11 +211,11 @@ TEST_F(MpiInterposer, VerboseSaysEachDecisionOnceFromRankZero) {
   MpiResult r = MpiRun(2, {"verbose", "20"}, manager(), {{"NETFOLD_MPI_VERBOSE", "1"}});
   ExpectPassed(r, "verbose");
   EXPECT_EQ(Occurrences(r.output,
-                        "netfold: communicator MPI_COMM_WORLD (2 ranks): offloaded to the fabric\n"),
+                        "netfold-mpi: communicator MPI_COMM_WORLD (2 ranks): offloaded to the fabric\n"),
             1)
       << r.output;
   EXPECT_EQ(Occurrences(r.output,
-                        "netfold: communicator MPI_COMM_WORLD (2 ranks): allreduce runs on MPI "
+                        "netfold-mpi: communicator MPI_COMM_WORLD (2 ranks): allreduce runs on MPI "
                         "itself: unsupported datatype (MPI_LONG_DOUBLE)\n"),
             1)
       << r.output;
@@ -232,7 +232,7 @@ TEST_F(MpiInterposer, VerboseSaysEachDecisionOnceFromRankZero) {
 
   MpiResult quiet = MpiRun(2, {"verbose", "2"}, manager());
   ExpectPassed(quiet, "verbose");
-  EXPECT_EQ(quiet.output.find("netfold: communicator"), std::string::npos) << quiet.output;
+  EXPECT_EQ(quiet.output.find("netfold-mpi: communicator"), std::string::npos) << quiet.output;
 }
 
 // MPI_THREAD_MULTIPLE turns the fabric off: rank 0 says so once at
@@ -240,7 +240,9 @@ TEST_F(MpiInterposer, VerboseSaysEachDecisionOnceFromRankZero) {
 TEST_F(MpiInterposer, ThreadMultipleIsToldOnceWithTheMpi4pyHint) {
   MpiResult r = MpiRun(2, {"threads"}, manager(), {{"NETFOLD_MPI_STATS", "1"}});
   ExpectPassed(r, "threads");
-  EXPECT_EQ(Occurrences(r.output, "netfold: MPI_THREAD_MULTIPLE: the fabric is off for this job"), 1)
+  EXPECT_EQ(Occurrences(r.output,
+                        "netfold-mpi: MPI_THREAD_MULTIPLE: the fabric is off for this job"),
+            1)
       << r.output;
   EXPECT_NE(r.output.find("MPI4PY_RC_THREAD_LEVEL=serialized"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("mpi4py.rc.thread_level = \"serialized\""), std::string::npos)
