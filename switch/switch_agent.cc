@@ -217,6 +217,7 @@ bool SwitchAgent::RunSession() {
                                            status.error_message());
     }
   }
+  if (welcomed) last_refusal_.clear();  // a refusal after a welcome is news
   if (!stopping) {
     const std::string what = absl::StrFormat(
         "switch %s: control stream to %s ended (%d: %s); reconnecting", options_.name,
@@ -226,8 +227,17 @@ bool SwitchAgent::RunSession() {
                          status.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED;
     if (refused) {
       // The manager said no (unknown name, no or a wrong fabric credential, too small): an
-      // operator has to act; the switch keeps retrying meanwhile.
-      NETFOLD_LOG(kError) << what << " -- the manager refused the registration";
+      // operator has to act; the switch keeps retrying meanwhile (about twice a second),
+      // and says so again once a minute, or at once if the reason changes.
+      const std::string reason = status.error_message();
+      const absl::Time now = absl::Now();
+      if (reason != last_refusal_ || now - last_refusal_logged_ >= absl::Minutes(1)) {
+        NETFOLD_LOG(kError) << what << " -- the manager refused the registration";
+        last_refusal_ = reason;
+        last_refusal_logged_ = now;
+      } else {
+        NETFOLD_LOG(kDebug) << what << " -- refused again";
+      }
     } else if (welcomed) {
       NETFOLD_LOG(kWarning) << what;
     } else {

@@ -116,6 +116,10 @@ class SwitchAgent {
   std::thread thread_;
   absl::Mutex start_mu_;
   uint64_t heartbeat_sequence_ = 0;  // writer threads only (one at a time)
+  // The last refusal logged as an error, and when (the session thread only):
+  // the same refusal again is an error once a minute, debug in between.
+  std::string last_refusal_;
+  absl::Time last_refusal_logged_ = absl::InfinitePast();
 };
 
 }  // namespace netfold::sw

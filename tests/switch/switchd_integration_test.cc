@@ -749,9 +749,11 @@ TEST_F(SwitchdTest, StaticModeServesAGroupWithoutAManager) {
 
 TEST_F(SwitchdTest, RefusedRegistrationIsLoggedAndRetried) {
   StartManager();
-  // leaf0 offers 1024-byte slots; the topology declares 4048.
+  // leaf0 offers 1024-byte slots; the topology declares 4048. At debug
+  // level every retry is in the log; the error is said once (then once a
+  // minute), not at every retry.
   StartSwitchd("leaf0", {"--name", "leaf0", "--data_address", "127.0.0.1:0", "--manager",
-                         manager_address_, "--slot_bytes", "1024"});
+                         manager_address_, "--slot_bytes", "1024", "--log_level", "debug"});
   ASSERT_FALSE(HasFailure());
   auto refusals = [&] {
     const std::string log = switchd_.at("leaf0")->Log();
@@ -762,8 +764,15 @@ TEST_F(SwitchdTest, RefusedRegistrationIsLoggedAndRetried) {
     }
     return n;
   };
-  EXPECT_TRUE(WaitUntil([&] { return refusals() >= 2; }, absl::Seconds(10)))
+  EXPECT_TRUE(WaitUntil([&] { return refusals() >= 3; }, absl::Seconds(10)))
       << switchd_.at("leaf0")->Log();
+  const std::string log = switchd_.at("leaf0")->Log();
+  size_t errors = 0;
+  for (size_t at = log.find("the manager refused the registration"); at != std::string::npos;
+       at = log.find("the manager refused the registration", at + 1)) {
+    ++errors;
+  }
+  EXPECT_EQ(errors, 1u) << log;
   EXPECT_NE(SwitchState("leaf0"), control::SwitchStatus::UP);
   EXPECT_TRUE(switchd_.at("leaf0")->running());
 }
