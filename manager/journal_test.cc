@@ -754,12 +754,8 @@ TEST(JournalSecurity, DamagedRecordInTheMiddleIsNeverCutOff) {
   TempDir dir;
   const std::string state_dir = dir.path() + "/state";
   const std::string log = state_dir + "/journal.log";
-  {
-    state::Snapshot loaded;
-    auto j = Journal::Open(state_dir, &loaded);
-    ASSERT_TRUE(j.ok()) << j.status();
-    for (uint64_t i = 1; i <= 32; ++i) ASSERT_TRUE((*j)->Append(PutJob(i, JobName(i))).ok());
-  }
+  Write(state_dir, Jobs(1, 32));
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
   std::string bytes = ReadFile(log);
   const size_t at = bytes.find(JobName(4));
   ASSERT_NE(at, std::string::npos);

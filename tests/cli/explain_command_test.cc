@@ -15,12 +15,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "auth/grpc_credential.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "netfold/netfold.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tools/local_fabric.h"
+#include "tools/run_command.h"
 
 namespace netfold {
 namespace {
@@ -33,25 +35,31 @@ struct Result {
   std::string err;
 };
 
-// Runs the netfold CLI with `args` through /bin/sh, stdin from /dev/null.
-// Bounded: every command it runs here has a 5 s RPC deadline.
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Runs the netfold CLI with `args` (words separated by spaces) as an
+// argument vector (tools/run_command.h), stdin from /dev/null, within 30 s.
 Result RunNetfold(const std::string& args) {
+  std::vector<std::string> argv = {NETFOLD_CLI};
+  for (absl::string_view w : absl::StrSplit(args, ' ', absl::SkipEmpty())) argv.emplace_back(w);
   const std::string err_path =
       absl::StrFormat("%s/explain_command_test.%d.err", ::testing::TempDir(), getpid());
-  const std::string shell =
-      absl::StrFormat("'%s' %s </dev/null 2>'%s'", NETFOLD_CLI, args, err_path);
+  std::remove(err_path.c_str());
+  tools::CommandOptions options;
+  options.timeout = absl::Seconds(30);
+  options.stderr_path = err_path;
   Result r;
-  FILE* p = popen(shell.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) r.out.append(buf, n);
-  const int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  std::ifstream err(err_path);
-  std::stringstream s;
-  s << err.rdbuf();
-  r.err = s.str();
+  absl::StatusOr<tools::CommandResult> run = tools::RunCommand(argv, options);
+  if (run.ok()) {
+    r.out = run->output;
+    r.exit_code = run->exit_code;
+  }
+  r.err = ReadAll(err_path);
   std::remove(err_path.c_str());
   return r;
 }
