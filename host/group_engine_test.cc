@@ -240,5 +240,87 @@ TEST_F(GroupEngineTest, ReduceNonRootsGetNoDataAndBcastRootSendsIt) {
   EXPECT_TRUE(e.Finish(b).ok());
 }
 
+// K = 16: M = 2, the root keeps W = 13 chunks in flight. 40 chunks of 4
+// int32: the first 14 and the even ones after are gated, the odd ones from
+// 15 on are root_only.
+TEST_F(GroupEngineTest, StreamedBcastNonRootsPostOneChunkInM) {
+  GroupParams p = Params();
+  p.num_slots = 16;
+  GroupEngine e(p, &leaf_, clock_);
+  std::vector<int32_t> buf(160, 0);
+  auto op = *e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32,
+                      .root = 0, .send = buf.data(), .recv = buf.data(), .count = 160});
+  e.Poll();
+  // A non-root (rank 3) posts a gated chunk only with every result up to M
+  // before it: chunks 0 and 1 now.
+  ASSERT_EQ(leaf_.sent.size(), 2u);
+  EXPECT_FALSE(leaf_.Header(0).has_data);
+  EXPECT_FALSE(leaf_.Header(0).root_only);
+  auto result = [&](uint64_t seq) {
+    AggregationHeader h = leaf_.Header(0);
+    h.type = AggregationMessageType::kResult;
+    h.seq = seq;
+    h.count = 4;
+    h.has_data = true;
+    h.root_only = seq >= 15 && seq % 2 == 1;
+    std::vector<int32_t> v(4, static_cast<int32_t>(seq));
+    e.OnMessage(h, {reinterpret_cast<const uint8_t*>(v.data()), 16});
+  };
+  for (uint64_t seq = 0; seq < 40; ++seq) {
+    result(seq);
+    e.Poll();
+  }
+  EXPECT_TRUE(e.Done(op));
+  EXPECT_TRUE(e.Finish(op).ok());
+  for (size_t i = 0; i < 160; ++i) ASSERT_EQ(buf[i], static_cast<int32_t>(i / 4)) << i;
+  std::vector<uint64_t> seqs;
+  for (size_t i = 0; i < leaf_.sent.size(); ++i) seqs.push_back(leaf_.Header(i).seq);
+  std::vector<uint64_t> gated;
+  for (uint64_t seq = 0; seq < 40; ++seq) {
+    if (seq < 14 || seq % 2 == 0) gated.push_back(seq);
+  }
+  EXPECT_EQ(seqs, gated);
+  EXPECT_EQ(e.stats().chunks_posted, gated.size());
+  EXPECT_EQ(e.stats().duplicate_results + e.stats().unexpected_messages, 0u);
+}
+
+TEST_F(GroupEngineTest, StreamedBcastRootFlagsChunksAndKeepsASmallerWindow) {
+  GroupParams p = Params();
+  p.num_slots = 16;
+  GroupEngine e(p, &leaf_, clock_);
+  std::vector<int32_t> buf(160);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<int32_t>(i);
+  auto op = *e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32,
+                      .root = 3, .send = buf.data(), .recv = buf.data(), .count = 160});
+  e.Poll();
+  // Chunks 0..14 are gated (window K); 15 is root_only (window 13): it
+  // leaves once results 0..2 are in.
+  ASSERT_EQ(leaf_.sent.size(), 15u);
+  for (size_t i = 0; i < 15; ++i) {
+    EXPECT_TRUE(leaf_.Header(i).has_data);
+    EXPECT_FALSE(leaf_.Header(i).root_only) << i;
+  }
+  auto answer = [&](size_t i) {
+    const int32_t b = static_cast<int32_t>(4 * i);
+    Answer(e, i, {b, b + 1, b + 2, b + 3});
+    e.Poll();
+  };
+  answer(0);
+  answer(1);
+  EXPECT_EQ(leaf_.sent.size(), 15u);
+  answer(2);
+  ASSERT_EQ(leaf_.sent.size(), 17u) << "15 (root_only) and 16 (gated) leave, 17 waits";
+  EXPECT_TRUE(leaf_.Header(15).root_only);
+  EXPECT_FALSE(leaf_.Header(16).root_only);
+  answer(3);
+  EXPECT_EQ(leaf_.sent.size(), 17u);
+  answer(4);
+  ASSERT_EQ(leaf_.sent.size(), 19u);
+  EXPECT_EQ(leaf_.Header(17).seq, 17u);
+  EXPECT_TRUE(leaf_.Header(17).root_only);
+  EXPECT_EQ(leaf_.Header(18).seq, 18u);
+  EXPECT_FALSE(e.Done(op));
+}
+
 }  // namespace
 }  // namespace netfold::host
