@@ -4,7 +4,11 @@
 The packets come from an implementation independent of netfold's proto/:
 scapy's RoCE layer (Debian python3-scapy, scapy.contrib.roce: BTH, AETH and
 its RoCEv2 ICRC), sent over plain UDP sockets. The aggregation header is
-packed with struct from the table in docs/protocol.md.
+packed with struct from the table in docs/protocol.md. This file holds the
+checks; beside it, roce_packets.py builds and parses the packets,
+roce_nic.py is a NIC (one RC QP on a UDP socket, the rules every reply
+follows), rc_responder_switch.py the switch's static config and process, and
+verbs_report.py the messages and check().
 
 The test starts netfold-switchd in static mode on 127.0.0.1 (a temporary
 directory, path MTU 256, one job, one group delivering results over RC, and
@@ -77,68 +81,29 @@ removed in every case. Runs in about 8 seconds.
 """
 
 import argparse
-import json
 import os
 import shutil
 import signal
-import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
-import zlib
+
+import verbs_report
+from rc_responder_switch import (ACK_TIMEOUT_MS, EPOCH, GROUP, LOCALHOST, MTU, PKEY, TREE,
+                                 T_SECONDS, Switch, qp_counters, switch_drop)
+from roce_nic import Nic, check_ack
+from roce_packets import (AGG_FORMAT, AGG_SIZE, COLL_ALLREDUCE, DELIVERY_RC_TREE,
+                          DTYPE_INT32, FLAG_HAS_DATA, GOLDEN_HEADER, OP_SUM, RC_ACK,
+                          RC_RDMA_WRITE_ONLY, RC_SEND_FIRST, RC_SEND_LAST, RC_SEND_LAST_IMM,
+                          RC_SEND_MIDDLE, RC_SEND_ONLY, RC_SEND_ONLY_IMM, SCAPY_ERROR,
+                          SYNDROME_ACK, SYNDROME_NAK_INVALID, SYNDROME_NAK_PSN_SEQ,
+                          TYPE_REQUEST, TYPE_RESULT, agg_header, psn_add, psn_diff,
+                          same_packet)
+from verbs_report import CheckFailed, check, say
 
 SKIP = 77
 
-try:
-    import logging
-    logging.getLogger("scapy.runtime").setLevel(logging.ERROR)
-    from scapy.compat import raw
-    from scapy.contrib.roce import AETH, BTH
-    from scapy.layers.inet import IP, UDP
-    from scapy.packet import Raw
-except ImportError as e:  # checked again in main() so that --help works
-    SCAPY_ERROR = e
-else:
-    SCAPY_ERROR = None
-
-# ---------------------------------------------------------------------------
-# Constants of the wire (IBTA Vol. 1 ch. 9, docs/protocol.md).
-
-RC_SEND_FIRST = 0x00
-RC_SEND_MIDDLE = 0x01
-RC_SEND_LAST = 0x02
-RC_SEND_LAST_IMM = 0x03
-RC_SEND_ONLY = 0x04
-RC_SEND_ONLY_IMM = 0x05
-RC_RDMA_WRITE_ONLY = 0x0A
-RC_ACK = 0x11
-SEND_OPCODES = {RC_SEND_FIRST, RC_SEND_MIDDLE, RC_SEND_LAST, RC_SEND_LAST_IMM,
-                RC_SEND_ONLY, RC_SEND_ONLY_IMM}
-HAS_IMM = {RC_SEND_LAST_IMM, RC_SEND_ONLY_IMM}
-
-SYNDROME_ACK = 0x1F            # ACK, credit count 0x1F ("no credits advertised")
-SYNDROME_NAK_PSN_SEQ = 0x60    # NAK, PSN sequence error
-SYNDROME_NAK_INVALID = 0x61    # NAK, invalid request
-
-PSN_MASK = 0xFFFFFF
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
-SOL_UDP = 17                  # Linux <netinet/udp.h>
-UDP_GRO = 104                 # the socket takes segmentation batches whole
-MTU = 256
-
-# The static configuration the switch gets.
-LOCALHOST = "127.0.0.1"
-PKEY = 0x8001
-JOB = 1
-TREE = 0
-GROUP = 1
-EPOCH = 1
-NUM_SLOTS = 8
-SLOT_BYTES = 208               # <= path MTU - 40, a multiple of 16
-ACK_TIMEOUT_MS = 200           # transport.host_ack_timeout_ms
-T_SECONDS = ACK_TIMEOUT_MS / 1000.0
 # IBTA Vol. 1 table 45: the RNR NAK timer field, in milliseconds.
 RNR_TIMER_MS = [655.36, 0.01, 0.02, 0.03, 0.04, 0.06, 0.08, 0.12, 0.16, 0.24, 0.32,
                 0.48, 0.64, 0.96, 1.28, 1.92, 2.56, 3.84, 5.12, 7.68, 10.24, 15.36,
@@ -154,26 +119,6 @@ NIC_SPECS = [
     ("D", 0x1003, 0x000777, 0x000203, 0x000888, False),
 ]
 
-# Aggregation header (docs/protocol.md, "The aggregation header").
-AGG_FORMAT = ">BBBBBBBBHHIIIIIQ"
-AGG_SIZE = 40
-TYPE_REQUEST, TYPE_RESULT = 1, 2
-COLL_ALLREDUCE = 1
-DTYPE_INT32 = 3
-OP_SUM = 1
-DELIVERY_RC_TREE = 2
-FLAG_HAS_DATA = 1
-# The golden bytes of docs/protocol.md: our packer must reproduce them.
-GOLDEN_HEADER = bytes.fromhex(
-    "010101 0b 01 01 00 01 0003 0000 00000102 00000007 00000000 00000004"
-    " 00000000 000000000000002a".replace(" ", ""))
-
-VERBOSE = False
-
-
-class CheckFailed(Exception):
-    pass
-
 
 class Terminated(BaseException):
     """SIGTERM (meson's timeout): unwind so that the finally block runs."""
@@ -181,37 +126,6 @@ class Terminated(BaseException):
 
 def on_sigterm(signum, frame):
     raise Terminated()
-
-
-def say(message):
-    print(f"[rc_responder_test {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def debug(message):
-    if VERBOSE:
-        say(message)
-
-
-def check(condition, message):
-    if not condition:
-        raise CheckFailed(message)
-
-
-def psn_add(psn, n):
-    return (psn + n) & PSN_MASK
-
-
-def psn_diff(a, b):
-    """a - b modulo 2^24, in [-2^23, 2^23)."""
-    d = (a - b) & PSN_MASK
-    return d - (1 << 24) if d >= (1 << 23) else d
-
-
-def agg_header(type_, collective, dtype, op, delivery, status, flags, tree_id,
-               group_id, epoch, root_rank, count, seq, version=1):
-    return struct.pack(AGG_FORMAT, version, type_, collective, dtype, op,
-                       delivery, status, flags, tree_id, 0, group_id, epoch,
-                       root_rank, count, 0, seq)
 
 
 def junk_message(tag, length):
@@ -222,406 +136,6 @@ def junk_message(tag, length):
     header = agg_header(1, 1, DTYPE_INT32, OP_SUM, DELIVERY_RC_TREE, 0, 0, TREE,
                         GROUP, EPOCH, 0, 0, tag, version=2)
     return (header + body)[:length] if length >= AGG_SIZE else header[:length]
-
-
-# ---------------------------------------------------------------------------
-# ICRC, twice: scapy's and our own zlib over the masked pseudo-header.
-
-def icrc_scapy(src, dst, udp_payload, ip_id=0):
-    """scapy's RoCEv2 ICRC of a UDP payload (BTH .. ICRC) sent src -> dst
-    (ip, port), with the canonical IPv4 header (identification `ip_id`, DF)."""
-    pkt = (IP(src=src[0], dst=dst[0], id=ip_id, flags="DF")
-           / UDP(sport=src[1], dport=dst[1]) / BTH(udp_payload))
-    pkt[BTH].icrc = None
-    return raw(pkt)[-4:]
-
-
-def same_packet(a, b):
-    """A retransmission carries the same BTH, headers and payload; its ICRC
-    may differ, as its IPv4 header may (the identification of its place in a
-    segmentation batch), and verify() checked it against that header."""
-    return a.wire[:-4] == b.wire[:-4]
-
-
-def icrc_zlib(src, dst, udp_payload, ip_id=0):
-    """The same, from the table of docs/protocol.md, with zlib only."""
-    n = len(udp_payload)
-    ip = struct.pack(">BBHHHBBH4s4s", 0x45, 0xFF, 20 + 8 + n, ip_id, 0x4000, 0xFF,
-                     17, 0xFFFF, socket.inet_aton(src[0]), socket.inet_aton(dst[0]))
-    udp = struct.pack(">HHHH", src[1], dst[1], 8 + n, 0xFFFF)
-    body = bytearray(udp_payload[:-4])
-    body[4] = 0xFF
-    crc = zlib.crc32(b"\xff" * 8 + ip + udp + bytes(body)) & 0xFFFFFFFF
-    return struct.pack("<I", crc)
-
-
-# ---------------------------------------------------------------------------
-# A reply from the switch, parsed with scapy and checked against the rules
-# every packet must follow.
-
-class Reply:
-    def __init__(self, wire, t):
-        self.wire = wire
-        self.t = t  # arrival (kernel timestamp, time.time() clock)
-        b = BTH(wire)
-        self.opcode = b.opcode
-        self.se = b.solicited
-        self.migreq = b.migreq
-        self.pad = b.padcount
-        self.tver = b.version
-        self.pkey = b.pkey
-        self.fecn, self.becn, self.resv6 = b.fecn, b.becn, b.resv6
-        self.dqpn = b.dqpn
-        self.ackreq = b.ackreq
-        self.resv7 = b.resv7
-        self.psn = b.psn
-        self.syndrome = self.msn = None
-        self.imm = None
-        self.payload = b""
-        if self.opcode == RC_ACK and AETH in b:
-            self.syndrome = b[AETH].syndrome
-            self.msn = b[AETH].msn
-        body = wire[12:-4]
-        if self.opcode in HAS_IMM:
-            self.imm = struct.unpack(">I", body[:4])[0]
-            body = body[4:]
-        if self.opcode in SEND_OPCODES:
-            self.payload = body[:len(body) - self.pad]
-
-    def describe(self):
-        if self.opcode == RC_ACK:
-            return (f"ACK op=0x{self.opcode:02x} psn=0x{self.psn:06x} "
-                    f"syndrome=0x{self.syndrome:02x} msn={self.msn}")
-        return (f"op=0x{self.opcode:02x} psn=0x{self.psn:06x} ackreq={self.ackreq} "
-                f"{len(self.payload)} bytes")
-
-
-class Nic:
-    """One emulated RoCE NIC: a UDP socket and the state of one RC QP."""
-
-    def __init__(self, name, sw_qpn, sw_psn, qpn, psn, in_group):
-        self.name = name
-        self.sw_qpn = sw_qpn
-        self.sw_first_psn = sw_psn
-        self.qpn = qpn
-        self.first_psn = psn
-        self.in_group = in_group
-        self.psn = psn          # next PSN we send
-        self.sw_msn = 0         # messages the switch's responder completed
-        self.rx_psn = sw_psn    # next PSN we expect from the switch
-        self.rx_msn = 0         # messages we (as responder) completed
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        self.sock.bind((LOCALHOST, 0))
-        # Kernel receive timestamps: the timing checks measure arrivals, not
-        # when this process got around to reading them.
-        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        # The switch sends packets that leave together as one UDP
-        # segmentation batch, whose segment i carries IPv4 identification i
-        # (a NIC sees it in the header): read batches whole (UDP_GRO), so
-        # that each packet's identification is its place in its batch.
-        self.sock.setsockopt(socket.IPPROTO_UDP, UDP_GRO, 1)
-        self.queued = []        # (segment, identification, src, time) of a batch
-        self.addr = self.sock.getsockname()
-        self.switch = None      # the switch's data address, once known
-
-    def close(self):
-        self.sock.close()
-
-    # -- sending ----------------------------------------------------------
-
-    def packet(self, opcode, payload=b"", psn=None, ackreq=False, pkey=PKEY,
-               dqpn=None, imm=None, fecn=0, tver=0, syndrome=None, msn=None):
-        """The UDP payload (BTH .. ICRC) scapy builds, ICRC over our address
-        -> the switch's."""
-        dqpn = self.sw_qpn if dqpn is None else dqpn
-        psn = self.psn if psn is None else psn
-        if opcode == RC_ACK:
-            roce = (BTH(opcode=opcode, pkey=pkey, dqpn=dqpn, psn=psn, version=tver)
-                    / AETH(syndrome=syndrome, msn=msn))
-        else:
-            pad = (4 - len(payload) % 4) % 4
-            extra = struct.pack(">I", imm) if opcode in HAS_IMM else b""
-            roce = (BTH(opcode=opcode, padcount=pad, pkey=pkey, fecn=fecn,
-                        dqpn=dqpn, ackreq=int(ackreq), psn=psn, version=tver)
-                    / Raw(extra + payload + b"\0" * pad))
-        pkt = (IP(src=self.addr[0], dst=self.switch[0], id=0, flags="DF")
-               / UDP(sport=self.addr[1], dport=self.switch[1]) / roce)
-        return raw(pkt)[28:]
-
-    def send_wire(self, wire, what=""):
-        debug(f"{self.name} -> {wire[:12].hex()}..{wire[-4:].hex()} ({len(wire)} B) {what}")
-        self.sock.sendto(wire, self.switch)
-
-    def send(self, opcode, payload=b"", **kw):
-        wire = self.packet(opcode, payload, **kw)
-        self.send_wire(wire, f"op=0x{opcode:02x} psn=0x{kw.get('psn', self.psn):06x}")
-        return wire
-
-    def post(self, message, ackreq="last", imm=None):
-        """Sends one message at self.psn (SEND_ONLY or FIRST/MIDDLE.../LAST),
-        advances self.psn, and returns [(psn, opcode, wire)]."""
-        chunks = [message[i:i + MTU] for i in range(0, len(message), MTU)] or [b""]
-        out = []
-        for i, chunk in enumerate(chunks):
-            first, last = i == 0, i == len(chunks) - 1
-            if first and last:
-                op = RC_SEND_ONLY_IMM if imm is not None else RC_SEND_ONLY
-            elif first:
-                op = RC_SEND_FIRST
-            elif last:
-                op = RC_SEND_LAST_IMM if imm is not None else RC_SEND_LAST
-            else:
-                op = RC_SEND_MIDDLE
-            want_ack = ackreq == "all" or (ackreq == "last" and last) or \
-                (isinstance(ackreq, set) and i in ackreq)
-            wire = self.send(op, chunk, psn=self.psn, ackreq=want_ack,
-                             imm=imm if op in HAS_IMM else None)
-            out.append((self.psn, op, wire))
-            self.psn = psn_add(self.psn, 1)
-        return out
-
-    # -- receiving --------------------------------------------------------
-
-    def receive(self, timeout):
-        """The next reply within `timeout` seconds (checked against the rules
-        every reply follows), or None."""
-        deadline = time.monotonic() + timeout
-        while not self.queued:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            self.sock.settimeout(left)
-            try:
-                wire, ancillary, _, src = self.sock.recvmsg(
-                    65536, socket.CMSG_SPACE(16) + socket.CMSG_SPACE(4))
-            except socket.timeout:
-                return None
-            t = time.time()
-            segment = len(wire)
-            for level, kind, data in ancillary:
-                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
-                    sec, nsec = struct.unpack("qq", data[:16])
-                    t = sec + nsec / 1e9
-                if level == SOL_UDP and kind == UDP_GRO and len(data) >= 4:
-                    segment = struct.unpack("i", data[:4])[0] or len(wire)
-            for i, off in enumerate(range(0, max(len(wire), 1), segment)):
-                self.queued.append((wire[off:off + segment], i, src, t))
-        wire, ip_id, src, t = self.queued.pop(0)
-        r = self.verify(wire, src, t, ip_id)
-        debug(f"{self.name} <- {r.describe()}")
-        return r
-
-    def verify(self, wire, src, t, ip_id=0):
-        who = f"NIC {self.name}: a reply"
-        check(src == self.switch,
-              f"{who} came from {src}, not the switch's data address {self.switch}")
-        check(len(wire) >= 16 and len(wire) % 4 == 0,
-              f"{who} of {len(wire)} bytes is not BTH + ICRC and a multiple of 4")
-        mine = icrc_scapy(src, self.addr, wire, ip_id)
-        zl = icrc_zlib(src, self.addr, wire, ip_id)
-        check(mine == zl, f"internal: scapy's ICRC {mine.hex()} != zlib's {zl.hex()}")
-        check(wire[-4:] == mine,
-              f"{who} has ICRC {wire[-4:].hex()}, expected {mine.hex()} "
-              f"(identification {ip_id}) "
-              f"(packet {wire.hex()})")
-        r = Reply(wire, t)
-        check(r.tver == 0, f"{who} has BTH.TVer {r.tver}")
-        check(r.migreq == 0, f"{who} has BTH.M {r.migreq} (netfold documents 0)")
-        check(r.pkey == PKEY, f"{who} has P_Key 0x{r.pkey:04x}, not the QP's 0x{PKEY:04x}")
-        check(r.dqpn == self.qpn,
-              f"{who} has DestQP 0x{r.dqpn:06x}, not our QPN 0x{self.qpn:06x}")
-        check(r.fecn == 0 and r.becn == 0 and r.resv6 == 0 and r.resv7 == 0,
-              f"{who} has FECN/BECN/reserved bits set: {wire[:12].hex()}")
-        if r.opcode == RC_ACK:
-            check(len(wire) == 20, f"{who}: an ACK of {len(wire)} bytes (BTH+AETH+ICRC = 20)")
-            check(r.pad == 0 and r.ackreq == 0 and r.se == 0,
-                  f"{who}: an ACK with PadCnt/AckReq/SE set: {wire[:12].hex()}")
-            check(r.syndrome & 0x80 == 0, f"{who}: AETH reserved bit set")
-            check((r.syndrome >> 5) & 3 != 2, f"{who}: AETH type 10 (reserved)")
-        else:
-            check(r.opcode in SEND_OPCODES,
-                  f"{who} has opcode 0x{r.opcode:02x}, not an RC SEND or ACKNOWLEDGE")
-        return r
-
-    def expect(self, what, timeout=2.0):
-        r = self.receive(timeout)
-        check(r is not None, f"NIC {self.name}: no reply within {timeout} s: expected {what}")
-        return r
-
-    def expect_silence(self, duration, why):
-        r = self.receive(duration)
-        check(r is None, f"NIC {self.name}: expected no reply ({why}), got {r and r.describe()}")
-
-    def expect_ack(self, psn, msn, what, syndrome=SYNDROME_ACK, timeout=2.0):
-        r = self.expect(f"{'ACK' if syndrome == SYNDROME_ACK else 'NAK'} of {what}", timeout)
-        check_ack(r, psn, msn, syndrome, f"NIC {self.name}: {what}")
-        return r
-
-    # -- acknowledging the switch's SENDs ---------------------------------
-
-    def ack(self, psn, msn):
-        self.send_wire(self.packet(RC_ACK, psn=psn, syndrome=SYNDROME_ACK, msn=msn,
-                                   dqpn=self.sw_qpn), f"ACK psn=0x{psn:06x} msn={msn}")
-
-    def nak_sequence(self, expected_psn, msn):
-        self.send_wire(self.packet(RC_ACK, psn=expected_psn, syndrome=SYNDROME_NAK_PSN_SEQ,
-                                   msn=msn, dqpn=self.sw_qpn),
-                       f"NAK psn=0x{expected_psn:06x} msn={msn}")
-
-
-def check_ack(r, psn, msn, syndrome, what):
-    kind = {SYNDROME_ACK: "ACK", SYNDROME_NAK_PSN_SEQ: "NAK (PSN sequence error)",
-            SYNDROME_NAK_INVALID: "NAK (invalid request)"}[syndrome]
-    check(r.opcode == RC_ACK,
-          f"{what}: expected an RC ACKNOWLEDGE ({kind}), got {r.describe()}")
-    check(r.syndrome == syndrome,
-          f"{what}: expected AETH syndrome 0x{syndrome:02x} ({kind}), got {r.describe()}")
-    check(r.psn == psn, f"{what}: expected the {kind} at PSN 0x{psn:06x}, got {r.describe()}")
-    check(r.msn == msn, f"{what}: expected MSN {msn} in the {kind}, got {r.describe()}")
-
-
-# ---------------------------------------------------------------------------
-# The switch process and its counters.
-
-class Switch:
-    def __init__(self, binary, query, tmpdir, nics):
-        self.binary = binary
-        self.query = query
-        self.tmpdir = tmpdir
-        self.nics = nics
-        self.proc = None
-        self.log_path = os.path.join(tmpdir, "switchd.log")
-        self.data = None
-        self.admin = None
-
-    def config(self):
-        qps = []
-        children = []
-        for n in self.nics:
-            qps.append(
-                f"    - {{qpn: 0x{n.sw_qpn:x}, psn: 0x{n.sw_first_psn:x}, job: {JOB}, "
-                f"pkey: 0x{PKEY:x}, peer: \"NIC {n.name}\",\n"
-                f"       remote: {{address: {n.addr[0]}:{n.addr[1]}, qpn: 0x{n.qpn:x}, "
-                f"psn: 0x{n.first_psn:x}}}}}")
-            if n.in_group:
-                children.append(f"{{qpn: 0x{n.sw_qpn:x}, ranks: [{len(children)}]}}")
-        return "\n".join([
-            "# written by tests/verbs/rc_responder_test.py",
-            "name: rc-responder-test",
-            "data_address: 127.0.0.1:0",
-            "admin_address: 127.0.0.1:0",
-            # A lone static switch on loopback in a private directory: its
-            # admin API asks no credential (docs/security.md), so the per-QP
-            # counters below need admin_detail.
-            "auth: none",
-            "admin_detail: true",
-            "log_level: warning",
-            f"data_port_file: {os.path.join(self.tmpdir, 'data.port')}",
-            f"admin_port_file: {os.path.join(self.tmpdir, 'admin.port')}",
-            f"capacity: {{slot_bytes: {SLOT_BYTES}}}",
-            "transport:",
-            f"  path_mtu: {MTU}",
-            f"  host_ack_timeout_ms: {ACK_TIMEOUT_MS}",
-            # ACK at once: the steps below expect each ACK where a NIC that
-            # does not delay its ACKs would send it.
-            "  ack_delay_us: 0",
-            "  retry_count: 7",
-            "  idle_wait_us: 1000",
-            "static:",
-            "  jobs:",
-            f"    - {{id: {JOB}, quota: {{groups: 4, slots: 64, qps: 8}}}}",
-            "  qps:",
-            *qps,
-            "  groups:",
-            # No multicast: the root delivers results over RC (rc_tree).
-            f"    - {{tree: {TREE}, group: {GROUP}, epoch: {EPOCH}, job: {JOB}, "
-            f"pkey: 0x{PKEY:x}, qkey: 0x1234, num_slots: {NUM_SLOTS}, "
-            f"slot_bytes: {SLOT_BYTES},",
-            f"       children: [{', '.join(children)}]}}",
-            "",
-        ])
-
-    def start(self):
-        path = os.path.join(self.tmpdir, "switchd.yaml")
-        with open(path, "w") as f:
-            f.write(self.config())
-        debug("config:\n" + self.config())
-        self.log = open(self.log_path, "w")
-        self.proc = subprocess.Popen([self.binary, "--config", path], stdout=self.log,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 15
-        files = [os.path.join(self.tmpdir, f) for f in ("data.port", "admin.port")]
-        while not all(os.path.exists(f) for f in files):
-            if self.proc.poll() is not None:
-                raise CheckFailed(f"netfold-switchd exited with {self.proc.returncode} at "
-                                  f"start:\n{self.log_tail()}")
-            check(time.monotonic() < deadline,
-                  f"netfold-switchd wrote no port files within 15 s:\n{self.log_tail()}")
-            time.sleep(0.02)
-        ports = [int(open(f).read().strip()) for f in files]
-        self.data = (LOCALHOST, ports[0])
-        self.admin = f"{LOCALHOST}:{ports[1]}"
-        say(f"netfold-switchd pid {self.proc.pid}: data {self.data[0]}:{self.data[1]}, "
-            f"admin {self.admin}")
-
-    def log_tail(self, lines=30):
-        try:
-            with open(self.log_path) as f:
-                return "".join(f.readlines()[-lines:])
-        except OSError:
-            return "(no log)"
-
-    def counters(self):
-        """GetCounters as a dict, or None without --query."""
-        if not self.query:
-            return None
-        try:
-            out = subprocess.run([self.query, "counters_detail", self.admin, "--timeout_ms",
-                                  "3000"],
-                                 capture_output=True, text=True, timeout=10)
-        except subprocess.TimeoutExpired:
-            raise CheckFailed("testbed_query counters did not answer within 10 s")
-        check(out.returncode == 0,
-              f"testbed_query counters failed ({out.returncode}): {out.stderr.strip()}")
-        return json.loads(out.stdout)
-
-    def stop(self):
-        """SIGTERM, then SIGKILL after 5 s; returns the exit status."""
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-        self.log.close()
-        return self.proc.returncode
-
-    def kill(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-
-
-def switch_drop(counters, name):
-    for d in counters.get("drops", []):
-        if d["name"] == name:
-            return int(d["count"])
-    raise CheckFailed(f"GetCounters lists no drop reason {name!r}")
-
-
-def qp_counters(counters, qpn):
-    for q in counters.get("qps", []):
-        if int(q["qpn"]) == qpn:
-            q = dict(q)
-            q["drops"] = {d["name"]: int(d["count"]) for d in q.get("drops", [])}
-            return q
-    raise CheckFailed(f"GetCounters lists no QP 0x{qpn:06x}")
 
 
 # ---------------------------------------------------------------------------
@@ -1083,13 +597,12 @@ class Test:
 
 
 def main():
-    global VERBOSE
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--switchd", required=True, help="the netfold-switchd binary")
     parser.add_argument("--query", help="testbed_query (reads the switch's counters)")
     parser.add_argument("-v", "--verbose", action="store_true", help="print every packet")
     args = parser.parse_args()
-    VERBOSE = args.verbose
+    verbs_report.VERBOSE = args.verbose
 
     if SCAPY_ERROR is not None:
         print(f"SKIP: scapy's RoCE layer is not importable by {sys.executable} "
@@ -1109,7 +622,7 @@ def main():
     signal.signal(signal.SIGTERM, on_sigterm)
     start = time.monotonic()
     tmpdir = tempfile.mkdtemp(prefix="netfold-rc-responder-")
-    nics = [Nic(*spec) for spec in NIC_SPECS]
+    nics = [Nic(*spec, host=LOCALHOST, pkey=PKEY, mtu=MTU) for spec in NIC_SPECS]
     switch = Switch(args.switchd, args.query, tmpdir, nics)
     status = 1
     try:
@@ -1124,7 +637,7 @@ def main():
         say(f"PASS: every check passed in {time.monotonic() - start:.1f} s")
     except CheckFailed as e:
         print(f"FAIL: {e}", flush=True)
-        if VERBOSE:
+        if verbs_report.VERBOSE:
             print(f"--- switchd log ---\n{switch.log_tail()}", flush=True)
     except (Terminated, KeyboardInterrupt):
         print("FAIL: interrupted", flush=True)
