@@ -3,7 +3,7 @@
 // some members and not others. This is the protocol that brings them back
 // in step, written once for both users: a libnetfold group failing over to
 // the host algorithms (host/group.cc) and the MPI interposer falling back
-// to MPI itself (host/mpi/mpi_interposer.cc). Each supplies the exchanges
+// to MPI itself (host/mpi/mpi_resync.cc). Each supplies the exchanges
 // over whatever still works (ResyncExchange).
 //
 //   ResyncMember me{.rank = r, .size = n, .completed = completed};

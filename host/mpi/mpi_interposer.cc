@@ -18,6 +18,9 @@
 // NETFOLD_MPI_VERBOSE=0|1 (each communicator's decision, printed by its
 // rank 0 when it is taken),
 // NETFOLD_MPI_HIERARCHY=auto|flat|node, plus the library's NETFOLD_* (docs/host.md).
+//
+// The state these pieces share is host/mpi/interposer_state.h; the failover
+// after a fabric failure is host/mpi/mpi_resync.cc.
 #include <mpi.h>
 
 #include <algorithm>
@@ -26,124 +29,98 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
-#include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
-#include "absl/status/statusor.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
-#include "base/status_macros.h"
+#include "host/mpi/interposer_state.h"
 #include "host/mpi/mpi_datatypes.h"
+#include "host/mpi/mpi_resync.h"
 #include "netfold/netfold.h"
-#include "host/resync.h"
 
-namespace {
-
-using netfold::mpi::AllowedOnSpecialType;
-using netfold::mpi::NetfoldDatatype;
-using netfold::mpi::NetfoldOp;
-
-enum class Enable { kOff, kOn, kTry };
-enum class Hierarchy { kAuto, kFlat, kNode };
-
-// Why a collective went to PMPI. Printed at finalize with NETFOLD_MPI_STATS=1.
-enum Reason {
-  kDisabled = 0,     // NETFOLD_MPI_ENABLE=0
-  kNoFabric,         // netfold_init failed (try mode)
-  kCommTooSmall,     // fewer ranks than NETFOLD_MPI_MIN_COMM_SIZE
-  kInterComm,        // inter-communicators are not offloaded
-  kUserOp,           // a user-defined reduction op
-  kUnsupportedType,  // a derived datatype or one netfold lacks
-  kOpNotAllowed,     // an op MPI does not define on the type
-  kGroupFailed,      // the fabric refused a group (no resources, ...)
-  kFabricError,      // the fabric failed during an operation (re-run on PMPI)
-  kNonblocking,      // nonblocking collectives are not offloaded yet
-  kThreadMultiple,   // MPI_THREAD_MULTIPLE: netfold contexts are not thread-safe
-  kHugeCount,        // count * size over 2^31 bytes
-  kNumReasons
-};
-const char* kReasonNames[kNumReasons] = {
-    "disabled (NETFOLD_MPI_ENABLE=0)", "no fabric (netfold_init failed)",
-    "communicator too small", "inter-communicator", "user-defined op",
-    "unsupported datatype", "op not allowed on type", "group not created",
-    "fabric error (re-run on PMPI)", "nonblocking collective", "MPI_THREAD_MULTIPLE",
-    "message too large"};
-
-enum Kind : int32_t { kAllreduce = 1, kReduce = 2, kBcast = 3, kBarrier = 4, kNumKinds = 5 };
-const char* kKindNames[kNumKinds] = {"", "allreduce", "reduce", "bcast", "barrier"};
-
-struct Config {
-  Enable enable = Enable::kTry;
-  int min_comm_size = 2;
-  bool stats = false;
-  bool verbose = false;
-  Hierarchy hierarchy = Hierarchy::kAuto;
-};
-
-// The last operation a communicator completed on the fabric, kept so that
-// ranks behind can be given its outcome if the fabric fails (Resync).
-struct LastOp {
-  Kind kind = kBarrier;
-  int root = 0;
-  std::vector<uint8_t> result;  // allreduce/bcast: the result
-  std::vector<uint8_t> input;   // reduce: this rank's input
-};
-
-// An operation in progress, described enough to re-run it on PMPI.
-struct Pending {
-  Kind kind;
-  const void* sendbuf;  // MPI_IN_PLACE possible
-  void* recvbuf;        // bcast: the buffer
-  int count;
-  MPI_Datatype type;
-  MPI_Op op;
-  int root;
-  std::vector<uint8_t> saved_input;  // in-place input, saved before the fabric wrote over it
-};
-
-struct CommState {
-  enum class Mode { kUnknown, kFabric, kPmpi } mode = Mode::kUnknown;
-  uint64_t seq = 0;  // creation order: the order in which finalize settles communicators
-  Reason pmpi_reason = kFabricError;  // why mode is kPmpi
-  std::string pmpi_detail;            // the fabric's words for it (kGroupFailed, kFabricError)
-  MPI_Comm oob = MPI_COMM_NULL;  // our private duplicate for out-of-band collectives
-  netfold_group_t group = nullptr;
-  int rank = 0, size = 0;
-  uint64_t completed = 0;
-  LastOp last;
-};
-
-struct Global {
-  Config config;
-  bool initialized = false;
-  bool fabric = false;
-  netfold_context_t ctx = nullptr;
-  MPI_Comm world_oob = MPI_COMM_NULL;
-  int world_rank = 0;
-  std::unordered_map<uintptr_t, std::unique_ptr<CommState>> comms;
-  uint64_t offloaded[kNumKinds] = {};
-  uint64_t fallbacks[kNumReasons] = {};
-  bool thread_multiple = false;
-  uint64_t next_seq = 0;
-  // NETFOLD_MPI_VERBOSE: per communicator, what was already said (bit r:
-  // reason r; bit kNumReasons: "offloaded"), so that each line comes once.
-  std::unordered_map<uintptr_t, uint32_t> told;
-};
-static_assert(kNumReasons < 31, "Global::told holds a bit per reason");
+namespace netfold::mpi {
 
 Global& G() {
   static Global* g = new Global();
   return *g;
 }
 
-template <typename Handle>
-uintptr_t Key(Handle h) {
-  uintptr_t k = 0;
-  static_assert(sizeof(Handle) <= sizeof(uintptr_t));
-  std::memcpy(&k, &h, sizeof(Handle));
-  return k;
+// --- NETFOLD_MPI_VERBOSE: each decision, once -------------------------------------
+
+namespace {
+
+// Reasons that hold for one call (its datatype, op, size, form), not for the
+// communicator: the communicator's other calls may still be offloaded.
+bool PerCall(Reason r) {
+  return r == kUserOp || r == kUnsupportedType || r == kOpNotAllowed || r == kHugeCount ||
+         r == kNonblocking;
 }
+
+// "MPI_COMM_WORLD (4 ranks)", or the handle's value when MPI has no name for it.
+std::string CommText(MPI_Comm comm) {
+  char name[MPI_MAX_OBJECT_NAME] = {};
+  int len = 0;
+  PMPI_Comm_get_name(comm, name, &len);
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  const std::string who =
+      len > 0 ? std::string(name, static_cast<size_t>(len))
+              : absl::StrFormat("0x%x", static_cast<unsigned long long>(Key(comm)));
+  return absl::StrFormat("communicator %s (%d rank%s)", who, size, size == 1 ? "" : "s");
+}
+
+}  // namespace
+
+void Tell(MPI_Comm comm, int bit, Kind kind, absl::FunctionRef<std::string()> detail) {
+  Global& g = G();
+  if (!g.config.verbose || !g.initialized) return;
+  uint32_t& told = g.told[Key(comm)];
+  if (told & (1u << bit)) return;
+  told |= 1u << bit;
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  if (rank != 0) return;
+  const std::string d = detail();
+  std::string line;
+  if (bit == kOffloadedBit) {
+    line = absl::StrFormat("%s: offloaded to the fabric", CommText(comm));
+  } else if (PerCall(static_cast<Reason>(bit))) {
+    line = absl::StrFormat("%s: %s runs on MPI itself: %s", CommText(comm), kKindNames[kind],
+                           kReasonNames[bit]);
+  } else {
+    line = absl::StrFormat("%s: not offloaded: %s", CommText(comm), kReasonNames[bit]);
+  }
+  if (!d.empty()) line += " (" + d + ")";
+  std::fprintf(stderr, "netfold-mpi: %s\n", line.c_str());
+}
+
+}  // namespace netfold::mpi
+
+namespace {
+
+using netfold::mpi::AllowedOnSpecialType;
+using netfold::mpi::Bytes;
+using netfold::mpi::CommState;
+using netfold::mpi::Config;
+using netfold::mpi::Enable;
+using netfold::mpi::G;
+using netfold::mpi::Global;
+using netfold::mpi::Hierarchy;
+using netfold::mpi::Key;
+using netfold::mpi::Kind;
+using netfold::mpi::kKindNames;
+using netfold::mpi::kOffloadedBit;
+using netfold::mpi::kReasonNames;
+using netfold::mpi::NetfoldDatatype;
+using netfold::mpi::NetfoldOp;
+using netfold::mpi::Pending;
+using netfold::mpi::Reason;
+using netfold::mpi::Recover;
+using netfold::mpi::Resync;
+using netfold::mpi::Tell;
+using enum netfold::mpi::Kind;
+using enum netfold::mpi::Reason;
 
 // --- OOB over an MPI communicator (our private duplicate) ---------------------
 
@@ -241,30 +218,9 @@ void JoinFabric() {
   }
 }
 
-// --- NETFOLD_MPI_VERBOSE: each decision, once -------------------------------------
+// --- Eligibility and group creation ----------------------------------------------
 
-constexpr int kOffloadedBit = kNumReasons;
-
-// Reasons that hold for one call (its datatype, op, size, form), not for the
-// communicator: the communicator's other calls may still be offloaded.
-bool PerCall(Reason r) {
-  return r == kUserOp || r == kUnsupportedType || r == kOpNotAllowed || r == kHugeCount ||
-         r == kNonblocking;
-}
-
-// "MPI_COMM_WORLD (4 ranks)", or the handle's value when MPI has no name for it.
-std::string CommText(MPI_Comm comm) {
-  char name[MPI_MAX_OBJECT_NAME] = {};
-  int len = 0;
-  PMPI_Comm_get_name(comm, name, &len);
-  int size = 0;
-  PMPI_Comm_size(comm, &size);
-  const std::string who =
-      len > 0 ? std::string(name, static_cast<size_t>(len))
-              : absl::StrFormat("0x%x", static_cast<unsigned long long>(Key(comm)));
-  return absl::StrFormat("communicator %s (%d rank%s)", who, size, size == 1 ? "" : "s");
-}
-
+// The datatype's name for NETFOLD_MPI_VERBOSE.
 std::string TypeText(MPI_Datatype type) {
   if (type == MPI_DATATYPE_NULL) return "";
   char name[MPI_MAX_OBJECT_NAME] = {};
@@ -272,38 +228,6 @@ std::string TypeText(MPI_Datatype type) {
   PMPI_Type_get_name(type, name, &len);
   return len > 0 ? std::string(name, static_cast<size_t>(len)) : "a derived datatype";
 }
-
-// With NETFOLD_MPI_VERBOSE=1, the communicator's rank 0 says once per
-// (communicator, bit) what was decided: `bit` is a Reason, or kOffloadedBit.
-// `detail` (built only when something is printed) adds the particulars.
-template <typename Detail>
-void Tell(MPI_Comm comm, int bit, Kind kind, Detail detail) {
-  Global& g = G();
-  if (!g.config.verbose || !g.initialized) return;
-  uint32_t& told = g.told[Key(comm)];
-  if (told & (1u << bit)) return;
-  told |= 1u << bit;
-  int rank = 0;
-  PMPI_Comm_rank(comm, &rank);
-  if (rank != 0) return;
-  const std::string d = detail();
-  std::string line;
-  if (bit == kOffloadedBit) {
-    line = absl::StrFormat("%s: offloaded to the fabric", CommText(comm));
-  } else if (PerCall(static_cast<Reason>(bit))) {
-    line = absl::StrFormat("%s: %s runs on MPI itself: %s", CommText(comm), kKindNames[kind],
-                           kReasonNames[bit]);
-  } else {
-    line = absl::StrFormat("%s: not offloaded: %s", CommText(comm), kReasonNames[bit]);
-  }
-  if (!d.empty()) line += " (" + d + ")";
-  std::fprintf(stderr, "netfold-mpi: %s\n", line.c_str());
-}
-void Tell(MPI_Comm comm, int bit, Kind kind) {
-  Tell(comm, bit, kind, [] { return std::string(); });
-}
-
-// --- Eligibility and group creation ----------------------------------------------
 
 // The state of `comm` if this collective can go to the fabric; nullptr
 // (with the reason counted) if it goes to PMPI.
@@ -401,182 +325,6 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
   if (s->mode != CommState::Mode::kFabric) return fallback(s->pmpi_reason);
   Tell(comm, kOffloadedBit, kind);
   return s;
-}
-
-// --- PMPI re-runs and resynchronisation after a fabric failure -------------------
-
-size_t Bytes(MPI_Datatype type, int count) {
-  MPI_Aint lb = 0, extent = 0;
-  PMPI_Type_get_extent(type, &lb, &extent);
-  return static_cast<size_t>(extent) * static_cast<size_t>(count);
-}
-
-int RunOnPmpi(MPI_Comm comm, Pending& p) {
-  switch (p.kind) {
-    case kAllreduce:
-      if (p.sendbuf == MPI_IN_PLACE) {
-        std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
-      }
-      return PMPI_Allreduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, comm);
-    case kReduce:
-      if (p.sendbuf == MPI_IN_PLACE) {
-        std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
-      }
-      return PMPI_Reduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, p.root, comm);
-    case kBcast:
-      return PMPI_Bcast(p.recvbuf, p.count, p.type, p.root, comm);
-    case kBarrier:
-    default:
-      return PMPI_Barrier(comm);
-  }
-}
-
-absl::Status FromMpi(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrFormat("%s failed (MPI error %d)", what, rc));
-}
-
-// The failover's exchanges (host/resync.h), over MPI itself on the
-// communicator's private duplicate.
-class MpiResyncExchange : public netfold::host::ResyncExchange {
- public:
-  MpiResyncExchange(CommState* s, Pending* current) : s_(s), current_(current) {}
-
-  absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) override {
-    all->assign(static_cast<size_t>(s_->size), 0);
-    return FromMpi(PMPI_Allgather(&mine, 1, MPI_UINT64_T, all->data(), 1, MPI_UINT64_T, s_->oob),
-                   "MPI_Allgather");
-  }
-
-  absl::Status Share(int from, std::span<uint8_t> bytes) override {
-    for (size_t done = 0; done < bytes.size();) {
-      const int n = static_cast<int>(std::min<size_t>(bytes.size() - done, INT32_MAX));
-      NETFOLD_RETURN_IF_ERROR(
-          FromMpi(PMPI_Bcast(bytes.data() + done, n, MPI_BYTE, from, s_->oob), "MPI_Bcast"));
-      done += static_cast<size_t>(n);
-    }
-    return absl::OkStatus();
-  }
-
-  // The root gathers every rank's input (the ranks ahead kept theirs) and
-  // reduces them itself, in rank order.
-  absl::Status ReduceAgain(bool behind) override {
-    std::vector<uint8_t> in;
-    int root = s_->last.root;
-    if (behind) {
-      root = current_->root;
-      if (current_->sendbuf == MPI_IN_PLACE) {
-        in = current_->saved_input;
-      } else {
-        const uint8_t* b = static_cast<const uint8_t*>(current_->sendbuf);
-        in.assign(b, b + Bytes(current_->type, current_->count));
-      }
-    } else {
-      in = s_->last.input;
-    }
-    const int n = static_cast<int>(in.size());
-    std::vector<int> sizes(static_cast<size_t>(s_->size));
-    NETFOLD_RETURN_IF_ERROR(
-        FromMpi(PMPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, s_->oob), "MPI_Gather"));
-    std::vector<int> displs(static_cast<size_t>(s_->size), 0);
-    int total = 0;
-    for (int r = 0; r < s_->size; ++r) {
-      displs[r] = total;
-      total += sizes[r];
-    }
-    std::vector<uint8_t> gathered(s_->rank == root ? static_cast<size_t>(total) : 0);
-    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Gatherv(in.data(), n, MPI_BYTE, gathered.data(),
-                                                 sizes.data(), displs.data(), MPI_BYTE, root,
-                                                 s_->oob),
-                                    "MPI_Gatherv"));
-    if (s_->rank != root || current_ == nullptr) return absl::OkStatus();
-    // acc = x_0 op (x_1 op (... op x_{n-1})): MPI_Reduce_local computes
-    // inoutbuf = inbuf op inoutbuf.
-    const size_t last = static_cast<size_t>(s_->size - 1);
-    std::vector<uint8_t> acc(gathered.begin() + displs[last],
-                             gathered.begin() + displs[last] + sizes[last]);
-    for (int r = s_->size - 2; r >= 0; --r) {
-      NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Reduce_local(gathered.data() + displs[r], acc.data(),
-                                                        current_->count, current_->type,
-                                                        current_->op),
-                                      "MPI_Reduce_local"));
-    }
-    std::memcpy(current_->recvbuf, acc.data(), acc.size());
-    return absl::OkStatus();
-  }
-
- private:
-  CommState* s_;
-  Pending* current_;
-};
-
-static_assert(static_cast<int>(netfold::proto::CollectiveType::kAllreduce) == kAllreduce &&
-              static_cast<int>(netfold::proto::CollectiveType::kReduce) == kReduce &&
-              static_cast<int>(netfold::proto::CollectiveType::kBcast) == kBcast &&
-              static_cast<int>(netfold::proto::CollectiveType::kBarrier) == kBarrier);
-
-// Called by every member (from a failed operation, or from MPI_Comm_free /
-// MPI_Finalize with `current` null). Afterwards the ranks agree on every
-// operation before `current`, and `current` (if any) is complete.
-int Resync(MPI_Comm comm, CommState* s, Pending* current) {
-  netfold::host::ResyncMember me{.rank = s->rank, .size = s->size, .completed = s->completed};
-  if (current != nullptr) {
-    me.current = netfold::host::ResyncOp{static_cast<netfold::proto::CollectiveType>(current->kind),
-                                         static_cast<uint32_t>(current->root)};
-    if (current->kind == kAllreduce || current->kind == kBcast) {
-      me.current_result = {static_cast<uint8_t*>(current->recvbuf),
-                           Bytes(current->type, current->count)};
-    }
-  }
-  me.last = {static_cast<netfold::proto::CollectiveType>(s->last.kind),
-             static_cast<uint32_t>(s->last.root)};
-  me.last_result = s->last.result;
-  MpiResyncExchange exchange(s, current);
-  absl::StatusOr<netfold::host::ResyncOutcome> outcome = netfold::host::Resync(exchange, me);
-  if (!outcome.ok()) {
-    std::fprintf(stderr, "netfold-mpi: rank %d: cannot recover from a fabric failure: %s\n",
-                 G().world_rank, std::string(outcome.status().message()).c_str());
-    // Ranks more than one operation apart (or disagreeing on it) cannot be
-    // brought back in step; a failed MPI exchange is returned as such.
-    if (!absl::IsUnavailable(outcome.status())) PMPI_Abort(comm, 1);
-    return MPI_ERR_OTHER;
-  }
-  if (*outcome == netfold::host::ResyncOutcome::kCurrentCompleted) {
-    s->completed = me.completed;
-    return MPI_SUCCESS;  // `current` was the operation some ranks missed, now complete
-  }
-  if (current == nullptr) return MPI_SUCCESS;
-  // `current` is an operation no rank completed: every rank re-runs it.
-  const int rc = RunOnPmpi(comm, *current);
-  if (rc == MPI_SUCCESS) ++s->completed;
-  return rc;
-}
-
-// A fabric operation failed on this rank.
-int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc) {
-  Global& g = G();
-  if (g.config.enable == Enable::kOn) {
-    std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric: %s: %s\n", g.world_rank,
-                 kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
-    // As MPI itself reports an error: through the communicator's error
-    // handler (MPI_ERRORS_ARE_FATAL by default aborts the job), then the
-    // code for handlers that return. A bare return code would let a
-    // program that does not check it go on with a buffer the operation
-    // never wrote.
-    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
-    return MPI_ERR_OTHER;
-  }
-  ++g.fallbacks[kFabricError];
-  s->pmpi_reason = kFabricError;
-  s->pmpi_detail = absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
-                                   netfold_strerror(netfold_rc), netfold_last_error());
-  Tell(comm, kFabricError, p.kind, [&] { return s->pmpi_detail; });
-  if (std::getenv("NETFOLD_LOG_LEVEL") != nullptr) {
-    std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric (%s: %s); re-running on MPI\n",
-                 g.world_rank, kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
-  }
-  s->mode = CommState::Mode::kPmpi;
-  return Resync(comm, s, &p);
 }
 
 void Completed(CommState* s, const Pending& p) {

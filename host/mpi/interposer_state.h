@@ -1,0 +1,157 @@
+// The state libnetfold_mpi's pieces share (an internal header of the
+// library; nothing outside host/mpi includes it): the knobs, what the
+// interposer keeps per communicator, why a collective went to PMPI, and the
+// process-wide counters. mpi_interposer.cc owns it (eligibility, verbose
+// reporting, the MPI entry points); mpi_resync.cc reads and updates it when
+// the fabric fails (docs/mpi.md).
+//
+//   Global& g = G();
+//   CommState* s = g.comms[Key(comm)].get();
+//   ++g.fallbacks[kFabricError];
+//   Tell(comm, kFabricError, kAllreduce, [&] { return s->pmpi_detail; });
+//
+// Thread safety: none; nothing here locks (under MPI_THREAD_MULTIPLE the
+// fabric stays off, see JoinFabric).
+#ifndef NETFOLD_HOST_MPI_INTERPOSER_STATE_H_
+#define NETFOLD_HOST_MPI_INTERPOSER_STATE_H_
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "netfold/netfold.h"
+
+namespace netfold::mpi {
+
+enum class Enable { kOff, kOn, kTry };
+enum class Hierarchy { kAuto, kFlat, kNode };
+
+// Why a collective went to PMPI. Printed at finalize with NETFOLD_MPI_STATS=1.
+enum Reason {
+  kDisabled = 0,     // NETFOLD_MPI_ENABLE=0
+  kNoFabric,         // netfold_init failed (try mode)
+  kCommTooSmall,     // fewer ranks than NETFOLD_MPI_MIN_COMM_SIZE
+  kInterComm,        // inter-communicators are not offloaded
+  kUserOp,           // a user-defined reduction op
+  kUnsupportedType,  // a derived datatype or one netfold lacks
+  kOpNotAllowed,     // an op MPI does not define on the type
+  kGroupFailed,      // the fabric refused a group (no resources, ...)
+  kFabricError,      // the fabric failed during an operation (re-run on PMPI)
+  kNonblocking,      // nonblocking collectives are not offloaded yet
+  kThreadMultiple,   // MPI_THREAD_MULTIPLE: netfold contexts are not thread-safe
+  kHugeCount,        // count * size over 2^31 bytes
+  kNumReasons
+};
+inline constexpr const char* kReasonNames[kNumReasons] = {
+    "disabled (NETFOLD_MPI_ENABLE=0)", "no fabric (netfold_init failed)",
+    "communicator too small", "inter-communicator", "user-defined op",
+    "unsupported datatype", "op not allowed on type", "group not created",
+    "fabric error (re-run on PMPI)", "nonblocking collective", "MPI_THREAD_MULTIPLE",
+    "message too large"};
+
+enum Kind : int32_t { kAllreduce = 1, kReduce = 2, kBcast = 3, kBarrier = 4, kNumKinds = 5 };
+inline constexpr const char* kKindNames[kNumKinds] = {"", "allreduce", "reduce", "bcast",
+                                                      "barrier"};
+
+struct Config {
+  Enable enable = Enable::kTry;
+  int min_comm_size = 2;
+  bool stats = false;
+  bool verbose = false;
+  Hierarchy hierarchy = Hierarchy::kAuto;
+};
+
+// The last operation a communicator completed on the fabric, kept so that
+// ranks behind can be given its outcome if the fabric fails (Resync).
+struct LastOp {
+  Kind kind = kBarrier;
+  int root = 0;
+  std::vector<uint8_t> result;  // allreduce/bcast: the result
+  std::vector<uint8_t> input;   // reduce: this rank's input
+};
+
+// An operation in progress, described enough to re-run it on PMPI.
+struct Pending {
+  Kind kind;
+  const void* sendbuf;  // MPI_IN_PLACE possible
+  void* recvbuf;        // bcast: the buffer
+  int count;
+  MPI_Datatype type;
+  MPI_Op op;
+  int root;
+  std::vector<uint8_t> saved_input;  // in-place input, saved before the fabric wrote over it
+};
+
+struct CommState {
+  enum class Mode { kUnknown, kFabric, kPmpi } mode = Mode::kUnknown;
+  uint64_t seq = 0;  // creation order: the order in which finalize settles communicators
+  Reason pmpi_reason = kFabricError;  // why mode is kPmpi
+  std::string pmpi_detail;            // the fabric's words for it (kGroupFailed, kFabricError)
+  MPI_Comm oob = MPI_COMM_NULL;  // our private duplicate for out-of-band collectives
+  netfold_group_t group = nullptr;
+  int rank = 0, size = 0;
+  uint64_t completed = 0;
+  LastOp last;
+};
+
+struct Global {
+  Config config;
+  bool initialized = false;
+  bool fabric = false;
+  netfold_context_t ctx = nullptr;
+  MPI_Comm world_oob = MPI_COMM_NULL;
+  int world_rank = 0;
+  std::unordered_map<uintptr_t, std::unique_ptr<CommState>> comms;
+  uint64_t offloaded[kNumKinds] = {};
+  uint64_t fallbacks[kNumReasons] = {};
+  bool thread_multiple = false;
+  uint64_t next_seq = 0;
+  // NETFOLD_MPI_VERBOSE: per communicator, what was already said (bit r:
+  // reason r; bit kNumReasons: "offloaded"), so that each line comes once.
+  std::unordered_map<uintptr_t, uint32_t> told;
+};
+static_assert(kNumReasons < 31, "Global::told holds a bit per reason");
+
+// The process's one Global, made on first use and never destroyed.
+// Defined in mpi_interposer.cc.
+Global& G();
+
+// An MPI handle (a pointer or an integer, depending on the MPI library) as
+// the key of Global::comms and Global::told.
+template <typename Handle>
+uintptr_t Key(Handle h) {
+  uintptr_t k = 0;
+  static_assert(sizeof(Handle) <= sizeof(uintptr_t));
+  std::memcpy(&k, &h, sizeof(Handle));
+  return k;
+}
+
+// The bytes `count` elements of `type` span in a buffer (by extent).
+inline size_t Bytes(MPI_Datatype type, int count) {
+  MPI_Aint lb = 0, extent = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  return static_cast<size_t>(extent) * static_cast<size_t>(count);
+}
+
+// Tell's bit for "offloaded to the fabric" (the other bits are Reasons).
+constexpr int kOffloadedBit = kNumReasons;
+
+// With NETFOLD_MPI_VERBOSE=1, the communicator's rank 0 says once per
+// (communicator, bit) what was decided: `bit` is a Reason, or kOffloadedBit.
+// `detail` (called only when something is printed) adds the particulars.
+// Defined in mpi_interposer.cc.
+void Tell(MPI_Comm comm, int bit, Kind kind, absl::FunctionRef<std::string()> detail);
+inline void Tell(MPI_Comm comm, int bit, Kind kind) {
+  Tell(comm, bit, kind, [] { return std::string(); });
+}
+
+}  // namespace netfold::mpi
+
+#endif  // NETFOLD_HOST_MPI_INTERPOSER_STATE_H_

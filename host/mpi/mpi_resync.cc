@@ -1,0 +1,193 @@
+// libnetfold_mpi's failover (docs/mpi.md; host/mpi/mpi_resync.h): the
+// exchanges of host/resync.h over MPI itself, on the communicator's private
+// duplicate, and the re-run on PMPI_ of an operation no rank completed.
+#include "host/mpi/mpi_resync.h"
+
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "host/resync.h"
+#include "netfold/netfold.h"
+
+namespace netfold::mpi {
+namespace {
+
+int RunOnPmpi(MPI_Comm comm, Pending& p) {
+  switch (p.kind) {
+    case kAllreduce:
+      if (p.sendbuf == MPI_IN_PLACE) {
+        std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
+      }
+      return PMPI_Allreduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, comm);
+    case kReduce:
+      if (p.sendbuf == MPI_IN_PLACE) {
+        std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
+      }
+      return PMPI_Reduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, p.root, comm);
+    case kBcast:
+      return PMPI_Bcast(p.recvbuf, p.count, p.type, p.root, comm);
+    case kBarrier:
+    default:
+      return PMPI_Barrier(comm);
+  }
+}
+
+absl::Status FromMpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat("%s failed (MPI error %d)", what, rc));
+}
+
+// The failover's exchanges (host/resync.h), over MPI itself on the
+// communicator's private duplicate.
+class MpiResyncExchange : public netfold::host::ResyncExchange {
+ public:
+  MpiResyncExchange(CommState* s, Pending* current) : s_(s), current_(current) {}
+
+  absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) override {
+    all->assign(static_cast<size_t>(s_->size), 0);
+    return FromMpi(PMPI_Allgather(&mine, 1, MPI_UINT64_T, all->data(), 1, MPI_UINT64_T, s_->oob),
+                   "MPI_Allgather");
+  }
+
+  absl::Status Share(int from, std::span<uint8_t> bytes) override {
+    for (size_t done = 0; done < bytes.size();) {
+      const int n = static_cast<int>(std::min<size_t>(bytes.size() - done, INT32_MAX));
+      NETFOLD_RETURN_IF_ERROR(
+          FromMpi(PMPI_Bcast(bytes.data() + done, n, MPI_BYTE, from, s_->oob), "MPI_Bcast"));
+      done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  // The root gathers every rank's input (the ranks ahead kept theirs) and
+  // reduces them itself, in rank order.
+  absl::Status ReduceAgain(bool behind) override {
+    std::vector<uint8_t> in;
+    int root = s_->last.root;
+    if (behind) {
+      root = current_->root;
+      if (current_->sendbuf == MPI_IN_PLACE) {
+        in = current_->saved_input;
+      } else {
+        const uint8_t* b = static_cast<const uint8_t*>(current_->sendbuf);
+        in.assign(b, b + Bytes(current_->type, current_->count));
+      }
+    } else {
+      in = s_->last.input;
+    }
+    const int n = static_cast<int>(in.size());
+    std::vector<int> sizes(static_cast<size_t>(s_->size));
+    NETFOLD_RETURN_IF_ERROR(
+        FromMpi(PMPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, s_->oob), "MPI_Gather"));
+    std::vector<int> displs(static_cast<size_t>(s_->size), 0);
+    int total = 0;
+    for (int r = 0; r < s_->size; ++r) {
+      displs[r] = total;
+      total += sizes[r];
+    }
+    std::vector<uint8_t> gathered(s_->rank == root ? static_cast<size_t>(total) : 0);
+    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Gatherv(in.data(), n, MPI_BYTE, gathered.data(),
+                                                 sizes.data(), displs.data(), MPI_BYTE, root,
+                                                 s_->oob),
+                                    "MPI_Gatherv"));
+    if (s_->rank != root || current_ == nullptr) return absl::OkStatus();
+    // acc = x_0 op (x_1 op (... op x_{n-1})): MPI_Reduce_local computes
+    // inoutbuf = inbuf op inoutbuf.
+    const size_t last = static_cast<size_t>(s_->size - 1);
+    std::vector<uint8_t> acc(gathered.begin() + displs[last],
+                             gathered.begin() + displs[last] + sizes[last]);
+    for (int r = s_->size - 2; r >= 0; --r) {
+      NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Reduce_local(gathered.data() + displs[r], acc.data(),
+                                                        current_->count, current_->type,
+                                                        current_->op),
+                                      "MPI_Reduce_local"));
+    }
+    std::memcpy(current_->recvbuf, acc.data(), acc.size());
+    return absl::OkStatus();
+  }
+
+ private:
+  CommState* s_;
+  Pending* current_;
+};
+
+static_assert(static_cast<int>(netfold::proto::CollectiveType::kAllreduce) == kAllreduce &&
+              static_cast<int>(netfold::proto::CollectiveType::kReduce) == kReduce &&
+              static_cast<int>(netfold::proto::CollectiveType::kBcast) == kBcast &&
+              static_cast<int>(netfold::proto::CollectiveType::kBarrier) == kBarrier);
+
+}  // namespace
+
+int Resync(MPI_Comm comm, CommState* s, Pending* current) {
+  netfold::host::ResyncMember me{.rank = s->rank, .size = s->size, .completed = s->completed};
+  if (current != nullptr) {
+    me.current = netfold::host::ResyncOp{static_cast<netfold::proto::CollectiveType>(current->kind),
+                                         static_cast<uint32_t>(current->root)};
+    if (current->kind == kAllreduce || current->kind == kBcast) {
+      me.current_result = {static_cast<uint8_t*>(current->recvbuf),
+                           Bytes(current->type, current->count)};
+    }
+  }
+  me.last = {static_cast<netfold::proto::CollectiveType>(s->last.kind),
+             static_cast<uint32_t>(s->last.root)};
+  me.last_result = s->last.result;
+  MpiResyncExchange exchange(s, current);
+  absl::StatusOr<netfold::host::ResyncOutcome> outcome = netfold::host::Resync(exchange, me);
+  if (!outcome.ok()) {
+    std::fprintf(stderr, "netfold-mpi: rank %d: cannot recover from a fabric failure: %s\n",
+                 G().world_rank, std::string(outcome.status().message()).c_str());
+    // Ranks more than one operation apart (or disagreeing on it) cannot be
+    // brought back in step; a failed MPI exchange is returned as such.
+    if (!absl::IsUnavailable(outcome.status())) PMPI_Abort(comm, 1);
+    return MPI_ERR_OTHER;
+  }
+  if (*outcome == netfold::host::ResyncOutcome::kCurrentCompleted) {
+    s->completed = me.completed;
+    return MPI_SUCCESS;  // `current` was the operation some ranks missed, now complete
+  }
+  if (current == nullptr) return MPI_SUCCESS;
+  // `current` is an operation no rank completed: every rank re-runs it.
+  const int rc = RunOnPmpi(comm, *current);
+  if (rc == MPI_SUCCESS) ++s->completed;
+  return rc;
+}
+
+int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc) {
+  Global& g = G();
+  if (g.config.enable == Enable::kOn) {
+    std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric: %s: %s\n", g.world_rank,
+                 kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
+    // As MPI itself reports an error: through the communicator's error
+    // handler (MPI_ERRORS_ARE_FATAL by default aborts the job), then the
+    // code for handlers that return. A bare return code would let a
+    // program that does not check it go on with a buffer the operation
+    // never wrote.
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+    return MPI_ERR_OTHER;
+  }
+  ++g.fallbacks[kFabricError];
+  s->pmpi_reason = kFabricError;
+  s->pmpi_detail = absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
+                                   netfold_strerror(netfold_rc), netfold_last_error());
+  Tell(comm, kFabricError, p.kind, [&] { return s->pmpi_detail; });
+  if (std::getenv("NETFOLD_LOG_LEVEL") != nullptr) {
+    std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric (%s: %s); re-running on MPI\n",
+                 g.world_rank, kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
+  }
+  s->mode = CommState::Mode::kPmpi;
+  return Resync(comm, s, &p);
+}
+
+}  // namespace netfold::mpi

@@ -1,0 +1,269 @@
+// One aggregation node fed messages by hand, its outputs recorded: bad
+// configs refused; children that disagree (type, count, root, bcast data)
+// complete with a mismatch on every rank; stale epochs, duplicates and
+// window violations dropped and counted; repairs answered until a slot is
+// reused, and relayed below the root to the child that asked; aborts. The
+// node inside whole trees is in aggregation_node_test.cc.
+#include "switch/aggregation_node.h"
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "base/clock.h"
+#include "gtest/gtest.h"
+#include "proto/aggregation_header.h"
+
+namespace netfold::sw {
+namespace {
+
+using proto::AggregationHeader;
+using proto::AggregationMessageType;
+using proto::AggregationStatus;
+using proto::CollectiveType;
+using proto::DataType;
+using proto::ReduceOp;
+
+using Bytes = std::vector<uint8_t>;
+
+struct Recorder : NodeOutput {
+  std::vector<Bytes> to_parent, multicast;
+  std::map<size_t, std::vector<Bytes>> to_child;
+  void SendToParent(std::span<const uint8_t> m) override { to_parent.emplace_back(m.begin(), m.end()); }
+  void SendToChild(size_t c, std::span<const uint8_t> m) override {
+    to_child[c].emplace_back(m.begin(), m.end());
+  }
+  void Multicast(std::span<const uint8_t> m) override { multicast.emplace_back(m.begin(), m.end()); }
+};
+
+AggregationHeader Header(uint64_t seq, DataType t = DataType::kInt32, uint32_t count = 4) {
+  AggregationHeader h;
+  h.type = AggregationMessageType::kRequest;
+  h.collective = CollectiveType::kAllreduce;
+  h.dtype = t;
+  h.op = ReduceOp::kSum;
+  h.tree_id = 1;
+  h.group_id = 2;
+  h.epoch = 3;
+  h.count = count;
+  h.seq = seq;
+  h.has_data = true;
+  return h;
+}
+
+AggregationHeader Parse(const Bytes& m) {
+  auto h = proto::DecodeAggregationMessage(m);
+  EXPECT_TRUE(h.ok()) << h.status();
+  return h.ok() ? *h : AggregationHeader{};
+}
+
+class NodeValidation : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    AggregationNodeConfig config{.tree_id = 1, .group_id = 2, .epoch = 3, .num_slots = 2,
+                                 .slot_bytes = 64,
+                                 .children = {{{0}}, {{1}}, {{2}}}};
+    node_ = std::move(*AggregationNode::Create(config, &out_, clock_));
+  }
+  void Send(size_t child, const AggregationHeader& h) {
+    Bytes data(proto::AggregationPayloadSize(h), static_cast<uint8_t>(child + 1));
+    node_->OnChildMessage(child, h, data);
+  }
+  FakeClock clock_;
+  Recorder out_;
+  std::unique_ptr<AggregationNode> node_;
+};
+
+TEST_F(NodeValidation, RejectsBadConfigs) {
+  Recorder r;
+  FakeClock c;
+  EXPECT_FALSE(AggregationNode::Create({.children = {}}, &r, c).ok());
+  EXPECT_FALSE(AggregationNode::Create({.num_slots = 0, .children = {{{0}}}}, &r, c).ok());
+  EXPECT_FALSE(AggregationNode::Create({.slot_bytes = 100, .children = {{{0}}}}, &r, c).ok());
+  EXPECT_FALSE(AggregationNode::Create({.children = {{{0}}}}, nullptr, c).ok());
+}
+
+TEST_F(NodeValidation, DisagreeingChildrenCompleteWithMismatchOnEveryRank) {
+  Send(0, Header(0));
+  Send(1, Header(0, DataType::kUint32));
+  Send(2, Header(0));
+  ASSERT_EQ(out_.multicast.size(), 1u);
+  AggregationHeader r = Parse(out_.multicast[0]);
+  EXPECT_EQ(r.status, AggregationStatus::kMismatch);
+  EXPECT_FALSE(r.has_data);
+  EXPECT_EQ(node_->counters().errors_distributed, 1u);
+  // The group goes on: the next operation in that slot works.
+  out_.multicast.clear();
+  for (size_t c = 0; c < 3; ++c) Send(c, Header(2));
+  ASSERT_EQ(out_.multicast.size(), 1u);
+  EXPECT_EQ(Parse(out_.multicast[0]).status, AggregationStatus::kOk);
+}
+
+TEST_F(NodeValidation, CountAndRootMismatchesToo) {
+  Send(0, Header(0, DataType::kInt32, 4));
+  Send(1, Header(0, DataType::kInt32, 5));
+  Send(2, Header(0, DataType::kInt32, 4));
+  EXPECT_EQ(Parse(out_.multicast.at(0)).status, AggregationStatus::kMismatch);
+  AggregationHeader a = Header(1), b = Header(1);
+  a.root_rank = 1;
+  Send(0, a);
+  Send(1, b);
+  Send(2, b);
+  EXPECT_EQ(Parse(out_.multicast.at(1)).status, AggregationStatus::kMismatch);
+}
+
+TEST_F(NodeValidation, OversizedOperationIsAnInvalidRequest) {
+  for (size_t c = 0; c < 3; ++c) Send(c, Header(0, DataType::kInt64, 9));  // 72 > 64 bytes
+  ASSERT_EQ(out_.multicast.size(), 1u);
+  EXPECT_EQ(Parse(out_.multicast[0]).status, AggregationStatus::kInvalidRequest);
+}
+
+TEST_F(NodeValidation, StaleEpochIsAbortedToThatChildOnly) {
+  AggregationHeader h = Header(0);
+  h.epoch = 2;
+  Send(1, h);
+  EXPECT_EQ(node_->counters().Drops(NodeDropReason::kStaleEpoch), 1u);
+  ASSERT_EQ(out_.to_child[1].size(), 1u);
+  AggregationHeader a = Parse(out_.to_child[1][0]);
+  EXPECT_EQ(a.type, AggregationMessageType::kAbort);
+  EXPECT_EQ(a.status, AggregationStatus::kStaleEpoch);
+  EXPECT_TRUE(out_.to_child[0].empty());
+  EXPECT_EQ(node_->num_busy_slots(), 0u);
+}
+
+TEST_F(NodeValidation, DuplicatesAndWindowViolationsAreDroppedNotCounted) {
+  Send(0, Header(0));
+  Send(0, Header(0));  // duplicate while collecting
+  EXPECT_EQ(node_->counters().Drops(NodeDropReason::kDuplicate), 1u);
+  Send(0, Header(2));  // slot 0 is busy with seq 0: seq 2 is beyond the window
+  EXPECT_EQ(node_->counters().Drops(NodeDropReason::kOutsideWindow), 1u);
+  Send(0, Header(5));  // slot 1 never used: seq 5 is not 1
+  EXPECT_EQ(node_->counters().Drops(NodeDropReason::kOutsideWindow), 2u);
+  Send(1, Header(0));
+  Send(2, Header(0));
+  ASSERT_EQ(out_.multicast.size(), 1u);
+  // The duplicate did not count twice: the sum is 1 + 2 + 3 per byte lane.
+  AggregationHeader h;
+  std::span<const uint8_t> data;
+  ASSERT_EQ(proto::ParseAggregationMessage(out_.multicast[0], &h, &data),
+            proto::AggregationParseResult::kOk);
+  int32_t v;
+  std::memcpy(&v, data.data(), 4);
+  EXPECT_EQ(v, 0x06060606);
+  Send(2, Header(0));  // after completion: an old operation
+  EXPECT_EQ(node_->counters().Drops(NodeDropReason::kDuplicate), 2u);
+}
+
+TEST_F(NodeValidation, RepairIsAnsweredUntilTheSlotIsReused) {
+  for (size_t c = 0; c < 3; ++c) Send(c, Header(0));
+  AggregationHeader repair = Header(0);
+  repair.type = AggregationMessageType::kRepairRequest;
+  repair.has_data = false;
+  node_->OnChildMessage(2, repair, {});
+  ASSERT_EQ(out_.to_child[2].size(), 1u);
+  EXPECT_EQ(out_.to_child[2][0], out_.multicast[0]) << "the same result bits";
+  for (size_t c = 0; c < 3; ++c) Send(c, Header(2));  // slot 0 reused by seq 2
+  node_->OnChildMessage(2, repair, {});
+  ASSERT_EQ(out_.to_child[2].size(), 2u);
+  AggregationHeader gone = Parse(out_.to_child[2][1]);
+  EXPECT_EQ(gone.status, AggregationStatus::kResultGone);
+  EXPECT_EQ(gone.seq, 0u);
+}
+
+// Below the root, a repaired result comes back from the parent to the
+// children that asked. Ranks waiting for results not computed yet (behind
+// the rank that lost one) keep asking too, and the root stays silent about
+// those: their requests must not push out the request of the rank whose
+// result is on its way, or that rank waits for its next repair (up to a
+// second later) and, after a few such losses, past its deadline. Child 2
+// is a switch over ranks 2 and 3, one window apart: rank 3 lost result 0
+// while rank 2 already asks about 2 and 3.
+TEST(AggregationNodeRepair, ARelayedRepairReachesTheChildThatAskedWhateverOthersAskMeanwhile) {
+  FakeClock clock;
+  Recorder out;
+  AggregationNodeConfig config{.tree_id = 1, .group_id = 2, .epoch = 3, .num_slots = 2,
+                               .slot_bytes = 64,
+                               .children = {{{0}}, {{1}}, {{2, 3}}},
+                               .has_parent = true};
+  std::unique_ptr<AggregationNode> node = std::move(*AggregationNode::Create(config, &out, clock));
+  for (uint64_t seq : {0u, 1u}) {
+    for (size_t c = 0; c < 3; ++c) {
+      const AggregationHeader h = Header(seq);
+      const Bytes data(proto::AggregationPayloadSize(h), static_cast<uint8_t>(c + 1));
+      node->OnChildMessage(c, h, data);
+    }
+  }
+  ASSERT_EQ(out.to_parent.size(), 2u);
+  auto repair = [&](size_t child, uint64_t seq) {
+    AggregationHeader r = Header(seq);
+    r.type = AggregationMessageType::kRepairRequest;
+    r.has_data = false;
+    node->OnChildMessage(child, r, {});
+  };
+  repair(2, 0);
+  repair(2, 0);  // asked again: still one answer
+  // Far more requests for 2 and 3 (not computed yet) than the node keeps.
+  for (int i = 0; i < 20; ++i) {
+    for (size_t c = 0; c < 3; ++c) {
+      repair(c, 2);
+      repair(c, 3);
+    }
+  }
+  EXPECT_EQ(out.to_parent.size(), 2u + 2u + 120u) << "every request goes up";
+  AggregationHeader result = Header(0);
+  result.type = AggregationMessageType::kResult;
+  const Bytes data(proto::AggregationPayloadSize(result), 0x06);
+  node->OnParentMessage(result, data);
+  ASSERT_EQ(out.to_child[2].size(), 1u);
+  EXPECT_EQ(Parse(out.to_child[2][0]).seq, 0u);
+  EXPECT_EQ(Parse(out.to_child[2][0]).type, AggregationMessageType::kResult);
+  EXPECT_TRUE(out.to_child[0].empty());
+  EXPECT_TRUE(out.to_child[1].empty());
+  EXPECT_EQ(node->counters().Drops(NodeDropReason::kUnexpectedResult), 0u);
+  EXPECT_EQ(node->counters().results_relayed, 1u);
+}
+
+TEST_F(NodeValidation, ResultFromAChildAndMessagesForOtherGroupsAreDropped) {
+  AggregationHeader r = Header(0);
+  r.type = AggregationMessageType::kResult;
+  Send(0, r);
+  AggregationHeader other = Header(0);
+  other.group_id = 99;
+  Send(0, other);
+  node_->OnParentMessage(Header(0), {});  // the root has no parent
+  EXPECT_EQ(node_->counters().Drops(NodeDropReason::kUnexpectedType), 3u);
+  EXPECT_TRUE(out_.multicast.empty());
+}
+
+TEST_F(NodeValidation, AbortTellsEveryChildAndFreesTheSlots) {
+  Send(0, Header(0));
+  Send(1, Header(1));
+  EXPECT_EQ(node_->num_busy_slots(), 2u);
+  node_->Abort(AggregationStatus::kAborted);
+  EXPECT_EQ(node_->num_busy_slots(), 0u);
+  for (size_t c = 0; c < 3; ++c) {
+    ASSERT_EQ(out_.to_child[c].size(), 1u);
+    EXPECT_EQ(Parse(out_.to_child[c][0]).type, AggregationMessageType::kAbort);
+  }
+}
+
+TEST_F(NodeValidation, BcastDataFromAChildNotHoldingTheRootIsAMismatch) {
+  AggregationHeader h = Header(0, DataType::kUint8, 8);
+  h.collective = CollectiveType::kBcast;
+  h.op = proto::kNoReduceOp;
+  h.root_rank = 1;
+  AggregationHeader no_data = h;
+  no_data.has_data = false;
+  Send(0, h);  // child 0 does not hold rank 1 but sends data
+  Send(1, h);
+  Send(2, no_data);
+  ASSERT_EQ(out_.multicast.size(), 1u);
+  EXPECT_EQ(Parse(out_.multicast[0]).status, AggregationStatus::kMismatch);
+}
+
+}  // namespace
+}  // namespace netfold::sw
