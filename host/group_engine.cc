@@ -54,7 +54,7 @@ struct GroupEngine::Op {
   CollectiveArgs args;
   size_t elem_size = 0;
   size_t num_chunks = 1;
-  size_t chunks_registered = 0;  // taken into the window
+  size_t chunks_posted = 0;
   size_t chunks_done = 0;
   int64_t deadline_ns = 0;
   bool done = false;
@@ -116,31 +116,9 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
   return id;
 }
 
-GroupEngine::ChunkPlan GroupEngine::PlanChunk(const Op& op, size_t chunk) const {
-  const uint32_t k = params_.num_slots;
-  ChunkPlan plan{.window = k};
-  const uint32_t m = k / 8;
-  const CollectiveArgs& a = op.args;
-  if (a.collective != CollectiveType::kBcast || params_.delivery != DeliveryMode::kMulticast ||
-      m < 2 || op.num_chunks <= k - m) {
-    return plan;
-  }
-  // A streamed bcast (group_engine.h): the first K - M chunks and one in M
-  // after them are gated (every rank posts), the others are root_only.
-  const bool gated = chunk < k - m || chunk % m == 0;
-  if (a.root == params_.rank) {
-    if (!gated) plan = {.sends = true, .root_only = true, .window = k - 2 * m + 1};
-  } else {
-    plan = gated ? ChunkPlan{.sends = true, .root_only = false, .window = m}
-                 : ChunkPlan{.sends = false, .root_only = true, .window = k};
-  }
-  return plan;
-}
-
 std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size_t chunk,
                                                              uint64_t seq,
-                                                             AggregationMessageType type,
-                                                             bool root_only) const {
+                                                             AggregationMessageType type) const {
   const CollectiveArgs& a = op.args;
   AggregationHeader h;
   h.type = type;
@@ -157,7 +135,6 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
                     ? a.root
                     : 0;
   h.seq = seq;
-  h.root_only = root_only;
   size_t first = 0, n = 0;
   if (a.count > 0) {
     const size_t per_chunk = ElementsPerChunk(op);
@@ -182,42 +159,13 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
   return r;
 }
 
-void GroupEngine::RegisterChunks() {
-  const int64_t now = clock_.NowNanos();
-  while (!queue_.empty() && next_seq_ < low_seq_ + params_.num_slots) {
-    Op& op = *queue_.front();
-    const size_t chunk = op.chunks_registered;
-    InFlight& slot = window_[next_seq_ % window_.size()];
-    slot = InFlight{.used = true,
-                    .seq = next_seq_,
-                    .op = &op,
-                    .chunk = chunk,
-                    .plan = PlanChunk(op, chunk),
-                    .repair_at_ns = INT64_MAX,
-                    .repair_backoff = params_.repair_after};
-    if (!slot.plan.sends) {
-      // Nothing to send: the result may come at any time from now on.
-      slot.sent = true;
-      slot.repair_at_ns = now + absl::ToInt64Nanoseconds(params_.repair_after);
-    }
-    ++next_seq_;
-    if (++op.chunks_registered == op.num_chunks) queue_.pop_front();
-  }
-}
-
-bool GroupEngine::SendNextRequest() {
-  if (pending_request_.has_value()) return false;
-  for (; next_send_seq_ < next_seq_; ++next_send_seq_) {
-    InFlight& slot = window_[next_send_seq_ % window_.size()];
-    // Silent chunks, and chunks an error result already completed, send nothing.
-    if (slot.used && slot.seq == next_send_seq_ && !slot.sent) break;
-  }
-  if (next_send_seq_ == next_seq_) return false;
-  InFlight& slot = window_[next_send_seq_ % window_.size()];
-  if (slot.seq >= low_seq_ + slot.plan.window) return false;  // wait for older results
-  std::optional<Request> request = BuildRequest(*slot.op, slot.chunk, slot.seq,
-                                                AggregationMessageType::kRequest,
-                                                slot.plan.root_only);
+bool GroupEngine::PostNextChunk() {
+  if (queue_.empty() || pending_request_.has_value()) return false;
+  if (next_seq_ >= low_seq_ + params_.num_slots) return false;
+  Op& op = *queue_.front();
+  const size_t chunk = op.chunks_posted;
+  const uint64_t seq = next_seq_;
+  std::optional<Request> request = BuildRequest(op, chunk, seq, AggregationMessageType::kRequest);
   if (!request.has_value()) {
     Fail(absl::InternalError("could not encode a request"));
     return false;
@@ -229,11 +177,20 @@ bool GroupEngine::SendNextRequest() {
     Fail(s);
     return false;
   }
-  slot.sent = true;
-  slot.repair_at_ns = clock_.NowNanos() + absl::ToInt64Nanoseconds(params_.repair_after);
-  ++next_send_seq_;
+  const int64_t now = clock_.NowNanos();
+  InFlight& slot = window_[seq % window_.size()];
+  slot.used = true;
+  slot.seq = seq;
+  slot.op = &op;
+  slot.chunk = chunk;
+  slot.posted_ns = now;
+  slot.repair_backoff = params_.repair_after;
+  slot.repair_at_ns = now + absl::ToInt64Nanoseconds(params_.repair_after);
+  ++next_seq_;
+  ++op.chunks_posted;
   ++stats_.chunks_posted;
   stats_.bytes_sent += request->elements.size();
+  if (op.chunks_posted == op.num_chunks) queue_.pop_front();
   return !pending_request_.has_value();
 }
 
@@ -259,9 +216,6 @@ void GroupEngine::OnMessage(const AggregationHeader& h, std::span<const uint8_t>
     ++stats_.unexpected_messages;
     return;
   }
-  // A streamed bcast's result may come before this rank took its chunk
-  // into the window (it posts nothing for it).
-  if (h.seq >= next_seq_) RegisterChunks();
   InFlight& slot = window_[h.seq % window_.size()];
   if (!slot.used || slot.seq != h.seq) {
     // Seen already (multicast and repair both came), or not ours.
@@ -333,8 +287,7 @@ void GroupEngine::Poll() {
     }
     pending_request_.reset();
   }
-  RegisterChunks();
-  while (SendNextRequest()) {
+  while (PostNextChunk()) {
   }
   if (!failure_.ok()) return;
   const int64_t now = clock_.NowNanos();
@@ -348,8 +301,7 @@ void GroupEngine::Poll() {
       continue;
     }
     std::optional<Request> repair =
-        BuildRequest(*slot.op, slot.chunk, slot.seq, AggregationMessageType::kRepairRequest,
-                     slot.plan.root_only);
+        BuildRequest(*slot.op, slot.chunk, slot.seq, AggregationMessageType::kRepairRequest);
     absl::Status s = repair.has_value() ? Send(*repair)
                                         : absl::InternalError("could not encode a repair request");
     if (!s.ok() && !absl::IsResourceExhausted(s)) {
@@ -377,12 +329,6 @@ std::optional<int64_t> GroupEngine::NextTimerNs() const {
   const int64_t now = clock_.NowNanos();
   if (pending_request_.has_value()) return now;
   if (!queue_.empty() && next_seq_ < low_seq_ + params_.num_slots) return now;
-  for (uint64_t seq = next_send_seq_; seq < next_seq_; ++seq) {
-    const InFlight& slot = window_[seq % window_.size()];
-    if (!slot.used || slot.seq != seq || slot.sent) continue;
-    if (seq < low_seq_ + slot.plan.window) return now;  // a request may leave
-    break;
-  }
   std::optional<int64_t> next;
   auto consider = [&](int64_t t) { next = next ? std::min(*next, t) : t; };
   for (const InFlight& slot : window_) {

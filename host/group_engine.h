@@ -13,15 +13,6 @@
 //   while (!engine.Done(*op)) { transport.Progress(...); feed engine.OnMessage(...); engine.Poll(); }
 //   absl::Status s = engine.Finish(*op);
 //
-// A large bcast over multicast streams (docs/host.md, "Streamed bcast"):
-// past its first K - M chunks (M = K / 8, at least 2; only for K >= 16),
-// the ranks other than the root post a header-only request for one chunk
-// in M and just receive the others; the root marks those others root_only
-// and keeps at most W = K - 2M + 1 of its chunks in flight, a non-root
-// posts a request only once it has every result up to M before it. That
-// keeps the switches' rule: when the root posts s + K, every rank has
-// result s (a gated chunk in [s + M, s + K - W] proves it).
-//
 // Every rank of a group must start the same operations in the same order
 // (as MPI requires of collectives): their chunks then carry the same
 // sequence numbers. A chunk whose result is an error fails its operation,
@@ -91,8 +82,7 @@ struct GroupEngineStats {
   uint64_t ops_started = 0;
   uint64_t ops_completed = 0;
   uint64_t ops_failed = 0;
-  uint64_t chunks_posted = 0;      // requests sent (a streamed bcast's
-                                   // non-roots send one chunk in M)
+  uint64_t chunks_posted = 0;
   uint64_t results_received = 0;
   uint64_t duplicate_results = 0;  // the multicast and a repair both came
   uint64_t repairs_sent = 0;
@@ -152,21 +142,12 @@ class GroupEngine {
 
  private:
   struct Op;
-  // What this rank does for one chunk: send a request (within `window`
-  // chunks of the oldest result it lacks), flagged root_only or not, or
-  // send nothing and wait for the result.
-  struct ChunkPlan {
-    bool sends = true;
-    bool root_only = false;
-    uint32_t window = 0;
-  };
   struct InFlight {
     bool used = false;
-    bool sent = false;  // the request left (or the plan sends none)
     uint64_t seq = 0;
     Op* op = nullptr;
     size_t chunk = 0;
-    ChunkPlan plan;
+    int64_t posted_ns = 0;
     int64_t repair_at_ns = 0;
     absl::Duration repair_backoff;
   };
@@ -178,15 +159,9 @@ class GroupEngine {
     std::span<const uint8_t> elements;
   };
 
-  // Takes the next chunks into the window (every chunk with seq < oldest
-  // result missing + K), then sends the requests their plans allow, in seq
-  // order. False once the sender refused one (kept in pending_request_).
-  void RegisterChunks();
-  bool SendNextRequest();
-  ChunkPlan PlanChunk(const Op& op, size_t chunk) const;
+  bool PostNextChunk();
   std::optional<Request> BuildRequest(const Op& op, size_t chunk, uint64_t seq,
-                                      proto::AggregationMessageType type,
-                                      bool root_only = false) const;
+                                      proto::AggregationMessageType type) const;
   absl::Status Send(const Request& r) { return sender_->SendRequest(r.header, r.elements); }
   void CompleteChunk(InFlight& slot, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
@@ -199,7 +174,6 @@ class GroupEngine {
   absl::Status failure_;
   OpId next_op_id_ = 1;
   uint64_t next_seq_ = 0;    // the next chunk's sequence number
-  uint64_t next_send_seq_ = 0;  // the oldest chunk whose request has not left
   uint64_t low_seq_ = 0;     // the oldest chunk without a result
   std::deque<Op*> queue_;                    // started, not all chunks posted yet
   std::map<OpId, std::unique_ptr<Op>> ops_;  // every op not yet finished (owner)

@@ -27,10 +27,6 @@ bool IsValidStatus(uint8_t code) {
   return code <= static_cast<uint8_t>(AggregationStatus::kInternal);
 }
 
-uint8_t Flags(const AggregationHeader& h) {
-  return (h.has_data ? kAggregationFlagHasData : 0) | (h.root_only ? kAggregationFlagRootOnly : 0);
-}
-
 // The field-level rules, on raw codes so that a value outside an enum is
 // never materialised as that enum. `reserved_zero` covers bytes 10..11 and
 // 28..31 (always true for a host-order header).
@@ -56,12 +52,7 @@ AggregationParseResult Validate(uint8_t version, uint8_t type, uint8_t collectiv
     return AggregationParseResult::kBadDelivery;
   }
   if (!IsValidStatus(status)) return AggregationParseResult::kBadStatus;
-  if ((flags & ~kAggregationKnownFlags) != 0 ||
-      ((flags & kAggregationFlagRootOnly) != 0 &&
-       (coll != CollectiveType::kBcast ||
-        static_cast<DeliveryMode>(delivery) != DeliveryMode::kMulticast))) {
-    return AggregationParseResult::kBadFlags;
-  }
+  if ((flags & ~kAggregationKnownFlags) != 0) return AggregationParseResult::kBadFlags;
   if (!reserved_zero) return AggregationParseResult::kReservedNotZero;
   if (is_barrier && count != 0) return AggregationParseResult::kBarrierWithCount;
   if (count > kMaxAggregationCount) return AggregationParseResult::kCountTooLarge;
@@ -175,7 +166,7 @@ AggregationParseResult ValidateAggregationHeader(const AggregationHeader& h) {
   return Validate(h.version, static_cast<uint8_t>(h.type), static_cast<uint8_t>(h.collective),
                   static_cast<uint8_t>(h.dtype), static_cast<uint8_t>(h.op),
                   static_cast<uint8_t>(h.delivery), static_cast<uint8_t>(h.status),
-                  Flags(h), /*reserved_zero=*/true, h.count);
+                  h.has_data ? kAggregationFlagHasData : 0, /*reserved_zero=*/true, h.count);
 }
 
 size_t AggregationPayloadSize(const AggregationHeader& header) {
@@ -202,7 +193,7 @@ absl::StatusOr<size_t> EncodeAggregationHeader(const AggregationHeader& h,
   wire.op = static_cast<uint8_t>(h.op);
   wire.delivery = static_cast<uint8_t>(h.delivery);
   wire.status = static_cast<uint8_t>(h.status);
-  wire.flags = Flags(h);
+  wire.flags = h.has_data ? kAggregationFlagHasData : 0;
   wire.tree_id.set(h.tree_id);
   wire.group_id.set(h.group_id);
   wire.epoch.set(h.epoch);
@@ -259,7 +250,6 @@ AggregationParseResult ParseAggregationHeader(std::span<const uint8_t> bytes,
   out->delivery = static_cast<DeliveryMode>(wire.delivery);
   out->status = static_cast<AggregationStatus>(wire.status);
   out->has_data = (wire.flags & kAggregationFlagHasData) != 0;
-  out->root_only = (wire.flags & kAggregationFlagRootOnly) != 0;
   out->tree_id = wire.tree_id.get();
   out->group_id = wire.group_id.get();
   out->epoch = wire.epoch.get();

@@ -10,9 +10,7 @@
 //   4   1    op          ReduceOp code; 0 (kNoReduceOp) for barrier and bcast
 //   5   1    delivery    DeliveryMode
 //   6   1    status      AggregationStatus
-//   7   1    flags       bit 0 kAggregationFlagHasData, bit 1
-//                        kAggregationFlagRootOnly (bcast over multicast
-//                        only); other bits 0
+//   7   1    flags       bit 0 kAggregationFlagHasData; other bits 0
 //   8   2    tree_id
 //   10  2    reserved (0)
 //   12  4    group_id
@@ -68,12 +66,7 @@ inline constexpr uint32_t kMaxAggregationCount = 1u << 28;
 
 // Flag bits (byte 7).
 inline constexpr uint8_t kAggregationFlagHasData = 0x01;
-// A streamed bcast chunk: only the children on the path to root_rank
-// contribute; the other ranks post nothing for this seq and just receive
-// the multicast result (docs/protocol.md, "Streamed bcast").
-inline constexpr uint8_t kAggregationFlagRootOnly = 0x02;
-inline constexpr uint8_t kAggregationKnownFlags =
-    kAggregationFlagHasData | kAggregationFlagRootOnly;
+inline constexpr uint8_t kAggregationKnownFlags = kAggregationFlagHasData;
 
 // dtype / op code 0: "none", where the table above allows it.
 inline constexpr DataType kNoDataType = static_cast<DataType>(0);
@@ -126,7 +119,6 @@ struct AggregationHeader {
   DeliveryMode delivery = DeliveryMode::kMulticast;
   AggregationStatus status = AggregationStatus::kOk;
   bool has_data = false;  // flags bit 0: `count` elements follow the header
-  bool root_only = false; // flags bit 1: only the root's path contributes
   uint16_t tree_id = 0;
   uint32_t group_id = 0;
   uint32_t epoch = 0;
@@ -173,7 +165,7 @@ enum class AggregationParseResult : uint8_t {
   kOpNotAllowed,       // allreduce/reduce: CheckOpAllowed(dtype, op) fails
   kBadDelivery,        // delivery not a DeliveryMode, or to_root but not reduce
   kBadStatus,          // status not an AggregationStatus
-  kBadFlags,           // an unknown flag bit, or root_only but not a multicast bcast
+  kBadFlags,           // a flag bit other than has_data is set
   kReservedNotZero,    // bytes 10..11 or 28..31 are not 0
   kBarrierWithCount,   // barrier with count != 0
   kCountTooLarge,      // count > kMaxAggregationCount

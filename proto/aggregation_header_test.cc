@@ -139,16 +139,6 @@ TEST(AggregationHeader, GoldenBytes) {
                      "01 01 03 09 00 02 06 01  0003 0000  00000102  00000007  00000001  "
                      "00000004  00000000  000000000000002a"});
   }
-  {
-    AggregationHeader h = AllreduceRequest();
-    h.collective = CollectiveType::kBcast;
-    h.op = kNoReduceOp;
-    h.root_only = true;
-    h.root_rank = 2;
-    cases.push_back({"streamed bcast chunk", h,
-                     "01 01 03 0b 00 01 00 03  0003 0000  00000102  00000007  00000002  "
-                     "00000004  00000000  000000000000002a"});
-  }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const std::vector<uint8_t> golden = FromHex(c.hex);
@@ -258,11 +248,6 @@ TEST(AggregationHeader, DecoderRejectsEveryBrokenRule) {
        R::kOk},
       {"bcast without op", ValidMessage(bcast), R::kOk},
       {"bcast with an op", WithByte(ValidMessage(bcast), 4, 5), R::kOk},
-      {"streamed bcast chunk", WithByte(ValidMessage(bcast), 7, 0x03), R::kOk},
-      {"root_only on an rc_tree bcast", WithByte(WithByte(ValidMessage(bcast), 5, 2), 7, 0x03),
-       R::kBadFlags},
-      {"root_only on a barrier", WithByte(ValidMessage(Barrier()), 7, 0x02), R::kBadFlags},
-      {"flag 0x04", WithByte(ValidMessage(bcast), 7, 0x05), R::kBadFlags},
       {"empty", {}, R::kTruncated},
       {"39 bytes", Resized(ValidMessage(), 39), R::kTruncated},
       {"version 0", WithByte(ValidMessage(), 0, 0), R::kBadVersion},

@@ -31,8 +31,7 @@ inline void Bump(std::atomic<uint64_t>& counter, uint64_t n) {
 
 bool SameOperation(const AggregationHeader& a, const AggregationHeader& b) {
   return a.collective == b.collective && a.dtype == b.dtype && a.op == b.op &&
-         a.count == b.count && a.root_rank == b.root_rank && a.delivery == b.delivery &&
-         a.root_only == b.root_only;
+         a.count == b.count && a.root_rank == b.root_rank && a.delivery == b.delivery;
 }
 
 }  // namespace
@@ -204,19 +203,11 @@ void AggregationNode::HandleRequest(size_t child, const AggregationHeader& h,
       Drop(h.seq <= slot.seq ? NodeDropReason::kDuplicate : NodeDropReason::kOutsideWindow);
       return;
     case Slot::State::kFree: {
-      // The next use of this slot is seq + K, or later: a node below which
-      // no rank contributes to streamed bcast chunks (root_only) never sees
-      // those seqs, so its slots skip them.
-      // Every rank sends a request at least every K seqs, so a request more
-      // than K beyond the newest one seen here is not from a rank in step.
       const uint64_t expected = slot.used ? slot.seq + k : h.seq % k;
-      const uint64_t limit = any_request_ ? newest_seq_ + k : k - 1;
-      if (h.seq < expected || h.seq > limit) {
+      if (h.seq != expected) {
         Drop(h.seq < expected ? NodeDropReason::kDuplicate : NodeDropReason::kOutsideWindow);
         return;
       }
-      any_request_ = true;
-      newest_seq_ = std::max(newest_seq_, h.seq);
       // A new operation in this slot.
       slot.state = Slot::State::kCollecting;
       slot.seq = h.seq;
@@ -246,20 +237,6 @@ void AggregationNode::HandleRequest(size_t child, const AggregationHeader& h,
       if (h.collective == CollectiveType::kBcast && !config_.has_parent &&
           !ChildOfRank(h.root_rank).has_value()) {
         slot.status = AggregationStatus::kInvalidRequest;  // the root is not a member
-      }
-      if (h.root_only) {
-        // A streamed bcast chunk: only the child on the root's path sends
-        // one; the others count as in, with nothing to give.
-        const std::optional<size_t> data_child = ChildOfRank(h.root_rank);
-        if (!data_child.has_value() || *data_child != child) {
-          slot.status = AggregationStatus::kMismatch;
-        } else {
-          for (size_t c = 0; c < config_.children.size(); ++c) {
-            if (c == child) continue;
-            slot.arrived[c] = kBuffered;
-            ++slot.num_arrived;
-          }
-        }
       }
       break;
     }

@@ -25,9 +25,6 @@
 //                result (has_data = 0) to the others, so every rank learns
 //                that s completed (it may then post s + K).
 // - Bcast: the child holding root_rank carries the data, the others none.
-//   A streamed bcast chunk (root_only) comes from that child alone: the
-//   other children send nothing for it, and a node with no rank of the
-//   root's path below it never sees its seq (slots skip such seqs).
 //   Barrier: no data at all. Reduce (collective) aggregates like allreduce.
 // - The slot window: a child posts s + K only after it received result s,
 //   so when s + K completes at the root, result s is no longer needed. The
@@ -99,7 +96,7 @@ class NodeOutput {
 // Why a node dropped a message. Values index counter arrays.
 enum class NodeDropReason : uint8_t {
   kStaleEpoch = 0,     // an abort with kStaleEpoch was sent back
-  kOutsideWindow,      // seq ahead of the slot's, or more than K beyond the newest seen
+  kOutsideWindow,      // seq older than the slot's, or more than K ahead
   kDuplicate,          // this child already contributed to this seq
   kUnexpectedResult,   // a result from the parent nobody waits for
   kUnexpectedType,     // e.g. a result from a child, a request from the parent
@@ -191,8 +188,6 @@ class AggregationNode {
   NodeOutput* output_;
   const Clock& clock_;
   std::vector<std::unique_ptr<Slot>> slots_;
-  bool any_request_ = false;  // a request started an operation here
-  uint64_t newest_seq_ = 0;   // the highest seq that did
   // (seq, child) pairs waiting for a repaired result from the parent.
   std::vector<std::pair<uint64_t, uint32_t>> pending_repairs_;
   std::vector<const void*> fold_inputs_;  // Advance's inputs of one Fold

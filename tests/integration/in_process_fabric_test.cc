@@ -276,67 +276,6 @@ TEST(Fabric, ReduceBcastAndBarrierWithBothDeliveries) {
   }
 }
 
-// A bcast of many chunks streams (host/group_engine.h): past the first
-// K - M chunks the non-roots post one header-only request in M, and the
-// leaves with no rank of the root's path skip those seqs. Under faults,
-// with the root under each kind of leaf, followed by allreduces that use
-// the slots the bcast skipped: every byte arrives, no slot leaks, no
-// request is refused as outside the window.
-TEST(Fabric, StreamedBcastUnderFaultsSkipsSlotsSafely) {
-  const TreeShape shape = TreeShape::ThreeLevel();
-  FabricOptions options;
-  options.faults = kFaults;
-  InProcessFabric fabric(shape, options);
-  constexpr uint32_t kSlots = 32, kSlotBytes = 256;  // M = 4, the root keeps 25 in flight
-  fabric.CreateGroup(1, {.num_slots = kSlots, .slot_bytes = kSlotBytes});
-  const int n = shape.num_hosts();
-  std::mt19937_64 rng(11);
-  const size_t chunks = 203;
-  const size_t count = chunks * kSlotBytes - 100;  // a short last chunk
-  for (uint32_t root : {0u, 4u, 9u}) {
-    std::vector<host::GroupEngineStats> before;
-    for (int r = 0; r < n; ++r) before.push_back(fabric.engine(1, r).stats());
-    std::vector<Bytes> buf(n, Bytes(count, 0));
-    for (uint8_t& b : buf[root]) b = static_cast<uint8_t>(rng());
-    const Bytes expected = buf[root];
-    std::vector<Bytes> in(n, Bytes(4 * 300, 0)), out(n, Bytes(4 * 300, 0));
-    std::vector<host::CollectiveArgs> bcast_args, allreduce_args;
-    for (int r = 0; r < n; ++r) {
-      for (size_t i = 0; i < in[r].size(); i += 4) in[r][i] = static_cast<uint8_t>(r + 1);
-      bcast_args.push_back({.collective = CollectiveType::kBcast, .dtype = DataType::kUint8,
-                            .root = root, .send = buf[r].data(), .recv = buf[r].data(),
-                            .count = count});
-      allreduce_args.push_back({.dtype = DataType::kInt32, .op = ReduceOp::kSum,
-                                .send = in[r].data(), .recv = out[r].data(), .count = 300});
-    }
-    auto bcast_ids = fabric.StartOnEveryRank(1, bcast_args);
-    auto allreduce_ids = fabric.StartOnEveryRank(1, allreduce_args);
-    ASSERT_TRUE(fabric.RunUntilDone(1, bcast_ids)) << "root " << root;
-    ASSERT_TRUE(fabric.RunUntilDone(1, allreduce_ids)) << "root " << root;
-    const int32_t sum = n * (n + 1) / 2;
-    for (int r = 0; r < n; ++r) {
-      SCOPED_TRACE(absl::StrFormat("rank %d, root %d", r, root));
-      ASSERT_TRUE(fabric.engine(1, r).Finish(bcast_ids[r]).ok());
-      ASSERT_TRUE(fabric.engine(1, r).Finish(allreduce_ids[r]).ok());
-      EXPECT_EQ(buf[r], expected);
-      int32_t first;
-      std::memcpy(&first, out[r].data(), 4);
-      EXPECT_EQ(first, sum);
-      // 203 chunks: the root sends all of them; a non-root the first 28
-      // and one in 4 after them (44), plus the allreduce's 5 chunks.
-      const uint64_t requests =
-          fabric.engine(1, r).stats().chunks_posted - before[r].chunks_posted;
-      EXPECT_EQ(requests, (static_cast<uint32_t>(r) == root ? chunks : 28u + 44u) + 5u);
-    }
-  }
-  for (int s = 0; s < shape.num_switches(); ++s) {
-    EXPECT_EQ(fabric.switch_plane(s).num_busy_slots(), 0u) << "switch " << s;
-    fabric.switch_plane(s).ForEachNode([&](const sw::GroupSpec&, const sw::AggregationNode& node) {
-      EXPECT_EQ(node.counters().Drops(sw::NodeDropReason::kOutsideWindow), 0u) << "switch " << s;
-    });
-  }
-}
-
 TEST(Fabric, RanksThatDisagreeAllGetTheError) {
   InProcessFabric fabric(TreeShape::TwoLevel(2, 3));
   fabric.CreateGroup(1, {});
