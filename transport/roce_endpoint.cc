@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -326,7 +327,9 @@ size_t RoceEndpoint::ReceiveIfTimerDue() {
 }
 
 void RoceEndpoint::Flush() {
-  ReceiveIfTimerDue();
+  // What this reads reaches the QPs' receive queues after their owner
+  // emptied them: the next Receive must not wait before it is handled.
+  if (ReceiveIfTimerDue() > 0) flushed_receives_ = true;
   SendDue();
 }
 
@@ -339,7 +342,8 @@ size_t RoceEndpoint::Progress(absl::Duration timeout) {
 size_t RoceEndpoint::Receive(absl::Duration timeout) {
   const size_t n = ReceiveIfTimerDue();
   SendDue();
-  absl::Duration wait = n > 0 ? absl::ZeroDuration() : timeout;
+  const bool flushed = std::exchange(flushed_receives_, false);
+  absl::Duration wait = n > 0 || flushed ? absl::ZeroDuration() : timeout;
   if (auto t = NextTimerNs()) {
     wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - clock_.NowNanos())));
   }

@@ -153,6 +153,7 @@ class RoceEndpoint {
   std::vector<UdQueuePair*> ud_in_order_;
   absl::flat_hash_map<Ipv4Endpoint, std::vector<uint32_t>> groups_;
   std::vector<PacketBuffer*> rx_;
+  bool flushed_receives_ = false;  // Flush read packets the owner has not seen
   std::vector<PacketBuffer*> tx_;
   RoceEndpointCounters counters_;
 };

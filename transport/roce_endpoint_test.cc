@@ -143,6 +143,35 @@ TEST_F(EndpointTest, AcceptsAValidRcSendAndAcksIt) {
   EXPECT_EQ(replies[0].aeth->msn, 1u);
 }
 
+// The owner's loop is Receive, take the messages, Flush. A Flush whose
+// ACK timer is due reads the socket first, so messages can reach the QPs
+// after the owner took them: the next Receive must not sleep on them.
+TEST_F(EndpointTest, ReceiveDoesNotWaitWhileAFlushLeftMessagesUntaken) {
+  auto send_from_b = [&](uint32_t psn) {
+    std::vector<uint8_t> bytes = Build(RcSend(rc_->qpn(), psn), kAddrB);
+    PacketBuffer* p = b_->pool().Alloc();
+    std::memcpy(p->data(), bytes.data(), bytes.size());
+    p->set_len(static_cast<uint32_t>(bytes.size()));
+    p->dst = kAddrA;
+    ASSERT_EQ(b_->SendBurst({&p, 1}), 1u);
+  };
+  send_from_b(100);
+  a_->Receive(absl::ZeroDuration());
+  RecvMessage m;
+  ASSERT_TRUE(rc_->PeekRecv(&m));
+  rc_->PopRecv();
+  send_from_b(101);
+  a_->Flush();  // the ACK of 100 is due: reads 101 first
+  ASSERT_TRUE(rc_->PeekRecv(&m)) << "Flush took in the second message";
+  const absl::Time start = absl::Now();
+  a_->Receive(absl::Seconds(5));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2)) << "Receive slept on a message in hand";
+  a_->Flush();  // reads nothing: no timer is due
+  const absl::Time again = absl::Now();
+  a_->Receive(absl::Milliseconds(300));
+  EXPECT_GE(absl::Now() - again, absl::Milliseconds(250)) << "an idle Receive waits";
+}
+
 // A RoCE NIC sends from a UDP source port of its own choosing (rxe: 0xC000
 // + a hash of the QPN) and listens on 4791: an RC QP must accept its peer's
 // packets from any source port of the peer's address, and answer to the
