@@ -99,14 +99,22 @@ void DataPath::ApplyFailures() {
   }
 }
 
-void DataPath::PollEngines() {
-  for (auto& [id, engine] : engines_) engine->Poll();
+void DataPath::PollEngines(bool timers) {
+  for (auto& [id, engine] : engines_) {
+    if (timers) {
+      engine->Poll();
+    } else {
+      engine->Post();
+    }
+  }
   link_->Flush();
 }
 
 void DataPath::Progress(absl::Duration timeout) {
   ApplyFailures();
-  PollEngines();
+  // Requests out before the wait; repair timers only after what has
+  // arrived is read (a result waiting unread is not lost).
+  PollEngines(/*timers=*/false);
   absl::Duration wait = timeout;
   auto until = [&](std::optional<int64_t> t) {
     if (t) wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - RealClock().NowNanos())));
@@ -125,14 +133,19 @@ void DataPath::Progress(absl::Duration timeout) {
     auto it = engines_.find(h.group_id);
     if (it != engines_.end()) it->second->OnMessage(h, elements);
   };
-  link_->Progress(wait, deliver);
+  // A process that was not scheduled for a while finds many bursts
+  // waiting: read them (a bounded number) before judging any result lost.
+  constexpr int kMaxBursts = 16;
+  for (int burst = 0; burst < kMaxBursts && link_->Progress(wait, deliver) > 0; ++burst) {
+    wait = absl::ZeroDuration();
+  }
   if (!soft_link_) endpoint_->Progress(absl::ZeroDuration());
   if (absl::Status link = link_->status(); !link.ok()) {
     for (auto& [id, engine] : engines_) {
       engine->Fail(WithErrorCode(link, NETFOLD_ERR_UNAVAILABLE));
     }
   }
-  PollEngines();
+  PollEngines(/*timers=*/true);
 }
 
 }  // namespace netfold::host

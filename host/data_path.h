@@ -91,7 +91,9 @@ class DataPath {
   absl::StatusOr<std::unique_ptr<LeafLink>> CreateLeafLink(const ContextOptions& options,
                                                            uint32_t slot_bytes);
   void ApplyFailures();
-  void PollEngines();
+  // Every engine posts what its window allows; with `timers`, also its
+  // repairs and deadlines. Then the link sends.
+  void PollEngines(bool timers);
 
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
   std::unique_ptr<transport::RoceEndpoint> endpoint_;

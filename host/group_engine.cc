@@ -276,7 +276,7 @@ void GroupEngine::FinishOpIfDone(Op& op) {
   }
 }
 
-void GroupEngine::Poll() {
+void GroupEngine::Post() {
   if (!failure_.ok()) return;
   if (pending_request_.has_value()) {
     absl::Status s = Send(*pending_request_);
@@ -289,6 +289,10 @@ void GroupEngine::Poll() {
   }
   while (PostNextChunk()) {
   }
+}
+
+void GroupEngine::Poll() {
+  Post();
   if (!failure_.ok()) return;
   const int64_t now = clock_.NowNanos();
   for (InFlight& slot : window_) {

@@ -123,6 +123,9 @@ class GroupEngine {
 
   // Posts chunks the window allows, sends repair requests, expires deadlines.
   void Poll();
+  // Posts chunks the window allows, and nothing else: for a caller that has
+  // not read what arrived yet (Poll would judge unread results lost).
+  void Post();
   // When Poll() next has timed work (repair, deadline); nullopt if idle.
   std::optional<int64_t> NextTimerNs() const;
 

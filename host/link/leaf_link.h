@@ -93,9 +93,10 @@ class LeafLink {
   // (RC or multicast) to `deliver`; the span is valid during the call only.
   // The link may hold their acknowledgments for the next Flush, which the
   // caller makes after posting what the messages called for: both leave in
-  // one burst.
-  virtual void Progress(absl::Duration timeout,
-                        absl::FunctionRef<void(std::span<const uint8_t>)> deliver) = 0;
+  // one burst. Returns how many packets (or completions) it took in: not
+  // 0 means more may be waiting.
+  virtual size_t Progress(absl::Duration timeout,
+                          absl::FunctionRef<void(std::span<const uint8_t>)> deliver) = 0;
   // Makes a Progress waiting in another thread return soon (or the next
   // one, if none is waiting). The one call that may come from any thread.
   virtual void Wake() = 0;

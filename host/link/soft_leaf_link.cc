@@ -79,9 +79,9 @@ void SoftLeafLink::DetachMulticast(const transport::Ipv4Endpoint& group) {
 
 void SoftLeafLink::Flush() { endpoint_->Flush(); }
 
-void SoftLeafLink::Progress(absl::Duration timeout,
-                            absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
-  endpoint_->Receive(timeout);  // ACKs leave with the next requests (Flush)
+size_t SoftLeafLink::Progress(absl::Duration timeout,
+                              absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
+  const size_t packets = endpoint_->Receive(timeout);  // ACKs leave with the next requests (Flush)
   transport::RecvMessage m;
   while (rc_->PeekRecv(&m)) {
     deliver(m.data);
@@ -97,6 +97,7 @@ void SoftLeafLink::Progress(absl::Duration timeout,
   transport::SendCompletion sc;
   while (rc_->PollSendCompletion(&sc)) {
   }
+  return packets;
 }
 
 absl::Status SoftLeafLink::status() const {
@@ -110,6 +111,9 @@ LeafLinkStats SoftLeafLink::stats() const {
   if (port_ != nullptr) {
     out.tx_bytes = port_->counters().tx_bytes.load();
     out.rx_bytes = port_->counters().rx_bytes.load();
+    // Read from the socket but dropped before any queue pair saw them.
+    out.packets_dropped += port_->counters().rx_no_buffer.load() +
+                           port_->counters().rx_truncated.load();
   }
   out.retransmissions = rc_->counters().packets_retransmitted.load();
   out.packets_dropped += rc_->counters().drops.Total();

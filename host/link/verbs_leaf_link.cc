@@ -551,23 +551,25 @@ void VerbsLeafLink::DetachMulticast(const transport::Ipv4Endpoint& group) {
   m.groups.erase(it);
 }
 
-void VerbsLeafLink::Progress(absl::Duration timeout,
-                             absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
+size_t VerbsLeafLink::Progress(absl::Duration timeout,
+                               absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
   Impl& m = *impl_;
   m.HandleAsyncEvents();
-  if (m.Drain(deliver) > 0 || timeout <= absl::ZeroDuration()) return;
+  if (const int n = m.Drain(deliver); n > 0 || timeout <= absl::ZeroDuration()) {
+    return static_cast<size_t>(n);
+  }
   // Arm the notification, then look once more: a completion that arrived
   // in between would otherwise wait for the next one.
   if (ibv_req_notify_cq(m.cq.get(), 0) != 0) {
     m.Fail(absl::UnavailableError("arming the completion queue failed"));
-    return;
+    return 0;
   }
-  if (m.Drain(deliver) > 0) return;
+  if (const int n = m.Drain(deliver); n > 0) return static_cast<size_t>(n);
   pollfd fds[3] = {{m.channel->fd, POLLIN, 0},
                    {m.context->async_fd, POLLIN, 0},
                    {m.wake_fd, POLLIN, 0}};
   const timespec ts = absl::ToTimespec(std::min(timeout, absl::Seconds(60)));
-  if (ppoll(fds, m.wake_fd >= 0 ? 3 : 2, &ts, nullptr) <= 0) return;
+  if (ppoll(fds, m.wake_fd >= 0 ? 3 : 2, &ts, nullptr) <= 0) return 0;
   if (m.wake_fd >= 0 && (fds[2].revents & POLLIN)) {
     uint64_t count = 0;
     (void)!read(m.wake_fd, &count, sizeof(count));
@@ -583,7 +585,7 @@ void VerbsLeafLink::Progress(absl::Duration timeout,
     }
   }
   if (fds[1].revents & POLLIN) m.HandleAsyncEvents();
-  m.Drain(deliver);
+  return static_cast<size_t>(m.Drain(deliver));
 }
 
 void VerbsLeafLink::Wake() {
