@@ -127,7 +127,11 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
   h.op = (a.collective == CollectiveType::kAllreduce || a.collective == CollectiveType::kReduce)
              ? a.op
              : proto::kNoReduceOp;
-  h.delivery = a.collective == CollectiveType::kReduce ? DeliveryMode::kToRoot : params_.delivery;
+  // A reduce rides the group's multicast like an allreduce (non-roots drop
+  // the data); without multicast its result goes to the root alone.
+  h.delivery = a.collective == CollectiveType::kReduce && params_.delivery != DeliveryMode::kMulticast
+                   ? DeliveryMode::kToRoot
+                   : params_.delivery;
   h.tree_id = params_.tree_id;
   h.group_id = params_.group_id;
   h.epoch = params_.epoch;
@@ -298,9 +302,7 @@ void GroupEngine::Poll() {
   for (InFlight& slot : window_) {
     if (!slot.used || slot.repair_at_ns > now) continue;
     // Only a result that travels by multicast can be lost; RC is reliable.
-    const bool multicast = params_.delivery == DeliveryMode::kMulticast &&
-                           slot.op->args.collective != CollectiveType::kReduce;
-    if (!multicast) {
+    if (params_.delivery != DeliveryMode::kMulticast) {
       slot.repair_at_ns = INT64_MAX;
       continue;
     }

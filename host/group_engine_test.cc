@@ -151,6 +151,20 @@ TEST_F(GroupEngineTest, LostMulticastResultIsRepairedWithBackoff) {
   EXPECT_EQ(e.stats().repairs_sent, 2u);
 }
 
+TEST_F(GroupEngineTest, ReduceWithoutMulticastGoesToTheRootAlone) {
+  GroupParams p = Params();
+  p.delivery = DeliveryMode::kRcTree;
+  GroupEngine e(p, &leaf_, clock_);
+  int32_t in[4] = {1, 2, 3, 4}, out[4] = {};
+  auto op = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                      .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 4});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 1u);
+  EXPECT_EQ(leaf_.Header(0).delivery, DeliveryMode::kToRoot);
+  Answer(e, 0, {});
+  EXPECT_TRUE(e.Finish(op).ok());
+}
+
 TEST_F(GroupEngineTest, RcDeliveryNeverRepairsButHasADeadline) {
   GroupParams p = Params();
   p.delivery = DeliveryMode::kRcTree;
@@ -229,7 +243,7 @@ TEST_F(GroupEngineTest, ReduceNonRootsGetNoDataAndBcastRootSendsIt) {
   auto op = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
                       .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 4});
   e.Poll();
-  EXPECT_EQ(leaf_.Header(0).delivery, DeliveryMode::kToRoot);
+  EXPECT_EQ(leaf_.Header(0).delivery, DeliveryMode::kMulticast) << "a reduce rides multicast";
   EXPECT_TRUE(leaf_.Header(0).has_data);
   Answer(e, 0, {});  // header-only completion for a non-root (rank 3)
   EXPECT_TRUE(e.Finish(op).ok());

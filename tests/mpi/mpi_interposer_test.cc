@@ -355,11 +355,12 @@ double SecondsAfter(const std::string& output, const std::string& key) {
 }
 
 // Jobs that compute for a minute after every kind of collective (a reduce
-// last, whose result reached its root over RC), then run 1000 more: every
+// last), then run 1000 more: every
 // one is offloaded and exact, at 2, 4 and 8 ranks, the 4- and 8-rank jobs
 // computing on the CPU so that the machine (2 cores here) is loaded while
 // the library's progress threads keep the links answered. The same job
-// with NETFOLD_PROGRESS_THREAD=0 and a 20 s pause loses its fabric: the
+// with NETFOLD_PROGRESS_THREAD=0, results over RC (NETFOLD_DELIVERY=rc: the
+// switch waits for the ranks' ACKs) and a 20 s pause loses its fabric: the
 // test can tell. All four jobs run at once, on one fabric.
 TEST(MpiComputePhase, EveryCollectiveStaysOnTheFabricAfterAMinuteOfCompute) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
@@ -381,7 +382,7 @@ TEST(MpiComputePhase, EveryCollectiveStaysOnTheFabricAfterAMinuteOfCompute) {
       {2, {"pause", "60", "1000", "sleep"}, strict, {}},
       {4, {"pause", "60", "1000", "busy"}, strict, {}},
       {8, {"pause", "60", "1000", "busy"}, strict, {}},
-      {2, {"pause", "20", "50", "sleep"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_PROGRESS_THREAD", "0"}}, {}},
+      {2, {"pause", "20", "50", "sleep"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_PROGRESS_THREAD", "0"}, {"NETFOLD_DELIVERY", "rc"}}, {}},
   };
   std::vector<std::thread> threads;
   for (Job& job : jobs) {
