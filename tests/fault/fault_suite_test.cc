@@ -130,19 +130,20 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(ProcessFaults, ManagerKilledAndRestartedMidJobLosesNothing) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
-  // Long enough to outlive the manager's absence.
-  Launch ranks(*fabric, 4, 0, {"stream", Ops(4000)});
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));  // the job and its group exist: it runs
+  // The job streams until the test releases it, after the manager is back.
+  testing::ReleaseFlag release;
+  Launch ranks(*fabric, 4, 0, {"until"}, {{"NETFOLD_TEST_RELEASE", release.path}});
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(ranks.WaitForOutput(r, "streaming", absl::Seconds(60))) << ranks.output(r);
   }
-  const int jobs_before = Status(*fabric).jobs_size();
-  EXPECT_EQ(jobs_before, 1);
+  EXPECT_EQ(Status(*fabric).jobs_size(), 1);
   ASSERT_TRUE(fabric->Kill("manager", SIGKILL).ok());
   absl::SleepFor(absl::Seconds(1));  // the data plane carries on without it
   ASSERT_TRUE(fabric->Restart("manager").ok());
   const control::GetStatusResponse st = Status(*fabric);
   EXPECT_EQ(st.jobs_size(), 1) << "the restarted manager lost the job";
+  absl::SleepFor(absl::Seconds(1));  // and the job goes on under the new one
+  release.Raise();
   ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
   ExpectNoLeaks(*fabric);
 }

@@ -8,13 +8,18 @@
 #define NETFOLD_TESTS_HOST_RANK_LAUNCHER_H_
 
 #include <sys/types.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "host/tcp_oob.h"
 #include "tools/local_fabric.h"
@@ -24,6 +29,19 @@ namespace netfold::testing {
 struct RankResult {
   int exit_code = -1;
   std::string output;
+};
+
+// The file whose existence ends an "until" job (fabric_rank's scenario,
+// NETFOLD_TEST_RELEASE): absent at first, removed however the test ends.
+struct ReleaseFlag {
+  std::string path = (std::filesystem::temp_directory_path() /
+                      absl::StrFormat("netfold-release-%d-%p", getpid(), this))
+                         .string();
+  ReleaseFlag() { std::remove(path.c_str()); }
+  ~ReleaseFlag() { std::remove(path.c_str()); }
+  ReleaseFlag(const ReleaseFlag&) = delete;
+  ReleaseFlag& operator=(const ReleaseFlag&) = delete;
+  void Raise() const { std::ofstream(path) << "stop\n"; }
 };
 
 class Launch {

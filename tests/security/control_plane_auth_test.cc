@@ -113,16 +113,6 @@ grpc::Status SetLinkFault(const std::string& admin, const std::string& credentia
   return stub->SetLinkFault(&c, req, &resp);
 }
 
-// Removes the release flag however the test ends.
-struct Flag {
-  std::string path = (fs::temp_directory_path() /
-                      absl::StrFormat("netfold-auth-release-%d", getpid()))
-                         .string();
-  Flag() { std::remove(path.c_str()); }
-  ~Flag() { std::remove(path.c_str()); }
-  void Raise() const { std::ofstream(path) << "stop\n"; }
-};
-
 // A job streaming checked allreduces through the fabric (never the hosts),
 // until released.
 class RunningJob {
@@ -154,7 +144,7 @@ class RunningJob {
   }
 
  private:
-  Flag release_;
+  testing::ReleaseFlag release_;
   Launch ranks_;
 };
 

@@ -16,10 +16,7 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstdlib>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <string>
 #include <vector>
@@ -55,16 +52,6 @@ absl::StatusOr<control::GetStatusResponse> Status(const tools::LocalFabric& fabr
   return status;
 }
 
-// Removes the release flag however the test ends.
-struct Flag {
-  std::string path = (std::filesystem::temp_directory_path() /
-                      absl::StrFormat("netfold-downtime-release-%d", getpid()))
-                         .string();
-  Flag() { std::remove(path.c_str()); }
-  ~Flag() { std::remove(path.c_str()); }
-  void Raise() const { std::ofstream(path) << "stop\n"; }
-};
-
 TEST(ManagerDowntime, JobsSurviveAnAbsenceLongerThanEveryHeartbeatTimeout) {
   const int scale = Scale();
   const absl::Duration heartbeat = absl::Milliseconds(100) * scale;
@@ -83,7 +70,7 @@ TEST(ManagerDowntime, JobsSurviveAnAbsenceLongerThanEveryHeartbeatTimeout) {
   ASSERT_TRUE(started.ok()) << started.status();
   std::unique_ptr<tools::LocalFabric> fabric = *std::move(started);
 
-  Flag release;
+  testing::ReleaseFlag release;
   // In-network only: a job that lost its fabric fails its operations
   // instead of quietly handing them to the hosts.
   Launch ranks(*fabric, 4, 0, {"until"},
