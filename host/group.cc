@@ -1,6 +1,7 @@
 #include "host/group.h"
 
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -294,6 +295,15 @@ absl::Status Group::Wait(OpId id) {
       break;
     }
     Progress(absl::Milliseconds(10));
+    if (!it->second.outcome && owner_ != nullptr && owner_->progress().OthersWaiting()) {
+      // Another thread of the application (MPI_THREAD_MULTIPLE) waits to
+      // start or finish an operation of another group: let it in. Its
+      // peers on other ranks may be waiting for that operation, and ours
+      // for theirs; holding the data path through our whole wait would
+      // deadlock the two threads across ranks.
+      ProgressThread::Outside let_in(owner_->progress());
+      std::this_thread::yield();
+    }
   }
   absl::Status s = *it->second.outcome;
   ops_.erase(it);

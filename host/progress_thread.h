@@ -106,6 +106,10 @@ class ProgressThread {
     int depth_;
   };
 
+  // Called inside: another application thread is waiting to come in (it
+  // wants to start or finish an operation of its own).
+  bool OthersWaiting() const { return inside_.load() > 1; }
+
   ProgressThreadStats stats() const;
   bool running() const { return thread_.joinable(); }
 

@@ -10,8 +10,11 @@
 //   ++g.fallbacks[kFabricError];
 //   Tell(comm, kFabricError, kAllreduce, [&] { return s->pmpi_detail; });
 //
-// Thread safety: none; nothing here locks (under MPI_THREAD_MULTIPLE the
-// fabric stays off, see JoinFabric).
+// Thread safety (MPI_THREAD_MULTIPLE): Global::mu guards the maps of
+// communicators and what was told, the counters are atomics, and a
+// CommState is touched only by the thread calling a collective on its
+// communicator (MPI makes the application order calls on one
+// communicator). MPI_Init* and MPI_Finalize run alone.
 #ifndef NETFOLD_HOST_MPI_INTERPOSER_STATE_H_
 #define NETFOLD_HOST_MPI_INTERPOSER_STATE_H_
 
@@ -19,8 +22,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -45,7 +50,6 @@ enum Reason {
   kGroupFailed,      // the fabric refused a group (no resources, ...)
   kFabricError,      // the fabric failed during an operation (re-run on PMPI)
   kNonblocking,      // nonblocking collectives are not offloaded yet
-  kThreadMultiple,   // MPI_THREAD_MULTIPLE: netfold contexts are not thread-safe
   kHugeCount,        // count * size over 2^31 bytes
   kNumReasons
 };
@@ -53,8 +57,7 @@ inline constexpr const char* kReasonNames[kNumReasons] = {
     "disabled (NETFOLD_MPI_ENABLE=0)", "no fabric (netfold_init failed)",
     "communicator too small", "inter-communicator", "user-defined op",
     "unsupported datatype", "op not allowed on type", "group not created",
-    "fabric error (re-run on PMPI)", "nonblocking collective", "MPI_THREAD_MULTIPLE",
-    "message too large"};
+    "fabric error (re-run on PMPI)", "nonblocking collective", "message too large"};
 
 enum Kind : int32_t { kAllreduce = 1, kReduce = 2, kBcast = 3, kBarrier = 4, kNumKinds = 5 };
 inline constexpr const char* kKindNames[kNumKinds] = {"", "allreduce", "reduce", "bcast",
@@ -108,10 +111,10 @@ struct Global {
   netfold_context_t ctx = nullptr;
   MPI_Comm world_oob = MPI_COMM_NULL;
   int world_rank = 0;
+  std::atomic<uint64_t> offloaded[kNumKinds] = {};
+  std::atomic<uint64_t> fallbacks[kNumReasons] = {};
+  std::mutex mu;  // guards the three below (several threads under MPI_THREAD_MULTIPLE)
   std::unordered_map<uintptr_t, std::unique_ptr<CommState>> comms;
-  uint64_t offloaded[kNumKinds] = {};
-  uint64_t fallbacks[kNumReasons] = {};
-  bool thread_multiple = false;
   uint64_t next_seq = 0;
   // NETFOLD_MPI_VERBOSE: per communicator, what was already said (bit r:
   // reason r; bit kNumReasons: "offloaded"), so that each line comes once.

@@ -75,9 +75,12 @@ std::string CommText(MPI_Comm comm) {
 void Tell(MPI_Comm comm, int bit, Kind kind, absl::FunctionRef<std::string()> detail) {
   Global& g = G();
   if (!g.config.verbose || !g.initialized) return;
-  uint32_t& told = g.told[Key(comm)];
-  if (told & (1u << bit)) return;
-  told |= 1u << bit;
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    uint32_t& told = g.told[Key(comm)];
+    if (told & (1u << bit)) return;
+    told |= 1u << bit;
+  }
   int rank = 0;
   PMPI_Comm_rank(comm, &rank);
   if (rank != 0) return;
@@ -174,17 +177,6 @@ void JoinFabric() {
   g.initialized = true;
   PMPI_Comm_rank(MPI_COMM_WORLD, &g.world_rank);
   if (g.config.enable == Enable::kOff) return;
-  if (g.thread_multiple && g.world_rank == 0) {
-    // Said always, not only with NETFOLD_MPI_VERBOSE: a job that preloaded
-    // the interposer should not run without the fabric silently, and
-    // mpi4py asks for MPI_THREAD_MULTIPLE unless told otherwise.
-    std::fprintf(stderr,
-                 "netfold-mpi: MPI_THREAD_MULTIPLE: the fabric is off for this job, every collective "
-                 "runs on MPI itself (netfold does not offload under MPI_THREAD_MULTIPLE yet); "
-                 "initialise MPI with MPI_THREAD_SERIALIZED or less to use it (mpi4py: "
-                 "MPI4PY_RC_THREAD_LEVEL=serialized, or mpi4py.rc.thread_level = \"serialized\" "
-                 "before importing mpi4py.MPI)\n");
-  }
   int size = 0;
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
   PMPI_Comm_dup(MPI_COMM_WORLD, &g.world_oob);
@@ -246,6 +238,7 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
           return absl::StrFormat("NETFOLD_MPI_MIN_COMM_SIZE=%d", g.config.min_comm_size);
         case kGroupFailed:
         case kFabricError: {
+          std::lock_guard<std::mutex> lock(g.mu);
           auto it = g.comms.find(Key(comm));
           return it == g.comms.end() ? std::string() : it->second->pmpi_detail;
         }
@@ -256,7 +249,6 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
     return nullptr;
   };
   if (!g.initialized || g.config.enable == Enable::kOff) return fallback(kDisabled);
-  if (g.thread_multiple) return fallback(kThreadMultiple);
   if (!g.fabric) return fallback(kNoFabric);
   int inter = 0;
   PMPI_Comm_test_inter(comm, &inter);
@@ -279,12 +271,18 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
     PMPI_Type_get_extent(type, &lb, &extent);
     if (static_cast<int64_t>(extent) * count > INT32_MAX) return fallback(kHugeCount);
   }
-  auto& slot = g.comms[Key(comm)];
-  if (!slot) {
-    slot = std::make_unique<CommState>();
-    slot->seq = ++g.next_seq;
+  CommState* s = nullptr;
+  {
+    // The map is shared between threads; the state of `comm` is this
+    // thread's while it calls a collective on `comm`.
+    std::lock_guard<std::mutex> lock(g.mu);
+    auto& slot = g.comms[Key(comm)];
+    if (!slot) {
+      slot = std::make_unique<CommState>();
+      slot->seq = ++g.next_seq;
+    }
+    s = slot.get();
   }
-  CommState* s = slot.get();
   if (s->mode == CommState::Mode::kUnknown) {
     PMPI_Comm_rank(comm, &s->rank);
     PMPI_Comm_size(comm, &s->size);
@@ -350,9 +348,13 @@ void Completed(CommState* s, const Pending& p) {
 
 void ReleaseComm(MPI_Comm comm, bool destroy_group) {
   Global& g = G();
-  auto it = g.comms.find(Key(comm));
-  if (it == g.comms.end()) return;
-  CommState* s = it->second.get();
+  CommState* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    auto it = g.comms.find(Key(comm));
+    if (it == g.comms.end()) return;
+    s = it->second.get();
+  }
   if (s->oob != MPI_COMM_NULL) {
     if (s->mode == CommState::Mode::kFabric || s->group != nullptr) {
       (void)Resync(comm, s, nullptr);  // every member is here: settle doubts
@@ -360,12 +362,16 @@ void ReleaseComm(MPI_Comm comm, bool destroy_group) {
     if (destroy_group && s->group != nullptr) netfold_group_destroy(s->group);
     PMPI_Comm_free(&s->oob);
   }
-  g.comms.erase(it);
+  std::lock_guard<std::mutex> lock(g.mu);
+  g.comms.erase(Key(comm));
 }
 
 // MPI may give a freed communicator's handle to a new one: what was told
 // about the old one is forgotten with it.
-void ForgetComm(MPI_Comm comm) { G().told.erase(Key(comm)); }
+void ForgetComm(MPI_Comm comm) {
+  std::lock_guard<std::mutex> lock(G().mu);
+  G().told.erase(Key(comm));
+}
 
 // A nonblocking collective, which goes to MPI itself for now.
 void Nonblocking(MPI_Comm comm, Kind kind) {
@@ -386,10 +392,7 @@ int MPI_Init(int* argc, char*** argv) {
 
 int MPI_Init_thread(int* argc, char*** argv, int required, int* provided) {
   const int rc = PMPI_Init_thread(argc, argv, required, provided);
-  if (rc == MPI_SUCCESS) {
-    G().thread_multiple = *provided == MPI_THREAD_MULTIPLE;
-    JoinFabric();
-  }
+  if (rc == MPI_SUCCESS) JoinFabric();
   return rc;
 }
 
@@ -415,8 +418,8 @@ int MPI_Finalize(void) {
       constexpr int kKinds = static_cast<int>(kNumKinds);
       constexpr int kReasons = static_cast<int>(kNumReasons);
       uint64_t local[kKinds + kReasons], total[kKinds + kReasons];
-      std::memcpy(local, g.offloaded, sizeof(g.offloaded));
-      std::memcpy(local + kKinds, g.fallbacks, sizeof(g.fallbacks));
+      for (int k = 0; k < kKinds; ++k) local[k] = g.offloaded[k].load();
+      for (int r = 0; r < kReasons; ++r) local[kKinds + r] = g.fallbacks[r].load();
       PMPI_Reduce(local, total, kKinds + kReasons, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
       if (g.world_rank == 0) {
         std::fprintf(stderr, "netfold-mpi: collectives summed over all ranks:\n");

@@ -23,13 +23,17 @@
 //                             allreduce twice, a single-rank split, then DUPS
 //                             duplicates of MPI_COMM_WORLD each with a barrier
 //                             (enough of them exhaust the job's group quota)
-//   mpi_collectives threads   MPI_Init_thread(MPI_THREAD_MULTIPLE), then one
-//                             allreduce: it runs on MPI itself
+//   mpi_collectives threads OPS   MPI_Init_thread(MPI_THREAD_MULTIPLE); two
+//                             threads, each on its own duplicate of
+//                             MPI_COMM_WORLD, run OPS checked allreduces and
+//                             OPS checked bcasts at the same time; then one
+//                             allreduce on MPI_COMM_WORLD
 //   mpi_collectives bench COUNT ITERS   (used by bench/)
 #include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -38,6 +42,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -111,6 +116,50 @@ bool Same(const T& a, const T& b) {
 void Fail(const std::string& what) {
   ++g_failed;
   if (g_failed <= 20) std::fprintf(stderr, "rank %d: FAIL %s\n", g_rank, what.c_str());
+}
+
+// Two threads collectives at once, each on its own communicator (what
+// MPI_THREAD_MULTIPLE allows), every result checked.
+void Threads(int ops) {
+  MPI_Comm comms[2];
+  for (MPI_Comm& c : comms) MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  std::atomic<int> checks{0}, wrong{0};
+  auto work = [&](int t) {
+    const MPI_Comm comm = comms[t];
+    for (int i = 0; i < ops; ++i) {
+      // Sizes differ per thread and per operation: one chunk to several.
+      const int n = 1 + (i * 997 + t * 3001) % 5000;
+      std::vector<int> x(static_cast<size_t>(n)), y(x.size(), -1);
+      for (int k = 0; k < n; ++k) x[static_cast<size_t>(k)] = g_rank + i + k + t;
+      MPI_Allreduce(x.data(), y.data(), n, MPI_INT, MPI_SUM, comm);
+      for (int k = 0; k < n; ++k) {
+        const int want = g_size * (i + k + t) + g_size * (g_size - 1) / 2;
+        if (y[static_cast<size_t>(k)] != want) {
+          ++wrong;
+          break;
+        }
+      }
+      const int root = i % g_size;
+      std::vector<unsigned char> b(static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) {
+        b[static_cast<size_t>(k)] = g_rank == root ? static_cast<unsigned char>(k * 7 + i + t) : 0;
+      }
+      MPI_Bcast(b.data(), n, MPI_BYTE, root, comm);
+      for (int k = 0; k < n; ++k) {
+        if (b[static_cast<size_t>(k)] != static_cast<unsigned char>(k * 7 + i + t)) {
+          ++wrong;
+          break;
+        }
+      }
+      checks += 2;
+    }
+  };
+  std::thread first(work, 0), second(work, 1);
+  first.join();
+  second.join();
+  g_checks += checks.load();
+  if (wrong.load() > 0) Fail(std::to_string(wrong.load()) + " wrong results under MPI_THREAD_MULTIPLE");
+  for (MPI_Comm& c : comms) MPI_Comm_free(&c);
 }
 
 template <typename T>
@@ -498,6 +547,7 @@ int main(int argc, char** argv) {
   else if (what == "outage") Outage();
   else if (what == "verbose") Verbose(argc > 2 ? std::atoi(argv[2]) : 0);
   else if (what == "threads") {
+    Threads(argc > 2 ? std::atoi(argv[2]) : 100);
     int x = g_rank + 1, y = -1;
     MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     ++g_checks;
