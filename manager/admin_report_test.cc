@@ -4,9 +4,6 @@
 // explained the same way whether a request is refused or asked about.
 #include "manager/admin_report.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <memory>
 #include <string>
 #include <vector>
@@ -94,17 +91,7 @@ TEST(AdminReportTest, StatusShowsWhatTheJournalFoundAtStart) {
 TEST(AdminReportTest, StatusShowsFailedAndRefusedAppends) {
   TempDir dir;
   bool disk_fails = false;
-  JournalOptions options;
-  options.pwrite = [&](int fd, const void* data, size_t size, off_t offset) -> ssize_t {
-    if (!disk_fails) return pwrite(fd, data, size, offset);
-    errno = ENOSPC;
-    return -1;
-  };
-  options.ftruncate = [&](int fd, off_t size) {
-    if (!disk_fails) return ftruncate(fd, size);
-    errno = EIO;
-    return -1;
-  };
+  const JournalOptions options = FailingDiskOptions(&disk_fails);
   state::Snapshot loaded;
   absl::StatusOr<std::unique_ptr<Journal>> journal =
       Journal::Open(dir.path() + "/state", options, &loaded);
