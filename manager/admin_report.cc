@@ -131,6 +131,24 @@ control::ExplainResponse Malformed(control::ExplainResponse resp, std::vector<Sh
   return Explained(std::move(resp), why, "");
 }
 
+// What the journal found at start and how its appends fare since.
+void AddState(const FabricState& state, control::GetStatusResponse* resp) {
+  control::StateStatus* st = resp->mutable_state();
+  const Journal* journal = state.records.journal();
+  if (journal == nullptr) return;  // journaled stays false
+  st->set_journaled(true);
+  st->set_state_dir(journal->dir());
+  st->set_records_replayed(static_cast<uint32_t>(journal->records_replayed()));
+  st->set_torn_bytes_dropped(journal->bytes_discarded());
+  st->set_damaged_records_skipped(static_cast<uint32_t>(journal->damaged_records()));
+  for (const std::string& copy : journal->saved_copies()) st->add_saved_copies(copy);
+  st->set_failed_appends(journal->failed_appends());
+  if (!journal->broken().ok()) {
+    st->set_appends_refused(true);
+    st->set_refused_reason(std::string(journal->broken().message()));
+  }
+}
+
 }  // namespace
 
 control::GetStatusResponse StatusReport(const FabricState& state, uint64_t incarnation) {
@@ -140,6 +158,7 @@ control::GetStatusResponse StatusReport(const FabricState& state, uint64_t incar
   AddSwitches(state, &resp);
   AddTrees(state, &resp);
   AddJobsAndGroups(state, &resp);
+  AddState(state, &resp);
   return resp;
 }
 

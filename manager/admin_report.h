@@ -1,6 +1,7 @@
 // The manager's answers to Admin.GetStatus and Admin.Explain, read from its
 // books: switches (state, heartbeat age, capacity, what is booked and what
-// they report), trees with their links, jobs, ready groups; and for a job
+// they report), trees with their links, jobs, ready groups, the state
+// directory's journal (what it found at start, failed appends); and for a job
 // or group that is asked about, whether it would fit and, if not, every
 // reason (admission.h), without reserving anything. `netfold status`
 // prints the first (tools/status_text.h).

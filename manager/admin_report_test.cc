@@ -1,13 +1,17 @@
 // Tests of Admin.GetStatus and Admin.Explain: the status of fresh books,
-// explanations of malformed requests, and (through the manager) that an
-// exhausted switch is explained the same way whether a request is refused
-// or asked about.
+// what the journal found at start and how its appends fare, explanations of
+// malformed requests, and (through the manager) that an exhausted switch is
+// explained the same way whether a request is refused or asked about.
 #include "manager/admin_report.h"
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "manager/testing/journal_test_util.h"
 #include "manager/testing/manager_test_fixture.h"
+#include "manager/testing/temp_dir.h"
 #include "manager/testing/test_books.h"
 
 namespace netfold::manager {
@@ -45,6 +49,70 @@ TEST(AdminReportTest, StatusOfFreshBooksAndOfAConnectedLink) {
   EXPECT_EQ(connected, 1);
   EXPECT_TRUE(st.jobs().empty());
   EXPECT_TRUE(st.groups().empty());
+}
+
+TEST(AdminReportTest, StatusSaysWhetherStateIsJournaled) {
+  TestBooks books("single_switch.yaml");
+  control::GetStatusResponse st = StatusReport(books.state, 1);
+  ASSERT_TRUE(st.has_state());
+  EXPECT_FALSE(st.state().journaled());
+  EXPECT_TRUE(st.state().state_dir().empty());
+}
+
+// A damaged record (replaced later, so skipped safely) and a torn tail show
+// in the status, with the copies Open kept aside.
+TEST(AdminReportTest, StatusShowsWhatTheJournalFoundAtStart) {
+  TempDir dir;
+  const std::string state_dir = dir.path() + "/state";
+  std::vector<state::JournalEntry> entries = Jobs(1, 3);
+  entries.push_back(PutJob(2, "job-2-again"));
+  Write(state_dir, entries);
+  FlipIn(state_dir + "/journal.log", JobName(2));
+  WriteFile(state_dir + "/journal.log",
+            ReadFile(state_dir + "/journal.log") + std::string("NFR2\x05\x00", 6));
+  state::Snapshot loaded;
+  absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(state_dir, &loaded);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  TestBooks books("single_switch.yaml", ManagerOptions(), journal->get());
+  const control::StateStatus st = StatusReport(books.state, 1).state();
+  EXPECT_TRUE(st.journaled());
+  EXPECT_EQ(st.state_dir(), state_dir);
+  EXPECT_EQ(st.records_replayed(), 3u);
+  EXPECT_EQ(st.damaged_records_skipped(), 1u);
+  EXPECT_EQ(st.torn_bytes_dropped(), 6u);
+  ASSERT_EQ(st.saved_copies_size(), 1);
+  EXPECT_NE(st.saved_copies(0).find("journal.log.damaged-"), std::string::npos);
+  EXPECT_EQ(st.failed_appends(), 0u);
+  EXPECT_FALSE(st.appends_refused());
+}
+
+// An append that fails is counted; one that cannot be rolled back makes the
+// journal refuse appends, with the reason, until a snapshot succeeds.
+TEST(AdminReportTest, StatusShowsFailedAndRefusedAppends) {
+  TempDir dir;
+  bool disk_fails = false;
+  const JournalOptions options = FailingDiskOptions(&disk_fails);
+  state::Snapshot loaded;
+  absl::StatusOr<std::unique_ptr<Journal>> journal =
+      Journal::Open(dir.path() + "/state", options, &loaded);
+  ASSERT_TRUE(journal.ok()) << journal.status();
+  TestBooks books("single_switch.yaml", ManagerOptions(), journal->get());
+  FabricState& state = books.state;
+  ASSERT_TRUE(state.records.Append(PutJob(1, JobName(1))).ok());
+  disk_fails = true;
+  EXPECT_FALSE(state.records.Append(PutJob(2, JobName(2))).ok());
+  EXPECT_FALSE(state.records.Append(PutJob(3, JobName(3))).ok());  // refused
+  control::StateStatus st = StatusReport(state, 1).state();
+  EXPECT_EQ(st.failed_appends(), 2u);
+  EXPECT_TRUE(st.appends_refused());
+  EXPECT_NE(st.refused_reason().find("truncate"), std::string::npos) << st.refused_reason();
+
+  disk_fails = false;
+  ASSERT_TRUE(state.records.WriteSnapshot(state::Snapshot()).ok());
+  st = StatusReport(state, 1).state();
+  EXPECT_EQ(st.failed_appends(), 2u);  // since start, not since the snapshot
+  EXPECT_FALSE(st.appends_refused());
+  EXPECT_TRUE(st.refused_reason().empty());
 }
 
 TEST(AdminReportTest, MalformedRequestsAreExplainedAsSuch) {

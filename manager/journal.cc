@@ -294,6 +294,12 @@ absl::Status Journal::WriteRecord(const std::string& record) {
 }
 
 absl::Status Journal::Append(const state::JournalEntry& entry) {
+  absl::Status s = AppendRecord(entry);
+  if (!s.ok()) ++failed_appends_;
+  return s;
+}
+
+absl::Status Journal::AppendRecord(const state::JournalEntry& entry) {
   const std::string path = absl::StrFormat("%s/%s", dir_, kJournalFile);
   if (!broken_.ok()) {
     return absl::FailedPreconditionError(absl::StrFormat(

@@ -113,6 +113,8 @@ class Journal {
   // Why Append refuses (OK while it does not): a failed append that could
   // not be rolled back.
   const absl::Status& broken() const { return broken_; }
+  // Appends that returned an error since Open, refused ones included.
+  uint64_t failed_appends() const { return failed_appends_; }
 
   // What Open found. Records of journal.log replayed; bytes of torn tail
   // dropped; damaged records skipped (in either file); the copies it kept.
@@ -128,6 +130,7 @@ class Journal {
   int DataSync();
   int Truncate(off_t size);
   absl::Status WriteRecord(const std::string& record);
+  absl::Status AppendRecord(const state::JournalEntry& entry);
   absl::Status EmptyLog();
 
   std::string dir_;
@@ -138,6 +141,7 @@ class Journal {
   uint64_t next_seq_ = 1;  // the next record's number
   absl::Status broken_;
   int records_since_snapshot_ = 0;
+  uint64_t failed_appends_ = 0;
   int records_replayed_ = 0;
   uint64_t bytes_discarded_ = 0;
   int damaged_records_ = 0;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "manager/testing/journal_test_util.h"
 #include "manager/testing/manager_test_fixture.h"
 #include "manager/testing/temp_dir.h"
 #include "manager/testing/test_books.h"
@@ -146,6 +147,41 @@ TEST_F(ManagerTest, RestartRecoversJobsWithoutDoubleAllocating) {
   ASSERT_TRUE(Attach(job, 3).ok());
   ASSERT_TRUE(Group(job, {1, 2, 3}).ok());
   ExpectLedgerMatchesSwitches();
+}
+
+// A crash in the middle of an append leaves a torn last record: the
+// restarted manager drops it, keeps the file aside, and says so in its
+// status; the next restart finds nothing wrong and says that too.
+TEST_F(ManagerTest, RestartAfterATornAppendShowsInTheStatus) {
+  TempDir dir;
+  state_dir_ = dir.path() + "/state";
+  Start("two_level.yaml");
+  control::GetStatusResponse st = am_->GetStatus();
+  EXPECT_TRUE(st.state().journaled());
+  EXPECT_EQ(st.state().state_dir(), state_dir_);
+  RegisterAll();
+  control::CreateJobResponse job = CreateJob({"h0", "h1"});
+  const std::string log = state_dir_ + "/journal.log";
+  const std::string torn = ReadFile(log) + std::string("NFR2\x09\x00", 6);
+  WriteFile(log, torn);
+
+  StartManager();
+  st = am_->GetStatus();
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).job_id(), job.job_id());
+  EXPECT_TRUE(st.state().journaled());
+  EXPECT_GT(st.state().records_replayed(), 0u);
+  EXPECT_EQ(st.state().torn_bytes_dropped(), 6u);
+  EXPECT_EQ(st.state().damaged_records_skipped(), 0u);
+  ASSERT_EQ(st.state().saved_copies_size(), 1);
+  EXPECT_EQ(ReadFile(st.state().saved_copies(0)), torn);
+  EXPECT_FALSE(st.state().appends_refused());
+
+  StartManager();
+  st = am_->GetStatus();
+  EXPECT_EQ(st.state().torn_bytes_dropped(), 0u);
+  EXPECT_EQ(st.state().saved_copies_size(), 0);
+  EXPECT_EQ(st.jobs_size(), 1);
 }
 
 TEST_F(ManagerTest, SwitchThatNeverComesBackIsWrittenOff) {

@@ -82,6 +82,10 @@ class StateRecords {
   // them reserved yet.
   void StartIdsAt(uint64_t next_job_id, uint64_t next_group_id);
 
+  // The journal written to (null without --state_dir), for reports of what
+  // it found at start and how its appends fare (admin_report.h).
+  const Journal* journal() const { return journal_; }
+
  private:
   absl::Status WriteCounters();
 

@@ -3,14 +3,12 @@
 // succeeds.
 #include "manager/state_records.h"
 
-#include <unistd.h>
-
-#include <cerrno>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "manager/testing/journal_test_util.h"
 #include "manager/testing/temp_dir.h"
 #include "manager/testing/test_books.h"
 
@@ -94,17 +92,7 @@ TEST_F(StateRecordsTest, AJournalThatRefusesAppendsIsMadeUsableByTheNextSnapshot
   // snapshot of the books replaces the journal.
   TempDir dir;
   bool failing = false;
-  JournalOptions options;
-  options.pwrite = [&](int fd, const void* data, size_t size, off_t offset) -> ssize_t {
-    if (!failing) return pwrite(fd, data, size, offset);
-    errno = ENOSPC;
-    return -1;
-  };
-  options.ftruncate = [&](int fd, off_t size) {
-    if (!failing) return ftruncate(fd, size);
-    errno = EIO;
-    return -1;
-  };
+  const JournalOptions options = FailingDiskOptions(&failing);
   state::Snapshot loaded;
   absl::StatusOr<std::unique_ptr<Journal>> journal = Journal::Open(dir.path(), options, &loaded);
   ASSERT_TRUE(journal.ok()) << journal.status();

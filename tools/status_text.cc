@@ -40,6 +40,55 @@ std::string Ranks(const google::protobuf::RepeatedField<uint32_t>& ranks) {
   return out;
 }
 
+// "1 damaged record", "2 damaged records".
+std::string Count(uint64_t n, const char* what) {
+  return absl::StrFormat("%d %s%s", n, what, n == 1 ? "" : "s");
+}
+
+// One line about the state directory, then a warning line for each thing an
+// operator should act on: damage found at start, appends refused now.
+std::string StateLines(const control::StateStatus& st) {
+  if (!st.journaled()) return "state: not journaled (no --state_dir)\n";
+  std::string line = absl::StrFormat("state: %s journaled, %s replayed", st.state_dir(),
+                                     Count(st.records_replayed(), "record"));
+  if (st.damaged_records_skipped() > 0) {
+    line += ", " + Count(st.damaged_records_skipped(), "damaged record") + " skipped";
+  }
+  if (st.torn_bytes_dropped() > 0) {
+    line += absl::StrFormat(", torn tail of %d B dropped", st.torn_bytes_dropped());
+  }
+  if (!st.saved_copies().empty()) {
+    line += st.saved_copies_size() == 1 ? " (copy kept: " : " (copies kept: ";
+    for (int i = 0; i < st.saved_copies_size(); ++i) {
+      line += (i == 0 ? "" : ", ") + st.saved_copies(i);
+    }
+    line += ")";
+  }
+  if (st.failed_appends() > 0) {
+    line += ", " + Count(st.failed_appends(), "append") + " failed since start";
+  }
+  std::string out = line + "\n";
+  if (st.damaged_records_skipped() > 0) {
+    out += absl::StrFormat(
+        "WARNING: %s skipped at start: damaged on disk; the manager's log names each one and "
+        "whether a later record replaced it (docs/manager.md, \"Durability\")\n",
+        Count(st.damaged_records_skipped(), "damaged record"));
+  }
+  if (st.torn_bytes_dropped() > 0) {
+    out += absl::StrFormat(
+        "WARNING: a torn last record (%d B) dropped at start: an append cut short by a crash, "
+        "never acknowledged\n",
+        st.torn_bytes_dropped());
+  }
+  if (st.appends_refused()) {
+    out += absl::StrFormat(
+        "WARNING: the journal refuses appends, so every change fails, until a snapshot succeeds "
+        "or the manager restarts: %s\n",
+        st.refused_reason().empty() ? "no reason given" : st.refused_reason());
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string SwitchStateName(control::SwitchStatus::State state) {
@@ -58,8 +107,10 @@ std::string SwitchStateName(control::SwitchStatus::State state) {
 }
 
 std::string FormatStatus(const control::GetStatusResponse& st) {
-  std::string out = absl::StrFormat("manager %016x, topology %s\n\n", st.manager_incarnation(),
-                                    st.topology_name());
+  std::string out = absl::StrFormat("manager %016x, topology %s\n", st.manager_incarnation(),
+                                    st.topology_name()) +
+                    // A manager older than the field says nothing about its state.
+                    (st.has_state() ? StateLines(st.state()) : "") + "\n";
   std::vector<std::vector<std::string>> rows = {
       {"SWITCH", "TIER", "STATE", "HEARTBEAT", "GROUPS", "SLOTS", "QPS", "P", "TREES", "ADDRESS"}};
   for (const auto& s : st.switches()) {

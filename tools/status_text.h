@@ -1,6 +1,7 @@
 // Human-readable rendering of the manager's state, as `netfold status`
-// prints it: switches (state, heartbeat age, used/capacity and free
-// resources), trees, jobs and groups.
+// prints it: the state directory's journal (with a warning when it was
+// damaged at start or refuses appends), switches (state, heartbeat age,
+// used/capacity and free resources), trees, jobs and groups.
 //
 //   control::GetStatusResponse st;  // from Admin.GetStatus
 //   std::cout << FormatStatus(st);

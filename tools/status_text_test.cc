@@ -50,5 +50,55 @@ TEST(StatusText, ShowsADeadSwitchAsDead) {
   EXPECT_EQ(SwitchStateName(control::SwitchStatus::DEAD), "dead");
 }
 
+TEST(StatusText, SaysBrieflyThatStateIsNotJournaled) {
+  control::GetStatusResponse st;
+  st.mutable_state()->set_journaled(false);
+  std::string text = FormatStatus(st);
+  EXPECT_NE(text.find("state: not journaled"), std::string::npos) << text;
+  EXPECT_EQ(text.find("WARNING"), std::string::npos) << text;
+  // A manager older than the state field: nothing is said.
+  st.clear_state();
+  text = FormatStatus(st);
+  EXPECT_EQ(text.find("state:"), std::string::npos) << text;
+}
+
+TEST(StatusText, ACleanJournalIsOneLine) {
+  control::GetStatusResponse st;
+  st.mutable_state()->set_journaled(true);
+  st.mutable_state()->set_state_dir("/var/lib/netfold/manager");
+  st.mutable_state()->set_records_replayed(1);
+  std::string text = FormatStatus(st);
+  EXPECT_NE(text.find("state: /var/lib/netfold/manager journaled, 1 record replayed\n"),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("WARNING"), std::string::npos) << text;
+}
+
+TEST(StatusText, WarnsOfDamageFoundAtStartAndOfRefusedAppends) {
+  control::GetStatusResponse st;
+  control::StateStatus* s = st.mutable_state();
+  s->set_journaled(true);
+  s->set_state_dir("/var/lib/netfold/manager");
+  s->set_records_replayed(12);
+  s->set_damaged_records_skipped(1);
+  s->set_torn_bytes_dropped(6);
+  s->add_saved_copies("/var/lib/netfold/manager/journal.log.damaged-20240101T000000Z");
+  s->set_failed_appends(2);
+  s->set_appends_refused(true);
+  s->set_refused_reason("truncate journal.log back to 255 bytes: Input/output error");
+  std::string text = FormatStatus(st);
+  EXPECT_NE(text.find("state: /var/lib/netfold/manager journaled, 12 records replayed, 1 "
+                      "damaged record skipped, torn tail of 6 B dropped (copy kept: "
+                      "/var/lib/netfold/manager/journal.log.damaged-20240101T000000Z), 2 "
+                      "appends failed since start\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("WARNING: 1 damaged record skipped at start"), std::string::npos) << text;
+  EXPECT_NE(text.find("WARNING: a torn last record (6 B) dropped at start"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("WARNING: the journal refuses appends"), std::string::npos) << text;
+  EXPECT_NE(text.find("Input/output error"), std::string::npos) << text;
+}
+
 }  // namespace
 }  // namespace netfold::tools

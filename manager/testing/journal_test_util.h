@@ -14,7 +14,10 @@
 #ifndef NETFOLD_MANAGER_TESTING_JOURNAL_TEST_UTIL_H_
 #define NETFOLD_MANAGER_TESTING_JOURNAL_TEST_UTIL_H_
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -94,6 +97,24 @@ inline void FlipIn(const std::string& path, const std::string& text, size_t at =
 inline size_t RecordOf(const std::string& bytes, const std::string& text) {
   const size_t pos = bytes.find(text);
   return pos == std::string::npos ? pos : bytes.rfind("NFR2", pos);
+}
+
+// A disk that, while `*failing`, refuses every write (ENOSPC) and every
+// truncation (EIO): an append fails and cannot be rolled back, so the
+// journal refuses appends. `failing` must outlive the journal.
+inline JournalOptions FailingDiskOptions(const bool* failing) {
+  JournalOptions options;
+  options.pwrite = [failing](int fd, const void* data, size_t size, off_t offset) -> ssize_t {
+    if (!*failing) return pwrite(fd, data, size, offset);
+    errno = ENOSPC;
+    return -1;
+  };
+  options.ftruncate = [failing](int fd, off_t size) {
+    if (!*failing) return ftruncate(fd, size);
+    errno = EIO;
+    return -1;
+  };
+  return options;
 }
 
 // The state directory's files whose names start with `prefix`.

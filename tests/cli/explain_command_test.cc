@@ -1,6 +1,9 @@
-// `netfold explain` against a local fabric of real daemons: a group the
-// manager refuses (the job's group quota is spent) is explained by the CLI
-// with the reason the refusal carried; a job that fits says so.
+// `netfold explain` and `netfold status` against a local fabric of real
+// daemons: a group the manager refuses (the job's group quota is spent) is
+// explained by the CLI with the reason the refusal carried; a job that fits
+// says so. A manager restarted over a journal with a torn last record says
+// so in `netfold status`.
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -28,6 +31,7 @@ namespace netfold {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct Result {
   int exit_code = -1;
@@ -161,6 +165,32 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   for (netfold_group_t g : groups) {
     if (g != nullptr) netfold_group_destroy(g);
   }
+}
+
+TEST(NetfoldStatus, AManagerRestartedOverATornJournalSaysSo) {
+  tools::LocalFabricOptions o;
+  o.hosts = 2;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const std::string status = "status --state-dir " + (*fabric)->state_dir();
+  const std::string state = (*fabric)->state_dir() + "/manager-state";
+  Result r = RunNetfold(status);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr(absl::StrFormat("state: %s journaled, ", state)));
+  EXPECT_THAT(r.out, Not(HasSubstr("WARNING")));
+
+  // The manager dies in the middle of an append: the start of a header.
+  ASSERT_TRUE((*fabric)->Kill("manager", SIGKILL).ok());
+  {
+    std::ofstream log(state + "/journal.log", std::ios::binary | std::ios::app);
+    log.write("NFR2\x7f\x00", 6);
+  }
+  ASSERT_TRUE((*fabric)->Restart("manager").ok());
+  r = RunNetfold(status);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("torn tail of 6 B dropped (copy kept: " + state +
+                               "/journal.log.damaged-"));
+  EXPECT_THAT(r.out, HasSubstr("WARNING: a torn last record (6 B) dropped at start"));
 }
 
 }  // namespace
