@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <atomic>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -49,7 +50,7 @@ enum Reason {
   kOpNotAllowed,     // an op MPI does not define on the type
   kGroupFailed,      // the fabric refused a group (no resources, ...)
   kFabricError,      // the fabric failed during an operation (re-run on PMPI)
-  kNonblocking,      // nonblocking collectives are not offloaded yet
+  kNonblocking,      // a nonblocking bcast of a non-contiguous datatype
   kHugeCount,        // count * size over 2^31 bytes
   kNumReasons
 };
@@ -57,7 +58,8 @@ inline constexpr const char* kReasonNames[kNumReasons] = {
     "disabled (NETFOLD_MPI_ENABLE=0)", "no fabric (netfold_init failed)",
     "communicator too small", "inter-communicator", "user-defined op",
     "unsupported datatype", "op not allowed on type", "group not created",
-    "fabric error (re-run on PMPI)", "nonblocking collective", "message too large"};
+    "fabric error (re-run on PMPI)", "nonblocking bcast of a non-contiguous datatype",
+    "message too large"};
 
 enum Kind : int32_t { kAllreduce = 1, kReduce = 2, kBcast = 3, kBarrier = 4, kNumKinds = 5 };
 inline constexpr const char* kKindNames[kNumKinds] = {"", "allreduce", "reduce", "bcast",
@@ -92,6 +94,8 @@ struct Pending {
   std::vector<uint8_t> saved_input;  // in-place input, saved before the fabric wrote over it
 };
 
+struct NbOp;  // a nonblocking operation on the fabric (mpi_nonblocking.h)
+
 struct CommState {
   enum class Mode { kUnknown, kFabric, kPmpi } mode = Mode::kUnknown;
   uint64_t seq = 0;  // creation order: the order in which finalize settles communicators
@@ -102,6 +106,10 @@ struct CommState {
   int rank = 0, size = 0;
   uint64_t completed = 0;
   LastOp last;
+  // Nonblocking operations started on the fabric and not completed yet, in
+  // start order (they complete in that order: Completed keeps `completed`
+  // and `last` in step with the other ranks).
+  std::deque<NbOp*> outstanding;
 };
 
 struct Global {
@@ -119,6 +127,10 @@ struct Global {
   // NETFOLD_MPI_VERBOSE: per communicator, what was already said (bit r:
   // reason r; bit kNumReasons: "offloaded"), so that each line comes once.
   std::unordered_map<uintptr_t, uint32_t> told;
+  // The generalized requests of nonblocking operations on the fabric, by
+  // MPI_Request handle, until MPI frees them.
+  std::unordered_map<uintptr_t, NbOp*> requests;
+  std::atomic<int> num_requests{0};  // requests.size(), read without mu
 };
 static_assert(kNumReasons < 31, "Global::told holds a bit per reason");
 
@@ -142,6 +154,10 @@ inline size_t Bytes(MPI_Datatype type, int count) {
   PMPI_Type_get_extent(type, &lb, &extent);
   return static_cast<size_t>(extent) * static_cast<size_t>(count);
 }
+
+// Counts `p` offloaded and keeps it as the communicator's last operation
+// (for Resync). Defined in mpi_interposer.cc.
+void Completed(CommState* s, const Pending& p);
 
 // Tell's bit for "offloaded to the fabric" (the other bits are Reasons).
 constexpr int kOffloadedBit = kNumReasons;

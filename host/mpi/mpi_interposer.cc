@@ -1,6 +1,7 @@
 // libnetfold_mpi.so: a PMPI interposer that runs MPI_Allreduce, MPI_Reduce,
-// MPI_Bcast and MPI_Barrier of unmodified MPI programs through a netfold
-// fabric (docs/mpi.md).
+// MPI_Bcast and MPI_Barrier, and their nonblocking forms (completed through
+// mpi_nonblocking.h), of unmodified MPI programs through a netfold fabric
+// (docs/mpi.md).
 //
 //   mpirun -x LD_PRELOAD=libnetfold_mpi.so -x NETFOLD_MANAGER=... ./app
 //
@@ -36,6 +37,7 @@
 #include "absl/strings/str_format.h"
 #include "host/mpi/interposer_state.h"
 #include "host/mpi/mpi_datatypes.h"
+#include "host/mpi/mpi_nonblocking.h"
 #include "host/mpi/mpi_resync.h"
 #include "netfold/netfold.h"
 
@@ -98,6 +100,27 @@ void Tell(MPI_Comm comm, int bit, Kind kind, absl::FunctionRef<std::string()> de
   std::fprintf(stderr, "netfold-mpi: %s\n", line.c_str());
 }
 
+void Completed(CommState* s, const Pending& p) {
+  ++s->completed;
+  ++G().offloaded[p.kind];
+  s->last.kind = p.kind;
+  s->last.root = p.root;
+  s->last.result.clear();
+  s->last.input.clear();
+  const size_t bytes = p.kind == kBarrier ? 0 : Bytes(p.type, p.count);
+  if (p.kind == kAllreduce || p.kind == kBcast) {
+    const uint8_t* r = static_cast<const uint8_t*>(p.recvbuf);
+    s->last.result.assign(r, r + bytes);
+  } else if (p.kind == kReduce) {
+    if (p.sendbuf == MPI_IN_PLACE) {
+      s->last.input = p.saved_input;
+    } else {
+      const uint8_t* in = static_cast<const uint8_t*>(p.sendbuf);
+      s->last.input.assign(in, in + bytes);
+    }
+  }
+}
+
 }  // namespace netfold::mpi
 
 namespace {
@@ -107,6 +130,7 @@ using netfold::mpi::Bytes;
 using netfold::mpi::CommState;
 using netfold::mpi::Config;
 using netfold::mpi::Enable;
+using netfold::mpi::FinishOutstanding;
 using netfold::mpi::G;
 using netfold::mpi::Global;
 using netfold::mpi::Hierarchy;
@@ -121,6 +145,7 @@ using netfold::mpi::Pending;
 using netfold::mpi::Reason;
 using netfold::mpi::Recover;
 using netfold::mpi::Resync;
+using netfold::mpi::StartNonblocking;
 using netfold::mpi::Tell;
 using enum netfold::mpi::Kind;
 using enum netfold::mpi::Reason;
@@ -223,8 +248,16 @@ std::string TypeText(MPI_Datatype type) {
 
 // The state of `comm` if this collective can go to the fabric; nullptr
 // (with the reason counted) if it goes to PMPI.
+//
+// `nonblocking`: a communicator the fabric failed under still takes its
+// nonblocking collectives down the fabric's path, where they fail and are
+// recovered through Resync one by one, as the other ranks recover the
+// nonblocking operations they still had outstanding on the fabric: every
+// rank treats each operation alike, however far ahead it had started
+// operations when the fabric failed. (A blocking collective first completes
+// what is outstanding, so there every rank is in step and goes to PMPI.)
 CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
-                  bool has_op) {
+                  bool has_op, bool nonblocking = false) {
   Global& g = G();
   auto fallback = [&](Reason r) -> CommState* {
     ++g.fallbacks[r];
@@ -320,30 +353,23 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
     }
     s->mode = CommState::Mode::kFabric;
   }
-  if (s->mode != CommState::Mode::kFabric) return fallback(s->pmpi_reason);
+  if (s->mode != CommState::Mode::kFabric) {
+    if (nonblocking && s->pmpi_reason == kFabricError && s->group != nullptr) return s;
+    return fallback(s->pmpi_reason);
+  }
   Tell(comm, kOffloadedBit, kind);
   return s;
 }
 
-void Completed(CommState* s, const Pending& p) {
-  ++s->completed;
-  ++G().offloaded[p.kind];
-  s->last.kind = p.kind;
-  s->last.root = p.root;
-  s->last.result.clear();
-  s->last.input.clear();
-  const size_t bytes = p.kind == kBarrier ? 0 : Bytes(p.type, p.count);
-  if (p.kind == kAllreduce || p.kind == kBcast) {
-    const uint8_t* r = static_cast<const uint8_t*>(p.recvbuf);
-    s->last.result.assign(r, r + bytes);
-  } else if (p.kind == kReduce) {
-    if (p.sendbuf == MPI_IN_PLACE) {
-      s->last.input = p.saved_input;
-    } else {
-      const uint8_t* in = static_cast<const uint8_t*>(p.sendbuf);
-      s->last.input.assign(in, in + bytes);
-    }
-  }
+// Usable, for a blocking collective: the communicator's nonblocking
+// operations on the fabric complete first (they started first), and a
+// failure among them may have sent the communicator to PMPI.
+CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
+                     bool has_op) {
+  CommState* s = Usable(comm, kind, type, op, count, has_op);
+  if (s == nullptr || s->outstanding.empty()) return s;
+  FinishOutstanding(s);
+  return s->mode == CommState::Mode::kFabric ? s : Usable(comm, kind, type, op, count, has_op);
 }
 
 void ReleaseComm(MPI_Comm comm, bool destroy_group) {
@@ -356,6 +382,7 @@ void ReleaseComm(MPI_Comm comm, bool destroy_group) {
     s = it->second.get();
   }
   if (s->oob != MPI_COMM_NULL) {
+    FinishOutstanding(s);  // MPI lets a communicator be freed with operations pending
     if (s->mode == CommState::Mode::kFabric || s->group != nullptr) {
       (void)Resync(comm, s, nullptr);  // every member is here: settle doubts
     }
@@ -373,11 +400,19 @@ void ForgetComm(MPI_Comm comm) {
   G().told.erase(Key(comm));
 }
 
-// A nonblocking collective, which goes to MPI itself for now.
-void Nonblocking(MPI_Comm comm, Kind kind) {
+// An MPI_Ibcast of a non-contiguous datatype, which goes to MPI itself.
+void NonContiguousIbcast(MPI_Comm comm) {
   if (!G().initialized || !G().fabric) return;
   ++G().fallbacks[kNonblocking];
-  Tell(comm, kNonblocking, kind);
+  Tell(comm, kNonblocking, kBcast);
+}
+
+// An in-place input, kept before the fabric writes the result over it (the
+// failover re-runs the operation from it).
+void SaveInPlaceInput(Pending& p) {
+  if (p.sendbuf != MPI_IN_PLACE) return;
+  const uint8_t* r = static_cast<const uint8_t*>(p.recvbuf);
+  p.saved_input.assign(r, r + Bytes(p.type, p.count));
 }
 
 }  // namespace
@@ -408,6 +443,7 @@ int MPI_Finalize(void) {
     std::sort(order.begin(), order.end());
     for (const auto& [seq, k] : order) {
       CommState* s = g.comms[k].get();
+      FinishOutstanding(s);
       if (s->oob != MPI_COMM_NULL && s->group != nullptr) {
         MPI_Comm c = MPI_COMM_NULL;
         std::memcpy(&c, &k, sizeof(c));
@@ -458,13 +494,10 @@ int MPI_Comm_free(MPI_Comm* comm) {
 
 int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                   MPI_Comm comm) {
-  CommState* s = Usable(comm, kAllreduce, type, op, count, true);
+  CommState* s = UsableNow(comm, kAllreduce, type, op, count, true);
   if (s == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
   Pending p{kAllreduce, sendbuf, recvbuf, count, type, op, 0, {}};
-  if (sendbuf == MPI_IN_PLACE) {
-    const uint8_t* r = static_cast<const uint8_t*>(recvbuf);
-    p.saved_input.assign(r, r + Bytes(type, count));
-  }
+  SaveInPlaceInput(p);
   const int rc = netfold_allreduce(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
                                    recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
                                    *NetfoldOp(op));
@@ -475,13 +508,10 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
 
 int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                int root, MPI_Comm comm) {
-  CommState* s = Usable(comm, kReduce, type, op, count, true);
+  CommState* s = UsableNow(comm, kReduce, type, op, count, true);
   if (s == nullptr) return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm);
   Pending p{kReduce, sendbuf, recvbuf, count, type, op, root, {}};
-  if (sendbuf == MPI_IN_PLACE) {
-    const uint8_t* r = static_cast<const uint8_t*>(recvbuf);
-    p.saved_input.assign(r, r + Bytes(type, count));
-  }
+  SaveInPlaceInput(p);
   // Non-roots may pass a NULL recvbuf; the library only writes at the root.
   const int rc = netfold_reduce(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
                                 recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
@@ -503,7 +533,7 @@ bool Contiguous(MPI_Datatype type, int count) {
 }
 
 int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) {
-  CommState* s = Usable(comm, kBcast, type, MPI_OP_NULL, count, false);
+  CommState* s = UsableNow(comm, kBcast, type, MPI_OP_NULL, count, false);
   if (s == nullptr) return PMPI_Bcast(buffer, count, type, root, comm);
   // The fabric broadcasts bytes: the buffer itself when the data is
   // contiguous, else MPI's packed form, unpacked at the other ranks. Every
@@ -539,7 +569,7 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
 }
 
 int MPI_Barrier(MPI_Comm comm) {
-  CommState* s = Usable(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, false);
+  CommState* s = UsableNow(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, false);
   if (s == nullptr) return PMPI_Barrier(comm);
   Pending p{kBarrier, nullptr, nullptr, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, {}};
   const int rc = netfold_barrier(s->group);
@@ -556,28 +586,62 @@ int netfold_mpi_stats(netfold_stats_t* stats) {
   return netfold_get_stats(G().ctx, stats) == NETFOLD_SUCCESS ? 0 : -1;
 }
 
-// Nonblocking collectives go to MPI itself for now (counted).
+// Nonblocking collectives: on the fabric through generalized requests
+// (mpi_nonblocking.h), with the same eligibility as the blocking ones.
 int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                    MPI_Comm comm, MPI_Request* request) {
-  Nonblocking(comm, kAllreduce);
-  return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, request);
+  CommState* s = Usable(comm, kAllreduce, type, op, count, true, /*nonblocking=*/true);
+  if (s == nullptr) return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, request);
+  Pending p{kAllreduce, sendbuf, recvbuf, count, type, op, 0, {}};
+  SaveInPlaceInput(p);
+  return StartNonblocking(comm, s, std::move(p), [&](netfold_request_t* r) {
+    return netfold_allreduce_nb(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
+                                recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
+                                *NetfoldOp(op), r);
+  }, request);
 }
 
 int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm,
                MPI_Request* request) {
-  Nonblocking(comm, kBcast);
-  return PMPI_Ibcast(buffer, count, type, root, comm, request);
+  // MPI_Bcast packs a non-contiguous type and unpacks it after the wait; a
+  // nonblocking one would have to unpack at completion: MPI does it.
+  if (!Contiguous(type, count)) {
+    NonContiguousIbcast(comm);
+    return PMPI_Ibcast(buffer, count, type, root, comm, request);
+  }
+  CommState* s = Usable(comm, kBcast, type, MPI_OP_NULL, count, false, /*nonblocking=*/true);
+  if (s == nullptr) return PMPI_Ibcast(buffer, count, type, root, comm, request);
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  const int bytes = size * count;
+  Pending p{kBcast, buffer, buffer, bytes, MPI_BYTE, MPI_OP_NULL, root, {}};
+  return StartNonblocking(comm, s, std::move(p), [&](netfold_request_t* r) {
+    return netfold_bcast_nb(s->group, buffer, static_cast<size_t>(bytes), NETFOLD_DTYPE_UINT8,
+                            root, r);
+  }, request);
 }
 
 int MPI_Ireduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                 int root, MPI_Comm comm, MPI_Request* request) {
-  Nonblocking(comm, kReduce);
-  return PMPI_Ireduce(sendbuf, recvbuf, count, type, op, root, comm, request);
+  CommState* s = Usable(comm, kReduce, type, op, count, true, /*nonblocking=*/true);
+  if (s == nullptr) return PMPI_Ireduce(sendbuf, recvbuf, count, type, op, root, comm, request);
+  Pending p{kReduce, sendbuf, recvbuf, count, type, op, root, {}};
+  SaveInPlaceInput(p);
+  return StartNonblocking(comm, s, std::move(p), [&](netfold_request_t* r) {
+    return netfold_reduce_nb(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
+                             recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
+                             *NetfoldOp(op), root, r);
+  }, request);
 }
 
 int MPI_Ibarrier(MPI_Comm comm, MPI_Request* request) {
-  Nonblocking(comm, kBarrier);
-  return PMPI_Ibarrier(comm, request);
+  CommState* s = Usable(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, false,
+                        /*nonblocking=*/true);
+  if (s == nullptr) return PMPI_Ibarrier(comm, request);
+  Pending p{kBarrier, nullptr, nullptr, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, {}};
+  return StartNonblocking(comm, s, std::move(p),
+                          [&](netfold_request_t* r) { return netfold_barrier_nb(s->group, r); },
+                          request);
 }
 
 }  // extern "C"

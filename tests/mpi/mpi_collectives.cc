@@ -28,6 +28,14 @@
 //                             MPI_COMM_WORLD, run OPS checked allreduces and
 //                             OPS checked bcasts at the same time; then one
 //                             allreduce on MPI_COMM_WORLD
+//   mpi_collectives nonblocking ROUNDS   each round starts five nonblocking
+//                             collectives at once (MPI_Iallreduce, in place
+//                             and not, MPI_Ibcast, MPI_Ireduce, MPI_Ibarrier on
+//                             two communicators) and completes them with
+//                             MPI_Waitall, MPI_Wait in reverse, an
+//                             MPI_Testall loop or MPI_Waitany; every fifth
+//                             round also a blocking MPI_Allreduce while an
+//                             MPI_Iallreduce is outstanding; all checked
 //   mpi_collectives bench COUNT ITERS   (used by bench/)
 #include <mpi.h>
 #include <unistd.h>
@@ -160,6 +168,79 @@ void Threads(int ops) {
   g_checks += checks.load();
   if (wrong.load() > 0) Fail(std::to_string(wrong.load()) + " wrong results under MPI_THREAD_MULTIPLE");
   for (MPI_Comm& c : comms) MPI_Comm_free(&c);
+}
+
+void Nonblocking(int rounds) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  for (int i = 0; i < rounds; ++i) {
+    const int n = 1 + (i * 1009) % 3000;
+    const int root = i % g_size;
+    std::vector<int> a(n), a_out(n, -1), b(n), c(n), c_out(n, -1), d(n);
+    for (int k = 0; k < n; ++k) {
+      a[k] = g_rank + k + i;
+      b[k] = g_rank == root ? k * 3 + i : 0;
+      c[k] = g_rank * k + i;
+      d[k] = 2 * g_rank + k;
+    }
+    MPI_Request reqs[5];
+    MPI_Iallreduce(a.data(), a_out.data(), n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[0]);
+    MPI_Ibcast(b.data(), n, MPI_INT, root, MPI_COMM_WORLD, &reqs[1]);
+    MPI_Ireduce(c.data(), c_out.data(), n, MPI_INT, MPI_MAX, root, dup, &reqs[2]);
+    MPI_Iallreduce(MPI_IN_PLACE, d.data(), n, MPI_INT, MPI_SUM, dup, &reqs[3]);
+    MPI_Ibarrier(MPI_COMM_WORLD, &reqs[4]);
+    switch (i % 4) {
+      case 0:
+        MPI_Waitall(5, reqs, MPI_STATUSES_IGNORE);
+        break;
+      case 1:
+        for (int r = 4; r >= 0; --r) MPI_Wait(&reqs[r], MPI_STATUS_IGNORE);
+        break;
+      case 2: {
+        int flag = 0;
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+        while (!flag && std::chrono::steady_clock::now() < deadline) {
+          MPI_Testall(5, reqs, &flag, MPI_STATUSES_IGNORE);
+          if (!flag) usleep(100);
+        }
+        if (!flag) Fail("MPI_Testall never saw the operations complete");
+        break;
+      }
+      default:
+        for (int done = 0; done < 5; ++done) {
+          int index = -1;
+          MPI_Waitany(5, reqs, &index, MPI_STATUS_IGNORE);
+          if (index < 0 || index >= 5) Fail("MPI_Waitany returned no index");
+        }
+        break;
+    }
+    for (MPI_Request r : reqs) {
+      if (r != MPI_REQUEST_NULL) Fail("a request was left active");
+    }
+    bool ok = true;
+    for (int k = 0; k < n; ++k) {
+      ok = ok && a_out[k] == g_size * (k + i) + g_size * (g_size - 1) / 2;
+      ok = ok && b[k] == k * 3 + i;
+      ok = ok && (g_rank != root || c_out[k] == (g_size - 1) * k + i);
+      ok = ok && d[k] == g_size * k + g_size * (g_size - 1);
+    }
+    ++g_checks;
+    if (!ok) Fail("nonblocking round " + std::to_string(i));
+    if (i % 5 == 0) {
+      // A blocking collective while a nonblocking one is outstanding on
+      // the same communicator: the earlier one completes first.
+      int x = g_rank + 1, x_out = -1, y = 2 * g_rank, y_out = -1;
+      MPI_Request r;
+      MPI_Iallreduce(&x, &x_out, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &r);
+      MPI_Allreduce(&y, &y_out, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      MPI_Wait(&r, MPI_STATUS_IGNORE);
+      ++g_checks;
+      if (x_out != g_size * (g_size + 1) / 2 || y_out != g_size * (g_size - 1)) {
+        Fail("blocking after nonblocking");
+      }
+    }
+  }
+  MPI_Comm_free(&dup);
 }
 
 template <typename T>
@@ -352,6 +433,19 @@ void Fallback() {
       break;
     }
   }
+  // A nonblocking bcast of it goes to MPI itself (it would have to unpack
+  // at completion).
+  for (int k = 0; k < 100; ++k) holes[k] = g_rank == 0 ? k * 5 : -7;
+  MPI_Request ibcast;
+  MPI_Ibcast(holes.data(), 1, strided, 0, MPI_COMM_WORLD, &ibcast);
+  MPI_Wait(&ibcast, MPI_STATUS_IGNORE);
+  ++g_checks;
+  for (int k = 0; k < 100; ++k) {
+    if (holes[k] != (k % 2 == 0 || g_rank == 0 ? k * 5 : -7)) {
+      Fail("strided datatype ibcast");
+      break;
+    }
+  }
   MPI_Type_free(&strided);
   int x = g_rank, y = -1;
   MPI_Allreduce(&x, &y, 1, MPI_INT, MPI_SUM, MPI_COMM_SELF);
@@ -361,7 +455,7 @@ void Fallback() {
   MPI_Iallreduce(&x, &y, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &req);
   MPI_Wait(&req, MPI_STATUS_IGNORE);
   ++g_checks;
-  if (y != g_size - 1) Fail("nonblocking allreduce");
+  if (y != g_size - 1) Fail("nonblocking allreduce (on the fabric)");
 }
 
 // For NETFOLD_MPI_VERBOSE: one communicator offloaded, a per-call fallback
@@ -406,6 +500,18 @@ void Outage() {
   // Wait for the driver to kill the fabric (it writes the file).
   const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
   for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+  // First two nonblocking allreduces, outstanding together: the fabric
+  // fails them, and they are recovered when they are waited for.
+  int x[2] = {g_rank + 1, 2 * g_rank}, y[2] = {-1, -1};
+  MPI_Request reqs[2];
+  for (int k = 0; k < 2; ++k) {
+    MPI_Iallreduce(&x[k], &y[k], 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[k]);
+  }
+  MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
+  ++g_checks;
+  if (y[0] != g_size * (g_size + 1) / 2 || y[1] != g_size * (g_size - 1)) {
+    Fail("nonblocking allreduces across the outage");
+  }
   for (int i = 0; i < 20; ++i) AllOps<double>(MPI_COMM_WORLD, MPI_DOUBLE, "double", {300}, seed);
 }
 
@@ -554,6 +660,7 @@ int main(int argc, char** argv) {
     if (y != g_size * (g_size + 1) / 2) Fail("allreduce under MPI_THREAD_MULTIPLE");
   }
   else if (what == "strict") Strict(argc > 2 ? argv[2] : "fatal");
+  else if (what == "nonblocking") Nonblocking(argc > 2 ? std::atoi(argv[2]) : 40);
   else if (what == "pause") {
     Pause(argc > 2 ? std::atof(argv[2]) : 20, argc > 3 ? std::atoi(argv[3]) : 1000,
           argc > 4 && std::string(argv[4]) == "busy");
