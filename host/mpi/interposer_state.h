@@ -108,7 +108,9 @@ struct CommState {
   LastOp last;
   // Nonblocking operations started on the fabric and not completed yet, in
   // start order (they complete in that order: Completed keeps `completed`
-  // and `last` in step with the other ranks).
+  // and `last` in step with the other ranks). Under nb_mu: MPI lets
+  // several threads complete requests of one communicator at once.
+  std::mutex nb_mu;
   std::deque<NbOp*> outstanding;
 };
 

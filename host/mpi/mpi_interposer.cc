@@ -367,8 +367,8 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
 CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
                      bool has_op) {
   CommState* s = Usable(comm, kind, type, op, count, has_op);
-  if (s == nullptr || s->outstanding.empty()) return s;
-  FinishOutstanding(s);
+  if (s == nullptr) return s;
+  FinishOutstanding(s);  // takes the queue's lock: sees what another thread completed
   return s->mode == CommState::Mode::kFabric ? s : Usable(comm, kind, type, op, count, has_op);
 }
 

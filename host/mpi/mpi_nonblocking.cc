@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -21,7 +22,7 @@ struct NbOp {
   netfold_request_t nr = nullptr;  // null once complete, or if it never started
   int start_rc = NETFOLD_SUCCESS;  // why it never started
   MPI_Request req = MPI_REQUEST_NULL;
-  bool done = false;
+  std::atomic<bool> done{false};
   int error = MPI_SUCCESS;  // the outcome the request reports
 };
 
@@ -82,8 +83,15 @@ bool CompleteOldest(NbOp* op, bool wait) {
 }
 
 // Completes `op` and the operations of its communicator started before it
-// (`wait`: waits for them). False if one is still running.
+// (`wait`: waits for them). False if one is still running, or (not
+// waiting) if another thread is completing the communicator's operations.
 bool Finish(NbOp* op, bool wait) {
+  std::unique_lock<std::mutex> lock(op->s->nb_mu, std::defer_lock);
+  if (wait) {
+    lock.lock();
+  } else if (!lock.try_lock()) {
+    return false;
+  }
   if (op->done) return true;
   std::deque<NbOp*>& outstanding = op->s->outstanding;
   while (!outstanding.empty()) {
@@ -144,7 +152,10 @@ int StartNonblocking(MPI_Comm comm, CommState* s, Pending p,
     raw->nr = nullptr;
     raw->start_rc = rc;
   }
-  s->outstanding.push_back(raw);
+  {
+    std::lock_guard<std::mutex> lock(s->nb_mu);
+    s->outstanding.push_back(raw);
+  }
   Global& g = G();
   std::lock_guard<std::mutex> lock(g.mu);
   g.requests[Key(raw->req)] = raw;
@@ -153,6 +164,7 @@ int StartNonblocking(MPI_Comm comm, CommState* s, Pending p,
 }
 
 void FinishOutstanding(CommState* s) {
+  std::lock_guard<std::mutex> lock(s->nb_mu);
   while (!s->outstanding.empty()) CompleteOldest(s->outstanding.front(), /*wait=*/true);
 }
 

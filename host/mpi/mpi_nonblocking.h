@@ -19,8 +19,11 @@
 // (FinishOutstanding). An operation the fabric fails is recovered when it
 // completes, as a blocking one is (Recover).
 //
-// Thread safety: as host/mpi/interposer_state.h: requests are found under
-// Global::mu; a communicator's operations are its calling thread's.
+// Thread safety: requests are found under Global::mu; a communicator's
+// queue of outstanding operations is under its CommState::nb_mu, so
+// several threads may complete (and start) operations of one communicator
+// (MPI_THREAD_MULTIPLE); a Test that finds another thread completing them
+// reports "not yet".
 #ifndef NETFOLD_HOST_MPI_MPI_NONBLOCKING_H_
 #define NETFOLD_HOST_MPI_MPI_NONBLOCKING_H_
 

@@ -26,8 +26,10 @@
 //   mpi_collectives threads OPS   MPI_Init_thread(MPI_THREAD_MULTIPLE); two
 //                             threads, each on its own duplicate of
 //                             MPI_COMM_WORLD, run OPS checked allreduces and
-//                             OPS checked bcasts at the same time; then one
-//                             allreduce on MPI_COMM_WORLD
+//                             OPS checked bcasts at the same time; then 40
+//                             MPI_Iallreduce on one of them completed by two
+//                             threads at once; then one allreduce on
+//                             MPI_COMM_WORLD
 //   mpi_collectives nonblocking ROUNDS   each round starts five nonblocking
 //                             collectives at once (MPI_Iallreduce, in place
 //                             and not, MPI_Ibcast, MPI_Ireduce, MPI_Ibarrier on
@@ -165,6 +167,33 @@ void Threads(int ops) {
   std::thread first(work, 0), second(work, 1);
   first.join();
   second.join();
+  // One thread starts nonblocking allreduces on one communicator; two
+  // threads complete them at once, each waiting for every other request
+  // (MPI allows it; the operations still complete in start order).
+  constexpr int kShared = 40;
+  std::vector<int> in(kShared), out(kShared, -1);
+  std::vector<MPI_Request> reqs(kShared);
+  for (int i = 0; i < kShared; ++i) {
+    in[i] = g_rank + i;
+    MPI_Iallreduce(&in[i], &out[i], 1, MPI_INT, MPI_SUM, comms[0], &reqs[i]);
+  }
+  auto complete = [&](int parity) {
+    for (int i = parity; i < kShared; i += 2) {
+      if (i % 4 < 2) {
+        MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);
+      } else {
+        int flag = 0;
+        while (!flag) MPI_Test(&reqs[i], &flag, MPI_STATUS_IGNORE);
+      }
+    }
+  };
+  std::thread even(complete, 0), odd(complete, 1);
+  even.join();
+  odd.join();
+  for (int i = 0; i < kShared; ++i) {
+    ++checks;
+    if (out[i] != g_size * i + g_size * (g_size - 1) / 2) ++wrong;
+  }
   g_checks += checks.load();
   if (wrong.load() > 0) Fail(std::to_string(wrong.load()) + " wrong results under MPI_THREAD_MULTIPLE");
   for (MPI_Comm& c : comms) MPI_Comm_free(&c);
