@@ -88,11 +88,7 @@ void ExpectNoLeaks(const tools::LocalFabric& fabric) {
 
 // Every rank completed every operation with the right bits.
 void ExpectStreamClean(const std::vector<RankResult>& results) {
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
-    EXPECT_NE(results[r].output.find("errors=0 wrong=0"), std::string::npos)
-        << "rank " << r << ":\n" << results[r].output;
-  }
+  testing::ExpectStreamExact(results, /*no_failover=*/false);
 }
 
 struct LinkCase {

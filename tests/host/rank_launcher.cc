@@ -119,4 +119,16 @@ std::vector<RankResult> Launch::Wait(absl::Duration timeout) {
   return results_;
 }
 
+void ExpectStreamExact(const std::vector<RankResult>& results, bool no_failover) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    EXPECT_NE(results[r].output.find("errors=0 wrong=0"), std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+    if (no_failover) {
+      EXPECT_NE(results[r].output.find("failovers=0"), std::string::npos)
+          << "rank " << r << " handed the job to the hosts:\n" << results[r].output;
+    }
+  }
+}
+
 }  // namespace netfold::testing

@@ -44,6 +44,11 @@ struct ReleaseFlag {
   void Raise() const { std::ofstream(path) << "stop\n"; }
 };
 
+// Every rank of a stream (fabric_rank's stream and until scenarios)
+// exited 0 with every operation exact ("errors=0 wrong=0"); with
+// `no_failover`, none handed to the hosts ("failovers=0"). gtest failures.
+void ExpectStreamExact(const std::vector<RankResult>& results, bool no_failover);
+
 class Launch {
  public:
   Launch(const std::string& manager, int n, int first_host, std::vector<std::string> args,

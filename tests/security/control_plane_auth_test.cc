@@ -32,7 +32,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::Launch;
-using testing::RankResult;
 
 constexpr char kWrong[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 
@@ -133,14 +132,7 @@ class RunningJob {
   // Every operation of every rank exact, none handed to the hosts.
   void ExpectAllExact() {
     release_.Raise();
-    std::vector<RankResult> results = ranks_.Wait(absl::Minutes(2));
-    for (size_t r = 0; r < results.size(); ++r) {
-      EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
-      EXPECT_NE(results[r].output.find("errors=0 wrong=0"), std::string::npos)
-          << "rank " << r << ":\n" << results[r].output;
-      EXPECT_NE(results[r].output.find("failovers=0"), std::string::npos)
-          << "rank " << r << ":\n" << results[r].output;
-    }
+    testing::ExpectStreamExact(ranks_.Wait(absl::Minutes(2)), /*no_failover=*/true);
   }
 
  private:
