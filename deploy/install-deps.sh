@@ -12,6 +12,7 @@ PACKAGES="
   dpdk-dev libdpdk-dev
   libibverbs-dev librdmacm-dev rdma-core ibverbs-utils
   openmpi-bin libopenmpi-dev
+  libtorch-dev python3-torch pybind11-dev
   tshark python3-scapy python3-numpy python3-matplotlib python3-yaml python3-mpi4py
   clang iproute2 nftables procps psmisc
   qemu-system-x86 busybox-static kmod
