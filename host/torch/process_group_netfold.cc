@@ -83,6 +83,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNetfold::allreduce(
   const Reduction r = ReductionFor(tensor.scalar_type(), opts.reduceOp);
   at::Tensor buffer = tensor.contiguous();
   auto work = NewWork(c10d::OpType::ALLREDUCE, {tensor});
+  work->Hold(buffer);
   group_->Start(*work, [&](netfold_group_t g, netfold_request_t* request) {
     return netfold_allreduce_nb(g, NETFOLD_IN_PLACE, buffer.data_ptr(),
                                 static_cast<size_t>(buffer.numel()), r.dtype, r.op, request);
@@ -103,6 +104,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNetfold::broadcast(
   const MovedType moved = MovedTypeFor(tensor.scalar_type());
   at::Tensor buffer = tensor.contiguous();
   auto work = NewWork(c10d::OpType::BROADCAST, {tensor});
+  work->Hold(buffer);
   group_->Start(*work, [&](netfold_group_t g, netfold_request_t* request) {
     return netfold_bcast_nb(g, buffer.data_ptr(),
                             static_cast<size_t>(buffer.numel()) * moved.elements_per_torch_element,
@@ -121,6 +123,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNetfold::reduce(std::vector<at::Tenso
   const Reduction r = ReductionFor(tensor.scalar_type(), opts.reduceOp);
   at::Tensor buffer = tensor.contiguous();
   auto work = NewWork(c10d::OpType::REDUCE, {tensor});
+  work->Hold(buffer);
   // The root reduces in place; the others only send (their tensors stay).
   const bool at_root = rank_ == root;
   group_->Start(*work, [&](netfold_group_t g, netfold_request_t* request) {
@@ -146,6 +149,8 @@ void ProcessGroupNetfold::StartAllgather(WorkNetfold& work, const at::Tensor& se
   const int64_t n = recv.numel() / size_;
   const size_t bytes = static_cast<size_t>(n) * recv.element_size();
   if (send.defined() && bytes > 0) std::memcpy(Bytes(recv) + rank_ * bytes, send.data_ptr(), bytes);
+  if (send.defined()) work.Hold(send);
+  work.Hold(recv);
   for (int root = 0; root < size_; ++root) {
     group_->Start(work, [&](netfold_group_t g, netfold_request_t* request) {
       return netfold_bcast_nb(g, Bytes(recv) + root * bytes,
@@ -160,6 +165,8 @@ void ProcessGroupNetfold::StartReduceScatter(WorkNetfold& work, const at::Tensor
   // Until libnetfold has netfold_reduce_scatter_block: an allreduce of a
   // copy of the whole input, then this rank's block (docs/pytorch.md).
   at::Tensor reduced = send.clone();
+  work.Hold(reduced);
+  work.Hold(recv);
   group_->Start(work, [&](netfold_group_t g, netfold_request_t* request) {
     return netfold_allreduce_nb(g, NETFOLD_IN_PLACE, reduced.data_ptr(),
                                 static_cast<size_t>(reduced.numel()), r.dtype, r.op, request);
@@ -210,7 +217,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNetfold::_allgather_base(
   at::Tensor send = in_place ? at::Tensor() : input.contiguous();
   auto work = NewWork(c10d::OpType::_ALLGATHER_BASE, {output});
   StartAllgather(*work, send, gathered);
-  work->AndThen([output, gathered, send]() mutable { CopyBackIfStaged(output, gathered); });
+  work->AndThen([output, gathered]() mutable { CopyBackIfStaged(output, gathered); });
   group_->Submit(work);
   return work;
 }
@@ -232,7 +239,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNetfold::reduce_scatter(
   at::Tensor result = output.contiguous();
   auto work = NewWork(c10d::OpType::REDUCE_SCATTER, {output});
   StartReduceScatter(*work, send, result, r);
-  work->AndThen([output, result, send, r, size = size_]() mutable {
+  work->AndThen([output, result, r, size = size_]() mutable {
     if (r.average) result.div_(size);
     CopyBackIfStaged(output, result);
   });
@@ -254,7 +261,7 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNetfold::_reduce_scatter_base(
   at::Tensor result = output.contiguous();
   auto work = NewWork(c10d::OpType::_REDUCE_SCATTER_BASE, {output});
   StartReduceScatter(*work, send.view({-1}), result, r);
-  work->AndThen([output, result, send, r, size = size_]() mutable {
+  work->AndThen([output, result, r, size = size_]() mutable {
     if (r.average) result.div_(size);
     CopyBackIfStaged(output, result);
   });

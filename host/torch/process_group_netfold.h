@@ -74,10 +74,11 @@ class ProcessGroupNetfold : public c10d::ProcessGroup {
   c10::intrusive_ptr<WorkNetfold> NewWork(c10d::OpType type, std::vector<at::Tensor> outputs);
   // Gathers every rank's `send` into `recv` (contiguous, size blocks of
   // send's elements, in group-rank order). `send` undefined: in place,
-  // this rank's block of `recv` holds them already.
+  // this rank's block of `recv` holds them already. `work` holds both.
   void StartAllgather(WorkNetfold& work, const at::Tensor& send, const at::Tensor& recv);
   // Reduces `send` (contiguous, size blocks of recv's elements) with `r`
-  // and leaves block `rank` of the result in `recv` (contiguous).
+  // and leaves block `rank` of the result in `recv` (contiguous). `work`
+  // holds both.
   void StartReduceScatter(WorkNetfold& work, const at::Tensor& send, const at::Tensor& recv,
                           const Reduction& r);
 

@@ -82,6 +82,7 @@ void WorkNetfold::Finish() {
     }
   }
   steps_.clear();  // drops the staging buffers they hold
+  held_.clear();
   finish(failure);
   if (failure) {
     future_->setError(failure);

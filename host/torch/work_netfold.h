@@ -56,6 +56,10 @@ class WorkNetfold : public c10d::Work {
   void synchronize() override {}
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
 
+  // Keeps `buffer` alive until the requests are done: every buffer handed
+  // to libnetfold is held here (a staging copy would otherwise be freed
+  // while the fabric still reads or writes it). Only before Submit.
+  void Hold(at::Tensor buffer) { held_.push_back(std::move(buffer)); }
   // Adds a step to run once every request succeeded, after the steps added
   // before it (copying staged results out, dividing an AVG). A step may
   // throw: the Work then fails with its message. Only before Submit.
@@ -82,6 +86,7 @@ class WorkNetfold : public c10d::Work {
   std::string error_;                        // under *calls_ until collected_
   std::atomic<bool> collected_{false};
   std::vector<at::Tensor> outputs_;
+  std::vector<at::Tensor> held_;
   std::vector<std::function<void()>> steps_;
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
