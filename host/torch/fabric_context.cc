@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <thread>
 
 #include "host/torch/fabric_group.h"
 
@@ -13,6 +15,24 @@ namespace {
 std::mutex g_mu;
 std::weak_ptr<FabricContext> g_current;  // under g_mu
 uint64_t g_generations = 0;              // under g_mu
+
+// The threads destroying retired groups; Shutdown joins them, Retire joins
+// those that are done. Never destroyed: a thread still running when the
+// process exits without Shutdown must not abort it (std::thread's
+// destructor would).
+struct Retiring {
+  std::thread thread;
+  std::shared_ptr<std::atomic<bool>> done;
+};
+struct RetiringThreads {
+  std::mutex mu;
+  std::vector<Retiring> threads;  // under mu
+  bool shut_down = false;         // under mu: Shutdown ran, retire inline
+};
+RetiringThreads& Retirements() {
+  static auto* retirements = new RetiringThreads;
+  return *retirements;
+}
 
 }  // namespace
 
@@ -68,14 +88,43 @@ std::string FabricContext::GroupScope() const {
          "/group";
 }
 
-void FabricContext::Register(FabricGroup* group) {
+void FabricContext::Register(const std::shared_ptr<FabricGroup>& group) {
   std::lock_guard<std::mutex> lock(groups_mu_);
-  groups_.push_back(group);
+  groups_.push_back({group.get(), group});
 }
 
-void FabricContext::Unregister(FabricGroup* group) {
+void FabricContext::Unregister(const FabricGroup* group) {
   std::lock_guard<std::mutex> lock(groups_mu_);
-  groups_.erase(std::remove(groups_.begin(), groups_.end(), group), groups_.end());
+  groups_.erase(std::remove_if(groups_.begin(), groups_.end(),
+                               [&](const RegisteredGroup& g) { return g.group == group; }),
+                groups_.end());
+}
+
+void FabricContext::Retire(std::shared_ptr<FabricGroup> group) {
+  RetiringThreads& r = Retirements();
+  std::unique_lock<std::mutex> lock(r.mu);
+  if (r.shut_down) {
+    // At interpreter exit, after Shutdown destroyed every group: nothing
+    // left to wait for.
+    lock.unlock();
+    group.reset();
+    return;
+  }
+  for (auto it = r.threads.begin(); it != r.threads.end();) {
+    if (it->done->load()) {
+      it->thread.join();
+      it = r.threads.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread thread([group = std::move(group), done]() mutable {
+    group->Destroy();
+    group.reset();  // the last group of a context finalizes it, here
+    done->store(true);
+  });
+  r.threads.push_back({std::move(thread), std::move(done)});
 }
 
 void FabricContext::Shutdown() {
@@ -85,16 +134,32 @@ void FabricContext::Shutdown() {
     context = g_current.lock();
     g_current.reset();
   }
-  if (context == nullptr || context->pid_ != getpid()) return;
-  std::vector<FabricGroup*> groups;
-  {
-    std::lock_guard<std::mutex> lock(context->groups_mu_);
-    groups = context->groups_;
+  if (context != nullptr && context->pid_ != getpid()) return;  // a fork() child's copy
+  if (context != nullptr) {
+    std::vector<std::shared_ptr<FabricGroup>> groups;
+    {
+      std::lock_guard<std::mutex> lock(context->groups_mu_);
+      for (const RegisteredGroup& g : context->groups_) {
+        if (std::shared_ptr<FabricGroup> alive = g.alive.lock()) groups.push_back(std::move(alive));
+      }
+    }
+    // The process groups still hold these (as objects that refuse
+    // collectives from now on): destroyed here, each on its own thread.
+    std::vector<std::thread> destroying;
+    for (std::shared_ptr<FabricGroup>& group : groups) {
+      destroying.emplace_back([group] { group->Destroy(); });
+    }
+    for (std::thread& t : destroying) t.join();
   }
-  // The process groups still hold these; each stays an object that refuses
-  // collectives.
-  for (FabricGroup* group : groups) group->Destroy();
-  context->Finalize();
+  RetiringThreads& r = Retirements();
+  std::vector<Retiring> retiring;
+  {
+    std::lock_guard<std::mutex> lock(r.mu);
+    retiring.swap(r.threads);
+    r.shut_down = true;
+  }
+  for (Retiring& t : retiring) t.thread.join();
+  if (context != nullptr) context->Finalize();
 }
 
 netfold_stats_t FabricContext::Stats() {

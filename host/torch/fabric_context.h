@@ -8,11 +8,19 @@
 // fabric: netfold_init over the world, its out-of-band exchanges on that
 // group's store. Every netfold process group then holds the context
 // (shared_ptr) and is a netfold group in it, so subgroups need the default
-// group to be netfold. The context is finalized (netfold_finalize, over the
-// world) when the last group that holds it is destroyed, or by Shutdown()
-// at interpreter exit (atexit, netfold_torch's module): that destroys the
-// groups still alive in the order they were created — the order every rank
-// created them in, so the collective destroys meet — then finalizes.
+// group to be netfold.
+//
+// Destroying a netfold group is collective over its members, but Python
+// drops process groups in no order that ranks agree on (reference counts,
+// the garbage collector, destroy_process_group): a rank that destroyed the
+// world group first and one that destroyed a subgroup first would wait for
+// each other. So a dropped process group's netfold group is destroyed on a
+// thread of its own (Retire): each destroy meets its peers whatever else
+// the rank does meanwhile. The context is finalized (netfold_finalize,
+// over the world) when the last group holding it is gone, on the thread
+// that destroyed that group, or by Shutdown() at interpreter exit
+// (netfold_torch's atexit handler), which retires the groups still alive,
+// joins every destroying thread, then finalizes.
 //
 // A second default group (init_process_group after destroy_process_group)
 // while groups of the first are still alive reuses the context if its rank
@@ -50,9 +58,13 @@ class FabricContext {
                                                   std::chrono::milliseconds timeout);
   // The context of the default process group. Throws if there is none.
   static std::shared_ptr<FabricContext> Current();
-  // At exit: destroys the groups still alive, then finalizes. Only in the
-  // process that joined (not in a fork() child). Errors are printed, not
-  // thrown.
+  // Destroys `group` (FabricGroup::Destroy, collective over its members)
+  // on a thread of its own, and drops it there (which may finalize its
+  // context). Returns at once.
+  static void Retire(std::shared_ptr<FabricGroup> group);
+  // At exit: retires the groups still alive, waits for every retired group
+  // to be destroyed, then finalizes. Only in the process that joined (not
+  // in a fork() child). Errors are printed, not thrown.
   static void Shutdown();
   // The counters of the current context (netfold_get_stats). Throws if
   // there is none.
@@ -72,9 +84,9 @@ class FabricContext {
   // destroy_process_group).
   std::string GroupScope() const;
 
-  // Groups of this context in the order they were created (Shutdown).
-  void Register(FabricGroup* group);
-  void Unregister(FabricGroup* group);
+  // The groups of this context still held by a process group (Shutdown).
+  void Register(const std::shared_ptr<FabricGroup>& group);
+  void Unregister(const FabricGroup* group);
 
  private:
   FabricContext(const c10::intrusive_ptr<c10d::Store>& store, uint64_t generation, int rank,
@@ -87,7 +99,11 @@ class FabricContext {
   netfold_context_t ctx_ = nullptr;
   const int pid_;
   std::mutex groups_mu_;
-  std::vector<FabricGroup*> groups_;  // under groups_mu_
+  struct RegisteredGroup {
+    const FabricGroup* group;  // what Unregister compares (never dereferenced)
+    std::weak_ptr<FabricGroup> alive;
+  };
+  std::vector<RegisteredGroup> groups_;  // under groups_mu_
 };
 
 }  // namespace netfold::pytorch

@@ -37,7 +37,7 @@ std::shared_ptr<FabricGroup> FabricGroup::Create(std::shared_ptr<FabricContext> 
     if (rc == NETFOLD_ERR_OOB) message += " (" + group->oob_.last_error() + ")";
     TORCH_CHECK(false, message);
   }
-  group->context_->Register(group.get());
+  group->context_->Register(group);
   group->completer_ = std::make_unique<std::thread>([g = group.get()] { g->CompleteInOrder(); });
   return group;
 }

@@ -70,7 +70,7 @@ ProcessGroupNetfold::ProcessGroupNetfold(std::shared_ptr<FabricGroup> group, int
   init();
 }
 
-ProcessGroupNetfold::~ProcessGroupNetfold() = default;
+ProcessGroupNetfold::~ProcessGroupNetfold() { FabricContext::Retire(std::move(group_)); }
 
 c10::intrusive_ptr<WorkNetfold> ProcessGroupNetfold::NewWork(c10d::OpType type,
                                                              std::vector<at::Tensor> outputs) {

@@ -1,11 +1,18 @@
 #include "host/torch/store_oob.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <utility>
 
 namespace netfold::pytorch {
 namespace {
+
+// How often a wait asks the store: soon at first (ranks usually arrive
+// together), then at most every 10 ms.
+constexpr std::chrono::microseconds kFirstPause(100);
+constexpr std::chrono::microseconds kLongestPause(10000);
 
 int AllgatherCallback(void* ctx, const void* send, void* recv, size_t bytes) {
   return static_cast<StoreOob*>(ctx)->Allgather(send, recv, bytes);
@@ -35,12 +42,23 @@ netfold_oob_t StoreOob::callbacks() {
 std::string StoreOob::NextRound() { return scope_ + "/" + std::to_string(round_++) + "/"; }
 
 void StoreOob::WaitFor(const std::vector<std::string>& keys) {
-  // TCPStore's wait throws on its deadline; say whose keys never came.
-  try {
-    store_->wait(keys, timeout_);
-  } catch (const std::exception& e) {
-    TORCH_CHECK(false, "waited ", timeout_.count(), " ms in the store for ", keys.size(),
-                " rank(s) of ", scope_, " (", Describe(e), ")");
+  // Polled with check() rather than the store's wait(): a TCPStore client
+  // holds its one connection for the whole of a wait(), so the other
+  // threads of the process (another group being created or destroyed on
+  // the same store) could not set the keys their peers wait for.
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  std::chrono::microseconds pause = kFirstPause;
+  while (true) {
+    try {
+      if (store_->check(keys)) return;
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "the store failed while waiting for ", keys.size(), " rank(s) of ",
+                  scope_, " (", Describe(e), ")");
+    }
+    TORCH_CHECK(std::chrono::steady_clock::now() < deadline, "waited ", timeout_.count(),
+                " ms in the store for ", keys.size(), " rank(s) of ", scope_);
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, kLongestPause);
   }
 }
 

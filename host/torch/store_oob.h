@@ -12,7 +12,11 @@
 // Every call is a round of keys `SCOPE/N/...` (N counts the calls, the
 // same on every rank because the calls are collective): each rank sets its
 // own keys and waits for the others' with `timeout`, so a rank that never
-// comes ends the call with an error, not a hang. A rank deletes the keys it
+// comes ends the call with an error, not a hang. Waits poll the store
+// (check(), 100 us doubling to 10 ms) instead of blocking in its wait(),
+// which would hold a TCPStore client's connection: several StoreOobs on
+// one store (groups created and destroyed on several threads) would then
+// wait for each other. A rank deletes the keys it
 // set before call N once it has seen every rank's key of call N (an
 // allgather or a barrier: every rank is past the earlier calls, so has read
 // them), so the store keeps only the keys of the last calls per scope.
@@ -62,8 +66,8 @@ class StoreOob {
  private:
   // The key prefix of the next call.
   std::string NextRound();
-  // Waits for `keys` until the deadline. Throws (c10::Error) on failure;
-  // the public calls turn that into -1 and last_error_.
+  // Waits for `keys` until the deadline, polling. Throws (c10::Error) on
+  // failure; the public calls turn that into -1 and last_error_.
   void WaitFor(const std::vector<std::string>& keys);
   // Ends a round in which this rank set `mine`. `saw_everyone`: every
   // rank's key of this round was there, so every rank has read the keys

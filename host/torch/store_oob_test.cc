@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -151,6 +152,44 @@ TEST(StoreOob, ScopesAreIndependent) {
   }
   for (std::thread& t : ranks) t.join();
   for (int r = 0; r < 4; ++r) EXPECT_EQ(failures[r], 0) << "rank " << r;
+}
+
+// Two ranks, each one TCPStore client (as each process has), each running
+// the exchanges of two groups on two threads, started in opposite orders:
+// rank 0 group a first, rank 1 group b first. Had a wait held the client's
+// connection (TCPStore's blocking wait()), each rank's second group could
+// not have set the key the other rank's first group waits for.
+TEST(StoreOob, GroupsOnSeveralThreadsOfOneTcpStoreClientDoNotWaitForEachOther) {
+  c10d::TCPStoreOptions server_options;
+  server_options.port = 0;
+  server_options.isServer = true;
+  server_options.waitWorkers = false;
+  auto server = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", server_options);
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> ranks;
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      c10d::TCPStoreOptions o;
+      o.port = server->getPort();
+      auto client = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+      std::vector<std::thread> groups;
+      for (int g = 0; g < 2; ++g) {
+        groups.emplace_back([&, g] {
+          if (g != r) std::this_thread::sleep_for(milliseconds(100));  // the other group first
+          auto store = c10::make_intrusive<c10d::PrefixStore>(g == 0 ? "a" : "b", client);
+          StoreOob oob(store, "netfold/test", r, 2, milliseconds(5000));
+          for (int i = 0; i < 3; ++i) {
+            if (oob.Barrier() != 0) failures[2 * r + g] = 1;
+          }
+        });
+      }
+      for (std::thread& t : groups) t.join();
+    });
+  }
+  for (std::thread& t : ranks) t.join();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(failures[i], 0) << "rank " << i / 2 << " group " << i % 2;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(4));
 }
 
 }  // namespace
