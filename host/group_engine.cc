@@ -61,6 +61,12 @@ struct GroupEngine::Op {
   std::vector<size_t> block_first_chunk;
   std::vector<size_t> block_first_element;
   size_t my_block = 0;
+  // A blocked operation run as one allreduce (LayOutBlocks): an allgather's
+  // contribution (its block, zeros elsewhere), a reduce-scatter's whole
+  // result, of which its block goes to keep_to when the op completes.
+  std::vector<uint8_t> staged;
+  uint8_t* keep_to = nullptr;
+  size_t keep_from = 0, keep_bytes = 0;
   int64_t deadline_ns = 0;
   bool done = false;
   absl::Status status;
@@ -111,6 +117,37 @@ absl::Status GroupEngine::LayOutBlocks(Op& op) const {
   const size_t recv_elements = allgather ? a.count : mine;
   if ((send_elements > 0 && a.send == nullptr) || (recv_elements > 0 && a.recv == nullptr)) {
     return absl::InvalidArgumentError("null buffer for a non-empty operation");
+  }
+  // Blocks smaller than a slot cost a chunk each, most of a slot unused: a
+  // vector that fits the window goes as one allreduce of the whole vector
+  // when that takes fewer chunks (an allgather as a bitwise OR to which each
+  // rank gives its block, a reduce-scatter keeping its block of the
+  // result). Every rank decides alike; the result is bitwise the same
+  // (the switches fold in one order whatever the chunking).
+  const size_t bytes = a.count * op.elem_size;
+  const size_t whole_chunks =
+      allgather ? (bytes + params_.slot_bytes - 1) / params_.slot_bytes
+                : (a.count + per_chunk - 1) / per_chunk;
+  if (whole_chunks < chunks && bytes <= size_t{params_.num_slots} * params_.slot_bytes) {
+    const size_t first = op.block_first_element[op.my_block] * op.elem_size;
+    op.staged.assign(bytes, 0);
+    if (allgather) {
+      if (mine > 0) std::memcpy(op.staged.data() + first, a.send, mine * op.elem_size);
+      op.args.dtype = proto::DataType::kUint8;
+      op.args.op = proto::ReduceOp::kBor;
+      op.args.count = bytes;
+      op.args.send = op.staged.data();
+      op.elem_size = 1;
+    } else {
+      op.keep_to = static_cast<uint8_t*>(a.recv);
+      op.keep_from = first;
+      op.keep_bytes = mine * op.elem_size;
+      op.args.recv = op.staged.data();
+    }
+    op.args.collective = CollectiveType::kAllreduce;
+    op.args.blocks.clear();
+    op.num_chunks = whole_chunks;
+    return absl::OkStatus();
   }
   // An in-place reduce-scatter needs no copy of its input: element i of
   // the result is element start + i >= i of the input, so it is written
@@ -222,8 +259,11 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
              ? a.op
              : proto::kNoReduceOp;
   // A reduce rides the group's multicast like an allreduce (non-roots drop
-  // the data); without multicast its result goes to the root alone.
-  h.delivery = a.collective == CollectiveType::kReduce && params_.delivery != DeliveryMode::kMulticast
+  // the data); without multicast its result goes to the root alone. A
+  // reduce-scatter's results go to their roots alone: each rank receives
+  // its block, V / p, where the multicast would bring it all of V.
+  h.delivery = a.collective == CollectiveType::kReduce &&
+                       (params_.delivery != DeliveryMode::kMulticast || !a.blocks.empty())
                    ? DeliveryMode::kToRoot
                    : params_.delivery;
   h.tree_id = params_.tree_id;
@@ -349,6 +389,9 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
 void GroupEngine::FinishOpIfDone(Op& op) {
   if (op.done || op.chunks_done < op.num_chunks) return;
   op.done = true;
+  if (op.status.ok() && op.keep_bytes > 0) {
+    std::memcpy(op.keep_to, op.staged.data() + op.keep_from, op.keep_bytes);
+  }
   if (op.status.ok()) {
     ++stats_.ops_completed;
   } else {

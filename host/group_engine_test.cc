@@ -301,18 +301,21 @@ TEST_F(GroupEngineTest, ReduceScatterIsAReducePerBlockAndKeepsOnlyItsOwn) {
   GroupParams p = BlockedParams(Params());
   p.num_slots = 4;
   GroupEngine e(p, &leaf_, clock_);
-  // Blocks of 2, 5 and 1: chunks 0:(0,2) 1:(1,4) 2:(1,1) 3:(2,1), every one with data.
-  std::vector<int32_t> in = {0, 1, 2, 3, 4, 5, 6, 7};
+  // Blocks of 4, 5 and 4: chunks 0:(0,4) 1:(1,4) 2:(1,1) 3:(2,4), every one
+  // with data (as many chunks as a whole-vector allreduce would take).
+  std::vector<int32_t> in = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
   std::vector<int32_t> out(5, -1);
   auto op = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
-                      .op = ReduceOp::kSum, .send = in.data(), .recv = out.data(), .count = 8,
-                      .blocks = {2, 5, 1}});
+                      .op = ReduceOp::kSum, .send = in.data(), .recv = out.data(), .count = 13,
+                      .blocks = {4, 5, 4}});
   e.Poll();
   ASSERT_EQ(leaf_.sent.size(), 4u);
-  const uint32_t roots[] = {5, 3, 3, 7}, counts[] = {2, 4, 1, 1}, firsts[] = {0, 2, 6, 7};
+  const uint32_t roots[] = {5, 3, 3, 7}, counts[] = {4, 4, 1, 4}, firsts[] = {0, 4, 8, 9};
   for (size_t i = 0; i < 4; ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(leaf_.Header(i).collective, CollectiveType::kReduce);
+    EXPECT_EQ(leaf_.Header(i).delivery, DeliveryMode::kToRoot)
+        << "each block to its rank alone, not V to everyone by multicast";
     EXPECT_EQ(leaf_.Header(i).root_rank, roots[i]);
     EXPECT_EQ(leaf_.Header(i).count, counts[i]);
     ASSERT_TRUE(leaf_.Header(i).has_data);
@@ -320,13 +323,59 @@ TEST_F(GroupEngineTest, ReduceScatterIsAReducePerBlockAndKeepsOnlyItsOwn) {
                           counts[i] * 4),
               0);
   }
-  Answer(e, 3, {70});  // another rank's block: dropped
-  Answer(e, 0, {0, 10});
-  Answer(e, 2, {60});
-  Answer(e, 1, {20, 30, 40, 50});
+  Answer(e, 3, {90, 100, 110, 120});  // another rank's block: dropped
+  Answer(e, 0, {0, 10, 20, 30});
+  Answer(e, 2, {80});
+  Answer(e, 1, {40, 50, 60, 70});
   ASSERT_TRUE(e.Done(op));
   EXPECT_TRUE(e.Finish(op).ok());
-  EXPECT_EQ(out, (std::vector<int32_t>{20, 30, 40, 50, 60}));
+  EXPECT_EQ(out, (std::vector<int32_t>{40, 50, 60, 70, 80}));
+}
+
+// Blocks smaller than a slot would cost a chunk each: a vector that fits
+// the window goes as one allreduce instead, in fewer chunks.
+TEST_F(GroupEngineTest, SmallAllgatherIsAnOrOverTheWholeVector) {
+  GroupEngine e(BlockedParams(Params()), &leaf_, clock_);  // K = 2 slots of 16 bytes
+  std::vector<int32_t> mine = {7}, all(3, -1);
+  auto op = *e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32,
+                      .send = mine.data(), .recv = all.data(), .count = 3, .blocks = {1, 1, 1}});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 1u) << "one chunk, not one per block";
+  const AggregationHeader h = leaf_.Header(0);
+  EXPECT_EQ(h.collective, CollectiveType::kAllreduce);
+  EXPECT_EQ(h.dtype, DataType::kUint8);
+  EXPECT_EQ(h.op, ReduceOp::kBor);
+  EXPECT_EQ(h.count, 12u);
+  const std::vector<int32_t> contributed = {0, 7, 0};  // its block at its place, zeros elsewhere
+  EXPECT_EQ(std::memcmp(leaf_.sent[0].data() + proto::kAggregationHeaderSize, contributed.data(),
+                        12),
+            0);
+  const std::vector<int32_t> ored = {5, 7, 9};
+  AggregationHeader r = h;
+  r.type = AggregationMessageType::kResult;
+  r.status = AggregationStatus::kOk;
+  r.has_data = true;
+  e.OnMessage(r, {reinterpret_cast<const uint8_t*>(ored.data()), 12});
+  ASSERT_TRUE(e.Done(op));
+  EXPECT_TRUE(e.Finish(op).ok());
+  EXPECT_EQ(all, ored);
+}
+
+TEST_F(GroupEngineTest, SmallReduceScatterIsAnAllreduceOfWhichItKeepsItsBlock) {
+  GroupEngine e(BlockedParams(Params()), &leaf_, clock_);
+  std::vector<int32_t> in = {1, 2, 3, 4, 5, 6}, out = {-1, -1, -9};
+  auto op = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                      .op = ReduceOp::kSum, .send = in.data(), .recv = out.data(), .count = 6,
+                      .blocks = {2, 2, 2}});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 2u) << "two chunks of four, not three of two";
+  EXPECT_EQ(leaf_.Header(0).collective, CollectiveType::kAllreduce);
+  EXPECT_EQ(leaf_.Header(0).delivery, DeliveryMode::kMulticast);
+  Answer(e, 0, {10, 20, 30, 40});
+  Answer(e, 1, {50, 60});
+  ASSERT_TRUE(e.Done(op));
+  EXPECT_TRUE(e.Finish(op).ok());
+  EXPECT_EQ(out, (std::vector<int32_t>{30, 40, -9})) << "its block, and nothing beyond it";
 }
 
 TEST_F(GroupEngineTest, ReduceScatterInPlaceReadsEveryInputBeforeItsResultLands) {

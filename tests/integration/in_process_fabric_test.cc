@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -280,9 +281,16 @@ TEST(Fabric, ReduceBcastAndBarrierWithBothDeliveries) {
 // each block rooted at its rank: blocks of every size (empty ones too),
 // under faults, with both deliveries. A rank's reduce-scatter block is
 // bitwise the same block of the allreduce (the tree-order reference).
+// Blocks of up to 3 elements take the small-vector path (one allreduce of
+// the whole vector, GroupEngine::LayOutBlocks), blocks of up to 200 a chunk
+// stream per block.
 TEST(Fabric, AllgatherAndReduceScatterAreExactInBlocksOfEverySize) {
-  for (DeliveryMode mode : {DeliveryMode::kMulticast, DeliveryMode::kRcTree}) {
-    SCOPED_TRACE(mode == DeliveryMode::kMulticast ? "multicast" : "rc");
+  for (const auto& [mode, max_block] :
+       {std::pair{DeliveryMode::kMulticast, 200}, std::pair{DeliveryMode::kRcTree, 200},
+        std::pair{DeliveryMode::kMulticast, 3}, std::pair{DeliveryMode::kRcTree, 3}}) {
+    SCOPED_TRACE(absl::StrFormat("%s, blocks up to %d elements",
+                                 mode == DeliveryMode::kMulticast ? "multicast" : "rc",
+                                 max_block));
     const TreeShape shape = TreeShape::ThreeLevel();
     FabricOptions options;
     options.faults = kFaults;
@@ -291,7 +299,7 @@ TEST(Fabric, AllgatherAndReduceScatterAreExactInBlocksOfEverySize) {
     const int n = shape.num_hosts();
     std::mt19937_64 rng(11);
     std::vector<size_t> blocks(n);
-    for (int r = 0; r < n; ++r) blocks[r] = r % 4 == 1 ? 0 : rng() % 200;  // up to 13 chunks
+    for (int r = 0; r < n; ++r) blocks[r] = r % 4 == 1 ? 0 : rng() % (max_block + 1);
     size_t total = 0;
     std::vector<size_t> first(n);
     for (int r = 0; r < n; ++r) {
