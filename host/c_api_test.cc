@@ -89,6 +89,16 @@ TEST(CApi, NullHandlesAreInvalidArguments) {
             NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_bcast(nullptr, &x, 1, NETFOLD_DTYPE_INT32, 0), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_barrier(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  size_t counts[1] = {1};
+  EXPECT_EQ(netfold_allgather(nullptr, &x, &x, 1, NETFOLD_DTYPE_INT32),
+            NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_allgatherv_nb(nullptr, &x, &x, counts, NETFOLD_DTYPE_INT32, &req),
+            NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_reduce_scatter_block(nullptr, &x, &x, 1, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM),
+            NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_reduce_scatter_nb(nullptr, &x, &x, counts, NETFOLD_DTYPE_INT32,
+                                      NETFOLD_OP_SUM, &req),
+            NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_request_test(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_request_wait(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_request_free(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);

@@ -387,6 +387,7 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
                                                                  : proto::DeliveryMode::kMulticast;
   params.repair_after = options_.repair_after;
   params.op_timeout = options_.timeout;
+  for (int r : setup.world_ranks) params.members.push_back(static_cast<uint32_t>(r));
   LeafLink& link = data_path_->link();
   if (mine.ok() && params.delivery == proto::DeliveryMode::kMulticast &&
       proto::kAggregationHeaderSize + params.slot_bytes > link.max_datagram_payload()) {

@@ -43,6 +43,13 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   if (owner_ == nullptr) return absl::FailedPreconditionError("the context was finalized");
   ProgressThread::Inside inside(owner_->progress());
   const uint32_t group_root = args.root;
+  if (!args.blocks.empty()) {
+    if (args.blocks.size() != world_ranks_.size()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%d blocks for a %d-rank group: one per rank", args.blocks.size(), size()));
+    }
+    args.root = 0;  // every rank roots its own block
+  }
   if (args.collective == proto::CollectiveType::kReduce ||
       args.collective == proto::CollectiveType::kBcast) {
     if (args.root >= world_ranks_.size()) {
@@ -136,6 +143,7 @@ void Group::Record(const Pending& p) {
   last_.dtype = a.dtype;
   last_.op = a.op;
   last_.count = a.count;
+  last_.blocks = a.blocks;
   last_.result.clear();
   last_.input.clear();
   if (a.collective == proto::CollectiveType::kAllreduce ||
@@ -215,6 +223,7 @@ class Group::HostResyncExchange : public ResyncExchange {
       a.dtype = b.dtype;
       a.op = b.op;
       a.count = b.count;
+      a.blocks = b.blocks;
       const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
       const auto* in = static_cast<const uint8_t*>(
           behind_->saved_input.empty() ? b.send : behind_->saved_input.data());
@@ -226,6 +235,7 @@ class Group::HostResyncExchange : public ResyncExchange {
       a.dtype = g_.last_.dtype;
       a.op = g_.last_.op;
       a.count = g_.last_.count;
+      a.blocks = g_.last_.blocks;
       input = g_.last_.input;
       a.recv = nullptr;
     }
@@ -249,13 +259,13 @@ absl::Status Group::Resync() {
   ResyncMember me{.rank = group_rank_, .size = size(), .completed = completed_};
   if (first != nullptr) {
     const CollectiveArgs& a = first->args;
-    me.current = ResyncOp{a.collective, first->group_root};
+    me.current = ResyncOp{a.collective, a.blocks.empty() ? first->group_root : kEveryMember};
     if (a.collective == proto::CollectiveType::kAllreduce ||
         a.collective == proto::CollectiveType::kBcast) {
       me.current_result = {static_cast<uint8_t*>(a.recv), a.count * proto::DataTypeSize(a.dtype)};
     }
   }
-  me.last = ResyncOp{last_.collective, last_.group_root};
+  me.last = ResyncOp{last_.collective, last_.blocks.empty() ? last_.group_root : kEveryMember};
   me.last_result = last_.result;
   HostResyncExchange exchange(*this, first);
   NETFOLD_ASSIGN_OR_RETURN(ResyncOutcome outcome, netfold::host::Resync(exchange, me));

@@ -141,6 +141,7 @@ class Group {
     proto::DataType dtype = proto::DataType::kInt32;  // reduce: to run it again
     proto::ReduceOp op = proto::ReduceOp::kSum;
     size_t count = 0;
+    std::vector<size_t> blocks;   // allgather, reduce-scatter
     std::vector<uint8_t> result;  // allreduce, bcast
     std::vector<uint8_t> input;   // reduce
   };

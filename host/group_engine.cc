@@ -56,6 +56,17 @@ struct GroupEngine::Op {
   size_t num_chunks = 1;
   size_t chunks_posted = 0;
   size_t chunks_done = 0;
+  // Blocked operations (CollectiveArgs::blocks): each block's first chunk
+  // and first element, and this rank's block.
+  std::vector<size_t> block_first_chunk;
+  std::vector<size_t> block_first_element;
+  size_t my_block = 0;
+  // A blocked operation run as one allreduce (LayOutBlocks): an allgather's
+  // contribution (its block, zeros elsewhere), a reduce-scatter's whole
+  // result, of which its block goes to keep_to when the op completes.
+  std::vector<uint8_t> staged;
+  uint8_t* keep_to = nullptr;
+  size_t keep_from = 0, keep_bytes = 0;
   int64_t deadline_ns = 0;
   bool done = false;
   absl::Status status;
@@ -70,6 +81,124 @@ GroupEngine::~GroupEngine() = default;
 
 size_t GroupEngine::ElementsPerChunk(const Op& op) const {
   return op.elem_size == 0 ? 0 : params_.slot_bytes / op.elem_size;
+}
+
+absl::Status GroupEngine::LayOutBlocks(Op& op) const {
+  const CollectiveArgs& a = op.args;
+  if (a.collective != CollectiveType::kBcast && a.collective != CollectiveType::kReduce) {
+    return absl::InvalidArgumentError("only bcast and reduce come in blocks");
+  }
+  if (a.blocks.size() != params_.members.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d blocks for a group of %d ranks", a.blocks.size(), params_.members.size()));
+  }
+  auto me = std::find(params_.members.begin(), params_.members.end(), params_.rank);
+  if (me == params_.members.end()) return absl::InvalidArgumentError("this rank is no member");
+  op.my_block = static_cast<size_t>(me - params_.members.begin());
+  const size_t per_chunk = ElementsPerChunk(op);
+  size_t elements = 0, chunks = 0;
+  for (size_t b : a.blocks) {
+    op.block_first_chunk.push_back(chunks);
+    op.block_first_element.push_back(elements);
+    elements += b;
+    chunks += per_chunk == 0 ? 0 : (b + per_chunk - 1) / per_chunk;
+  }
+  if (elements != a.count) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the blocks hold %d elements, the operation %d", elements, a.count));
+  }
+  // The root of an empty operation's one chunk (a barrier in effect).
+  op.args.root = params_.members.front();
+  if (a.count == 0) return absl::OkStatus();
+  op.num_chunks = chunks;
+  const size_t mine = a.blocks[op.my_block];
+  const bool allgather = a.collective == CollectiveType::kBcast;
+  const size_t send_elements = allgather ? mine : a.count;
+  const size_t recv_elements = allgather ? a.count : mine;
+  if ((send_elements > 0 && a.send == nullptr) || (recv_elements > 0 && a.recv == nullptr)) {
+    return absl::InvalidArgumentError("null buffer for a non-empty operation");
+  }
+  // Blocks smaller than a slot cost a chunk each, most of a slot unused: a
+  // vector that fits the window goes as one allreduce of the whole vector
+  // when that takes fewer chunks (an allgather as a bitwise OR to which each
+  // rank gives its block, a reduce-scatter keeping its block of the
+  // result). Every rank decides alike; the result is bitwise the same
+  // (the switches fold in one order whatever the chunking).
+  const size_t bytes = a.count * op.elem_size;
+  const size_t whole_chunks =
+      allgather ? (bytes + params_.slot_bytes - 1) / params_.slot_bytes
+                : (a.count + per_chunk - 1) / per_chunk;
+  if (whole_chunks < chunks && bytes <= size_t{params_.num_slots} * params_.slot_bytes) {
+    const size_t first = op.block_first_element[op.my_block] * op.elem_size;
+    op.staged.assign(bytes, 0);
+    if (allgather) {
+      if (mine > 0) std::memcpy(op.staged.data() + first, a.send, mine * op.elem_size);
+      op.args.dtype = proto::DataType::kUint8;
+      op.args.op = proto::ReduceOp::kBor;
+      op.args.count = bytes;
+      op.args.send = op.staged.data();
+      op.elem_size = 1;
+    } else {
+      op.keep_to = static_cast<uint8_t*>(a.recv);
+      op.keep_from = first;
+      op.keep_bytes = mine * op.elem_size;
+      op.args.recv = op.staged.data();
+    }
+    op.args.collective = CollectiveType::kAllreduce;
+    op.args.blocks.clear();
+    op.num_chunks = whole_chunks;
+    return absl::OkStatus();
+  }
+  // An in-place reduce-scatter needs no copy of its input: element i of
+  // the result is element start + i >= i of the input, so it is written
+  // only after the chunk holding input element i was sent.
+  return absl::OkStatus();
+}
+
+GroupEngine::ChunkSpan GroupEngine::Locate(const Op& op, size_t chunk) const {
+  const CollectiveArgs& a = op.args;
+  ChunkSpan c{.root = a.root};
+  if (a.count == 0) return c;
+  const size_t per_chunk = ElementsPerChunk(op);
+  // The chunk's block: the whole vector, or the last block starting at or
+  // before it (empty blocks start where the next one does).
+  size_t block = 0, block_first_element = 0, block_elements = a.count, block_first_chunk = 0;
+  bool mine = a.root == params_.rank;
+  if (!a.blocks.empty()) {
+    const auto& starts = op.block_first_chunk;
+    block = static_cast<size_t>(std::upper_bound(starts.begin(), starts.end(), chunk) -
+                                starts.begin()) - 1;
+    block_first_element = op.block_first_element[block];
+    block_elements = a.blocks[block];
+    block_first_chunk = starts[block];
+    c.root = params_.members[block];
+    mine = block == op.my_block;
+  }
+  const size_t within = (chunk - block_first_chunk) * per_chunk;
+  c.first = block_first_element + within;
+  c.n = std::min(per_chunk, block_elements - within);
+  const size_t elem = op.elem_size;
+  const auto* send = static_cast<const uint8_t*>(a.send);
+  auto* recv = static_cast<uint8_t*>(a.recv);
+  // Offsets into a buffer that holds the whole vector, or one block.
+  const size_t whole = c.first * elem, in_block = (a.blocks.empty() ? c.first : within) * elem;
+  switch (a.collective) {
+    case CollectiveType::kAllreduce:
+      c.send = send + whole;
+      c.recv = recv + whole;
+      break;
+    case CollectiveType::kReduce:
+      c.send = send + whole;
+      if (mine) c.recv = recv + in_block;
+      break;
+    case CollectiveType::kBcast:
+      if (mine) c.send = send + in_block;
+      c.recv = recv + whole;
+      break;
+    default:
+      break;
+  }
+  return c;
 }
 
 absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
@@ -95,16 +224,18 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
     default:
       return absl::InvalidArgumentError("unknown collective");
   }
-  if (op->args.count > 0) {
+  op->elem_size = op->args.count > 0 ? proto::DataTypeSize(args.dtype) : 0;
+  if (op->elem_size > params_.slot_bytes) {
+    return absl::InvalidArgumentError("an element does not fit a slot");
+  }
+  if (!op->args.blocks.empty()) {
+    if (absl::Status s = LayOutBlocks(*op); !s.ok()) return s;
+  } else if (op->args.count > 0) {
     const bool reads_send = args.collective != CollectiveType::kBcast || args.root == params_.rank;
     if ((reads_send && args.send == nullptr) || args.recv == nullptr) {
       return absl::InvalidArgumentError("null buffer for a non-empty operation");
     }
-    op->elem_size = proto::DataTypeSize(args.dtype);
-    if (op->elem_size > params_.slot_bytes) {
-      return absl::InvalidArgumentError("an element does not fit a slot");
-    }
-    const size_t per_chunk = params_.slot_bytes / op->elem_size;
+    const size_t per_chunk = ElementsPerChunk(*op);
     op->num_chunks = (op->args.count + per_chunk - 1) / per_chunk;
   }
   op->id = next_op_id_++;
@@ -128,33 +259,26 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
              ? a.op
              : proto::kNoReduceOp;
   // A reduce rides the group's multicast like an allreduce (non-roots drop
-  // the data); without multicast its result goes to the root alone.
-  h.delivery = a.collective == CollectiveType::kReduce && params_.delivery != DeliveryMode::kMulticast
+  // the data); without multicast its result goes to the root alone. A
+  // reduce-scatter's results go to their roots alone: each rank receives
+  // its block, V / p, where the multicast would bring it all of V.
+  h.delivery = a.collective == CollectiveType::kReduce &&
+                       (params_.delivery != DeliveryMode::kMulticast || !a.blocks.empty())
                    ? DeliveryMode::kToRoot
                    : params_.delivery;
   h.tree_id = params_.tree_id;
   h.group_id = params_.group_id;
   h.epoch = params_.epoch;
+  const ChunkSpan c = Locate(op, chunk);
   h.root_rank = (a.collective == CollectiveType::kReduce || a.collective == CollectiveType::kBcast)
-                    ? a.root
+                    ? c.root
                     : 0;
   h.seq = seq;
-  size_t first = 0, n = 0;
-  if (a.count > 0) {
-    const size_t per_chunk = ElementsPerChunk(op);
-    first = chunk * per_chunk;
-    n = std::min(per_chunk, a.count - first);
-  }
-  h.count = static_cast<uint32_t>(n);
-  const bool carries = type == AggregationMessageType::kRequest && n > 0 &&
-                       (a.collective == CollectiveType::kAllreduce ||
-                        a.collective == CollectiveType::kReduce ||
-                        (a.collective == CollectiveType::kBcast && a.root == params_.rank));
+  h.count = static_cast<uint32_t>(c.n);
+  const bool carries = type == AggregationMessageType::kRequest && c.n > 0 && c.send != nullptr;
   h.has_data = carries;
   Request r;
-  if (carries) {
-    r.elements = {static_cast<const uint8_t*>(a.send) + first * op.elem_size, n * op.elem_size};
-  }
+  if (carries) r.elements = {c.send, c.n * op.elem_size};
   auto written = proto::EncodeAggregationHeader(h, r.header);
   if (!written.ok()) {
     NETFOLD_LOG(kError) << "group engine built an invalid request: " << written.status();
@@ -239,24 +363,16 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
   const CollectiveArgs& a = op.args;
   absl::Status chunk_status = StatusFromResult(h.status, h.seq);
   if (chunk_status.ok()) {
-    size_t first = 0, n = 0;
-    if (a.count > 0) {
-      const size_t per_chunk = ElementsPerChunk(op);
-      first = slot.chunk * per_chunk;
-      n = std::min(per_chunk, a.count - first);
-    }
-    const bool wants_data = n > 0 && a.collective != CollectiveType::kBarrier &&
-                            (a.collective != CollectiveType::kReduce || a.root == params_.rank);
-    if (h.count != n || h.collective != a.collective) {
+    const ChunkSpan c = Locate(op, slot.chunk);
+    if (h.count != c.n || h.collective != a.collective) {
       chunk_status = absl::InternalError(absl::StrFormat(
-          "result %d describes another operation (count %d, expected %d)", h.seq, h.count, n));
-    } else if (wants_data) {
-      if (!h.has_data || elements.size() != n * op.elem_size) {
+          "result %d describes another operation (count %d, expected %d)", h.seq, h.count, c.n));
+    } else if (c.n > 0 && c.recv != nullptr) {
+      if (!h.has_data || elements.size() != c.n * op.elem_size) {
         chunk_status = absl::InternalError(
             absl::StrFormat("result %d carries no or wrong-sized data", h.seq));
       } else {
-        std::memcpy(static_cast<uint8_t*>(a.recv) + first * op.elem_size, elements.data(),
-                    elements.size());
+        std::memcpy(c.recv, elements.data(), elements.size());
         stats_.bytes_received += elements.size();
       }
     }
@@ -273,6 +389,9 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
 void GroupEngine::FinishOpIfDone(Op& op) {
   if (op.done || op.chunks_done < op.num_chunks) return;
   op.done = true;
+  if (op.status.ok() && op.keep_bytes > 0) {
+    std::memcpy(op.keep_to, op.staged.data() + op.keep_from, op.keep_bytes);
+  }
   if (op.status.ok()) {
     ++stats_.ops_completed;
   } else {

@@ -47,6 +47,9 @@ struct GroupParams {
   uint32_t num_slots = 8;   // K
   uint32_t slot_bytes = 4032;  // P
   proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
+  // The job rank of each group rank: the roots of an operation's blocks
+  // (CollectiveArgs::blocks). Empty: blocked operations are refused.
+  std::vector<uint32_t> members;
   // A multicast result not seen this long after its request is asked for
   // again over RC (then again after twice as long, ...).
   absl::Duration repair_after = absl::Milliseconds(20);
@@ -74,6 +77,14 @@ struct CollectiveArgs {
   const void* send = nullptr;  // count elements (bcast: read at the root only)
   void* recv = nullptr;        // count elements; may equal send (in place)
   size_t count = 0;
+  // Allgather and reduce-scatter: a bcast (reduce) per block. When not
+  // empty, the `count` elements are one block per group rank, in group-rank
+  // order (blocks[i] elements; they sum to count), block i rooted at group
+  // rank i, and `root` is unused. Bcast (allgather): `send` is this rank's
+  // block, `recv` the whole vector. Reduce (reduce-scatter): `send` is the
+  // whole vector, `recv` this rank's block; `send` may equal `recv` (in
+  // place: the input fills `recv`, the result its first elements).
+  std::vector<size_t> blocks;
 };
 
 using OpId = uint64_t;
@@ -155,6 +166,15 @@ class GroupEngine {
     absl::Duration repair_backoff;
   };
 
+  // Where one chunk of an operation comes from and goes to.
+  struct ChunkSpan {
+    uint32_t root = 0;              // the job rank it is rooted at (reduce, bcast)
+    size_t first = 0;               // its first element in the whole vector
+    size_t n = 0;                   // elements
+    const uint8_t* send = nullptr;  // its elements; null: it carries none
+    uint8_t* recv = nullptr;        // where its result goes; null: dropped
+  };
+
   // A request as it goes to the sender: the header, and the elements where
   // they are in the caller's send buffer (valid while the op lives).
   struct Request {
@@ -170,6 +190,9 @@ class GroupEngine {
                      std::span<const uint8_t> elements);
   void FinishOpIfDone(Op& op);
   size_t ElementsPerChunk(const Op& op) const;
+  ChunkSpan Locate(const Op& op, size_t chunk) const;
+  // Lays a blocked operation out in chunks (CollectiveArgs::blocks).
+  absl::Status LayOutBlocks(Op& op) const;
 
   GroupParams params_;
   RequestSender* sender_;

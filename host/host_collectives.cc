@@ -43,7 +43,7 @@ HostCollectives::~HostCollectives() = default;
 absl::StatusOr<OpId> HostCollectives::Start(const CollectiveArgs& args) {
   const size_t elem = proto::DataTypeSize(args.dtype);
   const size_t bytes = args.count * elem;
-  if (args.count > 0 && args.recv == nullptr &&
+  if (args.count > 0 && args.recv == nullptr && args.blocks.empty() &&
       !(args.collective == proto::CollectiveType::kReduce && args.root != rank_)) {
     return absl::InvalidArgumentError("recv is null");
   }
@@ -54,33 +54,37 @@ absl::StatusOr<OpId> HostCollectives::Start(const CollectiveArgs& args) {
   a.count = args.count;
   a.send = args.send;
   a.recv = args.recv;
-  switch (args.collective) {
-    case proto::CollectiveType::kAllreduce:
-      break;
-    case proto::CollectiveType::kReduce:
-      if (args.root >= size_) return absl::InvalidArgumentError("root out of range");
-      if (args.root != rank_) {
-        op.scratch_out.resize(bytes);
-        a.recv = op.scratch_out.data();
-      }
-      break;
-    case proto::CollectiveType::kBcast:
-      if (args.root >= size_) return absl::InvalidArgumentError("root out of range");
-      // Bitwise OR over bytes: the root's data OR zeros from everyone else.
-      a.dtype = proto::DataType::kUint8;
-      a.op = proto::ReduceOp::kBor;
-      a.count = bytes;
-      if (args.root != rank_) {
-        op.scratch_in.assign(bytes, 0);
-        a.send = op.scratch_in.data();
-      } else if (a.send == nullptr) {
-        a.send = args.recv;
-      }
-      break;
-    case proto::CollectiveType::kBarrier:
-      a.count = 0;
-      a.send = a.recv = nullptr;
-      break;
+  if (!args.blocks.empty()) {
+    NETFOLD_RETURN_IF_ERROR(LayOutBlocks(args, op, a));
+  } else {
+    switch (args.collective) {
+      case proto::CollectiveType::kAllreduce:
+        break;
+      case proto::CollectiveType::kReduce:
+        if (args.root >= size_) return absl::InvalidArgumentError("root out of range");
+        if (args.root != rank_) {
+          op.scratch_out.resize(bytes);
+          a.recv = op.scratch_out.data();
+        }
+        break;
+      case proto::CollectiveType::kBcast:
+        if (args.root >= size_) return absl::InvalidArgumentError("root out of range");
+        // Bitwise OR over bytes: the root's data OR zeros from everyone else.
+        a.dtype = proto::DataType::kUint8;
+        a.op = proto::ReduceOp::kBor;
+        a.count = bytes;
+        if (args.root != rank_) {
+          op.scratch_in.assign(bytes, 0);
+          a.send = op.scratch_in.data();
+        } else if (a.send == nullptr) {
+          a.send = args.recv;
+        }
+        break;
+      case proto::CollectiveType::kBarrier:
+        a.count = 0;
+        a.send = a.recv = nullptr;
+        break;
+    }
   }
   if (a.count > 0 && a.send == nullptr) a.send = a.recv;  // in place
   NETFOLD_ASSIGN_OR_RETURN(
@@ -109,8 +113,57 @@ absl::Status HostCollectives::Finish(OpId id) {
   auto it = ops_.find(id);
   if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
   absl::Status s = engine_->Finish(it->second.inner);
+  const Op& op = it->second;
+  if (s.ok() && op.keep_to != nullptr && op.keep_bytes > 0) {
+    std::memcpy(op.keep_to, op.scratch_out.data() + op.keep_from, op.keep_bytes);
+  }
   ops_.erase(it);
   return s;
+}
+
+absl::Status HostCollectives::LayOutBlocks(const CollectiveArgs& args, Op& op,
+                                           alg::AllreduceArgs& a) const {
+  if (args.blocks.size() != static_cast<size_t>(size_)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d blocks for a %d-rank group", args.blocks.size(), size_));
+  }
+  size_t total = 0, before = 0;
+  for (size_t r = 0; r < args.blocks.size(); ++r) {
+    if (r == static_cast<size_t>(rank_)) before = total;
+    total += args.blocks[r];
+  }
+  if (total != args.count) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the blocks hold %d elements, the operation %d", total, args.count));
+  }
+  const size_t elem = proto::DataTypeSize(args.dtype);
+  const size_t mine = args.blocks[static_cast<size_t>(rank_)] * elem;
+  switch (args.collective) {
+    case proto::CollectiveType::kBcast:
+      // Allgather: a bitwise OR over the whole vector, to which each rank
+      // contributes its block.
+      if (mine > 0 && args.send == nullptr) return absl::InvalidArgumentError("send is null");
+      if (total > 0 && args.recv == nullptr) return absl::InvalidArgumentError("recv is null");
+      op.scratch_in.assign(total * elem, 0);
+      if (mine > 0) std::memcpy(op.scratch_in.data() + before * elem, args.send, mine);
+      a.dtype = proto::DataType::kUint8;
+      a.op = proto::ReduceOp::kBor;
+      a.count = total * elem;
+      a.send = op.scratch_in.data();
+      return absl::OkStatus();
+    case proto::CollectiveType::kReduce:
+      // Reduce-scatter: an allreduce of the whole vector, of which this
+      // rank keeps its block (recv null: keeps nothing).
+      if (total > 0 && args.send == nullptr) return absl::InvalidArgumentError("send is null");
+      op.scratch_out.resize(total * elem);
+      a.recv = op.scratch_out.data();
+      op.keep_to = static_cast<uint8_t*>(args.recv);
+      op.keep_from = before * elem;
+      op.keep_bytes = mine;
+      return absl::OkStatus();
+    default:
+      return absl::InvalidArgumentError("only bcast and reduce come in blocks");
+  }
 }
 
 void HostCollectives::Progress(absl::Duration timeout) { engine_->Progress(timeout); }

@@ -9,7 +9,9 @@
 //
 // Every collective is an allreduce of the host engine: reduce keeps the
 // result at the root only, bcast is a bitwise OR over bytes to which only
-// the root contributes, barrier is an allreduce of nothing. The algorithm of
+// the root contributes, barrier is an allreduce of nothing; allgather is an
+// OR to which each rank contributes its block, reduce-scatter an allreduce
+// of which each rank keeps its block. The algorithm of
 // each operation follows algorithms::SelectAlgorithm (by size, or what the
 // policy forces); every rank of the group selects the same, since the
 // inputs are the same.
@@ -76,8 +78,14 @@ class HostCollectives {
   struct Op {
     algorithms::OpId inner = 0;
     std::vector<uint8_t> scratch_in;   // zeros for non-roots of bcast
-    std::vector<uint8_t> scratch_out;  // the result at non-roots of reduce
+    std::vector<uint8_t> scratch_out;  // the result at non-roots of reduce; reduce-scatter's
+    uint8_t* keep_to = nullptr;        // reduce-scatter: where this rank's block goes
+    size_t keep_from = 0;              //   its offset in scratch_out
+    size_t keep_bytes = 0;
   };
+  // Allgather and reduce-scatter (CollectiveArgs::blocks) as one allreduce.
+  absl::Status LayOutBlocks(const CollectiveArgs& args, Op& op,
+                            algorithms::AllreduceArgs& a) const;
   HostCollectives() = default;
 
   HostCollectivesOptions options_;

@@ -118,6 +118,60 @@ const void* SendBuffer(const void* sendbuf, void* recvbuf) {
   return sendbuf == NETFOLD_IN_PLACE ? recvbuf : sendbuf;
 }
 
+// Allgather (kBcast) and reduce-scatter (kReduce) as operations in blocks,
+// one per group rank: `counts[r]` elements, or `count` each when counts is
+// NULL. Blocking when `request` is null.
+int StartBlocked(netfold_group_t group, netfold::proto::CollectiveType collective,
+                 const void* sendbuf, void* recvbuf, const size_t* counts, size_t count,
+                 int dtype, int op, netfold_request_t* request) {
+  if (group == nullptr || group->impl == nullptr) return Invalid("group is NULL or destroyed");
+  const int size = group->impl->size(), rank = group->impl->rank();
+  std::vector<size_t> blocks(static_cast<size_t>(size), count);
+  if (counts != nullptr) blocks.assign(counts, counts + size);
+  size_t total = 0, before = 0;
+  for (int r = 0; r < size; ++r) {
+    if (blocks[r] > UINT32_MAX * size_t{64} - total) {
+      return Invalid(absl::StrFormat("the blocks' counts add up to too many elements"));
+    }
+    if (r == rank) before = total;
+    total += blocks[r];
+  }
+  const bool allgather = collective == netfold::proto::CollectiveType::kBcast;
+  const size_t mine = blocks[static_cast<size_t>(rank)];
+  if (sendbuf == NETFOLD_IN_PLACE) {
+    // Allgather: this rank's block is already in place in recvbuf.
+    // Reduce-scatter: recvbuf holds the whole input, the result goes to
+    // its first elements (MPI_Reduce_scatter's MPI_IN_PLACE).
+    if (!allgather || recvbuf == nullptr) {
+      sendbuf = recvbuf;
+    } else {
+      const size_t elem = ValidDtype(dtype) ? netfold::proto::DataTypeSize(
+                                                  static_cast<netfold::proto::DataType>(dtype))
+                                            : 0;
+      sendbuf = static_cast<const uint8_t*>(recvbuf) + before * elem;
+    }
+  }
+  // The whole vector lives in recvbuf (allgather) or sendbuf (reduce-scatter).
+  if (int rc = CheckData(group, allgather ? recvbuf : sendbuf, allgather ? recvbuf : sendbuf,
+                         total, dtype, false);
+      rc != NETFOLD_SUCCESS) {
+    return rc;
+  }
+  if (mine > 0 && (allgather ? sendbuf : recvbuf) == nullptr) {
+    return Invalid("a buffer is NULL while this rank's block is not empty");
+  }
+  if (!allgather && !ValidOp(op)) return Invalid(absl::StrFormat("unknown reduction op %d", op));
+  CollectiveArgs a{.collective = collective,
+                   .dtype = static_cast<netfold::proto::DataType>(dtype),
+                   .op = allgather ? netfold::proto::ReduceOp::kSum  // unused
+                                   : static_cast<netfold::proto::ReduceOp>(op),
+                   .send = sendbuf,
+                   .recv = recvbuf,
+                   .count = total,
+                   .blocks = std::move(blocks)};
+  return request != nullptr ? Start(group, std::move(a), request) : Blocking(group, std::move(a));
+}
+
 }  // namespace
 
 extern "C" {
@@ -297,6 +351,65 @@ int netfold_barrier(netfold_group_t group) {
   if (group == nullptr || group->impl == nullptr) return Invalid("group is NULL or destroyed");
   if (int rc = ForkedChild(group->pid); rc != NETFOLD_SUCCESS) return rc;
   return Blocking(group, {.collective = netfold::proto::CollectiveType::kBarrier});
+}
+
+int netfold_allgather_nb(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
+                         netfold_dtype_t dtype, netfold_request_t* request) {
+  if (request == nullptr) return Invalid("request is NULL");
+  return StartBlocked(group, netfold::proto::CollectiveType::kBcast, sendbuf, recvbuf, nullptr,
+                      count, dtype, 0, request);
+}
+
+int netfold_allgather(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
+                      netfold_dtype_t dtype) {
+  return StartBlocked(group, netfold::proto::CollectiveType::kBcast, sendbuf, recvbuf, nullptr,
+                      count, dtype, 0, nullptr);
+}
+
+int netfold_allgatherv_nb(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                          const size_t* counts, netfold_dtype_t dtype,
+                          netfold_request_t* request) {
+  if (request == nullptr) return Invalid("request is NULL");
+  if (counts == nullptr) return Invalid("counts is NULL");
+  return StartBlocked(group, netfold::proto::CollectiveType::kBcast, sendbuf, recvbuf, counts, 0,
+                      dtype, 0, request);
+}
+
+int netfold_allgatherv(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                       const size_t* counts, netfold_dtype_t dtype) {
+  if (counts == nullptr) return Invalid("counts is NULL");
+  return StartBlocked(group, netfold::proto::CollectiveType::kBcast, sendbuf, recvbuf, counts, 0,
+                      dtype, 0, nullptr);
+}
+
+int netfold_reduce_scatter_block_nb(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                                    size_t recvcount, netfold_dtype_t dtype, netfold_op_t op,
+                                    netfold_request_t* request) {
+  if (request == nullptr) return Invalid("request is NULL");
+  return StartBlocked(group, netfold::proto::CollectiveType::kReduce, sendbuf, recvbuf, nullptr,
+                      recvcount, dtype, op, request);
+}
+
+int netfold_reduce_scatter_block(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                                 size_t recvcount, netfold_dtype_t dtype, netfold_op_t op) {
+  return StartBlocked(group, netfold::proto::CollectiveType::kReduce, sendbuf, recvbuf, nullptr,
+                      recvcount, dtype, op, nullptr);
+}
+
+int netfold_reduce_scatter_nb(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                              const size_t* recvcounts, netfold_dtype_t dtype, netfold_op_t op,
+                              netfold_request_t* request) {
+  if (request == nullptr) return Invalid("request is NULL");
+  if (recvcounts == nullptr) return Invalid("recvcounts is NULL");
+  return StartBlocked(group, netfold::proto::CollectiveType::kReduce, sendbuf, recvbuf, recvcounts,
+                      0, dtype, op, request);
+}
+
+int netfold_reduce_scatter(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                           const size_t* recvcounts, netfold_dtype_t dtype, netfold_op_t op) {
+  if (recvcounts == nullptr) return Invalid("recvcounts is NULL");
+  return StartBlocked(group, netfold::proto::CollectiveType::kReduce, sendbuf, recvbuf, recvcounts,
+                      0, dtype, op, nullptr);
 }
 
 int netfold_request_test(netfold_request_t request) {

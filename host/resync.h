@@ -20,10 +20,11 @@
 //    starting the next, so that cannot happen to a blocking caller).
 // 2. Otherwise operation lo completed on the members "ahead" only. The
 //    first of them shares its kind, root and result size.
-// 3. Allreduce and bcast: it shares the result; the members "behind"
-//    write it where their current operation's result goes.
+// 3. Allreduce and bcast (allgather too): it shares the result; the
+//    members "behind" write it where their current operation's result goes.
 //    Reduce: if the root is behind, the members reduce again at the root
-//    from their inputs (the ahead members kept theirs). Barrier: nothing.
+//    from their inputs (the ahead members kept theirs); reduce-scatter
+//    (every member a root) always reduces again. Barrier: nothing.
 // 4. The members behind count operation lo as completed.
 //
 // Thread-safety: none; one thread per member runs it. Header-only (see
@@ -60,10 +61,14 @@ class ResyncExchange {
   virtual absl::Status ReduceAgain(bool behind) = 0;
 };
 
+// The root of an operation in blocks, each rooted at its member
+// (allgather: a bcast per block; reduce-scatter: a reduce per block).
+inline constexpr uint32_t kEveryMember = UINT32_MAX;
+
 // An operation as the protocol needs to know it.
 struct ResyncOp {
   proto::CollectiveType collective = proto::CollectiveType::kBarrier;
-  uint32_t root = 0;  // member rank (reduce, bcast)
+  uint32_t root = 0;  // member rank (reduce, bcast), or kEveryMember
 };
 
 // One member's side.
@@ -134,8 +139,14 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
                   std::min(result.size(), member.current_result.size()));
     }
   } else if (kind == proto::CollectiveType::kReduce) {
-    if (root >= all.size()) return absl::InternalError("resync: the reduce's root is no member");
-    if (all[root] == lo) NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind));
+    // A reduce-scatter's roots are every member, some of them behind.
+    if (root == kEveryMember) {
+      NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind));
+    } else if (root >= all.size()) {
+      return absl::InternalError("resync: the reduce's root is no member");
+    } else if (all[root] == lo) {
+      NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind));
+    }
   }
   if (!behind) return ResyncOutcome::kInStep;
   member.completed = hi;

@@ -92,8 +92,14 @@ const Point* Find(const Results& results, const std::string& variant, int ranks,
 }  // namespace
 
 int RunBench(const BenchOptions& o) {
-  if (o.op != "allreduce" && o.op != "reduce" && o.op != "bcast" && o.op != "barrier") {
-    std::fprintf(stderr, "netfold bench: the collective must be allreduce, reduce, bcast or barrier\n");
+  // "iallreduce", "ibcast", ...: the nonblocking form, waited for at once.
+  const bool nonblocking = o.op.size() > 1 && o.op[0] == 'i';
+  const std::string base = nonblocking ? o.op.substr(1) : o.op;
+  if (base != "allreduce" && base != "reduce" && base != "bcast" && base != "barrier" &&
+      base != "allgather" && base != "reduce_scatter") {
+    std::fprintf(stderr, "netfold bench: the collective must be allreduce, reduce, bcast, barrier, "
+                         "allgather or reduce_scatter, or one of them with an i in front "
+                         "(iallreduce: the nonblocking form)\n");
     return 2;
   }
   const std::string bench = Find(o.self, {"../bench/mpi/collective_bench", "collective_bench"});
@@ -109,7 +115,7 @@ int RunBench(const BenchOptions& o) {
     sizes = o.quick ? std::vector<long>{8, 4096, 65536}
                     : std::vector<long>{4, 64, 1024, 16384, 262144, 4l << 20, 64l << 20};
   }
-  if (o.op == "barrier") sizes = {0};
+  if (base == "barrier") sizes = {0};
   std::vector<int> ranks = o.ranks;
   const int max_ranks = *std::max_element(ranks.begin(), ranks.end());
   const std::string out_dir = o.out_dir.empty() ? "netfold-bench-" + o.op : o.out_dir;
@@ -224,7 +230,7 @@ int RunBench(const BenchOptions& o) {
   csv << "op,ranks,size_bytes,variant,iterations,avg_us,p50_us,p99_us,link_bytes_per_op\n";
   std::printf("%-5s %9s  %11s %11s %11s  %11s %11s  %9s %9s  %12s %12s\n", "ranks", "size",
               "netfold avg", "p50", "p99", "ompi-sm avg", "ompi-tcp", "nf/sm", "nf/tcp",
-              "nf link B/op", "ring 2(p-1)V/p");
+              "nf link B/op", "ring B/op");
   for (int p : ranks) {
     for (long size : sizes) {
       auto get = [&](const std::string& variant) { return Find(results, variant, p, size); };
@@ -237,7 +243,12 @@ int RunBench(const BenchOptions& o) {
                                  pt->iterations, pt->avg, pt->p50, pt->p99, pt->link_bytes);
         }
       }
-      const double ring = o.op == "allreduce" ? 2.0 * (p - 1) * static_cast<double>(size) / p : -1;
+      // What a ring sends and receives (allgather and reduce-scatter: half
+      // of an allreduce's).
+      const double ring =
+          base == "allreduce" ? 2.0 * (p - 1) * static_cast<double>(size) / p
+          : base == "allgather" || base == "reduce_scatter"
+              ? 2.0 * (p - 1) * static_cast<double>(size / p) : -1;
       std::printf("%-5d %9s  %11s %11s %11s  %11s %11s  %9s %9s  %12s %12s\n", p,
                   HumanSize(size).c_str(), Us(nf ? nf->avg : -1).c_str(),
                   Us(nf ? nf->p50 : -1).c_str(), Us(nf ? nf->p99 : -1).c_str(),
@@ -272,8 +283,9 @@ int RunBench(const BenchOptions& o) {
   }
   csv.close();
   std::printf("\nratios are netfold / Open MPI (below 1: netfold is faster). Link bytes: RoCE bytes "
-              "on one rank's link (both directions) per operation, against what a ring allreduce "
-              "must send and receive.\nCSV: %s\n", csv_path.c_str());
+              "on one rank's link (both directions) per operation, against what a ring must send and "
+              "receive (allreduce 2(p-1)V/p; allgather and reduce-scatter (p-1)V/p each way, V the "
+              "whole vector).\nCSV: %s\n", csv_path.c_str());
   const std::string plot = Find(o.self, {"../../bench/plot_bench.py", "../share/netfold/plot_bench.py"});
   if (!plot.empty()) {
     CommandOptions check;

@@ -6,7 +6,7 @@
 //   netfold status [--manager IP:PORT | --state-dir DIR] [--switch NAME]
 //   netfold explain --job ID [--ranks LIST] | --hosts H0,H1,.. [--slots K] [--slot-bytes P]
 //   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
-//   netfold bench allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--quick] [--poll-us N]
+//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--quick] [--poll-us N]
 //   netfold help [COMMAND]      (also: netfold --help, netfold COMMAND --help)
 //   netfold completion bash
 //
@@ -652,10 +652,14 @@ const std::vector<Command>& Commands() {
        .max_positional = 2,
        .run = Fault},
       {.name = "bench",
-       .synopsis = "allreduce|reduce|bcast|barrier [--ranks ..] [--sizes ..] [--seconds S] "
+       .synopsis = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] "
+                   "[--sizes ..] [--seconds S] "
                    "[--out DIR] [--quick] [--poll-us N]",
-       .summary = "allreduce|reduce|bcast|barrier: the fabric against Open MPI (shared memory\n"
-                  "and TCP) in the same run: a table of ratios, a CSV and PNG plots.\n"
+       .summary = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter: the fabric against\n"
+                  "Open MPI (shared memory and TCP) in the same run: a table of ratios, a CSV\n"
+                  "and PNG plots. Sizes are the whole vector (allgather: the result;\n"
+                  "reduce_scatter: the input). An i in front (iallreduce, ...): the\n"
+                  "nonblocking form, waited for at once.\n"
                   "--ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  "
                   "--quick\n"
                   "--poll-us N: netfold's switches and ranks poll N us after each packet "

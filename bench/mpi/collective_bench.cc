@@ -3,8 +3,12 @@
 // without (Open MPI itself, shared memory or TCP). Same program, same
 // measurement, so the ratio compares the collectives and nothing else.
 //
-//   collective_bench allreduce|reduce|bcast|barrier SIZES [SECONDS_PER_SIZE]
-//     SIZES: comma-separated bytes, e.g. 4,4096,1048576
+//   collective_bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter SIZES [SECONDS]
+//     (an `i` in front: the nonblocking form, then MPI_Wait at once)
+//     SIZES: comma-separated bytes, e.g. 4,4096,1048576: the whole vector
+//     (fp32; bcast: bytes). Allgather: each rank gives SIZE / p bytes and
+//     receives SIZE; reduce-scatter (MPI_Reduce_scatter_block): each rank
+//     gives SIZE and receives its SIZE / p.
 //
 // Per size: warm-up (5 operations, a probe of 10 that sets the iteration
 // count, then a tenth of that count), then iterations until the time budget
@@ -51,19 +55,76 @@ int64_t LinkBytes(StatsFn fn) {
   return static_cast<int64_t>(s.link_tx_bytes + s.link_rx_bytes);
 }
 
+// Elements per rank of an allgather or reduce-scatter of `bytes` (fp32).
+size_t BlockCount(long bytes, int size) {
+  return static_cast<size_t>(std::max<long>(1, bytes / 4 / size));
+}
+
+// One `op` on MPI_COMM_WORLD, or with `nonblocking` its I-form followed by
+// MPI_Wait: fp32 sums of `count` elements (allgather, reduce_scatter:
+// `count` per rank), bcast: `count` bytes of `recv` from rank 0.
+void Collective(const std::string& op, bool nonblocking, const void* send, void* recv, int count) {
+  MPI_Comm w = MPI_COMM_WORLD;
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_Request* req = nonblocking ? &r : nullptr;
+  if (op == "allreduce") {
+    req ? MPI_Iallreduce(send, recv, count, MPI_FLOAT, MPI_SUM, w, req)
+        : MPI_Allreduce(send, recv, count, MPI_FLOAT, MPI_SUM, w);
+  } else if (op == "reduce") {
+    req ? MPI_Ireduce(send, recv, count, MPI_FLOAT, MPI_SUM, 0, w, req)
+        : MPI_Reduce(send, recv, count, MPI_FLOAT, MPI_SUM, 0, w);
+  } else if (op == "bcast") {
+    req ? MPI_Ibcast(recv, count, MPI_BYTE, 0, w, req) : MPI_Bcast(recv, count, MPI_BYTE, 0, w);
+  } else if (op == "allgather") {
+    req ? MPI_Iallgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, w, req)
+        : MPI_Allgather(send, count, MPI_FLOAT, recv, count, MPI_FLOAT, w);
+  } else if (op == "reduce_scatter") {
+    req ? MPI_Ireduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, w, req)
+        : MPI_Reduce_scatter_block(send, recv, count, MPI_FLOAT, MPI_SUM, w);
+  } else {
+    req ? MPI_Ibarrier(w, req) : MPI_Barrier(w);
+  }
+  if (req) MPI_Wait(req, MPI_STATUS_IGNORE);
+}
+
+// Verify, for allgather and reduce-scatter: element i of rank r's input is
+// r + 1 + (i % 3), as below.
+std::string VerifyBlocks(const std::string& op, bool nonblocking, long bytes, int rank,
+                         int size) {
+  char what[256] = "";
+  const size_t n = BlockCount(bytes, size);
+  const size_t in_count = op == "allgather" ? n : n * size;
+  std::vector<float> in(in_count), out(op == "allgather" ? n * size : n, -1.0f);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 3));
+  Collective(op, nonblocking, in.data(), out.data(), static_cast<int>(n));
+  for (size_t j = 0; j < out.size(); ++j) {
+    const size_t i = op == "allgather" ? j % n : rank * n + j;  // index in the owner's input
+    const int owner = op == "allgather" ? static_cast<int>(j / n) : -1;
+    const float want = op == "allgather"
+                           ? static_cast<float>(owner + 1 + static_cast<int>(i % 3))
+                           : static_cast<float>(size * (size + 1) / 2 + size * static_cast<int>(i % 3));
+    if (out[j] != want) {
+      std::snprintf(what, sizeof(what), "%s element %zu is %g, expected %g", op.c_str(), j,
+                    static_cast<double>(out[j]), static_cast<double>(want));
+      break;
+    }
+  }
+  return what;
+}
+
 // Runs `op` once on inputs that identify the ranks and checks the result
 // where MPI defines one: element i of rank r's input is r + 1 + (i % 3), so
 // the fp32 sum over p ranks is exact (p (p + 1) / 2 + p (i % 3), far below
 // 2^24); bcast sends bytes that depend on the index. Returns an empty
 // string or what was wrong.
-std::string Verify(const std::string& op, long bytes, int rank, int size) {
+std::string Verify(const std::string& op, bool nonblocking, long bytes, int rank, int size) {
   char what[256] = "";
   if (op == "bcast") {
     std::vector<unsigned char> buf(static_cast<size_t>(std::max<long>(bytes, 1)));
     for (size_t i = 0; i < buf.size(); ++i) {
       buf[i] = rank == 0 ? static_cast<unsigned char>(i * 7 + 3) : 0;
     }
-    MPI_Bcast(buf.data(), static_cast<int>(bytes), MPI_BYTE, 0, MPI_COMM_WORLD);
+    Collective(op, nonblocking, nullptr, buf.data(), static_cast<int>(bytes));
     for (size_t i = 0; i < static_cast<size_t>(bytes); ++i) {
       if (buf[i] != static_cast<unsigned char>(i * 7 + 3)) {
         std::snprintf(what, sizeof(what), "bcast byte %zu is %u, expected %u", i, buf[i],
@@ -73,16 +134,15 @@ std::string Verify(const std::string& op, long bytes, int rank, int size) {
     }
     return what;
   }
+  if (op == "allgather" || op == "reduce_scatter") {
+    return VerifyBlocks(op, nonblocking, bytes, rank, size);
+  }
   if (op != "allreduce" && op != "reduce") return "";
   const size_t count = static_cast<size_t>(std::max<long>(1, bytes / 4));
   std::vector<float> in(count), out(count, -1.0f);
   for (size_t i = 0; i < count; ++i) in[i] = static_cast<float>(rank + 1 + static_cast<int>(i % 3));
-  if (op == "allreduce") {
-    MPI_Allreduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-  } else {
-    MPI_Reduce(in.data(), out.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
-    if (rank != 0) return "";
-  }
+  Collective(op, nonblocking, in.data(), out.data(), static_cast<int>(count));
+  if (op == "reduce" && rank != 0) return "";
   for (size_t i = 0; i < count; ++i) {
     const float want = static_cast<float>(size * (size + 1) / 2 + size * static_cast<int>(i % 3));
     if (out[i] != want) {
@@ -106,7 +166,13 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 2;
   }
-  const std::string op = argv[1];
+  // iallreduce, ibcast, ...: the nonblocking form, waited for at once.
+  std::string op = argv[1];
+  const bool nonblocking = op.size() > 1 && op[0] == 'i' &&
+                           (op.substr(1) == "allreduce" || op.substr(1) == "reduce" ||
+                            op.substr(1) == "bcast" || op.substr(1) == "barrier" ||
+                            op.substr(1) == "allgather" || op.substr(1) == "reduce_scatter");
+  if (nonblocking) op = op.substr(1);
   std::vector<long> sizes;
   for (char* p = argv[2]; *p;) {
     sizes.push_back(std::strtol(p, &p, 10));
@@ -116,13 +182,11 @@ int main(int argc, char** argv) {
   auto stats = reinterpret_cast<StatsFn>(dlsym(RTLD_DEFAULT, "netfold_mpi_stats"));
   for (long bytes : sizes) {
     const int count = static_cast<int>(op == "bcast" ? bytes : std::max<long>(1, bytes / 4));
-    std::vector<float> a(static_cast<size_t>(std::max(count, 1)), 1.0f), b(a.size());
-    auto once = [&] {
-      if (op == "allreduce") MPI_Allreduce(a.data(), b.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-      else if (op == "reduce") MPI_Reduce(a.data(), b.data(), count, MPI_FLOAT, MPI_SUM, 0, MPI_COMM_WORLD);
-      else if (op == "bcast") MPI_Bcast(a.data(), count, MPI_BYTE, 0, MPI_COMM_WORLD);
-      else MPI_Barrier(MPI_COMM_WORLD);
-    };
+    const int block = static_cast<int>(BlockCount(bytes, size));  // allgather, reduce_scatter
+    std::vector<float> a(static_cast<size_t>(std::max(count, block * size)), 1.0f), b(a.size());
+    const bool blocks = op == "allgather" || op == "reduce_scatter";
+    auto once = [&] { Collective(op, nonblocking, a.data(), op == "bcast" ? a.data() : b.data(),
+                                 blocks ? block : count); };
     for (int i = 0; i < 5; ++i) once();
     MPI_Barrier(MPI_COMM_WORLD);
     // Decide the iteration count on rank 0 from the average of a timed
@@ -153,7 +217,7 @@ int main(int argc, char** argv) {
     // Every rank's samples, at rank 0 (at most 100000 x 16 doubles).
     std::vector<double> all(rank == 0 ? lat.size() * static_cast<size_t>(size) : 0);
     PMPI_Gather(lat.data(), iters, MPI_DOUBLE, all.data(), iters, MPI_DOUBLE, 0, MPI_COMM_WORLD);
-    if (const std::string wrong = Verify(op, bytes, rank, size); !wrong.empty()) {
+    if (const std::string wrong = Verify(op, nonblocking, bytes, rank, size); !wrong.empty()) {
       std::fprintf(stderr, "collective_bench: WRONG RESULT on rank %d of %d, %ld bytes: %s\n", rank,
                    size, bytes, wrong.c_str());
       MPI_Abort(MPI_COMM_WORLD, 3);

@@ -52,6 +52,7 @@ enum Reason {
   kFabricError,      // the fabric failed during an operation (re-run on PMPI)
   kNonblocking,      // a nonblocking bcast of a non-contiguous datatype
   kHugeCount,        // count * size over 2^31 bytes
+  kNonContiguous,    // allgather of a datatype that is not contiguous
   kNumReasons
 };
 inline constexpr const char* kReasonNames[kNumReasons] = {
@@ -59,11 +60,19 @@ inline constexpr const char* kReasonNames[kNumReasons] = {
     "communicator too small", "inter-communicator", "user-defined op",
     "unsupported datatype", "op not allowed on type", "group not created",
     "fabric error (re-run on PMPI)", "nonblocking bcast of a non-contiguous datatype",
-    "message too large"};
+    "message too large", "allgather of a non-contiguous datatype"};
 
-enum Kind : int32_t { kAllreduce = 1, kReduce = 2, kBcast = 3, kBarrier = 4, kNumKinds = 5 };
-inline constexpr const char* kKindNames[kNumKinds] = {"", "allreduce", "reduce", "bcast",
-                                                      "barrier"};
+enum Kind : int32_t {
+  kAllreduce = 1,
+  kReduce = 2,
+  kBcast = 3,
+  kBarrier = 4,
+  kAllgather = 5,      // moves bytes: type MPI_BYTE, count the whole result's bytes
+  kReduceScatter = 6,  // count: the whole input's elements
+  kNumKinds = 7
+};
+inline constexpr const char* kKindNames[kNumKinds] = {
+    "", "allreduce", "reduce", "bcast", "barrier", "allgather", "reduce_scatter"};
 
 struct Config {
   Enable enable = Enable::kTry;
@@ -78,8 +87,8 @@ struct Config {
 struct LastOp {
   Kind kind = kBarrier;
   int root = 0;
-  std::vector<uint8_t> result;  // allreduce/bcast: the result
-  std::vector<uint8_t> input;   // reduce: this rank's input
+  std::vector<uint8_t> result;  // allreduce/bcast/allgather: the result
+  std::vector<uint8_t> input;   // reduce/reduce-scatter: this rank's input
 };
 
 // An operation in progress, described enough to re-run it on PMPI.
@@ -92,6 +101,8 @@ struct Pending {
   MPI_Op op;
   int root;
   std::vector<uint8_t> saved_input;  // in-place input, saved before the fabric wrote over it
+  // Allgather: each rank's bytes; reduce-scatter: each rank's elements.
+  std::vector<int> counts;
 };
 
 struct NbOp;  // a nonblocking operation on the fabric (mpi_nonblocking.h)
@@ -160,6 +171,19 @@ inline size_t Bytes(MPI_Datatype type, int count) {
 // Counts `p` offloaded and keeps it as the communicator's last operation
 // (for Resync). Defined in mpi_interposer.cc.
 void Completed(CommState* s, const Pending& p);
+
+// The state of `comm` if this collective can go to the fabric; nullptr
+// (with the reason counted) if it goes to PMPI. `count` elements of `type`
+// (the whole vector). `nonblocking`: see mpi_interposer.cc. Defined there.
+CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count, bool has_op,
+                  bool nonblocking = false);
+// Usable, for a blocking collective: the communicator's nonblocking
+// operations complete first (and may send it to PMPI).
+CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
+                     bool has_op);
+// An in-place input (Bytes(p.type, p.count) of p.recvbuf), kept before the
+// fabric writes the result over it: the failover re-runs from it.
+void SaveInPlaceInput(Pending& p);
 
 // Tell's bit for "offloaded to the fabric" (the other bits are Reasons).
 constexpr int kOffloadedBit = kNumReasons;

@@ -54,4 +54,13 @@ bool AllowedOnSpecialType(MPI_Datatype t, MPI_Op op) {
   return true;
 }
 
+bool Contiguous(MPI_Datatype type, int count) {
+  int size = 0;
+  PMPI_Type_size(type, &size);
+  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
+  PMPI_Type_get_extent(type, &lb, &extent);
+  PMPI_Type_get_true_extent(type, &true_lb, &true_extent);
+  return true_lb == 0 && (count <= 1 ? true_extent == size : extent == size && true_extent == size);
+}
+
 }  // namespace netfold::mpi

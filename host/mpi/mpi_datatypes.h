@@ -25,6 +25,10 @@ std::optional<netfold_op_t> NetfoldOp(MPI_Op op);
 // (bitwise on MPI_BYTE, logical on MPI_C_BOOL): true if `op` is one of them.
 bool AllowedOnSpecialType(MPI_Datatype type, MPI_Op op);
 
+// True if `count` elements of `type` are `count * size` bytes in a row
+// from the buffer's start (every predefined type; contiguous derived ones).
+bool Contiguous(MPI_Datatype type, int count);
+
 }  // namespace netfold::mpi
 
 #endif  // NETFOLD_HOST_MPI_MPI_DATATYPES_H_

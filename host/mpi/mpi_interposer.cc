@@ -108,10 +108,10 @@ void Completed(CommState* s, const Pending& p) {
   s->last.result.clear();
   s->last.input.clear();
   const size_t bytes = p.kind == kBarrier ? 0 : Bytes(p.type, p.count);
-  if (p.kind == kAllreduce || p.kind == kBcast) {
+  if (p.kind == kAllreduce || p.kind == kBcast || p.kind == kAllgather) {
     const uint8_t* r = static_cast<const uint8_t*>(p.recvbuf);
     s->last.result.assign(r, r + bytes);
-  } else if (p.kind == kReduce) {
+  } else if (p.kind == kReduce || p.kind == kReduceScatter) {
     if (p.sendbuf == MPI_IN_PLACE) {
       s->last.input = p.saved_input;
     } else {
@@ -129,6 +129,7 @@ using netfold::mpi::AllowedOnSpecialType;
 using netfold::mpi::Bytes;
 using netfold::mpi::CommState;
 using netfold::mpi::Config;
+using netfold::mpi::Contiguous;
 using netfold::mpi::Enable;
 using netfold::mpi::FinishOutstanding;
 using netfold::mpi::G;
@@ -145,8 +146,11 @@ using netfold::mpi::Pending;
 using netfold::mpi::Reason;
 using netfold::mpi::Recover;
 using netfold::mpi::Resync;
+using netfold::mpi::SaveInPlaceInput;
 using netfold::mpi::StartNonblocking;
 using netfold::mpi::Tell;
+using netfold::mpi::Usable;
+using netfold::mpi::UsableNow;
 using enum netfold::mpi::Kind;
 using enum netfold::mpi::Reason;
 
@@ -246,6 +250,10 @@ std::string TypeText(MPI_Datatype type) {
   return len > 0 ? std::string(name, static_cast<size_t>(len)) : "a derived datatype";
 }
 
+}  // namespace
+
+namespace netfold::mpi {
+
 // The state of `comm` if this collective can go to the fabric; nullptr
 // (with the reason counted) if it goes to PMPI.
 //
@@ -257,7 +265,7 @@ std::string TypeText(MPI_Datatype type) {
 // operations when the fabric failed. (A blocking collective first completes
 // what is outstanding, so there every rank is in step and goes to PMPI.)
 CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
-                  bool has_op, bool nonblocking = false) {
+                  bool has_op, bool nonblocking) {
   Global& g = G();
   auto fallback = [&](Reason r) -> CommState* {
     ++g.fallbacks[r];
@@ -287,10 +295,11 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
   PMPI_Comm_test_inter(comm, &inter);
   if (inter) return fallback(kInterComm);
   if (kind != kBarrier) {
-    // A bcast moves bytes: any datatype MPI can send will do (MPI_Bcast
-    // packs what is not contiguous). Reductions need netfold's type.
+    // A bcast or an allgather moves bytes: any datatype MPI can send will
+    // do (MPI_Bcast packs what is not contiguous). Reductions need netfold's
+    // type.
     auto dtype = NetfoldDatatype(type);
-    if (!dtype && kind != kBcast) return fallback(kUnsupportedType);
+    if (!dtype && kind != kBcast && kind != kAllgather) return fallback(kUnsupportedType);
     if (has_op) {
       auto nop = NetfoldOp(op);
       if (!nop) return fallback(kUserOp);
@@ -372,6 +381,16 @@ CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int
   return s->mode == CommState::Mode::kFabric ? s : Usable(comm, kind, type, op, count, has_op);
 }
 
+void SaveInPlaceInput(Pending& p) {
+  if (p.sendbuf != MPI_IN_PLACE) return;
+  const uint8_t* r = static_cast<const uint8_t*>(p.recvbuf);
+  p.saved_input.assign(r, r + Bytes(p.type, p.count));
+}
+
+}  // namespace netfold::mpi
+
+namespace {
+
 void ReleaseComm(MPI_Comm comm, bool destroy_group) {
   Global& g = G();
   CommState* s = nullptr;
@@ -405,14 +424,6 @@ void NonContiguousIbcast(MPI_Comm comm) {
   if (!G().initialized || !G().fabric) return;
   ++G().fallbacks[kNonblocking];
   Tell(comm, kNonblocking, kBcast);
-}
-
-// An in-place input, kept before the fabric writes the result over it (the
-// failover re-runs the operation from it).
-void SaveInPlaceInput(Pending& p) {
-  if (p.sendbuf != MPI_IN_PLACE) return;
-  const uint8_t* r = static_cast<const uint8_t*>(p.recvbuf);
-  p.saved_input.assign(r, r + Bytes(p.type, p.count));
 }
 
 }  // namespace
@@ -521,16 +532,6 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
   return MPI_SUCCESS;
 }
 
-// True if `count` elements of `type` are `count * size` bytes in a row
-// from the buffer's start (every predefined type; contiguous derived ones).
-bool Contiguous(MPI_Datatype type, int count) {
-  int size = 0;
-  PMPI_Type_size(type, &size);
-  MPI_Aint lb = 0, extent = 0, true_lb = 0, true_extent = 0;
-  PMPI_Type_get_extent(type, &lb, &extent);
-  PMPI_Type_get_true_extent(type, &true_lb, &true_extent);
-  return true_lb == 0 && (count <= 1 ? true_extent == size : extent == size && true_extent == size);
-}
 
 int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) {
   CommState* s = UsableNow(comm, kBcast, type, MPI_OP_NULL, count, false);

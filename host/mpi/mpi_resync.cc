@@ -38,6 +38,15 @@ int RunOnPmpi(MPI_Comm comm, Pending& p) {
       return PMPI_Reduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, p.root, comm);
     case kBcast:
       return PMPI_Bcast(p.recvbuf, p.count, p.type, p.root, comm);
+    case kAllgather:
+      // Contiguous buffers (the fabric took no other), moved as bytes.
+      return PMPI_Allgather(p.sendbuf, p.counts.at(0), MPI_BYTE, p.recvbuf, p.counts.at(0),
+                            MPI_BYTE, comm);
+    case kReduceScatter:
+      if (p.sendbuf == MPI_IN_PLACE) {
+        std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
+      }
+      return PMPI_Reduce_scatter(p.sendbuf, p.recvbuf, p.counts.data(), p.type, p.op, comm);
     case kBarrier:
     default:
       return PMPI_Barrier(comm);
@@ -72,7 +81,8 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
   }
 
   // The root gathers every rank's input (the ranks ahead kept theirs) and
-  // reduces them itself, in rank order.
+  // reduces them itself, in rank order. A reduce-scatter's roots are every
+  // rank: each gets every input and those behind reduce their block.
   absl::Status ReduceAgain(bool behind) override {
     std::vector<uint8_t> in;
     int root = s_->last.root;
@@ -86,6 +96,9 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
       }
     } else {
       in = s_->last.input;
+    }
+    if ((behind ? current_->kind : s_->last.kind) == kReduceScatter) {
+      return ReduceScatterAgain(in, behind);
     }
     const int n = static_cast<int>(in.size());
     std::vector<int> sizes(static_cast<size_t>(s_->size));
@@ -119,6 +132,43 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
   }
 
  private:
+  absl::Status ReduceScatterAgain(const std::vector<uint8_t>& in, bool behind) {
+    const int n = static_cast<int>(in.size());
+    std::vector<int> sizes(static_cast<size_t>(s_->size));
+    NETFOLD_RETURN_IF_ERROR(FromMpi(
+        PMPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, s_->oob), "MPI_Allgather"));
+    std::vector<int> displs(static_cast<size_t>(s_->size), 0);
+    int total = 0;
+    for (int r = 0; r < s_->size; ++r) {
+      displs[r] = total;
+      total += sizes[r];
+    }
+    std::vector<uint8_t> gathered(static_cast<size_t>(total));
+    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Allgatherv(in.data(), n, MPI_BYTE, gathered.data(),
+                                                    sizes.data(), displs.data(), MPI_BYTE,
+                                                    s_->oob),
+                                    "MPI_Allgatherv"));
+    if (!behind) return absl::OkStatus();
+    // This rank's block of every input, reduced in rank order as above.
+    const std::vector<int>& counts = current_->counts;
+    const size_t elem = Bytes(current_->type, 1);
+    size_t first = 0;
+    for (int r = 0; r < s_->rank; ++r) first += static_cast<size_t>(counts[r]) * elem;
+    const size_t mine = static_cast<size_t>(counts[s_->rank]) * elem;
+    const size_t last = static_cast<size_t>(s_->size - 1);
+    if (mine == 0) return absl::OkStatus();
+    std::vector<uint8_t> acc(gathered.begin() + displs[last] + first,
+                             gathered.begin() + displs[last] + first + mine);
+    for (int r = s_->size - 2; r >= 0; --r) {
+      NETFOLD_RETURN_IF_ERROR(FromMpi(
+          PMPI_Reduce_local(gathered.data() + displs[r] + first, acc.data(),
+                            counts[s_->rank], current_->type, current_->op),
+          "MPI_Reduce_local"));
+    }
+    std::memcpy(current_->recvbuf, acc.data(), acc.size());
+    return absl::OkStatus();
+  }
+
   CommState* s_;
   Pending* current_;
 };
@@ -128,20 +178,32 @@ static_assert(static_cast<int>(netfold::proto::CollectiveType::kAllreduce) == kA
               static_cast<int>(netfold::proto::CollectiveType::kBcast) == kBcast &&
               static_cast<int>(netfold::proto::CollectiveType::kBarrier) == kBarrier);
 
+// The operation as host/resync.h knows it: an allgather is a bcast and a
+// reduce-scatter a reduce in blocks, each rooted at its member.
+netfold::host::ResyncOp AsResyncOp(Kind kind, int root) {
+  using netfold::proto::CollectiveType;
+  switch (kind) {
+    case kAllgather:
+      return {CollectiveType::kBcast, netfold::host::kEveryMember};
+    case kReduceScatter:
+      return {CollectiveType::kReduce, netfold::host::kEveryMember};
+    default:
+      return {static_cast<CollectiveType>(kind), static_cast<uint32_t>(root)};
+  }
+}
+
 }  // namespace
 
 int Resync(MPI_Comm comm, CommState* s, Pending* current) {
   netfold::host::ResyncMember me{.rank = s->rank, .size = s->size, .completed = s->completed};
   if (current != nullptr) {
-    me.current = netfold::host::ResyncOp{static_cast<netfold::proto::CollectiveType>(current->kind),
-                                         static_cast<uint32_t>(current->root)};
-    if (current->kind == kAllreduce || current->kind == kBcast) {
+    me.current = AsResyncOp(current->kind, current->root);
+    if (current->kind == kAllreduce || current->kind == kBcast || current->kind == kAllgather) {
       me.current_result = {static_cast<uint8_t*>(current->recvbuf),
                            Bytes(current->type, current->count)};
     }
   }
-  me.last = {static_cast<netfold::proto::CollectiveType>(s->last.kind),
-             static_cast<uint32_t>(s->last.root)};
+  me.last = AsResyncOp(s->last.kind, s->last.root);
   me.last_result = s->last.result;
   MpiResyncExchange exchange(s, current);
   absl::StatusOr<netfold::host::ResyncOutcome> outcome = netfold::host::Resync(exchange, me);

@@ -15,12 +15,13 @@
 //   victim       start a long stream of allreduces; the test kills one rank;
 //                the others must fail cleanly (exit 0 if they did, within
 //                the deadline)
-//   stream N     N allreduces of 1 to 3 slots (order-free inputs, every
-//                result checked); prints "rank R: stream ok=K errors=E
+//   stream N     N operations of 1 to 3 slots per block, mostly allreduces,
+//                every fourth a reduce-scatter or an allgather (order-free
+//                inputs, every result checked); prints "rank R: stream ok=K errors=E
 //                wrong=W"; exit 0 if every operation completed and W == 0
 //   digest N     N fp32 sums whose bits depend on the association order;
 //                prints "rank R: digest=<FNV-1a of every result>"
-//   until        checked allreduces (as stream) until $NETFOLD_TEST_RELEASE
+//   until        checked operations (as stream) until $NETFOLD_TEST_RELEASE
 //                exists (at most 10 minutes; the ranks agree every 20
 //                operations), printing "streaming" after the first; then the
 //                stream line; exit 0 if none failed
@@ -37,7 +38,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -157,6 +160,8 @@ void CheckIdentical(netfold::host::Oob& oob, const std::vector<uint8_t>& v, cons
   for (uint64_t h : all) Check(h == mine, what + ": ranks got different bits");
 }
 
+void Blocks(netfold::host::Oob& oob, netfold_group_t g);
+
 void Sweep(netfold::host::Oob& oob, netfold_group_t g) {
   uint64_t seed = 1;
   for (DataType t : netfold::proto::kAllDataTypes) {
@@ -171,8 +176,20 @@ void Sweep(netfold::host::Oob& oob, netfold_group_t g) {
       Check(SameData(t, out, Reference(t, op, count, seed)),
             absl::StrFormat("allreduce %s %s differs from the reference",
                             netfold::proto::DataTypeName(t), netfold::proto::ReduceOpName(op)));
+      // The same reduction, scattered: each rank gets its block of it.
+      const size_t block = count / static_cast<size_t>(g_size), bytes = block * out.size() / count;
+      std::vector<uint8_t> mine(bytes);
+      CheckRc(netfold_reduce_scatter_block(g, in.data(), mine.data(), block,
+                                           static_cast<netfold_dtype_t>(t),
+                                           static_cast<netfold_op_t>(op)),
+              "reduce_scatter_block");
+      Check(SameData(t, mine, std::vector<uint8_t>(out.begin() + g_rank * bytes,
+                                                   out.begin() + (g_rank + 1) * bytes)),
+            absl::StrFormat("reduce-scatter %s %s differs from the allreduce's block",
+                            netfold::proto::DataTypeName(t), netfold::proto::ReduceOpName(op)));
     }
   }
+  Blocks(oob, g);
   // Random floats: the tree decides the rounding; every rank must agree.
   std::mt19937_64 rng(g_rank + 100);
   for (int k = 0; k < 3; ++k) {
@@ -200,6 +217,98 @@ void Sweep(netfold::host::Oob& oob, netfold_group_t g) {
     Check(buf == expect, "bcast result");
     CheckRc(netfold_barrier(g), "barrier");
   }
+}
+
+// Allgather(v) and reduce-scatter with blocks of every size (an empty one,
+// several slots), in place and nonblocking; a reduce-scatter's block is
+// bitwise the allreduce's, whatever the rounding.
+void Blocks(netfold::host::Oob& oob, netfold_group_t g) {
+  std::vector<size_t> counts(static_cast<size_t>(g_size));
+  size_t total = 0, first = 0;
+  for (int r = 0; r < g_size; ++r) {
+    counts[r] = r == 1 ? 0 : 300 + 517 * static_cast<size_t>(r);
+    if (r == g_rank) first = total;
+    total += counts[r];
+  }
+  const size_t mine = counts[g_rank];
+  std::vector<uint8_t> want;
+  for (int r = 0; r < g_size; ++r) {
+    std::vector<uint8_t> b = Input(DataType::kInt32, ReduceOp::kSum, r, counts[r], 7);
+    want.insert(want.end(), b.begin(), b.end());
+  }
+  std::vector<uint8_t> all(total * 4, 0);
+  std::vector<uint8_t> in = Input(DataType::kInt32, ReduceOp::kSum, g_rank, mine, 7);
+  // Bad arguments: refused before anything reaches the fabric, on every rank alike.
+  netfold_request_t none = nullptr;
+  Check(netfold_allgatherv(g, in.data(), all.data(), nullptr, NETFOLD_DTYPE_INT32) ==
+            NETFOLD_ERR_INVALID_ARGUMENT, "allgatherv without counts");
+  Check(netfold_allgather(g, in.data(), nullptr, 5, NETFOLD_DTYPE_INT32) ==
+            NETFOLD_ERR_INVALID_ARGUMENT, "allgather without a receive buffer");
+  Check(netfold_allgather(g, in.data(), all.data(), SIZE_MAX / 2, NETFOLD_DTYPE_INT32) ==
+            NETFOLD_ERR_INVALID_ARGUMENT, "allgather of too many elements");
+  std::vector<float> one_each(static_cast<size_t>(g_size)), one(1);
+  Check(netfold_reduce_scatter_block(g, one_each.data(), one.data(), 1, NETFOLD_DTYPE_FP32,
+                                     NETFOLD_OP_BXOR) == NETFOLD_ERR_NOT_SUPPORTED,
+        "reduce_scatter_block with an op the type does not have");
+  Check(netfold_reduce_scatter_block(g, one_each.data(), one.data(), 1, NETFOLD_DTYPE_INT32,
+                                     static_cast<netfold_op_t>(99)) == NETFOLD_ERR_INVALID_ARGUMENT,
+        "reduce_scatter_block with an unknown op");
+  Check(netfold_reduce_scatter_block_nb(g, one_each.data(), one.data(), 1, NETFOLD_DTYPE_INT32,
+                                        NETFOLD_OP_SUM, nullptr) == NETFOLD_ERR_INVALID_ARGUMENT,
+        "reduce_scatter_block_nb without a request");
+  Check(netfold_allgather_nb(g, in.data(), all.data(), 1, static_cast<netfold_dtype_t>(200),
+                             &none) == NETFOLD_ERR_INVALID_ARGUMENT && none == nullptr,
+        "allgather_nb of an unknown type");
+  CheckRc(netfold_allgatherv(g, in.data(), all.data(), counts.data(), NETFOLD_DTYPE_INT32),
+          "allgatherv");
+  Check(all == want, "allgatherv result");
+  // In place: this rank's block is already where it goes.
+  std::fill(all.begin(), all.end(), 0);
+  std::memcpy(all.data() + first * 4, in.data(), in.size());
+  CheckRc(netfold_allgatherv(g, NETFOLD_IN_PLACE, all.data(), counts.data(), NETFOLD_DTYPE_INT32),
+          "allgatherv in place");
+  Check(all == want, "allgatherv in place result");
+  // Reduce-scatter in place: the input fills the buffer, the result its start.
+  std::vector<uint8_t> buf = Input(DataType::kInt32, ReduceOp::kSum, g_rank, total, 8);
+  const std::vector<uint8_t> sum = Reference(DataType::kInt32, ReduceOp::kSum, total, 8);
+  CheckRc(netfold_reduce_scatter(g, NETFOLD_IN_PLACE, buf.data(), counts.data(),
+                                 NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM),
+          "reduce_scatter in place");
+  Check(std::equal(buf.begin(), buf.begin() + mine * 4, sum.begin() + first * 4),
+        "reduce_scatter in place result");
+  // Random floats, nonblocking: the tree decides the rounding, and
+  // reduce-scatter rounds as allreduce does.
+  const size_t block = 3000;
+  std::mt19937_64 rng(g_rank + 200);
+  std::vector<float> f(block * g_size), reduced(f.size()), scattered(block);
+  for (float& x : f) x = std::uniform_real_distribution<float>(-1e3, 1e3)(rng);
+  CheckRc(netfold_allreduce(g, f.data(), reduced.data(), f.size(), NETFOLD_DTYPE_FP32,
+                            NETFOLD_OP_SUM),
+          "allreduce fp32");
+  netfold_request_t rs = nullptr, ag = nullptr;
+  CheckRc(netfold_reduce_scatter_block_nb(g, f.data(), scattered.data(), block,
+                                          NETFOLD_DTYPE_FP32, NETFOLD_OP_SUM, &rs),
+          "reduce_scatter_block_nb");
+  // In flight together: an allgather of what the reduce-scatter does not write.
+  std::vector<float> gathered(f.size()), gathered_input(f.size() * g_size);
+  CheckRc(netfold_allgather_nb(g, f.data(), gathered_input.data(), f.size(), NETFOLD_DTYPE_FP32,
+                               &ag),
+          "allgather_nb");
+  if (rs != nullptr) CheckRc(netfold_request_wait(rs), "wait reduce_scatter_block_nb");
+  if (ag != nullptr) CheckRc(netfold_request_wait(ag), "wait allgather_nb");
+  CheckRc(netfold_allgather(g, scattered.data(), gathered.data(), block, NETFOLD_DTYPE_FP32),
+          "allgather");
+  Check(std::memcmp(gathered_input.data() + g_rank * f.size(), f.data(), f.size() * 4) == 0,
+        "allgather_nb lost this rank's block");
+  netfold_request_free(rs);
+  netfold_request_free(ag);
+  Check(std::memcmp(scattered.data(), reduced.data() + g_rank * block, block * 4) == 0,
+        "reduce-scatter rounds differently from allreduce");
+  Check(std::memcmp(gathered.data(), reduced.data(), f.size() * 4) == 0,
+        "allgather of the scattered blocks is not the allreduce");
+  std::vector<uint8_t> bytes(reinterpret_cast<uint8_t*>(gathered.data()),
+                             reinterpret_cast<uint8_t*>(gathered.data()) + gathered.size() * 4);
+  CheckIdentical(oob, bytes, "gathered fp32 sums");
 }
 
 // Twenty nonblocking allreduces in flight on one group, completed by test.
@@ -235,16 +344,37 @@ void Nonblocking(netfold_group_t all) {
   }
 }
 
-// One checked allreduce of 1 to 3 slots' worth; returns the netfold code,
-// with *wrong set if the result differed from the reference.
-int CheckedAllreduce(netfold_group_t g, uint64_t k, bool* wrong) {
+// One checked operation of 1 to 3 slots' worth per block: an allreduce,
+// a reduce-scatter (k % 4 == 1) or an allgather (k % 4 == 3). Returns the
+// netfold code, with *wrong set if the result differed from the reference.
+int CheckedOperation(netfold_group_t g, uint64_t k, bool* wrong) {
   const size_t count = 1 + (k * 97) % 700;
-  std::vector<uint8_t> in = Input(DataType::kInt32, ReduceOp::kSum, g_rank, count, 5000 + k);
-  std::vector<uint8_t> out(in.size());
-  const int rc = netfold_allreduce(g, in.data(), out.data(), count, NETFOLD_DTYPE_INT32,
-                                   NETFOLD_OP_SUM);
-  *wrong = rc == NETFOLD_SUCCESS &&
-           out != Reference(DataType::kInt32, ReduceOp::kSum, count, 5000 + k);
+  const uint64_t seed = 5000 + k;
+  const size_t size = static_cast<size_t>(g_size);
+  std::vector<uint8_t> out, want;
+  int rc = NETFOLD_SUCCESS;
+  if (k % 4 == 1) {
+    std::vector<uint8_t> in = Input(DataType::kInt32, ReduceOp::kSum, g_rank, count * size, seed);
+    out.resize(count * 4);
+    rc = netfold_reduce_scatter_block(g, in.data(), out.data(), count, NETFOLD_DTYPE_INT32,
+                                      NETFOLD_OP_SUM);
+    const std::vector<uint8_t> all = Reference(DataType::kInt32, ReduceOp::kSum, count * size, seed);
+    want.assign(all.begin() + g_rank * count * 4, all.begin() + (g_rank + 1) * count * 4);
+  } else if (k % 4 == 3) {
+    std::vector<uint8_t> in = Input(DataType::kInt32, ReduceOp::kSum, g_rank, count, seed);
+    out.resize(count * 4 * size);
+    rc = netfold_allgather(g, in.data(), out.data(), count, NETFOLD_DTYPE_INT32);
+    for (int r = 0; r < g_size; ++r) {
+      std::vector<uint8_t> block = Input(DataType::kInt32, ReduceOp::kSum, r, count, seed);
+      want.insert(want.end(), block.begin(), block.end());
+    }
+  } else {
+    std::vector<uint8_t> in = Input(DataType::kInt32, ReduceOp::kSum, g_rank, count, seed);
+    out.resize(in.size());
+    rc = netfold_allreduce(g, in.data(), out.data(), count, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM);
+    want = Reference(DataType::kInt32, ReduceOp::kSum, count, seed);
+  }
+  *wrong = rc == NETFOLD_SUCCESS && out != want;
   return rc;
 }
 
@@ -257,7 +387,7 @@ StreamResult Stream(netfold_group_t g, int n, bool stop_at_error) {
   StreamResult r;
   for (int k = 0; k < n; ++k) {
     bool wrong = false;
-    const int rc = CheckedAllreduce(g, static_cast<uint64_t>(k), &wrong);
+    const int rc = CheckedOperation(g, static_cast<uint64_t>(k), &wrong);
     if (rc == NETFOLD_SUCCESS && !wrong) {
       ++r.ok;
     } else if (wrong) {
@@ -406,7 +536,7 @@ int main(int argc, char** argv) {
     };
     for (uint64_t k = 0; k % 20 != 0 || !stop(); ++k) {
       bool wrong = false;
-      const int rc = CheckedAllreduce(g, k, &wrong);
+      const int rc = CheckedOperation(g, k, &wrong);
       if (rc == NETFOLD_SUCCESS && !wrong) {
         ++r.ok;
       } else if (wrong) {

@@ -241,6 +241,7 @@ void InProcessFabric::CreateGroup(uint32_t group_id, const GroupOptions& options
     params.delivery = options.delivery;
     params.repair_after = options.repair_after;
     params.op_timeout = options.op_timeout;
+    for (const auto& member : hosts_) params.members.push_back(member->rank);
     h.engines[group_id] = std::make_unique<host::GroupEngine>(params, &h, clock_);
   }
 }

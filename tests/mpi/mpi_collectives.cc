@@ -5,9 +5,11 @@
 // at rank 0 on failure, then "mpi_collectives: N checks, F failed, M MPI
 // discrepancies" and exits non-zero if F > 0.
 //
-//   mpi_collectives sweep     every predefined datatype x op x size, in place too
+//   mpi_collectives sweep     every predefined datatype x op x size, in place too;
+//                             reduce-scatter of every datatype x op, allgather
 //   mpi_collectives comms     dup and split communicators, freed and reused
-//   mpi_collectives fallback  user op, derived datatype, tiny comm: still right
+//   mpi_collectives fallback  user op, derived datatype, strided allgather, tiny
+//                             comm: still right
 //   mpi_collectives outage    allreduces in a loop; the driver kills the
 //                             switches in the middle (after "phase 1 done")
 //   mpi_collectives strict return|fatal   phase 1 of outage, then (with
@@ -30,9 +32,10 @@
 //                             MPI_Iallreduce on one of them completed by two
 //                             threads at once; then one allreduce on
 //                             MPI_COMM_WORLD
-//   mpi_collectives nonblocking ROUNDS   each round starts five nonblocking
+//   mpi_collectives nonblocking ROUNDS   each round starts seven nonblocking
 //                             collectives at once (MPI_Iallreduce, in place
-//                             and not, MPI_Ibcast, MPI_Ireduce, MPI_Ibarrier on
+//                             and not, MPI_Ibcast, MPI_Ireduce, MPI_Ibarrier,
+//                             MPI_Ireduce_scatter_block, MPI_Iallgather on
 //                             two communicators) and completes them with
 //                             MPI_Waitall, MPI_Wait in reverse, an
 //                             MPI_Testall loop or MPI_Waitany; every fifth
@@ -56,77 +59,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/mpi/mpi_checks.h"
+
+using namespace mpi_test;  // NOLINT: the scenarios' shared helpers (mpi_checks.h)
+
 namespace {
-
-int g_rank = 0, g_size = 1;
-int g_checks = 0, g_failed = 0, g_mpi_wrong = 0;
-
-struct FloatInt { float v; int i; };
-struct DoubleInt { double v; int i; };
-struct LongInt { long v; int i; };
-struct TwoInt { int v; int i; };
-struct ShortInt { short v; int i; };
-
-template <typename T>
-constexpr bool kIsPair = std::is_same_v<T, FloatInt> || std::is_same_v<T, DoubleInt> ||
-                         std::is_same_v<T, LongInt> || std::is_same_v<T, TwoInt> ||
-                         std::is_same_v<T, ShortInt>;
-
-// Inputs whose exact result is the same in any reduction order.
-template <typename T>
-T Input(int rank, size_t i, uint64_t seed, MPI_Op op) {
-  std::mt19937_64 rng(seed * 1000003 + i * 7919 + static_cast<uint64_t>(rank) * 104729);
-  const int small = static_cast<int>(rng() % 9) - 4;
-  if constexpr (kIsPair<T>) {
-    T t{};
-    t.v = static_cast<decltype(t.v)>(small);
-    t.i = rank;
-    return t;
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (op == MPI_PROD) return rng() % 2 ? T(1) : T(-1);
-    return static_cast<T>(small);
-  } else {
-    if (op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR) return static_cast<T>(rng() % 3);
-    return static_cast<T>(rng());  // integers wrap: any value is exact
-  }
-}
-
-template <typename T>
-T Apply(MPI_Op op, T a, T b) {
-  if constexpr (kIsPair<T>) {
-    const bool lt = b.v < a.v, gt = b.v > a.v;
-    if (op == MPI_MINLOC) return lt || (b.v == a.v && b.i < a.i) ? b : a;
-    return gt || (b.v == a.v && b.i < a.i) ? b : a;
-  } else if constexpr (std::is_floating_point_v<T>) {
-    if (op == MPI_SUM) return a + b;
-    if (op == MPI_PROD) return a * b;
-    if (op == MPI_MIN) return b < a ? b : a;
-    return b > a ? b : a;
-  } else {
-    using U = std::make_unsigned_t<T>;
-    if (op == MPI_SUM) return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
-    if (op == MPI_PROD) return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-    if (op == MPI_MIN) return b < a ? b : a;
-    if (op == MPI_MAX) return b > a ? b : a;
-    if (op == MPI_BAND) return a & b;
-    if (op == MPI_BOR) return a | b;
-    if (op == MPI_BXOR) return a ^ b;
-    if (op == MPI_LAND) return (a != 0) && (b != 0);
-    if (op == MPI_LOR) return (a != 0) || (b != 0);
-    return (a != 0) != (b != 0);
-  }
-}
-
-template <typename T>
-bool Same(const T& a, const T& b) {
-  if constexpr (kIsPair<T>) return std::memcmp(&a.v, &b.v, sizeof(a.v)) == 0 && a.i == b.i;
-  else return std::memcmp(&a, &b, sizeof(T)) == 0;
-}
-
-void Fail(const std::string& what) {
-  ++g_failed;
-  if (g_failed <= 20) std::fprintf(stderr, "rank %d: FAIL %s\n", g_rank, what.c_str());
-}
 
 // Two threads collectives at once, each on its own communicator (what
 // MPI_THREAD_MULTIPLE allows), every result checked.
@@ -206,40 +143,44 @@ void Nonblocking(int rounds) {
     const int n = 1 + (i * 1009) % 3000;
     const int root = i % g_size;
     std::vector<int> a(n), a_out(n, -1), b(n), c(n), c_out(n, -1), d(n);
+    std::vector<int> e(static_cast<size_t>(n) * g_size), e_out(n, -1), f(n * g_size, -1);
     for (int k = 0; k < n; ++k) {
       a[k] = g_rank + k + i;
       b[k] = g_rank == root ? k * 3 + i : 0;
       c[k] = g_rank * k + i;
       d[k] = 2 * g_rank + k;
     }
-    MPI_Request reqs[5];
+    for (size_t k = 0; k < e.size(); ++k) e[k] = g_rank + static_cast<int>(k);
+    MPI_Request reqs[7];
     MPI_Iallreduce(a.data(), a_out.data(), n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[0]);
     MPI_Ibcast(b.data(), n, MPI_INT, root, MPI_COMM_WORLD, &reqs[1]);
     MPI_Ireduce(c.data(), c_out.data(), n, MPI_INT, MPI_MAX, root, dup, &reqs[2]);
     MPI_Iallreduce(MPI_IN_PLACE, d.data(), n, MPI_INT, MPI_SUM, dup, &reqs[3]);
     MPI_Ibarrier(MPI_COMM_WORLD, &reqs[4]);
+    MPI_Ireduce_scatter_block(e.data(), e_out.data(), n, MPI_INT, MPI_SUM, dup, &reqs[5]);
+    MPI_Iallgather(a.data(), n, MPI_INT, f.data(), n, MPI_INT, MPI_COMM_WORLD, &reqs[6]);
     switch (i % 4) {
       case 0:
-        MPI_Waitall(5, reqs, MPI_STATUSES_IGNORE);
+        MPI_Waitall(7, reqs, MPI_STATUSES_IGNORE);
         break;
       case 1:
-        for (int r = 4; r >= 0; --r) MPI_Wait(&reqs[r], MPI_STATUS_IGNORE);
+        for (int r = 6; r >= 0; --r) MPI_Wait(&reqs[r], MPI_STATUS_IGNORE);
         break;
       case 2: {
         int flag = 0;
         const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
         while (!flag && std::chrono::steady_clock::now() < deadline) {
-          MPI_Testall(5, reqs, &flag, MPI_STATUSES_IGNORE);
+          MPI_Testall(7, reqs, &flag, MPI_STATUSES_IGNORE);
           if (!flag) usleep(100);
         }
         if (!flag) Fail("MPI_Testall never saw the operations complete");
         break;
       }
       default:
-        for (int done = 0; done < 5; ++done) {
+        for (int done = 0; done < 7; ++done) {
           int index = -1;
-          MPI_Waitany(5, reqs, &index, MPI_STATUS_IGNORE);
-          if (index < 0 || index >= 5) Fail("MPI_Waitany returned no index");
+          MPI_Waitany(7, reqs, &index, MPI_STATUS_IGNORE);
+          if (index < 0 || index >= 7) Fail("MPI_Waitany returned no index");
         }
         break;
     }
@@ -252,6 +193,9 @@ void Nonblocking(int rounds) {
       ok = ok && b[k] == k * 3 + i;
       ok = ok && (g_rank != root || c_out[k] == (g_size - 1) * k + i);
       ok = ok && d[k] == g_size * k + g_size * (g_size - 1);
+      // Block g_rank of e, summed: sum over r of (r + g_rank * n + k).
+      ok = ok && e_out[k] == g_size * (g_rank * n + k) + g_size * (g_size - 1) / 2;
+      for (int r = 0; r < g_size; ++r) ok = ok && f[r * n + k] == r + k + i;
     }
     ++g_checks;
     if (!ok) Fail("nonblocking round " + std::to_string(i));
@@ -395,6 +339,7 @@ void Sweep(MPI_Comm comm, bool big) {
     ++g_checks;
     if (MPI_Barrier(comm) != MPI_SUCCESS) Fail("barrier");
   }
+  CheckGatherScatter(comm, seed);
 }
 
 void Comms() {
@@ -462,6 +407,7 @@ void Fallback() {
       break;
     }
   }
+  CheckNonContiguousAllgather(MPI_COMM_WORLD);
   // A nonblocking bcast of it goes to MPI itself (it would have to unpack
   // at completion).
   for (int k = 0; k < 100; ++k) holes[k] = g_rank == 0 ? k * 5 : -7;
@@ -529,18 +475,30 @@ void Outage() {
   // Wait for the driver to kill the fabric (it writes the file).
   const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
   for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
-  // First two nonblocking allreduces, outstanding together: the fabric
-  // fails them, and they are recovered when they are waited for.
+  // First two nonblocking allreduces, a reduce-scatter and an allgather,
+  // outstanding together: the fabric fails them, and they are recovered
+  // when they are waited for.
   int x[2] = {g_rank + 1, 2 * g_rank}, y[2] = {-1, -1};
-  MPI_Request reqs[2];
+  std::vector<int> scatter_in(static_cast<size_t>(g_size) * 3), gathered(g_size * 3, -1);
+  int scattered[3] = {-1, -1, -1}, mine[3] = {g_rank, g_rank + 1, g_rank + 2};
+  for (size_t k = 0; k < scatter_in.size(); ++k) scatter_in[k] = g_rank * 1000 + static_cast<int>(k);
+  MPI_Request reqs[4];
   for (int k = 0; k < 2; ++k) {
     MPI_Iallreduce(&x[k], &y[k], 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &reqs[k]);
   }
-  MPI_Waitall(2, reqs, MPI_STATUSES_IGNORE);
+  MPI_Ireduce_scatter_block(scatter_in.data(), scattered, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD,
+                            &reqs[2]);
+  MPI_Iallgather(mine, 3, MPI_INT, gathered.data(), 3, MPI_INT, MPI_COMM_WORLD, &reqs[3]);
+  MPI_Waitall(4, reqs, MPI_STATUSES_IGNORE);
   ++g_checks;
-  if (y[0] != g_size * (g_size + 1) / 2 || y[1] != g_size * (g_size - 1)) {
-    Fail("nonblocking allreduces across the outage");
+  bool ok = y[0] == g_size * (g_size + 1) / 2 && y[1] == g_size * (g_size - 1);
+  for (int k = 0; k < 3; ++k) {
+    ok = ok && scattered[k] == 1000 * g_size * (g_size - 1) / 2 + g_size * (3 * g_rank + k);
+    for (int r = 0; r < g_size; ++r) ok = ok && gathered[r * 3 + k] == r + k;
   }
+  if (!ok) Fail("nonblocking operations across the outage");
+  // A blocking reduce-scatter and allgather after it, on MPI now.
+  CheckGatherScatterOnce(MPI_COMM_WORLD, seed);
   for (int i = 0; i < 20; ++i) AllOps<double>(MPI_COMM_WORLD, MPI_DOUBLE, "double", {300}, seed);
 }
 

@@ -213,6 +213,30 @@ int netfold_bcast(netfold_group_t group, void* buf, size_t count, netfold_dtype_
                   int root);
 int netfold_barrier(netfold_group_t group);
 
+/* Allgather: every rank contributes `count` elements (sendbuf; with
+ * NETFOLD_IN_PLACE, its block already in recvbuf at rank * count) and
+ * recvbuf receives size * count elements, the blocks in group-rank order.
+ * allgatherv: rank r contributes counts[r] elements (counts[] the same on
+ * every rank), packed in rank order in recvbuf. In the fabric: a bcast per
+ * block, rooted at its rank (docs/host.md). */
+int netfold_allgather(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
+                      netfold_dtype_t dtype);
+int netfold_allgatherv(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                       const size_t* counts, netfold_dtype_t dtype);
+
+/* Reduce-scatter: sendbuf holds size * recvcount elements (reduce_scatter:
+ * the sum of recvcounts[], the same on every rank); the elementwise
+ * reduction over the ranks is computed and rank r receives its block, the
+ * r-th, in recvbuf (recvcount or recvcounts[r] elements). With
+ * NETFOLD_IN_PLACE the input is in recvbuf and the result goes to its first
+ * elements (as MPI_IN_PLACE in MPI_Reduce_scatter). Bitwise equal to the
+ * same block of netfold_allreduce's result. In the fabric: a reduce per
+ * block, rooted at its rank. */
+int netfold_reduce_scatter_block(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                                 size_t recvcount, netfold_dtype_t dtype, netfold_op_t op);
+int netfold_reduce_scatter(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                           const size_t* recvcounts, netfold_dtype_t dtype, netfold_op_t op);
+
 /* Nonblocking forms: start the operation and return a request (SUCCESS) or
  * an error as above. The buffers must stay valid until the request
  * completes. */
@@ -225,6 +249,17 @@ int netfold_reduce_nb(netfold_group_t group, const void* sendbuf, void* recvbuf,
 int netfold_bcast_nb(netfold_group_t group, void* buf, size_t count, netfold_dtype_t dtype,
                      int root, netfold_request_t* request);
 int netfold_barrier_nb(netfold_group_t group, netfold_request_t* request);
+int netfold_allgather_nb(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
+                         netfold_dtype_t dtype, netfold_request_t* request);
+int netfold_allgatherv_nb(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                          const size_t* counts, netfold_dtype_t dtype,
+                          netfold_request_t* request);
+int netfold_reduce_scatter_block_nb(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                                    size_t recvcount, netfold_dtype_t dtype, netfold_op_t op,
+                                    netfold_request_t* request);
+int netfold_reduce_scatter_nb(netfold_group_t group, const void* sendbuf, void* recvbuf,
+                              const size_t* recvcounts, netfold_dtype_t dtype, netfold_op_t op,
+                              netfold_request_t* request);
 
 /* Makes progress; returns SUCCESS if the request completed successfully,
  * IN_PROGRESS if not yet, or the operation's error. */

@@ -66,6 +66,7 @@ class Group {
   Group& operator=(const Group&) = delete;
   ~Group() { Destroy(); }
   int Create(const Context& ctx, const netfold_group_spec_t& spec) {
+    size_ = spec.size;
     return netfold_group_create(ctx.get(), &spec, &group_);
   }
   int Destroy() {
@@ -89,9 +90,24 @@ class Group {
     return netfold_bcast(group_, data.data(), data.size(), DtypeOf<T>(), root);
   }
   int Barrier() { return netfold_barrier(group_); }
+  // `out` holds one block of in.size() elements per rank, in rank order.
+  template <typename T>
+  int Allgather(std::span<const T> in, std::span<T> out) {
+    if (out.size() != in.size() * static_cast<size_t>(size_)) return NETFOLD_ERR_INVALID_ARGUMENT;
+    return netfold_allgather(group_, in.data(), out.data(), in.size(), DtypeOf<T>());
+  }
+  // `in` holds one block of out.size() elements per rank; this rank gets
+  // the reduction of its own.
+  template <typename T>
+  int ReduceScatter(std::span<const T> in, std::span<T> out, netfold_op_t op) {
+    if (in.size() != out.size() * static_cast<size_t>(size_)) return NETFOLD_ERR_INVALID_ARGUMENT;
+    return netfold_reduce_scatter_block(group_, in.data(), out.data(), out.size(), DtypeOf<T>(),
+                                        op);
+  }
 
  private:
   netfold_group_t group_ = nullptr;
+  int size_ = 0;
 };
 
 }  // namespace netfold

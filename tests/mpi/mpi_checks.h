@@ -1,0 +1,100 @@
+// What the scenarios of tests/mpi/mpi_collectives share: the process's rank
+// and counters, inputs whose reduction is exact in any order, the
+// reference op, bitwise comparison and failure reporting. Checks of
+// allgather and reduce-scatter are mpi_gather_scatter_checks.cc.
+#ifndef NETFOLD_TESTS_MPI_MPI_CHECKS_H_
+#define NETFOLD_TESTS_MPI_MPI_CHECKS_H_
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace mpi_test {
+
+inline int g_rank = 0, g_size = 1;
+inline int g_checks = 0, g_failed = 0, g_mpi_wrong = 0;
+
+struct FloatInt { float v; int i; };
+struct DoubleInt { double v; int i; };
+struct LongInt { long v; int i; };
+struct TwoInt { int v; int i; };
+struct ShortInt { short v; int i; };
+
+template <typename T>
+constexpr bool kIsPair = std::is_same_v<T, FloatInt> || std::is_same_v<T, DoubleInt> ||
+                         std::is_same_v<T, LongInt> || std::is_same_v<T, TwoInt> ||
+                         std::is_same_v<T, ShortInt>;
+
+// Inputs whose exact result is the same in any reduction order.
+template <typename T>
+T Input(int rank, size_t i, uint64_t seed, MPI_Op op) {
+  std::mt19937_64 rng(seed * 1000003 + i * 7919 + static_cast<uint64_t>(rank) * 104729);
+  const int small = static_cast<int>(rng() % 9) - 4;
+  if constexpr (kIsPair<T>) {
+    T t{};
+    t.v = static_cast<decltype(t.v)>(small);
+    t.i = rank;
+    return t;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (op == MPI_PROD) return rng() % 2 ? T(1) : T(-1);
+    return static_cast<T>(small);
+  } else {
+    if (op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR) return static_cast<T>(rng() % 3);
+    return static_cast<T>(rng());  // integers wrap: any value is exact
+  }
+}
+
+template <typename T>
+T Apply(MPI_Op op, T a, T b) {
+  if constexpr (kIsPair<T>) {
+    const bool lt = b.v < a.v, gt = b.v > a.v;
+    if (op == MPI_MINLOC) return lt || (b.v == a.v && b.i < a.i) ? b : a;
+    return gt || (b.v == a.v && b.i < a.i) ? b : a;
+  } else if constexpr (std::is_floating_point_v<T>) {
+    if (op == MPI_SUM) return a + b;
+    if (op == MPI_PROD) return a * b;
+    if (op == MPI_MIN) return b < a ? b : a;
+    return b > a ? b : a;
+  } else {
+    using U = std::make_unsigned_t<T>;
+    if (op == MPI_SUM) return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    if (op == MPI_PROD) return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
+    if (op == MPI_MIN) return b < a ? b : a;
+    if (op == MPI_MAX) return b > a ? b : a;
+    if (op == MPI_BAND) return a & b;
+    if (op == MPI_BOR) return a | b;
+    if (op == MPI_BXOR) return a ^ b;
+    if (op == MPI_LAND) return (a != 0) && (b != 0);
+    if (op == MPI_LOR) return (a != 0) || (b != 0);
+    return (a != 0) != (b != 0);
+  }
+}
+
+template <typename T>
+bool Same(const T& a, const T& b) {
+  if constexpr (kIsPair<T>) return std::memcmp(&a.v, &b.v, sizeof(a.v)) == 0 && a.i == b.i;
+  else return std::memcmp(&a, &b, sizeof(T)) == 0;
+}
+
+inline void Fail(const std::string& what) {
+  ++g_failed;
+  if (g_failed <= 20) std::fprintf(stderr, "rank %d: FAIL %s\n", g_rank, what.c_str());
+}
+
+// Allgather and reduce-scatter of every datatype x op (reduce-scatter)
+// and of bytes (allgather): blocks, variable blocks, in place.
+void CheckGatherScatter(MPI_Comm comm, uint64_t& seed);
+// One reduce-scatter (variable blocks) and one allgather, checked.
+void CheckGatherScatterOnce(MPI_Comm comm, uint64_t& seed);
+// Strided allgather, which goes to MPI itself.
+void CheckNonContiguousAllgather(MPI_Comm comm);
+
+}  // namespace mpi_test
+
+#endif  // NETFOLD_TESTS_MPI_MPI_CHECKS_H_
