@@ -1,7 +1,6 @@
 #include "host/torch/process_group_netfold.h"
 
 #include <cstdint>
-#include <cstring>
 #include <utility>
 
 #include "host/torch/torch_types.h"
@@ -143,37 +142,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroupNetfold::reduce(std::vector<at::Tenso
 
 void ProcessGroupNetfold::StartAllgather(WorkNetfold& work, const at::Tensor& send,
                                          const at::Tensor& recv) {
-  // Until libnetfold has netfold_allgather: one broadcast per rank, each
-  // rank's block from that rank (docs/pytorch.md).
   const MovedType moved = MovedTypeFor(recv.scalar_type());
-  const int64_t n = recv.numel() / size_;
-  const size_t bytes = static_cast<size_t>(n) * recv.element_size();
-  if (send.defined() && bytes > 0) std::memcpy(Bytes(recv) + rank_ * bytes, send.data_ptr(), bytes);
+  const size_t count =
+      static_cast<size_t>(recv.numel() / size_) * moved.elements_per_torch_element;
   if (send.defined()) work.Hold(send);
   work.Hold(recv);
-  for (int root = 0; root < size_; ++root) {
-    group_->Start(work, [&](netfold_group_t g, netfold_request_t* request) {
-      return netfold_bcast_nb(g, Bytes(recv) + root * bytes,
-                              static_cast<size_t>(n) * moved.elements_per_torch_element,
-                              moved.dtype, root, request);
-    });
-  }
+  group_->Start(work, [&](netfold_group_t g, netfold_request_t* request) {
+    return netfold_allgather_nb(g, send.defined() ? send.data_ptr() : NETFOLD_IN_PLACE,
+                                recv.data_ptr(), count, moved.dtype, request);
+  });
 }
 
 void ProcessGroupNetfold::StartReduceScatter(WorkNetfold& work, const at::Tensor& send,
                                              const at::Tensor& recv, const Reduction& r) {
-  // Until libnetfold has netfold_reduce_scatter_block: an allreduce of a
-  // copy of the whole input, then this rank's block (docs/pytorch.md).
-  at::Tensor reduced = send.clone();
-  work.Hold(reduced);
+  work.Hold(send);
   work.Hold(recv);
   group_->Start(work, [&](netfold_group_t g, netfold_request_t* request) {
-    return netfold_allreduce_nb(g, NETFOLD_IN_PLACE, reduced.data_ptr(),
-                                static_cast<size_t>(reduced.numel()), r.dtype, r.op, request);
-  });
-  work.AndThen([reduced, recv, rank = rank_]() mutable {
-    const int64_t n = recv.numel();
-    recv.copy_(reduced.narrow(0, rank * n, n).view(recv.sizes()));
+    return netfold_reduce_scatter_block_nb(g, send.data_ptr(), recv.data_ptr(),
+                                           static_cast<size_t>(recv.numel()), r.dtype, r.op,
+                                           request);
   });
 }
 
