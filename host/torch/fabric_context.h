@@ -19,8 +19,9 @@
 // the rank does meanwhile. The context is finalized (netfold_finalize,
 // over the world) when the last group holding it is gone, on the thread
 // that destroyed that group, or by Shutdown() at interpreter exit
-// (netfold_torch's atexit handler), which retires the groups still alive,
-// joins every destroying thread, then finalizes.
+// (netfold_torch's atexit handler), which destroys the groups still held,
+// each on a thread of its own, joins every destroying thread, then
+// finalizes.
 //
 // A second default group (init_process_group after destroy_process_group)
 // while groups of the first are still alive reuses the context if its rank
@@ -62,8 +63,8 @@ class FabricContext {
   // on a thread of its own, and drops it there (which may finalize its
   // context). Returns at once.
   static void Retire(std::shared_ptr<FabricGroup> group);
-  // At exit: retires the groups still alive, waits for every retired group
-  // to be destroyed, then finalizes. Only in the process that joined (not
+  // At exit: destroys the groups still held (each on a thread of its own),
+  // waits for every retired group to be destroyed, then finalizes. Only in the process that joined (not
   // in a fork() child). Errors are printed, not thrown.
   static void Shutdown();
   // The counters of the current context (netfold_get_stats). Throws if

@@ -11,6 +11,7 @@ namespace {
 
 constexpr std::chrono::microseconds kFirstPoll(50);
 constexpr std::chrono::microseconds kLongestPoll(2000);
+constexpr std::chrono::milliseconds kReapInterval(10);
 
 }  // namespace
 
@@ -60,31 +61,64 @@ void FabricGroup::Start(WorkNetfold& work,
 }
 
 void FabricGroup::Submit(c10::intrusive_ptr<WorkNetfold> work) {
+  work->OnFutureWanted([this] {
+    {
+      std::lock_guard<std::mutex> lock(queue_mu_);
+      wanted_ = true;
+    }
+    queue_cv_.notify_one();
+  });
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(queue_mu_);
+    // What the callers completed themselves leaves here, on their thread.
+    while (!in_flight_.empty() && in_flight_.front()->Completed()) in_flight_.pop_front();
     in_flight_.push_back(std::move(work));
+    wake = completer_idle_;
   }
-  queue_cv_.notify_one();
+  if (wake) queue_cv_.notify_one();
 }
 
 void FabricGroup::CompleteInOrder() {
   std::unique_lock<std::mutex> lock(queue_mu_);
   std::chrono::microseconds poll = kFirstPoll;
   while (true) {
-    queue_cv_.wait(lock, [&] { return !in_flight_.empty() || closing_; });
-    if (in_flight_.empty()) return;  // closing, and nothing left
-    c10::intrusive_ptr<WorkNetfold> work = in_flight_.front();
-    const bool drain = closing_;
-    lock.unlock();
-    const bool done = work->Drive(/*block=*/drain);
-    lock.lock();
-    if (done) {
-      in_flight_.pop_front();
+    while (!in_flight_.empty() && in_flight_.front()->Completed()) in_flight_.pop_front();
+    if (in_flight_.empty() && closing_) return;
+    // This thread's Works: those whose future was asked for, those only
+    // this queue still holds (dropped by their caller), every one once
+    // the group closes. The others' callers will wait for them.
+    std::vector<c10::intrusive_ptr<WorkNetfold>> mine;
+    for (const c10::intrusive_ptr<WorkNetfold>& w : in_flight_) {
+      if (closing_ || w->future_wanted() || w.use_count() == 1) mine.push_back(w);
+    }
+    wanted_ = false;
+    if (mine.empty()) {
+      // Nothing to complete: sleep until a Submit to an empty queue, a
+      // future asked for or the group closing; while Works are in flight,
+      // look again every kReapInterval for those dropped meanwhile.
+      completer_idle_ = in_flight_.empty();
+      if (completer_idle_) {
+        queue_cv_.wait(lock);
+      } else {
+        queue_cv_.wait_for(lock, kReapInterval);
+      }
+      completer_idle_ = false;
       poll = kFirstPoll;
       continue;
     }
-    queue_cv_.wait_for(lock, poll);
-    poll = std::min(2 * poll, kLongestPoll);
+    const bool drain = closing_;
+    lock.unlock();
+    bool done = true;
+    for (const c10::intrusive_ptr<WorkNetfold>& w : mine) done = w->Drive(/*block=*/drain) && done;
+    mine.clear();  // a dropped Work's last reference goes here, not under the lock
+    lock.lock();
+    if (done) {
+      poll = kFirstPoll;
+    } else if (!wanted_ && !closing_) {
+      queue_cv_.wait_for(lock, poll);
+      poll = std::min(2 * poll, kLongestPoll);
+    }
   }
 }
 

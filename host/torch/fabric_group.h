@@ -4,21 +4,29 @@
 // that completes its Works in the order they started.
 //
 //   auto group = FabricGroup::Create(ctx, store, rank, size, world_ranks, timeout);
-//   auto work = c10::make_intrusive<WorkNetfold>(rank, type, group->calls(), outputs, finish);
+//   auto work = c10::make_intrusive<WorkNetfold>(rank, type, group->calls(), outputs);
 //   group->Start(*work, [&](netfold_group_t g, netfold_request_t* r) { ... });
 //   group->Submit(work);
+//   FabricContext::Retire(std::move(group));   // when its process group goes
 //
-// The completion thread sleeps while no Work is in flight. While one is,
-// it tests the oldest (netfold_request_test, never blocking the caller's
-// next collective on the mutex) at growing intervals, 50 us doubling up to
-// 2 ms: libnetfold's own progress thread moves the data while nobody is in
-// the library, so the interval bounds how late a Work nobody waits for
-// (DDP's futures) is seen complete, not how fast the data moves.
+// The completion thread completes the Works nobody will wait for: those
+// whose future was asked for (getFuture wakes it) and those their caller
+// dropped (only the queue holds them; it looks for them every 10 ms while
+// Works are in flight, and sleeps while none is). It tests them
+// (netfold_request_test, never blocking the caller's next collective on the
+// mutex) at growing intervals, 50 us doubling up to 2 ms: libnetfold's own
+// progress thread moves the data while nobody is in the library, so the
+// interval bounds how late a future is seen complete, not how fast the data
+// moves. A Work its caller waits for costs this thread nothing: a loop of
+// blocking collectives wakes it once per 10 ms at most. Works completed by
+// their callers leave the queue at the next Submit.
 //
 // Destroy() (also the destructor) refuses new collectives, completes every
 // Work in flight, stops the thread and destroys the netfold group
 // (collective over the members, through the store, within the process
-// group's timeout). It is idempotent; the context's Shutdown calls it at exit.
+// group's timeout). It is idempotent. A process group's destructor hands
+// its group to FabricContext::Retire, which calls it on a thread of its
+// own; the context's Shutdown calls it at exit for the groups still held.
 //
 // Thread-safety: every member may be called from any thread; Start and
 // Submit of one group are called in the same order on every rank (torch
@@ -85,6 +93,8 @@ class FabricGroup {
   std::condition_variable queue_cv_;
   std::deque<c10::intrusive_ptr<WorkNetfold>> in_flight_;  // under queue_mu_
   bool closing_ = false;                                   // under queue_mu_
+  bool completer_idle_ = false;  // under queue_mu_: asleep until notified
+  bool wanted_ = false;          // under queue_mu_: a future was asked for since the last look
   std::unique_ptr<std::thread> completer_;
   const int pid_;  // the process that created it (not a fork() child)
 };

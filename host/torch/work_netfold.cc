@@ -93,6 +93,11 @@ void WorkNetfold::Finish() {
 
 bool WorkNetfold::isCompleted() { return Drive(/*block=*/false); }
 
+c10::intrusive_ptr<c10::ivalue::Future> WorkNetfold::getFuture() {
+  if (!future_wanted_.exchange(true) && !collected_.load() && wake_) wake_();
+  return future_;
+}
+
 bool WorkNetfold::wait(std::chrono::milliseconds timeout) {
   if (timeout == kNoTimeout) {
     Drive(/*block=*/true);

@@ -14,10 +14,10 @@
 // Completion: whichever thread gets there first collects the requests —
 // the caller in wait() (netfold_request_wait: the caller's thread drives
 // the data path, as a blocking collective does) or isCompleted()
-// (netfold_request_test), or the group's completion thread (fabric_group.h),
-// which polls every Work in the order they started so that a Work nobody
-// waits for (DDP waits on the future) still completes and releases its
-// tensors. libnetfold allows one thread at a time on a group, so each of
+// (netfold_request_test), or the group's completion thread (fabric_group.h)
+// for a Work nobody will wait for: one whose future was asked for (DDP
+// waits on futures) or that its caller dropped, so that it still completes
+// and releases its tensors. libnetfold allows one thread at a time on a group, so each of
 // them calls netfold only while holding the group's `calls` mutex; wait()
 // blocks on it, isCompleted() and the completion thread only try it. The
 // finishing step, the Work's own completion and the future (whose
@@ -54,7 +54,10 @@ class WorkNetfold : public c10d::Work {
   bool wait(std::chrono::milliseconds timeout = kNoTimeout) override;
   std::vector<at::Tensor> result() override { return outputs_; }
   void synchronize() override {}
-  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+  // Marks the Work as wanted by someone who will not call wait() (a
+  // future's waiter, DDP's comm hook) and wakes the group's completion
+  // thread, which then completes it.
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
   // Keeps `buffer` alive until the requests are done: every buffer handed
   // to libnetfold is held here (a staging copy would otherwise be freed
@@ -74,9 +77,13 @@ class WorkNetfold : public c10d::Work {
   // Collects the requests if they are done (waiting for them if `block`)
   // and completes the Work. Returns whether the Work is complete.
   bool Drive(bool block);
+  bool Completed();
+  // For FabricGroup: called (once) by getFuture() while the Work is in
+  // flight. Only before Submit.
+  void OnFutureWanted(std::function<void()> wake) { wake_ = std::move(wake); }
+  bool future_wanted() const { return future_wanted_.load(); }
 
  private:
-  bool Completed();
   // Runs the steps, completes the Work and its future. Once, without `calls`.
   void Finish();
 
@@ -88,6 +95,8 @@ class WorkNetfold : public c10d::Work {
   std::vector<at::Tensor> outputs_;
   std::vector<at::Tensor> held_;
   std::vector<std::function<void()>> steps_;
+  std::function<void()> wake_;
+  std::atomic<bool> future_wanted_{false};
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
