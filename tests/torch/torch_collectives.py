@@ -18,6 +18,7 @@ usable), and netfold's counters (nothing ran on the hosts).
 Prints "rank R: torch_collectives ok, N checked" or the first failures,
 and exits 1 if anything failed.
 """
+import datetime
 import faulthandler
 import os
 import sys
@@ -319,6 +320,17 @@ def check_async(c, rank, size):
     fut = dist.all_reduce(t, async_op=True).get_future()
     halved = fut.then(lambda f: f.value()[0] / 2).wait()
     c.equal(halved, torch.full((10,), float(size)), "future of all_reduce, chained")
+    # Work.wait(timeout): raises if the operation is not done by then; the
+    # operation goes on, and a later wait() completes it.
+    big = torch.ones(4 << 20)  # 16 MiB: tens of milliseconds on the fabric
+    w = dist.all_reduce(big, async_op=True)
+    try:
+        w.wait(timeout=datetime.timedelta(milliseconds=1))
+        c.expect(False, "wait(timeout=1 ms) returned before a 16 MiB all_reduce could be done")
+    except RuntimeError as e:
+        c.expect("not complete after 1 ms" in str(e), f"wait(timeout) raised {str(e)[:200]!r}")
+    w.wait()
+    c.equal(big[:8], torch.full((8,), float(size)), "all_reduce waited for again after a timeout")
     # A Work nobody waits for still completes and frees its tensors.
     for i in range(20):
         dist.all_reduce(torch.ones(1000), async_op=True)
