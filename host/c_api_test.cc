@@ -121,6 +121,36 @@ TEST(CApi, OpSupportFollowsMpi) {
   EXPECT_EQ(netfold_op_supported(static_cast<netfold_dtype_t>(-3), NETFOLD_OP_SUM), 0);
 }
 
+TEST(CApi, ReduceLocalFoldsLeftToRightWithTheSwitchesArithmetic) {
+  // 1e8 + 1 - 1e8 in fp32: ((a + b) + c) = 0, while a + (b + c) would be 0
+  // too, and (a + c) + b = 1: the order shows.
+  const float a[1] = {1e8f}, b[1] = {1.0f}, c[1] = {-1e8f};
+  const void* in[3] = {a, b, c};
+  float out[1] = {-7};
+  ASSERT_EQ(netfold_reduce_local(in, 3, out, 1, NETFOLD_DTYPE_FP32, NETFOLD_OP_SUM),
+            NETFOLD_SUCCESS);
+  EXPECT_EQ(out[0], (1e8f + 1.0f) + -1e8f);
+  const void* swapped[3] = {a, c, b};
+  ASSERT_EQ(netfold_reduce_local(swapped, 3, out, 1, NETFOLD_DTYPE_FP32, NETFOLD_OP_SUM),
+            NETFOLD_SUCCESS);
+  EXPECT_EQ(out[0], 1.0f);
+  int x[2] = {1, 2}, y[2] = {10, 20};
+  const void* ints[2] = {x, y};
+  ASSERT_EQ(netfold_reduce_local(ints, 2, x, 2, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM),
+            NETFOLD_SUCCESS)
+      << "out may be the first input";
+  EXPECT_EQ(x[0], 11);
+  EXPECT_EQ(x[1], 22);
+  EXPECT_EQ(netfold_reduce_local(nullptr, 2, x, 2, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM),
+            NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_reduce_local(ints, 0, x, 2, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM),
+            NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_reduce_local(in, 3, out, 1, NETFOLD_DTYPE_FP32, NETFOLD_OP_BXOR),
+            NETFOLD_ERR_NOT_SUPPORTED);
+  EXPECT_EQ(netfold_reduce_local(in, 3, out, 1, static_cast<netfold_dtype_t>(250), NETFOLD_OP_SUM),
+            NETFOLD_ERR_INVALID_ARGUMENT);
+}
+
 TEST(CApi, StrerrorNamesEveryCode) {
   EXPECT_STREQ(netfold_strerror(NETFOLD_SUCCESS), "success");
   EXPECT_STREQ(netfold_strerror(NETFOLD_ERR_MISMATCH), "ranks disagree on the operation");

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "host/context.h"
 #include "host/error_codes.h"
+#include "reduce/reduce.h"
 #include "netfold/netfold.h"
 
 using netfold::host::CallbackOob;
@@ -439,6 +440,22 @@ int netfold_request_free(netfold_request_t request) {
   if (!request->done) rc = netfold_request_wait(request);
   delete request;
   return rc;
+}
+
+int netfold_reduce_local(const void* const* inputs, int num_inputs, void* out, size_t count,
+                         netfold_dtype_t dtype, netfold_op_t op) {
+  if (inputs == nullptr || num_inputs < 1) return Invalid("no inputs");
+  if (!ValidDtype(dtype)) return Invalid(absl::StrFormat("unknown data type %d", dtype));
+  if (!ValidOp(op)) return Invalid(absl::StrFormat("unknown reduction op %d", op));
+  const auto type = static_cast<netfold::proto::DataType>(dtype);
+  const auto rop = static_cast<netfold::proto::ReduceOp>(op);
+  if (!netfold::proto::IsOpAllowed(type, rop)) {
+    g_last_error = "the op is not defined on the data type";
+    return NETFOLD_ERR_NOT_SUPPORTED;
+  }
+  absl::Status s = netfold::reduce::Fold(
+      type, rop, out, std::span<const void* const>(inputs, static_cast<size_t>(num_inputs)), count);
+  return s.ok() ? Ok() : Invalid(std::string(s.message()));
 }
 
 const char* netfold_strerror(int code) { return netfold::host::ErrorCodeName(code); }

@@ -121,8 +121,8 @@ TEST_F(NetfoldBench, AllreduceRowsForEveryVariantWithInNetworkLinkBytes) {
   EXPECT_TRUE(fs::exists(dir_ / "mpirun.log"));
 }
 
-TEST_F(NetfoldBench, BarrierAndBcastMeasureEveryOpenMpiVariant) {
-  for (const char* op : {"barrier", "bcast"}) {
+TEST_F(NetfoldBench, BarrierBcastAllgatherReduceScatterAndNonblockingMeasureEveryVariant) {
+  for (const char* op : {"barrier", "bcast", "allgather", "reduce_scatter", "iallreduce"}) {
     const CliRun r = Netfold(
         absl::StrFormat("bench %s --ranks 2 --sizes 4096 --seconds 0.05 --out %s", op, dir_.string()),
         600);
@@ -140,7 +140,11 @@ TEST_F(NetfoldBench, BarrierAndBcastMeasureEveryOpenMpiVariant) {
 TEST_F(NetfoldBench, BadArgumentsAreClearErrors) {
   CliRun r = Netfold("bench alltoall --ranks 2", 60);
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_NE(r.output.find("allreduce, reduce, bcast or barrier"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("allreduce, reduce, bcast, barrier, allgather or reduce_scatter"),
+            std::string::npos)
+      << r.output;
+  r = Netfold("bench i --ranks 2", 60);
+  EXPECT_NE(r.exit_code, 0) << "an i alone is no collective";
   r = Netfold("bench allreduce --poll-us -3", 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--poll-us"), std::string::npos) << r.output;

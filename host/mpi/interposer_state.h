@@ -53,6 +53,7 @@ enum Reason {
   kNonblocking,      // a nonblocking bcast of a non-contiguous datatype
   kHugeCount,        // count * size over 2^31 bytes
   kNonContiguous,    // allgather of a datatype that is not contiguous
+  kUnpacked,         // allgatherv whose blocks leave gaps or are out of rank order
   kNumReasons
 };
 inline constexpr const char* kReasonNames[kNumReasons] = {
@@ -60,7 +61,8 @@ inline constexpr const char* kReasonNames[kNumReasons] = {
     "communicator too small", "inter-communicator", "user-defined op",
     "unsupported datatype", "op not allowed on type", "group not created",
     "fabric error (re-run on PMPI)", "nonblocking bcast of a non-contiguous datatype",
-    "message too large", "allgather of a non-contiguous datatype"};
+    "message too large", "allgather of a non-contiguous datatype",
+    "allgatherv with gaps or blocks out of rank order"};
 
 enum Kind : int32_t {
   kAllreduce = 1,
@@ -134,6 +136,9 @@ struct Global {
   int world_rank = 0;
   std::atomic<uint64_t> offloaded[kNumKinds] = {};
   std::atomic<uint64_t> fallbacks[kNumReasons] = {};
+  // Collectives that went through the node hierarchy (mpi_hierarchy.h), at
+  // every rank; the leaders' share of them is also counted in `offloaded`.
+  std::atomic<uint64_t> hierarchical[kNumKinds] = {};
   std::mutex mu;  // guards the three below (several threads under MPI_THREAD_MULTIPLE)
   std::unordered_map<uintptr_t, std::unique_ptr<CommState>> comms;
   uint64_t next_seq = 0;
@@ -145,7 +150,7 @@ struct Global {
   std::unordered_map<uintptr_t, NbOp*> requests;
   std::atomic<int> num_requests{0};  // requests.size(), read without mu
 };
-static_assert(kNumReasons < 31, "Global::told holds a bit per reason");
+static_assert(kNumReasons < 30, "Global::told holds a bit per reason, and two more");
 
 // The process's one Global, made on first use and never destroyed.
 // Defined in mpi_interposer.cc.
@@ -185,8 +190,10 @@ CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int
 // fabric writes the result over it: the failover re-runs from it.
 void SaveInPlaceInput(Pending& p);
 
-// Tell's bit for "offloaded to the fabric" (the other bits are Reasons).
+// Tell's bits for "offloaded to the fabric" and "through the node
+// hierarchy" (the other bits are Reasons).
 constexpr int kOffloadedBit = kNumReasons;
+constexpr int kHierarchyBit = kNumReasons + 1;
 
 // With NETFOLD_MPI_VERBOSE=1, the communicator's rank 0 says once per
 // (communicator, bit) what was decided: `bit` is a Reason, or kOffloadedBit.

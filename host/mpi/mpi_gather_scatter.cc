@@ -1,6 +1,7 @@
 // libnetfold_mpi's allgather and reduce-scatter (docs/mpi.md): MPI_Allgather,
-// MPI_Reduce_scatter_block, MPI_Reduce_scatter and their nonblocking forms
-// on the fabric, with the eligibility, failover and counters of the other
+// MPI_Allgatherv (blocks packed in rank order), MPI_Reduce_scatter_block,
+// MPI_Reduce_scatter and their nonblocking forms on the fabric (the
+// blocking ones through the node hierarchy where it applies), with the eligibility, failover and counters of the other
 // collectives (mpi_interposer.cc).
 //
 // An allgather moves bytes, as MPI_Bcast does: any contiguous datatype
@@ -16,6 +17,7 @@
 
 #include "host/mpi/interposer_state.h"
 #include "host/mpi/mpi_datatypes.h"
+#include "host/mpi/mpi_hierarchy.h"
 #include "host/mpi/mpi_nonblocking.h"
 #include "host/mpi/mpi_resync.h"
 #include "netfold/netfold.h"
@@ -46,27 +48,55 @@ CommState* UsableFor(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int
                      : netfold::mpi::UsableNow(comm, kind, type, op, count, reduces);
 }
 
-// An allgather's eligibility: Usable's, plus contiguous buffers and at
-// most 2^31 bytes; on success the Pending that describes it (bytes of
-// MPI_BYTE) in *p.
-CommState* UsableAllgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
-                           void* recvbuf, int recvcount, MPI_Datatype recvtype, MPI_Comm comm,
-                           bool nonblocking, Pending* p) {
-  int size = 0, type_size = 0;
-  PMPI_Comm_size(comm, &size);
+// Why an allgather of `counts[r]` elements of `recvtype` per rank (packed
+// in rank order, from `sendcount` of `sendtype`) cannot move as bytes, or
+// kNumReasons if it can: at most 2^31 bytes, contiguous buffers.
+Reason AllgatherShape(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                      const std::vector<int>& counts, MPI_Datatype recvtype) {
+  int type_size = 0;
   PMPI_Type_size(recvtype, &type_size);
-  const int64_t total = int64_t{recvcount} * size;
-  if (total * type_size > INT32_MAX) return Refuse(comm, kHugeCount, kAllgather);
+  int64_t total = 0;
+  for (int c : counts) total += c;
+  if (total * type_size > INT32_MAX) return kHugeCount;
   if (!netfold::mpi::Contiguous(recvtype, static_cast<int>(total)) ||
       (sendbuf != MPI_IN_PLACE && !netfold::mpi::Contiguous(sendtype, sendcount))) {
-    return Refuse(comm, kNonContiguous, kAllgather);
+    return kNonContiguous;
   }
-  CommState* s = UsableFor(comm, kAllgather, recvtype, MPI_OP_NULL, static_cast<int>(total),
-                           nonblocking);
+  return kNumReasons;
+}
+
+// An allgather's eligibility: AllgatherShape's and Usable's; on success the
+// Pending that describes it (bytes of MPI_BYTE) in *p.
+CommState* UsableAllgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                           void* recvbuf, const std::vector<int>& counts, MPI_Datatype recvtype,
+                           MPI_Comm comm, bool nonblocking, Pending* p) {
+  if (Reason why = AllgatherShape(sendbuf, sendcount, sendtype, counts, recvtype);
+      why != kNumReasons) {
+    return Refuse(comm, why, kAllgather);
+  }
+  int type_size = 0;
+  PMPI_Type_size(recvtype, &type_size);
+  int total = 0;
+  std::vector<int> bytes;
+  for (int c : counts) {
+    total += c;
+    bytes.push_back(c * type_size);
+  }
+  CommState* s = UsableFor(comm, kAllgather, recvtype, MPI_OP_NULL, total, nonblocking);
   if (s == nullptr) return nullptr;
-  *p = Pending{kAllgather, sendbuf, recvbuf, static_cast<int>(total * type_size), MPI_BYTE,
-               MPI_OP_NULL, 0, {}, std::vector<int>(static_cast<size_t>(size), recvcount * type_size)};
+  *p = Pending{kAllgather, sendbuf, recvbuf, total * type_size, MPI_BYTE, MPI_OP_NULL, 0, {},
+               std::move(bytes)};
   return s;
+}
+
+// MPI_Allgatherv's blocks as the fabric takes them: packed in rank order.
+bool Packed(const int* counts, const int* displs, int n) {
+  int at = 0;
+  for (int r = 0; r < n; ++r) {
+    if (counts[r] < 0 || displs[r] != at) return false;
+    at += counts[r];
+  }
+  return true;
 }
 
 // A reduce-scatter's eligibility (`recvcounts`: elements per rank); on
@@ -89,13 +119,13 @@ CommState* UsableReduceScatter(const void* sendbuf, void* recvbuf, std::vector<i
 // needs of `p` before returning.
 int StartOnFabric(CommState* s, const Pending& p, netfold_request_t* r) {
   const void* send = p.sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : p.sendbuf;
-  if (p.kind == kAllgather) {
-    const size_t per_rank = static_cast<size_t>(p.counts.at(0));
-    return r == nullptr
-               ? netfold_allgather(s->group, send, p.recvbuf, per_rank, NETFOLD_DTYPE_UINT8)
-               : netfold_allgather_nb(s->group, send, p.recvbuf, per_rank, NETFOLD_DTYPE_UINT8, r);
-  }
   const std::vector<size_t> counts(p.counts.begin(), p.counts.end());
+  if (p.kind == kAllgather) {
+    return r == nullptr
+               ? netfold_allgatherv(s->group, send, p.recvbuf, counts.data(), NETFOLD_DTYPE_UINT8)
+               : netfold_allgatherv_nb(s->group, send, p.recvbuf, counts.data(),
+                                       NETFOLD_DTYPE_UINT8, r);
+  }
   const netfold_dtype_t dtype = *netfold::mpi::NetfoldDatatype(p.type);
   const netfold_op_t op = *netfold::mpi::NetfoldOp(p.op);
   return r == nullptr
@@ -133,9 +163,21 @@ extern "C" {
 
 int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                   int recvcount, MPI_Datatype recvtype, MPI_Comm comm) {
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  const std::vector<int> counts(static_cast<size_t>(size), recvcount);
+  if (recvcount >= 0 &&
+      AllgatherShape(sendbuf, sendcount, sendtype, counts, recvtype) == kNumReasons) {
+    if (const auto* h = netfold::mpi::HierarchyFor(comm, kAllgather, recvtype, MPI_OP_NULL,
+                                                   recvcount * size)) {
+      int type_size = 0;
+      PMPI_Type_size(recvtype, &type_size);
+      return netfold::mpi::HierAllgather(sendbuf, recvbuf, recvcount * type_size, comm, *h);
+    }
+  }
   Pending p{};
   CommState* s = recvcount < 0 ? nullptr
-                               : UsableAllgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
+                               : UsableAllgather(sendbuf, sendcount, sendtype, recvbuf, counts,
                                                  recvtype, comm, false, &p);
   if (s == nullptr) {
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
@@ -145,13 +187,61 @@ int MPI_Allgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, voi
 
 int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                    int recvcount, MPI_Datatype recvtype, MPI_Comm comm, MPI_Request* request) {
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
   Pending p{};
-  CommState* s = recvcount < 0 ? nullptr
-                               : UsableAllgather(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                                 recvtype, comm, true, &p);
+  CommState* s = recvcount < 0
+                     ? nullptr
+                     : UsableAllgather(sendbuf, sendcount, sendtype, recvbuf,
+                                       std::vector<int>(static_cast<size_t>(size), recvcount),
+                                       recvtype, comm, true, &p);
   if (s == nullptr) {
     return PMPI_Iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
                            request);
+  }
+  return RunNonblocking(comm, s, std::move(p), request);
+}
+
+// Blocks packed in rank order (what MPI_Allgather does with unequal
+// counts) go to the fabric; gaps or another order go to MPI.
+int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                   const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                   MPI_Comm comm) {
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  Pending p{};
+  CommState* s = nullptr;
+  if (recvcounts != nullptr && displs != nullptr) {
+    s = Packed(recvcounts, displs, size)
+            ? UsableAllgather(sendbuf, sendcount, sendtype, recvbuf,
+                              std::vector<int>(recvcounts, recvcounts + size), recvtype, comm,
+                              false, &p)
+            : Refuse(comm, kUnpacked, kAllgather);
+  }
+  if (s == nullptr) {
+    return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+                           comm);
+  }
+  return RunBlocking(comm, s, p);
+}
+
+int MPI_Iallgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
+                    const int recvcounts[], const int displs[], MPI_Datatype recvtype,
+                    MPI_Comm comm, MPI_Request* request) {
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  Pending p{};
+  CommState* s = nullptr;
+  if (recvcounts != nullptr && displs != nullptr) {
+    s = Packed(recvcounts, displs, size)
+            ? UsableAllgather(sendbuf, sendcount, sendtype, recvbuf,
+                              std::vector<int>(recvcounts, recvcounts + size), recvtype, comm,
+                              true, &p)
+            : Refuse(comm, kUnpacked, kAllgather);
+  }
+  if (s == nullptr) {
+    return PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+                            comm, request);
   }
   return RunNonblocking(comm, s, std::move(p), request);
 }
@@ -160,6 +250,13 @@ int MPI_Reduce_scatter_block(const void* sendbuf, void* recvbuf, int recvcount,
                              MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
   int size = 0;
   PMPI_Comm_size(comm, &size);
+  if (recvcount >= 0 && int64_t{recvcount} * size <= INT32_MAX) {
+    if (const auto* h = netfold::mpi::HierarchyFor(comm, kReduceScatter, type, op,
+                                                   recvcount * size)) {
+      return netfold::mpi::HierReduceScatter(sendbuf, recvbuf, std::vector<int>(size, recvcount),
+                                             type, op, comm, *h);
+    }
+  }
   Pending p{};
   CommState* s = recvcount < 0 ? nullptr
                                : UsableReduceScatter(sendbuf, recvbuf,
@@ -188,6 +285,17 @@ int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf, const int recvcounts[
                        MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
   int size = 0;
   PMPI_Comm_size(comm, &size);
+  if (recvcounts != nullptr && !AnyNegative(recvcounts, size)) {
+    int64_t total = 0;
+    for (int r = 0; r < size; ++r) total += recvcounts[r];
+    const auto* h = total > INT32_MAX ? nullptr
+                                      : netfold::mpi::HierarchyFor(comm, kReduceScatter, type, op,
+                                                                   static_cast<int>(total));
+    if (h != nullptr) {
+      return netfold::mpi::HierReduceScatter(
+          sendbuf, recvbuf, std::vector<int>(recvcounts, recvcounts + size), type, op, comm, *h);
+    }
+  }
   Pending p{};
   CommState* s = recvcounts == nullptr || AnyNegative(recvcounts, size)
                      ? nullptr

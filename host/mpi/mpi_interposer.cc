@@ -1,7 +1,7 @@
 // libnetfold_mpi.so: a PMPI interposer that runs MPI_Allreduce, MPI_Reduce,
-// MPI_Bcast and MPI_Barrier, and their nonblocking forms (completed through
-// mpi_nonblocking.h), of unmodified MPI programs through a netfold fabric
-// (docs/mpi.md).
+// MPI_Bcast, MPI_Barrier, MPI_Allgather(v) and MPI_Reduce_scatter(_block),
+// and their nonblocking forms (completed through mpi_nonblocking.h), of
+// unmodified MPI programs through a netfold fabric (docs/mpi.md).
 //
 //   mpirun -x LD_PRELOAD=libnetfold_mpi.so -x NETFOLD_MANAGER=... ./app
 //
@@ -21,7 +21,9 @@
 // NETFOLD_MPI_HIERARCHY=auto|flat|node, plus the library's NETFOLD_* (docs/host.md).
 //
 // The state these pieces share is host/mpi/interposer_state.h; the failover
-// after a fabric failure is host/mpi/mpi_resync.cc.
+// after a fabric failure is host/mpi/mpi_resync.cc; allgather and
+// reduce-scatter are mpi_gather_scatter.cc; several ranks per host, the
+// node hierarchy, mpi_hierarchy.cc.
 #include <mpi.h>
 
 #include <algorithm>
@@ -37,6 +39,7 @@
 #include "absl/strings/str_format.h"
 #include "host/mpi/interposer_state.h"
 #include "host/mpi/mpi_datatypes.h"
+#include "host/mpi/mpi_hierarchy.h"
 #include "host/mpi/mpi_nonblocking.h"
 #include "host/mpi/mpi_resync.h"
 #include "netfold/netfold.h"
@@ -56,7 +59,7 @@ namespace {
 // communicator: the communicator's other calls may still be offloaded.
 bool PerCall(Reason r) {
   return r == kUserOp || r == kUnsupportedType || r == kOpNotAllowed || r == kHugeCount ||
-         r == kNonblocking;
+         r == kNonblocking || r == kNonContiguous || r == kUnpacked;
 }
 
 // "MPI_COMM_WORLD (4 ranks)", or the handle's value when MPI has no name for it.
@@ -90,6 +93,8 @@ void Tell(MPI_Comm comm, int bit, Kind kind, absl::FunctionRef<std::string()> de
   std::string line;
   if (bit == kOffloadedBit) {
     line = absl::StrFormat("%s: offloaded to the fabric", CommText(comm));
+  } else if (bit == kHierarchyBit) {
+    line = absl::StrFormat("%s: node hierarchy", CommText(comm));
   } else if (PerCall(static_cast<Reason>(bit))) {
     line = absl::StrFormat("%s: %s runs on MPI itself: %s", CommText(comm), kKindNames[kind],
                            kReasonNames[bit]);
@@ -464,15 +469,24 @@ int MPI_Finalize(void) {
     if (g.config.stats) {
       constexpr int kKinds = static_cast<int>(kNumKinds);
       constexpr int kReasons = static_cast<int>(kNumReasons);
-      uint64_t local[kKinds + kReasons], total[kKinds + kReasons];
+      constexpr int kAll = 2 * kKinds + kReasons;
+      uint64_t local[kAll], total[kAll];
       for (int k = 0; k < kKinds; ++k) local[k] = g.offloaded[k].load();
       for (int r = 0; r < kReasons; ++r) local[kKinds + r] = g.fallbacks[r].load();
-      PMPI_Reduce(local, total, kKinds + kReasons, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+      for (int k = 0; k < kKinds; ++k) local[kKinds + kReasons + k] = g.hierarchical[k].load();
+      PMPI_Reduce(local, total, kAll, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
       if (g.world_rank == 0) {
         std::fprintf(stderr, "netfold-mpi: collectives summed over all ranks:\n");
         for (int k = 1; k < kNumKinds; ++k) {
           std::fprintf(stderr, "  offloaded %-10s %llu\n", kKindNames[k],
                        static_cast<unsigned long long>(total[k]));
+        }
+        for (int k = 1; k < kNumKinds; ++k) {
+          if (total[kKinds + kReasons + k] > 0) {
+            std::fprintf(stderr, "  node hierarchy %-10s %llu (the leaders' share is offloaded)\n",
+                         kKindNames[k],
+                         static_cast<unsigned long long>(total[kKinds + kReasons + k]));
+          }
         }
         for (int r = 0; r < kNumReasons; ++r) {
           if (total[kKinds + r] > 0) {
@@ -487,6 +501,7 @@ int MPI_Finalize(void) {
     }
     g.comms.clear();
     g.told.clear();
+    netfold::mpi::ForgetSplits();  // MPI_Finalize frees their communicators
     if (g.ctx != nullptr) netfold_finalize(g.ctx);  // destroys the job and its groups
     g.ctx = nullptr;
     if (g.world_oob != MPI_COMM_NULL) PMPI_Comm_free(&g.world_oob);
@@ -497,6 +512,11 @@ int MPI_Finalize(void) {
 
 int MPI_Comm_free(MPI_Comm* comm) {
   if (comm != nullptr && G().initialized) {
+    // Its node hierarchy's communicators first: the leaders' holds a group.
+    if (std::unique_ptr<netfold::mpi::NodeSplit> h = netfold::mpi::TakeSplit(*comm)) {
+      if (h->leaders != MPI_COMM_NULL) MPI_Comm_free(&h->leaders);
+      if (h->node != MPI_COMM_NULL) PMPI_Comm_free(&h->node);
+    }
     ReleaseComm(*comm, /*destroy_group=*/true);
     ForgetComm(*comm);
   }
@@ -505,6 +525,9 @@ int MPI_Comm_free(MPI_Comm* comm) {
 
 int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                   MPI_Comm comm) {
+  if (const auto* h = netfold::mpi::HierarchyFor(comm, kAllreduce, type, op, count)) {
+    return netfold::mpi::HierAllreduce(sendbuf, recvbuf, count, type, op, comm, *h);
+  }
   CommState* s = UsableNow(comm, kAllreduce, type, op, count, true);
   if (s == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
   Pending p{kAllreduce, sendbuf, recvbuf, count, type, op, 0, {}};
@@ -519,6 +542,9 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
 
 int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type, MPI_Op op,
                int root, MPI_Comm comm) {
+  if (const auto* h = netfold::mpi::HierarchyFor(comm, kReduce, type, op, count)) {
+    return netfold::mpi::HierReduce(sendbuf, recvbuf, count, type, op, root, comm, *h);
+  }
   CommState* s = UsableNow(comm, kReduce, type, op, count, true);
   if (s == nullptr) return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm);
   Pending p{kReduce, sendbuf, recvbuf, count, type, op, root, {}};
@@ -534,6 +560,9 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
 
 
 int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm comm) {
+  if (const auto* h = netfold::mpi::HierarchyFor(comm, kBcast, type, MPI_OP_NULL, count)) {
+    return netfold::mpi::HierBcast(buffer, count, type, root, comm, *h);
+  }
   CommState* s = UsableNow(comm, kBcast, type, MPI_OP_NULL, count, false);
   if (s == nullptr) return PMPI_Bcast(buffer, count, type, root, comm);
   // The fabric broadcasts bytes: the buffer itself when the data is
@@ -570,6 +599,9 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
 }
 
 int MPI_Barrier(MPI_Comm comm) {
+  if (const auto* h = netfold::mpi::HierarchyFor(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0)) {
+    return netfold::mpi::HierBarrier(comm, *h);
+  }
   CommState* s = UsableNow(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, false);
   if (s == nullptr) return PMPI_Barrier(comm);
   Pending p{kBarrier, nullptr, nullptr, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, {}};

@@ -38,10 +38,16 @@ int RunOnPmpi(MPI_Comm comm, Pending& p) {
       return PMPI_Reduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, p.root, comm);
     case kBcast:
       return PMPI_Bcast(p.recvbuf, p.count, p.type, p.root, comm);
-    case kAllgather:
-      // Contiguous buffers (the fabric took no other), moved as bytes.
-      return PMPI_Allgather(p.sendbuf, p.counts.at(0), MPI_BYTE, p.recvbuf, p.counts.at(0),
-                            MPI_BYTE, comm);
+    case kAllgather: {
+      // Contiguous buffers packed in rank order (the fabric took no other),
+      // moved as bytes.
+      int rank = 0;
+      PMPI_Comm_rank(comm, &rank);
+      std::vector<int> displs(p.counts.size(), 0);
+      for (size_t r = 1; r < displs.size(); ++r) displs[r] = displs[r - 1] + p.counts[r - 1];
+      return PMPI_Allgatherv(p.sendbuf, p.counts.at(static_cast<size_t>(rank)), MPI_BYTE,
+                             p.recvbuf, p.counts.data(), displs.data(), MPI_BYTE, comm);
+    }
     case kReduceScatter:
       if (p.sendbuf == MPI_IN_PLACE) {
         std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());

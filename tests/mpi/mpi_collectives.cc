@@ -8,6 +8,10 @@
 //   mpi_collectives sweep     every predefined datatype x op x size, in place too;
 //                             reduce-scatter of every datatype x op, allgather
 //   mpi_collectives comms     dup and split communicators, freed and reused
+//   mpi_collectives hierarchy [quick]   with NETFOLD_TEST_RANKS_PER_HOST=N
+//                             (rank r is host h<r/N>): the sweep (not with
+//                             quick), split communicators, and the bytes
+//                             on each rank's link
 //   mpi_collectives fallback  user op, derived datatype, strided allgather, tiny
 //                             comm: still right
 //   mpi_collectives outage    allreduces in a loop; the driver kills the
@@ -42,6 +46,7 @@
 //                             round also a blocking MPI_Allreduce while an
 //                             MPI_Iallreduce is outstanding; all checked
 //   mpi_collectives bench COUNT ITERS   (used by bench/)
+#include <dlfcn.h>
 #include <mpi.h>
 #include <unistd.h>
 
@@ -277,6 +282,8 @@ void AllOps(MPI_Comm comm, MPI_Datatype type, const char* tname, std::vector<siz
   }
 }
 
+void EveryRoot(MPI_Comm comm, uint64_t seed);
+
 void Sweep(MPI_Comm comm, bool big) {
   uint64_t seed = 1;
   std::vector<size_t> counts = {1, 7, 1000};
@@ -307,8 +314,12 @@ void Sweep(MPI_Comm comm, bool big) {
   CheckAllreduce<float>(comm, MPI_FLOAT, "float", MPI_SUM, "sum", large, ++seed, false);
   CheckAllreduce<int32_t>(comm, MPI_INT, "int", MPI_MAX, "max", large, ++seed, true);
   CheckAllreduce<double>(comm, MPI_DOUBLE, "double", MPI_MIN, "min", large / 4, ++seed, false);
+  EveryRoot(comm, seed);
+  CheckGatherScatter(comm, seed);
+}
 
-  // Reduce to every root (in place at the root), bcast from every root, barrier.
+// Reduce to every root (in place at odd roots), bcast from every root, barrier.
+void EveryRoot(MPI_Comm comm, uint64_t seed) {
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
@@ -339,7 +350,58 @@ void Sweep(MPI_Comm comm, bool big) {
     ++g_checks;
     if (MPI_Barrier(comm) != MPI_SUCCESS) Fail("barrier");
   }
-  CheckGatherScatter(comm, seed);
+}
+
+// NETFOLD_TEST_RANKS_PER_HOST=N (main: rank r calls itself host h<r/N>,
+// as N ranks of one testbed host namespace do): the sweep on
+// MPI_COMM_WORLD, the reductions and every root on a communicator that
+// keeps hosts whole and on one that cuts them, then what a host's link
+// carries per 1 MiB allreduce: V up and V down at its leader (its first
+// rank), nothing at its other ranks.
+void Hierarchy(int per_host, bool quick) {
+  if (!quick) Sweep(MPI_COMM_WORLD, false);
+  uint64_t seed = 700;
+  MPI_Comm whole_hosts, cut_hosts;
+  MPI_Comm_split(MPI_COMM_WORLD, g_rank / per_host % 2, g_rank, &whole_hosts);
+  MPI_Comm_split(MPI_COMM_WORLD, g_rank % 2, -g_rank, &cut_hosts);  // reversed order too
+  for (MPI_Comm c : {whole_hosts, cut_hosts}) {
+    AllOps<int32_t>(c, MPI_INT, "int (split)", {1, 3000}, seed);
+    AllOps<double>(c, MPI_DOUBLE, "double (split)", {500}, seed);
+    EveryRoot(c, ++seed);
+  }
+  MPI_Comm_free(&cut_hosts);
+  MPI_Comm_free(&whole_hosts);
+  struct Stats { uint64_t ops_completed, ops_failed, chunks_posted, repairs_sent, bytes_sent,
+                 bytes_received, link_tx_bytes, link_rx_bytes; };
+  using StatsFn = int (*)(Stats*);
+  auto stats = reinterpret_cast<StatsFn>(dlsym(RTLD_DEFAULT, "netfold_mpi_stats"));
+  if (stats == nullptr) {
+    Fail("netfold_mpi_stats not found: is libnetfold_mpi.so preloaded?");
+    return;
+  }
+  const int n = 1 << 18, ops = 10;  // 1 MiB of fp32
+  std::vector<float> v(n, 1.0f);
+  MPI_Allreduce(MPI_IN_PLACE, v.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  Stats before{}, after{};
+  stats(&before);
+  for (int i = 0; i < ops; ++i) MPI_Allreduce(MPI_IN_PLACE, v.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  stats(&after);
+  const double per_op = static_cast<double>((after.link_tx_bytes + after.link_rx_bytes) -
+                                            (before.link_tx_bytes + before.link_rx_bytes)) /
+                        ops / (4.0 * n);
+  std::vector<double> all(static_cast<size_t>(g_size));
+  PMPI_Gather(&per_op, 1, MPI_DOUBLE, all.data(), 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  if (g_rank != 0) return;
+  for (int r = 0; r < g_size; ++r) {
+    ++g_checks;
+    const bool leader = r % per_host == 0;
+    std::printf("rank %d (%s): %.3f V on its link per 1 MiB allreduce\n", r,
+                leader ? "leader" : "not a leader", all[r]);
+    if (leader ? (all[r] < 2.0 || all[r] > 2.2) : all[r] > 0.01) {
+      Fail("rank " + std::to_string(r) + "'s link carried " + std::to_string(all[r]) +
+           " V per operation; a host's link should carry V up and V down, at its leader");
+    }
+  }
 }
 
 void Comms() {
@@ -619,6 +681,15 @@ void Pause(double seconds, int ops, bool busy) {
 int main(int argc, char** argv) {
   const auto init_start = std::chrono::steady_clock::now();
   const std::string what = argc > 1 ? argv[1] : "sweep";
+  // Several ranks per netfold host, as in a testbed host namespace: rank r
+  // calls itself host h<r/N> (before MPI_Init, where the fabric is joined),
+  // unless it is already a host (the testbed sets NETFOLD_HOST).
+  int per_host = 1;
+  if (const char* n = std::getenv("NETFOLD_TEST_RANKS_PER_HOST")) {
+    const char* r = std::getenv("OMPI_COMM_WORLD_RANK");
+    per_host = std::max(1, std::atoi(n));
+    if (r != nullptr) setenv("NETFOLD_HOST", ("h" + std::to_string(std::atoi(r) / per_host)).c_str(), 0);
+  }
   if (what == "threads") {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
@@ -636,6 +707,7 @@ int main(int argc, char** argv) {
   }
   if (what == "sweep") Sweep(MPI_COMM_WORLD, argc > 2 && std::string(argv[2]) == "big");
   else if (what == "comms") Comms();
+  else if (what == "hierarchy") Hierarchy(per_host, argc > 2 && std::string(argv[2]) == "quick");
   else if (what == "fallback") Fallback();
   else if (what == "outage") Outage();
   else if (what == "verbose") Verbose(argc > 2 ? std::atoi(argv[2]) : 0);

@@ -142,6 +142,35 @@ void CheckAllgather(MPI_Comm comm, MPI_Datatype type, const char* tname, int cou
   }
 }
 
+// Allgatherv of blocks of different sizes (one empty): packed in rank
+// order they go to the fabric; in reverse rank order, to MPI.
+void CheckAllgatherv(MPI_Comm comm, bool reversed) {
+  int rank0 = 0, size = 0;
+  MPI_Comm_rank(comm, &rank0);
+  MPI_Comm_size(comm, &size);
+  std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
+  int total = 0;
+  for (int r = 0; r < size; ++r) {
+    counts[r] = r == 1 ? 0 : 100 + 37 * r;
+    total += counts[r];
+  }
+  for (int r = 0, at = 0; r < size; ++r) {
+    const int q = reversed ? size - 1 - r : r;
+    displs[q] = at;
+    at += counts[q];
+  }
+  std::vector<int> mine(static_cast<size_t>(counts[rank0])), all(total, -1);
+  for (int k = 0; k < counts[rank0]; ++k) mine[k] = rank0 * 1000 + k;
+  const int rc = MPI_Allgatherv(mine.data(), counts[rank0], MPI_INT, all.data(), counts.data(),
+                                displs.data(), MPI_INT, comm);
+  ++g_checks;
+  bool ok = rc == MPI_SUCCESS;
+  for (int r = 0; r < size && ok; ++r) {
+    for (int k = 0; k < counts[r] && ok; ++k) ok = all[displs[r] + k] == r * 1000 + k;
+  }
+  if (!ok) Fail(std::string("allgatherv") + (reversed ? " (reversed blocks)" : ""));
+}
+
 }  // namespace
 
 void CheckGatherScatter(MPI_Comm comm, uint64_t& seed) {
@@ -171,6 +200,7 @@ void CheckGatherScatter(MPI_Comm comm, uint64_t& seed) {
     CheckAllgather<double>(comm, MPI_DOUBLE, "double", 777, ++seed, form);
     CheckAllgather<TwoInt>(comm, MPI_2INT, "2int", 100, ++seed, form);
   }
+  CheckAllgatherv(comm, /*reversed=*/false);
   // Random floats: a reduce-scatter rounds exactly as the allreduce of the
   // same vector does (the fabric reduces both in the tree's order).
   const int block = 2000;
@@ -193,6 +223,7 @@ void CheckGatherScatterOnce(MPI_Comm comm, uint64_t& seed) {
 }
 
 void CheckNonContiguousAllgather(MPI_Comm comm) {
+  CheckAllgatherv(comm, /*reversed=*/true);
   int rank, size;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);

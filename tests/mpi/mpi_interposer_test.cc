@@ -164,6 +164,39 @@ TEST_F(MpiInterposer, EveryTypeAndOpOnFourRanks) {
   ExpectPassed(MpiRun(4, {"sweep"}, manager(), {{"NETFOLD_MPI_ENABLE", "1"}}), "sweep");
 }
 
+// Several ranks per host (NETFOLD_TEST_RANKS_PER_HOST=N makes rank r host
+// h<r/N>, as N ranks of one testbed host namespace are): the node hierarchy
+// carries every blocking collective, results exact, and only a host's
+// leader uses the link, V up and V down (checked inside the program).
+TEST_F(MpiInterposer, NodeHierarchyWithTwoAndFourRanksPerHost) {
+  for (int per_host : {2, 4}) {
+    SCOPED_TRACE(per_host);
+    MpiResult r = MpiRun(2 * per_host, {"hierarchy"}, manager(),
+                         {{"NETFOLD_MPI_ENABLE", "1"}, {"NETFOLD_MPI_STATS", "1"},
+                          {"NETFOLD_MPI_VERBOSE", "1"},
+                          {"NETFOLD_TEST_RANKS_PER_HOST", std::to_string(per_host)}},
+                         absl::Minutes(10));
+    ExpectPassed(r, "hierarchy");
+    for (const char* kind : {"allreduce", "reduce ", "bcast ", "barrier", "allgather",
+                             "reduce_scatter"}) {
+      EXPECT_NE(r.output.find(std::string("node hierarchy ") + kind), std::string::npos)
+          << kind << "\n" << r.output;
+    }
+    EXPECT_NE(r.output.find("MPI_COMM_WORLD (" + std::to_string(2 * per_host) +
+                            " ranks): node hierarchy (" + std::to_string(2 * per_host) +
+                            " ranks on 2 hosts"),
+              std::string::npos)
+        << r.output;
+    EXPECT_NE(r.output.find("rank 1 (not a leader): 0.000 V"), std::string::npos) << r.output;
+  }
+  // NETFOLD_MPI_HIERARCHY=flat: every rank on the fabric itself.
+  MpiResult flat = MpiRun(4, {"comms"}, manager(),
+                          {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_MPI_HIERARCHY", "flat"},
+                           {"NETFOLD_TEST_RANKS_PER_HOST", "2"}});
+  ExpectPassed(flat, "comms");
+  EXPECT_EQ(flat.output.find("node hierarchy"), std::string::npos) << flat.output;
+}
+
 TEST_F(MpiInterposer, EveryTypeAndOpOnEightRanks) {
   ExpectPassed(MpiRun(8, {"sweep"}, manager(), {{"NETFOLD_MPI_ENABLE", "1"}},
                       absl::Minutes(10)),
@@ -183,7 +216,8 @@ TEST_F(MpiInterposer, FallbacksAreCountedAndStillCorrect) {
   for (const char* reason : {"fallback: user-defined op", "fallback: unsupported datatype",
                              "fallback: communicator too small",
                              "fallback: nonblocking bcast of a non-contiguous datatype",
-                             "fallback: allgather of a non-contiguous datatype"}) {
+                             "fallback: allgather of a non-contiguous datatype",
+                             "fallback: allgatherv with gaps or blocks out of rank order"}) {
     EXPECT_NE(r.output.find(reason), std::string::npos) << reason << "\n" << r.output;
   }
 }

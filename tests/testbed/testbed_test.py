@@ -12,7 +12,10 @@ spine over two leaves, 8 host namespaces), then checks:
      preloaded (tests/mpi/mpi_collectives: every result checked bitwise
      against a reference each rank computes, NETFOLD_MPI_ENABLE=1 so that a
      fabric failure is an error, not a silent fallback) exits 0 with 0
-     failed checks and reports offloaded collectives;
+     failed checks and reports offloaded collectives; with the udp
+     backend also 2 and 4 ranks in each of two host namespaces
+     (--ranks-per-host), through the interposer's node hierarchy, which
+     must leave the hosts' other ranks' links idle (checked in the job);
   3. the switches' own counters (SwitchAdmin GetCounters) show the
      aggregation: messages received on every switch, results multicast by
      the spine, operations reduced there;
@@ -223,6 +226,27 @@ def run_backend(args, backend, prefix, mgmt_net, state_dir):
         raise Failure(f"{backend}: no allreduce went through the fabric ({offloaded})")
     if re.search(r"fallback: (no fabric|fabric error|group not created)", output):
         raise Failure(f"{backend}: the interposer fell back to MPI for a fabric reason")
+
+    # 2b. Several ranks per host namespace (udp backend: one is enough): the
+    # interposer's node hierarchy, 2 and 4 ranks on each of two hosts under
+    # different leaves; only a host's leader uses its link.
+    if backend == "udp":
+        for per_host in (2, 4):
+            t2 = time.monotonic()
+            h = run([tool, "mpirun", "--prefix", prefix, "--hosts", f"{first['name']},{last['name']}",
+                     "--ranks-per-host", str(per_host),
+                     "-x", "NETFOLD_MPI_ENABLE=1", "-x", "NETFOLD_MPI_STATS=1",
+                     "-x", f"NETFOLD_TEST_RANKS_PER_HOST={per_host}",
+                     "--", args.mpi_program, "hierarchy", "quick"], timeout=MPI_TIMEOUT,
+                    check=False)
+            out = h.stdout + h.stderr
+            say(f"{backend}: {per_host} ranks per host exited {h.returncode} in "
+                f"{time.monotonic() - t2:.1f} s:\n" + "\n".join(out.strip().splitlines()[-12:]))
+            m = re.search(r"mpi_collectives \w+: (\d+) checks, (\d+) failed", out)
+            if h.returncode != 0 or not m or int(m.group(2)) != 0:
+                raise Failure(f"{backend}: the job with {per_host} ranks per host failed")
+            if f"node hierarchy allreduce" not in out:
+                raise Failure(f"{backend}: {per_host} ranks per host did not use the node hierarchy")
 
     # 3. The switches did the reducing.
     after = {s: counters(tool, prefix, s) for s in switches}

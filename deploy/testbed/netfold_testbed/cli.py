@@ -87,6 +87,10 @@ def main(argv):
                          help="mpirun across the host namespaces with libnetfold_mpi.so")
     mpi.add_argument("-np", "--np", type=int, default=0, help="ranks (default: every host)")
     mpi.add_argument("--hosts", help="comma-separated hosts, in rank order")
+    mpi.add_argument("--ranks-per-host", type=int, default=1, metavar="N",
+                     help="N ranks in each host namespace, ranks r*N .. r*N+N-1 on the r-th "
+                          "host (they share its link; the interposer's node hierarchy, "
+                          "docs/mpi.md)")
     mpi.add_argument("-x", "--env", action="append", metavar="NAME=VALUE",
                      help="an environment variable for the ranks (repeatable)")
     mpi.add_argument("--mpirun-arg", action="append", metavar="ARGS",

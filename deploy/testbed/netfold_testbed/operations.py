@@ -144,14 +144,17 @@ def mpirun_argv(state, args):
         hosts = [node_of(state, h) for h in args.hosts.split(",")]
         if any(h["kind"] != "host" for h in hosts):
             raise TestbedError("--hosts lists hosts of the topology, not switches")
-    np_ = args.np or len(hosts)
-    if np_ < 1 or np_ > len(hosts):
-        raise TestbedError(f"-np {np_}: one rank per host namespace, and there are {len(hosts)} "
-                           "(each rank is a host of the topology)")
-    hosts = hosts[:np_]
+    per_host = getattr(args, "ranks_per_host", 1) or 1
+    if per_host < 1:
+        raise TestbedError(f"--ranks-per-host {per_host}: at least 1")
+    np_ = args.np or len(hosts) * per_host
+    if np_ < 1 or np_ > len(hosts) * per_host:
+        raise TestbedError(f"-np {np_}: {per_host} rank(s) per host namespace, and there are "
+                           f"{len(hosts)} (each rank is a host of the topology)")
+    hosts = hosts[:(np_ + per_host - 1) // per_host]
     hostfile = os.path.join(state["state_dir"], "hostfile")
     with open(hostfile, "w") as f:
-        f.write("".join(f"{h['ns']} slots=1\n" for h in hosts))
+        f.write("".join(f"{h['ns']} slots={per_host}\n" for h in hosts))
     command = list(args.command)
     if command and command[0] == "--":
         command = command[1:]
@@ -160,7 +163,8 @@ def mpirun_argv(state, args):
     argv = ["mpirun"]
     if os.geteuid() == 0:
         argv.append("--allow-run-as-root")
-    argv += ["-np", str(np_), "--hostfile", hostfile, "--map-by", "node",
+    # Several ranks per host: ranks r*N .. r*N+N-1 on the r-th host.
+    argv += ["-np", str(np_), "--hostfile", hostfile, "--map-by", "slot" if per_host > 1 else "node",
              # Launch: orted in each namespace through `ip netns exec`, one
              # level (no tree spawn), back to mpirun over the management net.
              "--mca", "plm_rsh_agent", state["bins"]["rsh_agent"],

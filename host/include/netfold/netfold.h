@@ -270,6 +270,15 @@ int netfold_request_wait(netfold_request_t request);
 /* Frees a request. A request still in progress is waited for first. */
 int netfold_request_free(netfold_request_t request);
 
+/* Reduces on this process with the fabric's own arithmetic (deterministic,
+ * bitwise the same on every machine): out = ((in[0] op in[1]) op in[2])
+ * ... op in[n-1], element by element, left to right. `out` may be in[0]
+ * but must not otherwise overlap an input. For the steps of a collective
+ * that stay on a host (the MPI interposer's node hierarchy). Returns
+ * SUCCESS, INVALID_ARGUMENT, NOT_SUPPORTED (op not defined on dtype). */
+int netfold_reduce_local(const void* const* inputs, int num_inputs, void* out, size_t count,
+                         netfold_dtype_t dtype, netfold_op_t op);
+
 /* A static string naming the code ("invalid argument", ...). */
 const char* netfold_strerror(int code);
 /* The detailed message of the calling thread's last failure ("" if none);
