@@ -8,6 +8,7 @@
 //   mpi_collectives sweep     every predefined datatype x op x size, in place too;
 //                             reduce-scatter of every datatype x op, allgather
 //   mpi_collectives comms     dup and split communicators, freed and reused
+//                             (allreduce, reduce-scatter and allgather on each)
 //   mpi_collectives hierarchy [quick]   with NETFOLD_TEST_RANKS_PER_HOST=N
 //                             (rank r is host h<r/N>): the sweep (not with
 //                             quick), split communicators, and the bytes
@@ -415,6 +416,7 @@ void Comms() {
     AllOps<double>(half, MPI_DOUBLE, "double (split even/odd)", {2000}, seed);
     AllOps<int64_t>(third, MPI_INT64_T, "int64 (split mod 3, reversed)", {50}, seed);
     AllOps<float>(MPI_COMM_WORLD, MPI_FLOAT, "float (world)", {10}, seed);
+    for (MPI_Comm c : {dup, half, third}) CheckGatherScatterOnce(c, seed);
   }
   MPI_Comm_free(&third);
   MPI_Comm_free(&half);

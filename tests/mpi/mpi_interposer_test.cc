@@ -208,6 +208,10 @@ TEST_F(MpiInterposer, DupAndSplitCommunicators) {
   ExpectPassed(r, "comms");
   // Split mod 3 of 4 ranks leaves single-rank communicators: counted.
   EXPECT_NE(r.output.find("fallback: communicator too small"), std::string::npos) << r.output;
+  // A reduce-scatter and an allgather on each of 3 communicators, 3 rounds,
+  // 4 ranks, but 2 ranks alone in theirs: 30 of 36 on the fabric.
+  EXPECT_NE(r.output.find("offloaded allgather  30"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("offloaded reduce_scatter 30"), std::string::npos) << r.output;
 }
 
 TEST_F(MpiInterposer, FallbacksAreCountedAndStillCorrect) {
