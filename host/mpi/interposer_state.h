@@ -204,6 +204,11 @@ inline void Tell(MPI_Comm comm, int bit, Kind kind) {
   Tell(comm, bit, kind, [] { return std::string(); });
 }
 
+// A call that goes to PMPI for a reason of its own (its datatype, layout or
+// form; Usable counts the others): counted and told, when the fabric is in
+// use. Defined in mpi_interposer.cc.
+void CallFallsBack(MPI_Comm comm, Reason why, Kind kind);
+
 }  // namespace netfold::mpi
 
 #endif  // NETFOLD_HOST_MPI_INTERPOSER_STATE_H_

@@ -32,12 +32,9 @@ using netfold::mpi::Reason;
 using enum netfold::mpi::Kind;
 using enum netfold::mpi::Reason;
 
-// A call that goes to PMPI for a reason of its own (Usable counts the others).
+// A call that goes to PMPI for a reason of its own: no state to use.
 CommState* Refuse(MPI_Comm comm, Reason why, Kind kind) {
-  if (G().initialized && G().fabric) {
-    ++G().fallbacks[why];
-    netfold::mpi::Tell(comm, why, kind);
-  }
+  netfold::mpi::CallFallsBack(comm, why, kind);
   return nullptr;
 }
 
@@ -97,6 +94,20 @@ bool Packed(const int* counts, const int* displs, int n) {
     at += counts[r];
   }
   return true;
+}
+
+// An allgatherv's eligibility: its blocks packed in rank order, then
+// UsableAllgather's.
+CommState* UsableAllgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype,
+                            void* recvbuf, const int recvcounts[], const int displs[],
+                            MPI_Datatype recvtype, MPI_Comm comm, bool nonblocking, Pending* p) {
+  if (recvcounts == nullptr || displs == nullptr) return nullptr;  // MPI reports it
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  if (!Packed(recvcounts, displs, size)) return Refuse(comm, kUnpacked, kAllgather);
+  return UsableAllgather(sendbuf, sendcount, sendtype, recvbuf,
+                         std::vector<int>(recvcounts, recvcounts + size), recvtype, comm,
+                         nonblocking, p);
 }
 
 // A reduce-scatter's eligibility (`recvcounts`: elements per rank); on
@@ -207,17 +218,9 @@ int MPI_Iallgather(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
 int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                    const int recvcounts[], const int displs[], MPI_Datatype recvtype,
                    MPI_Comm comm) {
-  int size = 0;
-  PMPI_Comm_size(comm, &size);
   Pending p{};
-  CommState* s = nullptr;
-  if (recvcounts != nullptr && displs != nullptr) {
-    s = Packed(recvcounts, displs, size)
-            ? UsableAllgather(sendbuf, sendcount, sendtype, recvbuf,
-                              std::vector<int>(recvcounts, recvcounts + size), recvtype, comm,
-                              false, &p)
-            : Refuse(comm, kUnpacked, kAllgather);
-  }
+  CommState* s = UsableAllgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                  recvtype, comm, false, &p);
   if (s == nullptr) {
     return PMPI_Allgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
                            comm);
@@ -228,17 +231,9 @@ int MPI_Allgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, vo
 int MPI_Iallgatherv(const void* sendbuf, int sendcount, MPI_Datatype sendtype, void* recvbuf,
                     const int recvcounts[], const int displs[], MPI_Datatype recvtype,
                     MPI_Comm comm, MPI_Request* request) {
-  int size = 0;
-  PMPI_Comm_size(comm, &size);
   Pending p{};
-  CommState* s = nullptr;
-  if (recvcounts != nullptr && displs != nullptr) {
-    s = Packed(recvcounts, displs, size)
-            ? UsableAllgather(sendbuf, sendcount, sendtype, recvbuf,
-                              std::vector<int>(recvcounts, recvcounts + size), recvtype, comm,
-                              true, &p)
-            : Refuse(comm, kUnpacked, kAllgather);
-  }
+  CommState* s = UsableAllgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
+                                  recvtype, comm, true, &p);
   if (s == nullptr) {
     return PMPI_Iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
                             comm, request);

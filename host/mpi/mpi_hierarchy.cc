@@ -70,6 +70,7 @@ std::unique_ptr<NodeSplit> Split(MPI_Comm comm) {
   h->applies = true;
   h->leader_of.resize(static_cast<size_t>(size));
   h->node_rank_of.resize(static_cast<size_t>(size));
+  int hosts = 0;
   for (int r = 0; r < size; ++r) {
     // Leaders are ordered by rank in `leaders`: count the leaders below.
     int leaders_below = 0, node_below = 0;
@@ -79,12 +80,12 @@ std::unique_ptr<NodeSplit> Split(MPI_Comm comm) {
     }
     h->leader_of[r] = color[r] == r ? leaders_below : h->leader_of[color[r]];
     h->node_rank_of[r] = node_below;
-    if (color[r] == r) ++h->hosts;
+    if (color[r] == r) ++hosts;
   }
-  h->host_sizes.assign(static_cast<size_t>(h->hosts), 0);
+  h->host_sizes.assign(static_cast<size_t>(hosts), 0);
   for (int r = 0; r < size; ++r) ++h->host_sizes[h->leader_of[r]];
-  std::vector<int> host_start(static_cast<size_t>(h->hosts), 0);
-  for (int l = 1; l < h->hosts; ++l) host_start[l] = host_start[l - 1] + h->host_sizes[l - 1];
+  std::vector<int> host_start(static_cast<size_t>(hosts), 0);
+  for (int l = 1; l < hosts; ++l) host_start[l] = host_start[l - 1] + h->host_sizes[l - 1];
   h->host_position.resize(static_cast<size_t>(size));
   for (int r = 0; r < size; ++r) {
     h->host_position[r] = host_start[h->leader_of[r]] + h->node_rank_of[r];
@@ -164,17 +165,24 @@ const NodeSplit* HierarchyFor(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_O
                               int count) {
   Global& g = G();
   if (!g.initialized || !g.fabric || g.config.hierarchy == Hierarchy::kFlat) return nullptr;
+  // A communicator already split (most calls; flat ones on a local fabric)
+  // costs one lookup here; the checks below run for the others.
+  Splits& splits = TheSplits();
+  const NodeSplit* known = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(splits.mu);
+    auto it = splits.by_comm.find(Key(comm));
+    if (it != splits.by_comm.end()) {
+      if (!it->second->applies) return nullptr;
+      known = it->second.get();
+    }
+  }
   if (count < 0 || !Eligible(kind, type, op, count)) return nullptr;
+  if (known != nullptr) return known;
   int inter = 0, size = 0;
   PMPI_Comm_test_inter(comm, &inter);
   PMPI_Comm_size(comm, &size);
   if (inter || size < g.config.min_comm_size) return nullptr;
-  Splits& splits = TheSplits();
-  {
-    std::lock_guard<std::mutex> lock(splits.mu);
-    auto it = splits.by_comm.find(Key(comm));
-    if (it != splits.by_comm.end()) return it->second->applies ? it->second.get() : nullptr;
-  }
   std::unique_ptr<NodeSplit> made = Split(comm);
   const NodeSplit* h = made.get();
   {
@@ -185,9 +193,9 @@ const NodeSplit* HierarchyFor(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_O
   Tell(comm, kHierarchyBit, kind, [&] {
     int size_of = 0;
     PMPI_Comm_size(comm, &size_of);
-    return absl::StrFormat("%d ranks on %d hosts: each host's ranks combine with MPI, one leader "
-                           "per host uses the fabric",
-                           size_of, h->hosts);
+    return absl::StrFormat("%d ranks on %d hosts: each host's ranks combine at one leader, "
+                           "which uses the fabric",
+                           size_of, h->host_sizes.size());
   });
   return h;
 }

@@ -46,7 +46,6 @@ struct NodeSplit {
   std::vector<int> host_position;
   std::vector<int> host_sizes;
   std::vector<int> my_host_ranks;
-  int hosts = 0;
 };
 
 // The split of `comm` if this collective goes through the node hierarchy,

@@ -77,6 +77,12 @@ std::string CommText(MPI_Comm comm) {
 
 }  // namespace
 
+void CallFallsBack(MPI_Comm comm, Reason why, Kind kind) {
+  if (!G().initialized || !G().fabric) return;
+  ++G().fallbacks[why];
+  Tell(comm, why, kind);
+}
+
 void Tell(MPI_Comm comm, int bit, Kind kind, absl::FunctionRef<std::string()> detail) {
   Global& g = G();
   if (!g.config.verbose || !g.initialized) return;
@@ -424,12 +430,6 @@ void ForgetComm(MPI_Comm comm) {
   G().told.erase(Key(comm));
 }
 
-// An MPI_Ibcast of a non-contiguous datatype, which goes to MPI itself.
-void NonContiguousIbcast(MPI_Comm comm) {
-  if (!G().initialized || !G().fabric) return;
-  ++G().fallbacks[kNonblocking];
-  Tell(comm, kNonblocking, kBcast);
-}
 
 }  // namespace
 
@@ -639,7 +639,7 @@ int MPI_Ibcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm co
   // MPI_Bcast packs a non-contiguous type and unpacks it after the wait; a
   // nonblocking one would have to unpack at completion: MPI does it.
   if (!Contiguous(type, count)) {
-    NonContiguousIbcast(comm);
+    netfold::mpi::CallFallsBack(comm, kNonblocking, kBcast);
     return PMPI_Ibcast(buffer, count, type, root, comm, request);
   }
   CommState* s = Usable(comm, kBcast, type, MPI_OP_NULL, count, false, /*nonblocking=*/true);

@@ -82,6 +82,24 @@ bool Same(const T& a, const T& b) {
   else return std::memcmp(&a, &b, sizeof(T)) == 0;
 }
 
+// The predefined ops MPI defines on T, with their names.
+struct NamedOp {
+  MPI_Op op;
+  const char* name;
+};
+template <typename T>
+std::vector<NamedOp> OpsFor() {
+  if constexpr (kIsPair<T>) {
+    return {{MPI_MINLOC, "minloc"}, {MPI_MAXLOC, "maxloc"}};
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return {{MPI_SUM, "sum"}, {MPI_PROD, "prod"}, {MPI_MIN, "min"}, {MPI_MAX, "max"}};
+  } else {
+    return {{MPI_SUM, "sum"}, {MPI_PROD, "prod"}, {MPI_MIN, "min"}, {MPI_MAX, "max"},
+            {MPI_BAND, "band"}, {MPI_BOR, "bor"}, {MPI_BXOR, "bxor"}, {MPI_LAND, "land"},
+            {MPI_LOR, "lor"}, {MPI_LXOR, "lxor"}};
+  }
+}
+
 inline void Fail(const std::string& what) {
   ++g_failed;
   if (g_failed <= 20) std::fprintf(stderr, "rank %d: FAIL %s\n", g_rank, what.c_str());

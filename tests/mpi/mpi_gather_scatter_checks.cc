@@ -85,18 +85,7 @@ void CheckReduceScatter(MPI_Comm comm, MPI_Datatype type, const char* tname, MPI
 template <typename T>
 void ReduceScatterAllOps(MPI_Comm comm, MPI_Datatype type, const char* tname, int block,
                          uint64_t& seed) {
-  struct O { MPI_Op op; const char* name; };
-  std::vector<O> ops;
-  if constexpr (kIsPair<T>) {
-    ops = {{MPI_MINLOC, "minloc"}, {MPI_MAXLOC, "maxloc"}};
-  } else if constexpr (std::is_floating_point_v<T>) {
-    ops = {{MPI_SUM, "sum"}, {MPI_PROD, "prod"}, {MPI_MIN, "min"}, {MPI_MAX, "max"}};
-  } else {
-    ops = {{MPI_SUM, "sum"}, {MPI_PROD, "prod"}, {MPI_MIN, "min"}, {MPI_MAX, "max"},
-           {MPI_BAND, "band"}, {MPI_BOR, "bor"}, {MPI_BXOR, "bxor"}, {MPI_LAND, "land"},
-           {MPI_LOR, "lor"}, {MPI_LXOR, "lxor"}};
-  }
-  for (const O& o : ops) {
+  for (const NamedOp& o : OpsFor<T>()) {
     // Each op in one of the four forms, in turn.
     const Form form = static_cast<Form>(seed % 4);
     CheckReduceScatter<T>(comm, type, tname, o.op, o.name, block, ++seed, form);
