@@ -67,6 +67,19 @@ TEST(HostFabric, SweepOnTwoRanks) {
   ExpectAllOk(ranks.Wait(absl::Minutes(3)));
 }
 
+// A reduce's non-roots return once their input has left, before the root
+// starts (its input copied for the host fallback, or not when there is
+// none), and a failure after that reaches their next call.
+TEST(HostFabric, ANonRootsReduceReturnsOnceItsInputHasLeft) {
+  auto fabric = StartFabric(3);
+  ASSERT_NE(fabric, nullptr);
+  for (const char* algorithm : {"auto", "innetwork"}) {
+    SCOPED_TRACE(algorithm);
+    Launch ranks(*fabric, 3, 0, {"release"}, {{"NETFOLD_ALGORITHM", algorithm}});
+    ExpectAllOk(ranks.Wait(absl::Minutes(3)));
+  }
+}
+
 TEST(HostFabric, AForkedChildCannotUseTheContextAndTheParentGoesOn) {
   auto fabric = StartFabric(2);
   ASSERT_NE(fabric, nullptr);
