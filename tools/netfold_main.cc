@@ -6,7 +6,7 @@
 //   netfold status [--manager IP:PORT | --state-dir DIR] [--switch NAME]
 //   netfold explain --job ID [--ranks LIST] | --hosts H0,H1,.. [--slots K] [--slot-bytes P]
 //   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
-//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--quick] [--poll-us N]
+//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--quick] [--poll-us N] [--testbed RATES]
 //   netfold help [COMMAND]      (also: netfold --help, netfold COMMAND --help)
 //   netfold completion bash
 //
@@ -503,6 +503,19 @@ int Bench(int argc, char** argv) {
     return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
   }
   o.out_dir = args.Get("out");
+  if (args.Has("testbed")) {
+    for (absl::string_view r : absl::StrSplit(args.Get("testbed"), ',', absl::SkipEmpty())) {
+      if (absl::StatusOr<double> bps = ParseLinkRate(std::string(r)); !bps.ok()) {
+        return Fail(absl::StrFormat("--testbed: %s", bps.status().message()));
+      }
+      o.testbed_rates.emplace_back(r);
+    }
+    if (o.testbed_rates.empty()) return Fail("--testbed is a comma-separated list of link rates");
+    if (!args.Has("ranks")) o.ranks = {8};
+  } else if (args.Has("topology")) {
+    return Fail("--topology is for --testbed runs");
+  }
+  o.topology = args.Get("topology");
   return RunBench(o);
 }
 
@@ -654,7 +667,7 @@ const std::vector<Command>& Commands() {
       {.name = "bench",
        .synopsis = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] "
                    "[--sizes ..] [--seconds S] "
-                   "[--out DIR] [--quick] [--poll-us N]",
+                   "[--out DIR] [--quick] [--poll-us N] [--testbed RATES [--topology FILE]]",
        .summary = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter: the fabric against\n"
                   "Open MPI (shared memory and TCP) in the same run: a table of ratios, a CSV\n"
                   "and PNG plots. Sizes are the whole vector (allgather: the result;\n"
@@ -663,9 +676,12 @@ const std::vector<Command>& Commands() {
                   "--ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  "
                   "--quick\n"
                   "--poll-us N: netfold's switches and ranks poll N us after each packet "
-                  "(opt-in)",
+                  "(opt-in)\n"
+                  "--testbed 250mbit,1gbit: on the namespace testbed (root), every link shaped\n"
+                  "to each rate in turn: in-network, libnetfold's ring and Open MPI over TCP\n"
+                  "through the same links (--ranks: one count, default 8; --topology FILE)",
        .flags = {"quick"},
-       .valued = {"ranks", "sizes", "seconds", "out", "poll-us"},
+       .valued = {"ranks", "sizes", "seconds", "out", "poll-us", "testbed", "topology"},
        .max_positional = 1,
        .words = {"allreduce", "reduce", "bcast", "barrier"},
        .run = Bench},
