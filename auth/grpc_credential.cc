@@ -60,7 +60,7 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
 CredentialVerifier::CredentialVerifier(std::string credential)
     : credential_(std::move(credential)) {}
 
-grpc::Status CredentialVerifier::Check(const grpc::ServerContext& ctx,
+grpc::Status CredentialVerifier::Check(const grpc::ServerContextBase& ctx,
                                        std::string_view method) const {
   if (credential_.empty()) return grpc::Status::OK;
   const auto& metadata = ctx.client_metadata();

@@ -46,7 +46,7 @@ class CredentialVerifier {
   // UNAUTHENTICATED (it presented none) or PERMISSION_DENIED (another),
   // with a message that says where clients find it. Refusals are counted
   // and logged with `method` and the peer.
-  grpc::Status Check(const grpc::ServerContext& ctx, std::string_view method) const;
+  grpc::Status Check(const grpc::ServerContextBase& ctx, std::string_view method) const;
   // Calls refused by Check.
   uint64_t num_refused() const { return num_refused_.load(std::memory_order_relaxed); }
 
