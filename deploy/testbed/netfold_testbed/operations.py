@@ -173,6 +173,11 @@ def mpirun_argv(state, args):
              # start, mpirun sees it and aborts instead of waiting forever.
              "--leave-session-attached",
              "--mca", "oob_tcp_if_include", plan["mgmt_net"],
+             # Every "host" is a namespace of this one machine, but the
+             # hostfile gives each its own slots: Open MPI would think it
+             # has a core per rank and spin in every wait, starving the
+             # other ranks and the kernel's forwarding on the shared cores.
+             "--mca", "mpi_yield_when_idle", "1",
              # MPI's own traffic crosses the emulated switches.
              "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
              "--mca", "btl_tcp_if_include", plan["data_net"],
