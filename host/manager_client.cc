@@ -50,7 +50,7 @@ void SetDeadline(grpc::ClientContext* c, absl::Duration d) {
 
 }  // namespace
 
-ManagerClient::ManagerClient(std::string address, std::string credential,
+ManagerClient::ManagerClient(std::string address, const auth::ClientAuth& auth,
                              absl::Duration timeout, absl::Duration connect_timeout)
     : address_(std::move(address)),
       timeout_(timeout),
@@ -65,7 +65,7 @@ ManagerClient::ManagerClient(std::string address, std::string credential,
               static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoffMin)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoffMax)));
-  channel_ = auth::CreateChannel(address_, credential, args);
+  channel_ = auth::CreateChannel(address_, auth, args);
   stub_ = control::HostControl::NewStub(channel_);
 }
 
