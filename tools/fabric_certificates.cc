@@ -8,9 +8,7 @@
 namespace netfold::tools {
 
 absl::StatusOr<std::vector<std::string>> WriteFabricCertificates(
-    const StateDir& dir, const std::vector<std::string>& hosts, absl::Duration validity) {
-  NETFOLD_ASSIGN_OR_RETURN(auth::FabricCertificates certs,
-                           auth::MakeFabricCertificates(hosts, validity));
+    const StateDir& dir, const auth::FabricCertificates& certs) {
   NETFOLD_RETURN_IF_ERROR(dir.WriteFile(auth::kTlsKeyFileName, certs.key_pem));
   NETFOLD_RETURN_IF_ERROR(dir.WriteFile(auth::kTlsCertFileName, certs.cert_pem));
   NETFOLD_RETURN_IF_ERROR(dir.WriteFile(auth::kTlsCaFileName, certs.ca_pem));
@@ -19,6 +17,9 @@ absl::StatusOr<std::vector<std::string>> WriteFabricCertificates(
 
 absl::Status MakeCertsDirectory(const std::string& path, const std::vector<std::string>& hosts,
                                 int days, bool force) {
+  // The certificates first: a bad host changes nothing on disk.
+  NETFOLD_ASSIGN_OR_RETURN(auth::FabricCertificates certs,
+                           auth::MakeFabricCertificates(hosts, absl::Hours(24) * days));
   NETFOLD_ASSIGN_OR_RETURN(StateDir dir, StateDir::Open(path, /*create=*/true));
   if (dir.Exists(auth::kTlsCaFileName) && !force) {
     return absl::AlreadyExistsError(absl::StrFormat(
@@ -27,7 +28,7 @@ absl::Status MakeCertsDirectory(const std::string& path, const std::vector<std::
         dir.path(), auth::kTlsCaFileName));
   }
   NETFOLD_ASSIGN_OR_RETURN(std::vector<std::string> names,
-                           WriteFabricCertificates(dir, hosts, absl::Hours(24) * days));
+                           WriteFabricCertificates(dir, certs));
   absl::PrintF("netfold certs: a new CA and server certificate in %s, valid %d days\n",
                dir.path(), days);
   absl::PrintF("  the server certificate covers: %s\n", absl::StrJoin(names, " "));

@@ -4,7 +4,7 @@
 //
 //   absl::StatusOr<StateDir> dir = StateDir::Open("/home/op/fabric-tls", /*create=*/true);
 //   absl::StatusOr<std::vector<std::string>> names =
-//       WriteFabricCertificates(*dir, {"10.0.0.1", "10.0.0.2"});
+//       WriteFabricCertificates(*dir, *auth::MakeFabricCertificates({"10.0.0.1"}));
 //   // names: "IP:127.0.0.1", ..., "IP:10.0.0.2" (what the certificate covers)
 //
 // Thread-compatible (writes files).
@@ -15,26 +15,24 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "auth/tls_certificates.h"
 #include "tools/state_dir.h"
 
 namespace netfold::tools {
 
-// Makes a new CA and server certificate for `hosts` (auth/tls_certificates.h)
-// and writes ca.pem, server.pem and server.key into `dir` (each mode 0600,
-// a new file renamed into place: StateDir::WriteFile), the key first and
-// the CA last, so that a client never finds a CA whose server files are
-// not there yet. Returns the names the server certificate covers.
-// InvalidArgument for a bad host; the errors of writing otherwise.
+// Writes `certs` (auth/tls_certificates.h MakeFabricCertificates) as
+// ca.pem, server.pem and server.key into `dir` (each mode 0600, a new file
+// renamed into place: StateDir::WriteFile), the key first and the CA last,
+// so that a client never finds a CA whose server files are not there yet.
+// Returns the names the server certificate covers; the errors of writing.
 absl::StatusOr<std::vector<std::string>> WriteFabricCertificates(
-    const StateDir& dir, const std::vector<std::string>& hosts,
-    absl::Duration validity = auth::kDefaultCertificateValidity);
+    const StateDir& dir, const auth::FabricCertificates& certs);
 
 // `netfold certs --out DIR`: opens (or makes, 0700) `dir` as a state
 // directory is (tools/state_dir.h: refused if another user could have
 // prepared it), refuses a directory that already holds a CA unless `force`,
-// writes the files valid for `days` and prints what goes where.
+// writes a new set valid for `days` and prints what goes where. A bad host
+// (InvalidArgument) is found before anything is made on disk.
 absl::Status MakeCertsDirectory(const std::string& dir, const std::vector<std::string>& hosts,
                                 int days, bool force);
 

@@ -243,7 +243,8 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   // daemons listen on loopback, which the certificate always names.
   std::string tls_flag = "--plaintext";
   if (!options.plaintext) {
-    NETFOLD_RETURN_IF_ERROR(WriteFabricCertificates(*dir_, {}).status());
+    NETFOLD_ASSIGN_OR_RETURN(auth::FabricCertificates certs, auth::MakeFabricCertificates({}));
+    NETFOLD_RETURN_IF_ERROR(WriteFabricCertificates(*dir_, certs).status());
     tls_ca_file_ = dir_->PathOf(auth::kTlsCaFileName);
     NETFOLD_ASSIGN_OR_RETURN(client_auth_.tls_ca_pem, auth::ReadTlsCaFile(tls_ca_file_));
     tls_flag = "--tls_dir=" + state_dir_;
