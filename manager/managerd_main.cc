@@ -141,8 +141,8 @@ int Main(int argc, char** argv) {
   if (!config.server.tls) {
     std::fprintf(stderr,
                  "netfold-managerd: WARNING: PLAINTEXT: serving %s without TLS (%s): every "
-                 "call, the fabric credential and the jobs' keys included, crosses the network "
-                 "in clear for anyone who can capture it. Use --tls_dir unless it listens on "
+                 "call, the fabric credential (if any) and the jobs' keys included, crosses the "
+                 "network in clear for anyone who can capture it. Use --tls_dir unless it listens on "
                  "loopback or a network only you can capture.\n",
                  config.server.listen_address.c_str(),
                  config.tls_none ? "tls: none, --plaintext" : "auth: none");
