@@ -105,6 +105,7 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   // algorithms (NETFOLD_ALGORITHM=auto would take over).
   setenv("NETFOLD_ALGORITHM", "innetwork", 1);
   setenv("NETFOLD_CREDENTIAL_FILE", (*fabric)->credential_file().c_str(), 1);
+  setenv("NETFOLD_TLS_CA", (*fabric)->tls_ca_file().c_str(), 1);
   netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
   spec.rank = 0;
   spec.world_size = 1;
