@@ -62,6 +62,16 @@ std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address, const C
                                                                  std::move(factories));
 }
 
+std::string ConnectHint(const ClientAuth& auth) {
+  if (auth.tls_ca_pem.empty()) {
+    return "this client speaks plaintext (it found no CA): if the fabric runs TLS, as `netfold "
+           "up` does, set NETFOLD_TLS_CA to its ca.pem";
+  }
+  return "this client speaks TLS: the server's certificate must be signed by its CA "
+         "(NETFOLD_TLS_CA, else the ca.pem beside the credential file) and name the address "
+         "dialed; a fabric run with --plaintext takes no TLS";
+}
+
 std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles* tls) {
   if (tls == nullptr) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);

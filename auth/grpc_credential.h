@@ -49,6 +49,12 @@ struct ClientAuth {
 std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address, const ClientAuth& auth,
                                              const grpc::ChannelArguments& args = {});
 
+// What to check when a channel made with `auth` cannot connect, for the
+// error message: a plaintext client against a TLS fabric (or the reverse),
+// or a server certificate that another CA signed or that does not name the
+// address dialed; gRPC reports each as a failed connection.
+std::string ConnectHint(const ClientAuth& auth);
+
 // The credentials of a server's listening port: TLS with `tls`'s server
 // certificate and key (clients present no certificate: they present the
 // fabric credential), or plaintext if `tls` is null.

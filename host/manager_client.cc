@@ -53,6 +53,7 @@ void SetDeadline(grpc::ClientContext* c, absl::Duration d) {
 ManagerClient::ManagerClient(std::string address, const auth::ClientAuth& auth,
                              absl::Duration timeout, absl::Duration connect_timeout)
     : address_(std::move(address)),
+      connect_hint_(auth::ConnectHint(auth)),
       timeout_(timeout),
       connect_timeout_(std::min(connect_timeout, timeout)) {
   grpc::ChannelArguments args;
@@ -133,7 +134,8 @@ absl::Status ManagerClient::Connect() {
       "NETFOLD_MANAGER it prints",
       address_,
       state == GRPC_CHANNEL_TRANSIENT_FAILURE
-          ? "connection refused or the name does not resolve"
+          ? "connection refused, the name does not resolve, or the TLS handshake failed: " +
+                connect_hint_
           : absl::StrFormat("no answer within %s", absl::FormatDuration(connect_timeout_))));
 }
 

@@ -108,6 +108,7 @@ class ManagerClient {
                   const std::function<void(const control::JobEvent&)>& on_event);
 
   const std::string address_;
+  const std::string connect_hint_;  // auth::ConnectHint, for Connect's error
   const absl::Duration timeout_;
   const absl::Duration connect_timeout_;
   std::shared_ptr<grpc::Channel> channel_;

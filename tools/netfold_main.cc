@@ -305,6 +305,12 @@ absl::StatusOr<auth::ClientAuth> FindClientAuth(const Args& args) {
   return out;
 }
 
+// A failed call's error, with what to check when it could not connect.
+std::string CallError(const grpc::Status& s, const auth::ClientAuth& client_auth) {
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return s.error_message();
+  return absl::StrFormat("%s (%s)", s.error_message(), auth::ConnectHint(client_auth));
+}
+
 std::chrono::system_clock::time_point RpcDeadline() {
   return std::chrono::system_clock::now() + std::chrono::seconds(5);
 }
@@ -317,7 +323,8 @@ absl::StatusOr<control::GetStatusResponse> GetManagerStatus(const std::string& m
   control::GetStatusResponse status;
   grpc::Status s = stub->GetStatus(&c, control::GetStatusRequest(), &status);
   if (!s.ok()) {
-    return absl::UnavailableError(absl::StrFormat("manager %s: %s", manager, s.error_message()));
+    return absl::UnavailableError(
+        absl::StrFormat("manager %s: %s", manager, CallError(s, credential)));
   }
   return status;
 }
@@ -365,7 +372,9 @@ int SwitchStatus(const std::string& manager, const std::string& name,
   // to a caller with the fabric credential.
   request.set_detail(!credential.credential.empty());
   grpc::Status s = stub->GetCounters(&c, request, &r);
-  if (!s.ok()) return Fail(absl::StrFormat("switch %s (%s): %s", name, *admin, s.error_message()));
+  if (!s.ok()) {
+    return Fail(absl::StrFormat("switch %s (%s): %s", name, *admin, CallError(s, credential)));
+  }
   absl::PrintF("switch %s: data %s (%s), admin %s, up %.1f s, incarnation %d\n", r.name(),
               r.data_address(), r.backend(), admin->c_str(),
               static_cast<double>(r.uptime_ms()) / 1000.0, r.incarnation());
@@ -445,7 +454,7 @@ int Explain(int argc, char** argv) {
   c.set_deadline(RpcDeadline());
   control::ExplainResponse resp;
   grpc::Status s = stub->Explain(&c, *req, &resp);
-  if (!s.ok()) return Fail(absl::StrFormat("manager %s: %s", manager, s.error_message()));
+  if (!s.ok()) return Fail(absl::StrFormat("manager %s: %s", manager, CallError(s, *credential)));
   absl::PrintF("manager %s: %s", manager, FormatExplain(*req, resp));
   return resp.fits() ? 0 : 1;
 }
@@ -484,7 +493,7 @@ int Fault(int argc, char** argv) {
   c.set_deadline(RpcDeadline());
   control::SetLinkFaultResponse resp;
   grpc::Status s = stub->SetLinkFault(&c, req, &resp);
-  if (!s.ok()) return Fail(absl::StrFormat("switch %s: %s", name, s.error_message()));
+  if (!s.ok()) return Fail(absl::StrFormat("switch %s: %s", name, CallError(s, *credential)));
   absl::PrintF("switch %s: %d link%s changed\n", name, resp.links_size(),
               resp.links_size() == 1 ? "" : "s");
   for (const control::LinkFault& l : resp.links()) {
