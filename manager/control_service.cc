@@ -591,7 +591,8 @@ absl::StatusOr<std::unique_ptr<ManagerServer>> ManagerServer::Start(AggregationM
   server->services_.push_back(std::make_unique<AdminImpl>(server->core_.get()));
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(options.listen_address,
+                           auth::ServerCredentials(options.tls ? &*options.tls : nullptr),
                            &server->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default: a second manager would share the

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "auth/tls_files.h"
 #include "manager/aggregation_manager.h"
 #include "manager/rate_limiter.h"
 #include "manager/switch_commander.h"
@@ -134,6 +136,10 @@ struct ServerOptions {
   // switch registration, job calls, heartbeats, Admin. "" = none required,
   // which netfold-managerd allows only when told (auth: none).
   std::string credential;
+  // The certificate and key the port presents (auth/tls_files.h); none:
+  // plaintext, which netfold-managerd allows only when told (tls: none)
+  // or without a credential to protect.
+  std::optional<auth::TlsFiles> tls;
 };
 
 class ManagerServer {

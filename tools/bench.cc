@@ -125,6 +125,7 @@ int RunBench(const BenchOptions& o) {
   std::vector<std::string> netfold_options = {
       "-x", "NETFOLD_MANAGER=" + (*fabric)->manager_address(),
       "-x", "NETFOLD_CREDENTIAL_FILE=" + (*fabric)->credential_file(),
+      "-x", "NETFOLD_TLS_CA=" + (*fabric)->tls_ca_file(),
       "-x", "LD_PRELOAD=" + interposer,
       "-x", "NETFOLD_MPI_ENABLE=1"};
   if (o.poll_us > 0) {

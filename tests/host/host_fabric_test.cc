@@ -44,7 +44,7 @@ std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& fa
 // The number of jobs the manager holds; -1 if it does not answer.
 int NumJobs(const tools::LocalFabric& fabric) {
   auto stub = control::Admin::NewStub(
-      auth::CreateChannel(fabric.manager_address(), fabric.credential()));
+      auth::CreateChannel(fabric.manager_address(), fabric.client_auth()));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   control::GetStatusResponse status;

@@ -199,7 +199,7 @@ TEST_F(ManagerLimits, TheHostLibraryRetriesARateLimitedCall) {
   }
   ASSERT_GE(refused, 2);
 
-  host::ManagerClient client(address_, /*credential=*/"", /*timeout=*/absl::Seconds(10));
+  host::ManagerClient client(address_, /*auth=*/{}, /*timeout=*/absl::Seconds(10));
   client.SetJob(job.job_id(), job.job_key());
   absl::StatusOr<control::AttachResponse> attached = client.Attach(AttachRequest(30001));
   EXPECT_TRUE(attached.ok()) << attached.status();
