@@ -24,14 +24,15 @@ using proto::ReduceOp;
 struct FakeLeaf : RequestSender {
   std::vector<std::vector<uint8_t>> sent;
   int refuse_next = 0;
-  absl::Status SendRequest(std::span<const uint8_t> header,
-                           std::span<const uint8_t> elements) override {
+  absl::Status SendRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
+                           std::span<const uint8_t> tag) override {
     if (refuse_next > 0) {
       --refuse_next;
       return absl::ResourceExhaustedError("send queue full");
     }
     sent.emplace_back(header.begin(), header.end());
     sent.back().insert(sent.back().end(), elements.begin(), elements.end());
+    sent.back().insert(sent.back().end(), tag.begin(), tag.end());
     return absl::OkStatus();
   }
   AggregationHeader Header(size_t i) const { return *proto::DecodeAggregationMessage(sent.at(i)); }

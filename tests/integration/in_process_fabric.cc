@@ -68,9 +68,9 @@ struct InProcessFabric::SimHost : host::RequestSender {
   transport::UdQueuePair* ud = nullptr;
   std::map<uint32_t, std::unique_ptr<host::GroupEngine>> engines;
 
-  absl::Status SendRequest(std::span<const uint8_t> header,
-                           std::span<const uint8_t> elements) override {
-    const std::span<const uint8_t> pieces[] = {header, elements};
+  absl::Status SendRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
+                           std::span<const uint8_t> tag) override {
+    const std::span<const uint8_t> pieces[] = {header, elements, tag};
     return rc->PostSendGather(pieces, 0);
   }
 
@@ -83,7 +83,7 @@ struct InProcessFabric::SimHost : host::RequestSender {
       return;
     }
     auto it = engines.find(h.group_id);
-    if (it != engines.end()) it->second->OnMessage(h, elements);
+    if (it != engines.end()) it->second->OnMessage(h, elements, message);
   }
 
   void Run() {
