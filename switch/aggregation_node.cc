@@ -386,7 +386,7 @@ void AggregationNode::Distribute(Slot& slot) {
   if (r.delivery == DeliveryMode::kMulticast) {
     output_->Multicast(msg);
   } else {
-    SendResultDown(r, msg.subspan(kAggregationHeaderSize), /*relay=*/false);
+    SendResultDown(r, msg.subspan(kAggregationHeaderSize, bytes), /*relay=*/false);  // not the tag
   }
   // Keep the result for repair until seq + K completes: swap buffers so the
   // accumulator is free for the next operation without a copy.

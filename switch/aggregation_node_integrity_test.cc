@@ -172,6 +172,22 @@ TEST_F(NodeIntegrity, ARelayedResultIsCheckedBeforeItGoesDown) {
   EXPECT_EQ(Elements(out_.to_child[1][0]), (std::vector<int32_t>{2, 3, 4, 5}));
 }
 
+TEST_F(NodeIntegrity, ARootSendsRcTreeResultsWithOneTag) {
+  const AggregationKey key = TestKey(7);
+  auto node = Node(key);
+  AggregationHeader h = Request(0);
+  h.delivery = DeliveryMode::kRcTree;
+  ToChild(*node, 0, Encode(h, {1, 2, 3, 4}, &key));
+  ToChild(*node, 1, Encode(h, {5, 6, 7, 8}, &key));
+  for (size_t c : {0u, 1u}) {
+    ASSERT_EQ(out_.to_child[c].size(), 1u);
+    const Bytes& m = out_.to_child[c][0];
+    EXPECT_EQ(m.size(), proto::kAggregationHeaderSize + 16 + proto::kAggregationTagSize);
+    EXPECT_TRUE(proto::VerifyAggregationTag(key, m));
+    EXPECT_EQ(Elements(m), (std::vector<int32_t>{6, 8, 10, 12}));
+  }
+}
+
 TEST_F(NodeIntegrity, WithoutAKeyATaggedMessageIsDroppedAndNothingIsTagged) {
   const AggregationKey key = TestKey(7);
   auto node = Node(std::nullopt);
