@@ -217,6 +217,7 @@ void InProcessFabric::CreateGroup(uint32_t group_id, const GroupOptions& options
     spec.qkey = options_.qkey;
     spec.num_slots = options.num_slots;
     spec.slot_bytes = options.slot_bytes;
+    spec.integrity_key = options.integrity_key;
     for (int child : shape_.children[s]) {
       spec.children.push_back({switches_[s].child_qpn.at(child), shape_.RanksBelow(child)});
     }
@@ -241,6 +242,7 @@ void InProcessFabric::CreateGroup(uint32_t group_id, const GroupOptions& options
     params.delivery = options.delivery;
     params.repair_after = options.repair_after;
     params.op_timeout = options.op_timeout;
+    params.integrity_key = options.integrity_key;
     for (const auto& member : hosts_) params.members.push_back(member->rank);
     h.engines[group_id] = std::make_unique<host::GroupEngine>(params, &h, clock_);
   }
