@@ -244,10 +244,11 @@ absl::Status Context::Join(Oob& world) {
   NETFOLD_RETURN_IF_ERROR(link.Connect(peer));
   leaf_address_ = peer.remote;
   NETFOLD_LOG(kInfo) << absl::StrFormat(
-      "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x)",
+      "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x%s)",
       options_.rank, job_id_, link.address(), link.qpn(), attached.leaf_switch(),
       peer.remote.ToString(), peer.remote_qpn,
-      options_.transport == ContextOptions::Transport::kVerbs ? "verbs" : "soft", pkey_);
+      options_.transport == ContextOptions::Transport::kVerbs ? "verbs" : "soft", pkey_,
+      integrity_key_ ? ", integrity tag" : "");
   return absl::OkStatus();
 }
 
