@@ -45,22 +45,44 @@ class CredentialInterceptorFactory final
 
 }  // namespace
 
-std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address,
-                                             const std::string& credential,
+std::shared_ptr<grpc::Channel> CreateChannel(const std::string& address, const ClientAuth& auth,
                                              const grpc::ChannelArguments& args) {
-  if (credential.empty()) {
-    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  std::shared_ptr<grpc::ChannelCredentials> transport;
+  if (auth.tls_ca_pem.empty()) {
+    transport = grpc::InsecureChannelCredentials();
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = auth.tls_ca_pem;  // the fabric's CA only, not the system's
+    transport = grpc::SslCredentials(ssl);
   }
+  if (auth.credential.empty()) return grpc::CreateCustomChannel(address, transport, args);
   std::vector<std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>> factories;
-  factories.push_back(std::make_unique<CredentialInterceptorFactory>(credential));
-  return grpc::experimental::CreateCustomChannelWithInterceptors(
-      address, grpc::InsecureChannelCredentials(), args, std::move(factories));
+  factories.push_back(std::make_unique<CredentialInterceptorFactory>(auth.credential));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(address, transport, args,
+                                                                 std::move(factories));
+}
+
+std::string ConnectHint(const ClientAuth& auth) {
+  if (auth.tls_ca_pem.empty()) {
+    return "this client speaks plaintext (it found no CA): if the fabric runs TLS, as `netfold "
+           "up` does, set NETFOLD_TLS_CA to its ca.pem";
+  }
+  return "this client speaks TLS: the server's certificate must be signed by its CA "
+         "(NETFOLD_TLS_CA, else the ca.pem beside the credential file) and name the address "
+         "dialed; a fabric run with --plaintext takes no TLS";
+}
+
+std::shared_ptr<grpc::ServerCredentials> ServerCredentials(const TlsFiles* tls) {
+  if (tls == nullptr) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  ssl.pem_key_cert_pairs.push_back({tls->key_pem, tls->cert_pem});
+  return grpc::SslServerCredentials(ssl);
 }
 
 CredentialVerifier::CredentialVerifier(std::string credential)
     : credential_(std::move(credential)) {}
 
-grpc::Status CredentialVerifier::Check(const grpc::ServerContext& ctx,
+grpc::Status CredentialVerifier::Check(const grpc::ServerContextBase& ctx,
                                        std::string_view method) const {
   if (credential_.empty()) return grpc::Status::OK;
   const auto& metadata = ctx.client_metadata();

@@ -4,7 +4,9 @@
 Usage: plot_bench.py RESULTS.csv OUT_DIR
 Writes latency_vs_size.png (one panel per rank count: netfold and Open MPI
 over shared memory and TCP) and ratio_vs_ranks.png (netfold / Open MPI TCP
-and shared memory, one line per size).
+and shared memory, one line per size); for `--testbed` runs (a
+link_rate_bps column) testbed_vs_rate.png (time against the link rate, and
+in-network over the ring against the bound).
 """
 import csv
 import sys
@@ -24,10 +26,50 @@ def human(size):
     return f"{size} B"
 
 
+def plot_testbed(rows, out_dir):
+    """`--testbed` runs: time and the ratio to the ring against the link rate."""
+    op = rows[0]["op"]
+    p = int(rows[0]["ranks"])
+    data = defaultdict(dict)  # (variant, size) -> rate -> avg_us
+    for r in rows:
+        data[(r["variant"], int(r["size_bytes"]))][float(r["link_rate_bps"])] = float(r["avg_us"])
+    sizes = sorted({k[1] for k in data})
+    variants = [v for v in ("netfold", "ring", "ompi-tcp") if any(k[0] == v for k in data)]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for s in sizes:
+        for v in variants:
+            pts = sorted(data.get((v, s), {}).items())
+            if pts:
+                axes[0].loglog([r / 1e6 for r, _ in pts], [t / 1000 for _, t in pts], marker="o",
+                               label=f"{v}, {human(s)}")
+        nf, ring = data.get(("netfold", s), {}), data.get(("ring", s), {})
+        pts = sorted((r, nf[r] / ring[r]) for r in nf if r in ring)
+        if pts:
+            axes[1].semilogx([r / 1e6 for r, _ in pts], [x for _, x in pts], marker="o",
+                             label=human(s))
+    axes[0].set_xlabel("link rate (Mbit/s)")
+    axes[0].set_ylabel("average time per operation (ms)")
+    axes[0].set_title(f"{op}, {p} ranks, every link shaped")
+    axes[0].grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    axes[1].axhline(p / (2 * (p - 1)), color="black", linewidth=0.8, linestyle="--",
+                    label=f"bound p/(2(p-1)) = {p / (2 * (p - 1)):.3f}")
+    axes[1].set_xlabel("link rate (Mbit/s)")
+    axes[1].set_ylabel("in-network / ring time")
+    axes[1].set_title("in-network against libnetfold's ring, same links")
+    axes[1].grid(True, which="both", alpha=0.3)
+    axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(f"{out_dir}/testbed_vs_rate.png", dpi=110)
+    return 0
+
+
 def main(path, out_dir):
     rows = list(csv.DictReader(open(path)))
     if not rows:
         return 1
+    if "link_rate_bps" in rows[0]:
+        return plot_testbed(rows, out_dir)
     op = rows[0]["op"]
     data = defaultdict(dict)  # (variant, ranks) -> size -> avg_us
     for r in rows:

@@ -7,6 +7,7 @@
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
 #include "auth/fabric_credential.h"
+#include "auth/tls_files.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
@@ -140,7 +141,7 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
 }
 
 absl::Status Context::Join(Oob& world) {
-  std::string credential;
+  auth::ClientAuth client_auth;
   if (!options_.credential_file.empty()) {
     absl::StatusOr<std::string> c = auth::ReadCredentialFile(options_.credential_file);
     if (!c.ok()) {
@@ -149,9 +150,19 @@ absl::Status Context::Join(Oob& world) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "the fabric credential (NETFOLD_CREDENTIAL_FILE): %s", c.status().message()));
     }
-    credential = *std::move(c);
+    client_auth.credential = *std::move(c);
   }
-  manager_ = std::make_unique<ManagerClient>(options_.manager, std::move(credential),
+  if (!options_.tls_ca_file.empty()) {
+    absl::StatusOr<std::string> ca = auth::ReadTlsCaFile(options_.tls_ca_file);
+    if (!ca.ok()) {
+      // As the credential: a CA file that cannot be trusted is the
+      // operator's to fix, not a reason to fall back to plaintext.
+      return absl::InvalidArgumentError(
+          absl::StrFormat("the fabric's CA (NETFOLD_TLS_CA): %s", ca.status().message()));
+    }
+    client_auth.tls_ca_pem = *std::move(ca);
+  }
+  manager_ = std::make_unique<ManagerClient>(options_.manager, client_auth,
                                              options_.timeout, options_.connect_timeout);
 
   // Every rank's host name, for the job's rank table.

@@ -32,6 +32,13 @@ bool CanFailOver(const absl::Status& s) {
 
 bool InPlace(const CollectiveArgs& a) { return a.send == nullptr || a.send == a.recv; }
 
+// Released reduces (Group::Wait): at most this many, holding at most this
+// many bytes of input copies, complete in the background at once; a larger
+// input with a host fallback is not released (its copy would cost more
+// than the wait it saves).
+constexpr int kMaxDetached = 8;
+constexpr size_t kMaxDetachedBytes = size_t{64} << 20;
+
 }  // namespace
 
 Group::~Group() {
@@ -64,16 +71,32 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
       return WithErrorCode(absl::UnimplementedError(s.message()), NETFOLD_ERR_NOT_SUPPORTED);
     }
   }
+  NETFOLD_RETURN_IF_ERROR(TakeDeferred());
   Pending p;
-  p.args = args;
   p.group_root = group_root;
+  const size_t bytes =
+      args.count == 0 ? 0 : args.count * proto::DataTypeSize(args.dtype);
+  if (mode_ == Mode::kFabric && args.collective == proto::CollectiveType::kReduce &&
+      args.blocks.empty() && args.count > 0 &&
+      args.root != static_cast<uint32_t>(owner_->world_rank()) &&
+      (host_ == nullptr || bytes <= kMaxDetachedBytes)) {
+    p.released = true;
+    if (host_ != nullptr) {
+      // The hosts may have to reduce it again after the caller reused its
+      // buffer: the fabric and they read this copy.
+      const auto* in = static_cast<const uint8_t*>(InPlace(args) ? args.recv : args.send);
+      p.owned_input.assign(in, in + bytes);
+      args.send = args.recv = p.owned_input.data();
+    }
+  }
+  p.args = args;
   if (mode_ == Mode::kHost) {
     NETFOLD_RETURN_IF_ERROR(StartOnHost(p));
   } else {
     NETFOLD_ASSIGN_OR_RETURN(p.inner, engine_->Start(args));
     const bool reduces = args.collective == proto::CollectiveType::kAllreduce ||
                          args.collective == proto::CollectiveType::kReduce;
-    if (host_ != nullptr && reduces && InPlace(args) && args.count > 0) {
+    if (host_ != nullptr && reduces && InPlace(args) && args.count > 0 && !p.released) {
       const auto* in = static_cast<const uint8_t*>(args.recv);
       p.saved_input.assign(in, in + args.count * proto::DataTypeSize(args.dtype));
     }
@@ -113,24 +136,34 @@ void Group::Progress(absl::Duration timeout) {
 }
 
 void Group::Settle() {
-  for (auto it = ops_.begin(); it != ops_.end(); ++it) {
+  for (auto it = ops_.begin(); it != ops_.end();) {
     Pending& p = it->second;
-    if (p.outcome) continue;
-    if (p.on_host) {
-      if (!host_->Done(p.inner)) return;
-      p.outcome = host_->Finish(p.inner);
-      ++completed_;
+    if (!p.outcome) {
+      if (p.on_host) {
+        if (!host_->Done(p.inner)) break;
+        p.outcome = host_->Finish(p.inner);
+        ++completed_;
+      } else {
+        if (!engine_->Done(p.inner)) break;
+        absl::Status s = engine_->Finish(p.inner);
+        if (!s.ok() && host_ != nullptr && CanFailOver(s)) {
+          Failover(s);
+          break;
+        }
+        p.outcome = s;
+        ++completed_;
+        if (host_ != nullptr && s.ok()) Record(p);
+      }
+    }
+    if (!p.detached) {
+      ++it;
       continue;
     }
-    if (!engine_->Done(p.inner)) return;
-    absl::Status s = engine_->Finish(p.inner);
-    if (!s.ok() && host_ != nullptr && CanFailOver(s)) {
-      Failover(s);
-      return;
-    }
-    p.outcome = s;
-    ++completed_;
-    if (host_ != nullptr && s.ok()) Record(p);
+    // Nobody waits for a released reduce: its failure goes to the next call.
+    if (!p.outcome->ok() && deferred_.ok()) deferred_ = *p.outcome;
+    --detached_;
+    detached_bytes_ -= p.owned_input.size();
+    it = ops_.erase(it);
   }
 }
 
@@ -282,8 +315,37 @@ bool Group::Test(OpId id) {
   if (!it->second.outcome && owner_ != nullptr) {
     ProgressThread::Inside inside(owner_->progress());
     Progress(absl::ZeroDuration());
+    if (!it->second.outcome && CanDetach(it->second)) return true;  // Wait releases it
   }
   return it->second.outcome.has_value();
+}
+
+absl::Status Group::TakeDeferred() {
+  if (deferred_.ok()) return absl::OkStatus();
+  absl::Status why = std::exchange(deferred_, absl::OkStatus());
+  return WithErrorCode(
+      absl::Status(why.code(), absl::StrFormat("an earlier reduce of group %d, from which this "
+                                               "rank had already returned, failed: %s",
+                                               group_id_, why.message())),
+      static_cast<netfold_status_t>(ToErrorCode(why)));
+}
+
+bool Group::CanDetach(const Pending& p) const {
+  if (!p.released || p.on_host || mode_ != Mode::kFabric || !engine_->Posted(p.inner)) {
+    return false;
+  }
+  return detached_ == 0 ||
+         (detached_ < kMaxDetached && detached_bytes_ + p.owned_input.size() <= kMaxDetachedBytes);
+}
+
+void Group::DrainDetached() {
+  if (detached_ == 0 || owner_ == nullptr) return;
+  ProgressThread::Inside inside(owner_->progress());
+  Deadline guard(RealClock(), 2 * owner_->op_timeout() + absl::Seconds(5));
+  while (detached_ > 0 && !guard.Expired()) Progress(absl::Milliseconds(10));
+  if (detached_ > 0 && deferred_.ok()) {
+    deferred_ = absl::DeadlineExceededError("a released reduce did not complete in time");
+  }
 }
 
 absl::Status Group::Wait(OpId id) {
@@ -300,6 +362,13 @@ absl::Status Group::Wait(OpId id) {
   Deadline guard(RealClock(), 2 * (owner_ != nullptr ? owner_->op_timeout() : absl::ZeroDuration()) +
                                   absl::Seconds(5));
   while (!it->second.outcome) {
+    if (CanDetach(it->second)) {
+      // A reduce whose input has left: the caller may reuse its buffer.
+      it->second.detached = true;
+      ++detached_;
+      detached_bytes_ += it->second.owned_input.size();
+      return absl::OkStatus();
+    }
     if (guard.Expired()) {
       it->second.outcome = absl::DeadlineExceededError("operation did not complete in time");
       break;
@@ -317,15 +386,20 @@ absl::Status Group::Wait(OpId id) {
   }
   absl::Status s = *it->second.outcome;
   ops_.erase(it);
+  // A released reduce that failed meanwhile is reported by the first call after.
+  if (s.ok()) s = TakeDeferred();
   return s;
 }
 
 absl::Status Group::Destroy(Oob& group_oob) {
   if (destroyed_ || owner_ == nullptr) return absl::OkStatus();
   destroyed_ = true;
+  DrainDetached();
+  absl::Status deferred = TakeDeferred();
   // Waits for the members and for the manager happen outside the data
   // path's lock: the progress thread keeps the link answered meanwhile.
   absl::Status result = group_oob.Barrier();
+  if (result.ok()) result = deferred;
   if (engine_ != nullptr) {
     ProgressThread::Inside inside(owner_->progress());
     fabric_failed_ = !engine_->failure().ok();

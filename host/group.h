@@ -92,9 +92,13 @@ class Group {
   // inside the call that notices the fabric failed.
   bool Test(OpId id);
   // Waits for `id` (deadline: the owner's timeout + margin) and returns its
-  // outcome; the op is forgotten.
+  // outcome; the op is forgotten. A reduce at a rank that is not its root
+  // is released as soon as its input has left (MPI allows it): Wait returns
+  // OK once every chunk is posted, and the operation completes in the
+  // background (below, "released reduces").
   absl::Status Wait(OpId id);
-  // Collective over the members: releases the group at the manager.
+  // Collective over the members: waits for the released reduces, then
+  // releases the group at the manager.
   absl::Status Destroy(Oob& group_oob);
   // The owner is going (a context finalized before its groups): releases
   // the host algorithms' queue pairs while the owner's endpoint still
@@ -132,6 +136,11 @@ class Group {
     bool on_host = false;
     OpId inner = 0;                    // the fabric's or the host's op id
     std::optional<absl::Status> outcome;  // set once settled
+    // A non-root's reduce (Wait returns once it is posted) and its copy of
+    // the input, kept for a failover when the hosts may have to run it again.
+    bool released = false;
+    bool detached = false;  // Wait returned; Settle forgets it once settled
+    std::vector<uint8_t> owned_input;
   };
   // What the ranks ahead hand to those behind in a failover (the last
   // operation completed on the fabric).
@@ -148,6 +157,13 @@ class Group {
   class HostResyncExchange;
 
   void Progress(absl::Duration timeout);
+  // Whether operation `p` may be released now (posted, on the fabric, and
+  // room among the detached).
+  bool CanDetach(const Pending& p) const;
+  // Progress until no detached operation is left or the deadline passes.
+  void DrainDetached();
+  // The failure of a released reduce not reported yet, as this call's error.
+  absl::Status TakeDeferred();
   // Settles the fabric operations that are done, in start order, and fails
   // over when one failed in a way the hosts can repair.
   void Settle();
@@ -173,6 +189,12 @@ class Group {
   const std::optional<transport::Ipv4Endpoint> multicast_;
   std::string description_;
   bool destroyed_ = false;
+  // Released reduces whose Wait returned and which are not settled yet,
+  // their owned bytes, and the first failure among them: the next Start
+  // (or Destroy) of the group returns it.
+  int detached_ = 0;
+  size_t detached_bytes_ = 0;
+  absl::Status deferred_;
 };
 
 }  // namespace netfold::host

@@ -306,6 +306,7 @@ bool GroupEngine::PostNextChunk() {
   absl::Status s = Send(*request);
   if (absl::IsResourceExhausted(s)) {
     pending_request_ = *request;  // committed: retried first on the next Poll
+    pending_op_ = op.id;
   } else if (!s.ok()) {
     Fail(s);
     return false;
@@ -478,6 +479,14 @@ std::optional<int64_t> GroupEngine::NextTimerNs() const {
     if (!op->done) consider(op->deadline_ns);
   }
   return next;
+}
+
+bool GroupEngine::Posted(OpId id) const {
+  auto it = ops_.find(id);
+  if (it == ops_.end() || it->second->done) return true;
+  const Op& op = *it->second;
+  return op.chunks_posted == op.num_chunks &&
+         !(pending_request_.has_value() && pending_op_ == id);
 }
 
 bool GroupEngine::Done(OpId id) const {

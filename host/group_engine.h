@@ -154,6 +154,10 @@ class GroupEngine {
   std::optional<int64_t> NextTimerNs() const;
 
   bool Done(OpId id) const;
+  // Every chunk of the operation was handed to the sender, which copied its
+  // elements: the caller's send buffer is no longer read. True for an
+  // unknown or finished operation.
+  bool Posted(OpId id) const;
   // The operation's outcome once Done; forgets it. NotFound for an unknown id.
   absl::Status Finish(OpId id);
   // The outcome without forgetting it; nullopt while pending.
@@ -227,6 +231,7 @@ class GroupEngine {
   std::map<OpId, std::unique_ptr<Op>> ops_;  // every op not yet finished (owner)
   std::vector<InFlight> window_;           // K entries, indexed by seq mod K
   std::optional<Request> pending_request_;  // a request the sender refused, to retry
+  OpId pending_op_ = 0;                     // the operation it belongs to
   GroupEngineStats stats_;
 };
 

@@ -66,6 +66,29 @@ class GroupEngineTest : public ::testing::Test {
   FakeLeaf leaf_;
 };
 
+// Posted: every chunk handed to the sender (what lets a reduce's non-root
+// return, host/group.h), not while the window or a full queue holds one.
+TEST_F(GroupEngineTest, PostedOnlyOnceTheSenderTookEveryChunk) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  std::vector<int32_t> data(10, 1), out(10);  // 3 chunks, K = 2
+  auto op = e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                     .op = ReduceOp::kSum, .root = 0, .send = data.data(), .recv = out.data(),
+                     .count = data.size()});
+  ASSERT_TRUE(op.ok());
+  EXPECT_FALSE(e.Posted(*op)) << "nothing sent before Poll";
+  e.Poll();
+  EXPECT_FALSE(e.Posted(*op)) << "the third chunk waits for the window";
+  leaf_.refuse_next = 1;
+  Answer(e, 0, {});
+  e.Poll();
+  EXPECT_FALSE(e.Posted(*op)) << "the sender refused the third chunk: it still reads the buffer";
+  e.Poll();
+  EXPECT_EQ(leaf_.sent.size(), 3u);
+  EXPECT_TRUE(e.Posted(*op));
+  EXPECT_FALSE(e.Done(*op));
+  EXPECT_TRUE(e.Posted(12345)) << "unknown operations hold no buffer";
+}
+
 TEST_F(GroupEngineTest, ChunksStreamThroughTheWindowAndLandInPlace) {
   GroupEngine e(Params(), &leaf_, clock_);
   std::vector<int32_t> data = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // 3 chunks: 4 + 4 + 2

@@ -50,9 +50,10 @@ void SetDeadline(grpc::ClientContext* c, absl::Duration d) {
 
 }  // namespace
 
-ManagerClient::ManagerClient(std::string address, std::string credential,
+ManagerClient::ManagerClient(std::string address, const auth::ClientAuth& auth,
                              absl::Duration timeout, absl::Duration connect_timeout)
     : address_(std::move(address)),
+      connect_hint_(auth::ConnectHint(auth)),
       timeout_(timeout),
       connect_timeout_(std::min(connect_timeout, timeout)) {
   grpc::ChannelArguments args;
@@ -65,7 +66,7 @@ ManagerClient::ManagerClient(std::string address, std::string credential,
               static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoffMin)));
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(kReconnectBackoffMax)));
-  channel_ = auth::CreateChannel(address_, credential, args);
+  channel_ = auth::CreateChannel(address_, auth, args);
   stub_ = control::HostControl::NewStub(channel_);
 }
 
@@ -133,7 +134,8 @@ absl::Status ManagerClient::Connect() {
       "NETFOLD_MANAGER it prints",
       address_,
       state == GRPC_CHANNEL_TRANSIENT_FAILURE
-          ? "connection refused or the name does not resolve"
+          ? "connection refused, the name does not resolve, or the TLS handshake failed: " +
+                connect_hint_
           : absl::StrFormat("no answer within %s", absl::FormatDuration(connect_timeout_))));
 }
 

@@ -41,6 +41,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "auth/grpc_credential.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "proto/control/netfold_control.pb.h"
 
@@ -59,9 +60,10 @@ class ManagerClient {
   static constexpr absl::Duration kRateLimitBackoffMin = absl::Milliseconds(20);
   static constexpr absl::Duration kRateLimitBackoffMax = absl::Seconds(1);
 
-  // `address` is host:port; `credential` the fabric credential every call
-  // presents ("" = none). Connects lazily (on the first call).
-  ManagerClient(std::string address, std::string credential, absl::Duration timeout,
+  // `address` is host:port; `auth` the fabric credential every call
+  // presents ("" = none) and the fabric's CA (TLS; "" = plaintext).
+  // Connects lazily (on the first call).
+  ManagerClient(std::string address, const auth::ClientAuth& auth, absl::Duration timeout,
                 absl::Duration connect_timeout = absl::Seconds(1));
   ~ManagerClient();  // stops the control thread
   ManagerClient(const ManagerClient&) = delete;
@@ -106,6 +108,7 @@ class ManagerClient {
                   const std::function<void(const control::JobEvent&)>& on_event);
 
   const std::string address_;
+  const std::string connect_hint_;  // auth::ConnectHint, for Connect's error
   const absl::Duration timeout_;
   const absl::Duration connect_timeout_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "auth/fabric_credential.h"
+#include "auth/tls_files.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 
@@ -23,6 +24,7 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
   if (std::string v = Env("NETFOLD_MANAGER"); !v.empty() && o->manager.empty()) o->manager = v;
   if (o->manager.empty()) o->manager = "127.0.0.1:47910";
   if (o->credential_file.empty()) o->credential_file = auth::DefaultCredentialFile();
+  if (o->tls_ca_file.empty()) o->tls_ca_file = auth::DefaultTlsCaFile(o->credential_file);
   if (std::string v = Env("NETFOLD_HOST"); !v.empty() && o->host_name.empty()) o->host_name = v;
   if (o->host_name.empty()) o->host_name = absl::StrFormat("h%d", o->rank);
   if (std::string v = Env("NETFOLD_LOCAL_ADDRESS"); !v.empty()) o->local_address = v;

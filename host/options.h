@@ -30,6 +30,11 @@ struct ContextOptions {
   // $NETFOLD_STATE_DIR or /tmp/netfold-<uid> (netfold up's), if there is
   // one; "" = none (a manager run with auth: none).
   std::string credential_file;
+  // The fabric CA's certificate file: TLS to the manager, whose certificate
+  // must be signed by it. NETFOLD_TLS_CA, else the ca.pem beside
+  // credential_file (netfold up's), if there is one; "" = plaintext (a
+  // fabric run with --plaintext).
+  std::string tls_ca_file;
   std::string host_name;             // topology host of this rank
   std::string local_address = "127.0.0.1";
   std::string job_name = "netfold";

@@ -8,6 +8,7 @@
 #include "auth/grpc_credential.h"
 #include "base/log.h"
 #include "manager/endpoint_address.h"
+#include "manager/event_watch.h"
 
 namespace netfold::manager {
 
@@ -296,7 +297,7 @@ class ManagerServer::Core {
   // job's bucket, so that one job's flood does not starve the others on
   // the same host (every local process is 127.0.0.1); anything else against
   // its peer IP's. A refusal carries kRetryAfterMetadata.
-  grpc::Status Admit(grpc::ServerContext* ctx, const char* method,
+  grpc::Status Admit(grpc::ServerContextBase* ctx, const char* method,
                      const control::JobCredentials* job = nullptr) {
     if (stopping.load()) {
       return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the manager is shutting down");
@@ -358,7 +359,7 @@ class ManagerServer::Core {
     --open_streams;
   }
 
-  grpc::Status Reply(grpc::ServerContext* ctx, const char* method, const absl::Status& s) {
+  grpc::Status Reply(grpc::ServerContextBase* ctx, const char* method, const absl::Status& s) {
     if (!s.ok()) {
       NETFOLD_LOG(kInfo) << method << " from " << ctx->peer() << " refused: " << s.ToString();
     }
@@ -373,6 +374,7 @@ class ManagerServer::Core {
   std::atomic<bool> stopping{false};
   std::atomic<uint64_t> num_rate_limited{0};     // requests refused by the limiter
   std::atomic<uint64_t> num_streams_refused{0};  // streams refused by OpenStream
+  std::atomic<int> open_watches{0};              // WatchEvents under way (no thread each)
   const int max_streams = options.max_threads - std::max(8, options.max_threads / 4);
   absl::Mutex streams_mu;
   int open_streams ABSL_GUARDED_BY(streams_mu) = 0;
@@ -482,7 +484,8 @@ class SwitchControlImpl final : public control::SwitchControl::Service {
   Core* core_;
 };
 
-class HostControlImpl final : public control::HostControl::Service {
+class HostControlImpl final
+    : public control::HostControl::WithCallbackMethod_WatchEvents<control::HostControl::Service> {
  public:
   explicit HostControlImpl(Core* core) : core_(core) {}
 
@@ -531,24 +534,20 @@ class HostControlImpl final : public control::HostControl::Service {
     return core_->Reply(ctx, "Heartbeat", r.status());
   }
 
-  grpc::Status WatchEvents(grpc::ServerContext* ctx, const control::WatchEventsRequest* req,
-                           grpc::ServerWriter<control::JobEvent>* writer) override {
-    if (grpc::Status s = core_->Admit(ctx, "WatchEvents", &req->job()); !s.ok()) return s;
-    StreamSlot slot(core_);
-    if (grpc::Status s = slot.Open("WatchEvents"); !s.ok()) return s;
-    absl::StatusOr<std::shared_ptr<EventStream>> stream = core_->am->WatchEvents(*req);
-    if (!stream.ok()) return core_->Reply(ctx, "WatchEvents", stream.status());
-    while (!ctx->IsCancelled() && !core_->stopping.load()) {
-      std::optional<control::JobEvent> ev = (*stream)->Next(core_->options.watch_poll);
-      if (ev.has_value()) {
-        if (!writer->Write(*ev)) break;
-        if (ev->kind() == control::JobEvent::JOB_DESTROYED) break;
-      } else if ((*stream)->Finished()) {
-        break;
-      }
+  // On gRPC's callback API: an idle watch holds no handler thread, so the
+  // watches of every rank of every job can be open at once (one per rank:
+  // a rank's newer watch closes its older one).
+  grpc::ServerWriteReactor<control::JobEvent>* WatchEvents(
+      grpc::CallbackServerContext* ctx, const control::WatchEventsRequest* req) override {
+    if (grpc::Status s = core_->Admit(ctx, "WatchEvents", &req->job()); !s.ok()) {
+      return EventWatch::Refuse(s);
     }
-    (*stream)->Close();
-    return grpc::Status::OK;
+    absl::StatusOr<std::shared_ptr<EventStream>> stream = core_->am->WatchEvents(*req);
+    if (!stream.ok()) return EventWatch::Refuse(core_->Reply(ctx, "WatchEvents", stream.status()));
+    core_->open_watches.fetch_add(1, std::memory_order_relaxed);
+    Core* core = core_;
+    return new EventWatch(*std::move(stream),
+                          [core] { core->open_watches.fetch_sub(1, std::memory_order_relaxed); });
   }
 
  private:
@@ -592,7 +591,8 @@ absl::StatusOr<std::unique_ptr<ManagerServer>> ManagerServer::Start(AggregationM
   server->services_.push_back(std::make_unique<AdminImpl>(server->core_.get()));
 
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.listen_address, grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(options.listen_address,
+                           auth::ServerCredentials(options.tls ? &*options.tls : nullptr),
                            &server->port_);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   // gRPC sets SO_REUSEPORT by default: a second manager would share the
@@ -660,6 +660,7 @@ ManagerServer::~ManagerServer() { Shutdown(); }
 
 uint64_t ManagerServer::num_rate_limited() const { return core_->num_rate_limited.load(); }
 uint64_t ManagerServer::num_streams_refused() const { return core_->num_streams_refused.load(); }
+int ManagerServer::open_watches() const { return core_->open_watches.load(); }
 uint64_t ManagerServer::num_unauthenticated() const { return core_->verifier.num_refused(); }
 
 }  // namespace netfold::manager

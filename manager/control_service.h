@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <deque>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -35,6 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "auth/tls_files.h"
 #include "manager/aggregation_manager.h"
 #include "manager/rate_limiter.h"
 #include "manager/switch_commander.h"
@@ -120,20 +122,24 @@ class SwitchHub : public SwitchCommander {
 struct ServerOptions {
   std::string listen_address = "127.0.0.1:47910";
   int max_message_bytes = 1 << 20;    // largest request accepted
-  int max_threads = 1024;             // gRPC handler threads; every open stream holds one
-  // Open streams (Connect, WatchEvents) at once: each holds a handler
-  // thread, so a quarter of max_threads (at least 8) is kept for calls:
-  // heartbeats and GetStatus get a thread however many streams are open.
+  int max_threads = 1024;             // gRPC handler threads for calls and Connect streams
+  // Open Connect streams (switches) at once: each holds a handler thread,
+  // so a quarter of max_threads (at least 8) is kept for calls: heartbeats
+  // and GetStatus get a thread however many streams are open. WatchEvents
+  // streams run on gRPC's callback API and hold none (one per rank).
   // Connect streams not registered yet: at most this many per peer IP.
   int max_unregistered_streams_per_peer = 16;
   double requests_per_second = 1000;  // per job or peer IP, heartbeats exempt; 0 = unlimited
   double burst = 2000;
   absl::Duration register_timeout = absl::Seconds(10);  // Connect -> RegisterSwitch
-  absl::Duration watch_poll = absl::Milliseconds(250);  // WatchEvents cancellation check
   // The fabric credential every call must present (auth/grpc_credential.h):
   // switch registration, job calls, heartbeats, Admin. "" = none required,
   // which netfold-managerd allows only when told (auth: none).
   std::string credential;
+  // The certificate and key the port presents (auth/tls_files.h); none:
+  // plaintext, which netfold-managerd allows only when told (tls: none)
+  // or without a credential to protect.
+  std::optional<auth::TlsFiles> tls;
 };
 
 class ManagerServer {
@@ -154,6 +160,8 @@ class ManagerServer {
   // limits (ServerOptions). Thread-safe.
   uint64_t num_rate_limited() const;
   uint64_t num_streams_refused() const;
+  // WatchEvents streams open now (callback API: they hold no thread).
+  int open_watches() const;
   // Calls refused for a missing or wrong fabric credential. Thread-safe.
   uint64_t num_unauthenticated() const;
   // Stops the background loop, ends every stream, stops the server.

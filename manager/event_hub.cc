@@ -33,16 +33,31 @@ bool EventStream::Finished() const {
 }
 
 void EventStream::Push(const control::JobEvent& event) {
-  absl::MutexLock lock(&mu_);
-  if (closed_) return;
-  // A watcher that never reads cannot make the manager hoard memory.
-  if (queue_.size() >= 1024) queue_.pop_front();
-  queue_.push_back(event);
+  std::function<void()> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    // A watcher that never reads cannot make the manager hoard memory.
+    if (queue_.size() >= 1024) queue_.pop_front();
+    queue_.push_back(event);
+    ready = ready_;
+  }
+  if (ready) ready();
 }
 
 void EventStream::Close() {
+  std::function<void()> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    ready = ready_;
+  }
+  if (ready) ready();
+}
+
+void EventStream::OnReady(std::function<void()> ready) {
   absl::MutexLock lock(&mu_);
-  closed_ = true;
+  ready_ = std::move(ready);
 }
 
 // ---------------------------------------------------------------------------

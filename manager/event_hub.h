@@ -11,8 +11,8 @@
 //   std::optional<control::JobEvent> e = s->Next(absl::Seconds(1));  // WATCH_STARTED first
 //   hub.EndJob(job_id);                                 // closes s
 //
-// Thread safety: EventStream is thread-safe (gRPC handler threads drain
-// it). EventHub is not: AggregationManager calls it under its state lock, so
+// Thread safety: EventStream is thread-safe (gRPC's callback threads
+// drain it). EventHub is not: AggregationManager calls it under its state lock, so
 // that events are numbered in the order of the changes they report.
 #ifndef NETFOLD_MANAGER_EVENT_HUB_H_
 #define NETFOLD_MANAGER_EVENT_HUB_H_
@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -47,6 +48,11 @@ class EventStream {
   // loses the oldest.
   void Push(const control::JobEvent& event);
   void Close();
+  // `ready` runs (on the pushing or closing thread, without this stream's
+  // lock) after each Push and Close: a reader that does not block in Next
+  // (the callback API's WatchEvents) learns there is something to take.
+  // It must not block.
+  void OnReady(std::function<void()> ready);
   uint64_t job_id() const { return job_id_; }
   uint32_t rank() const { return rank_; }
 
@@ -56,6 +62,7 @@ class EventStream {
   mutable absl::Mutex mu_;
   std::deque<control::JobEvent> queue_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::function<void()> ready_ ABSL_GUARDED_BY(mu_);
 };
 
 // Every job's events and subscribers. Not thread-safe (see above).

@@ -55,6 +55,25 @@ TEST(EventHubTest, NumbersEachJobsEventsAndDeliversThemToTheRanksNamed) {
   EXPECT_EQ(other[1].manager_incarnation(), 77u);
 }
 
+// What the callback API's watch relies on: the stream says when it has
+// something, for each event and for its end, and not after the reader left.
+TEST(EventHubTest, AStreamCallsItsReaderBackForEachEventAndItsEnd) {
+  EventStream s(1, 0);
+  int calls = 0;
+  s.OnReady([&] { ++calls; });
+  s.Push(JobEvent());
+  s.Push(JobEvent());
+  EXPECT_EQ(calls, 2);
+  s.Close();
+  EXPECT_EQ(calls, 3);
+  s.Push(JobEvent());  // closed: dropped, nobody called
+  EXPECT_EQ(calls, 3);
+  s.OnReady(nullptr);
+  s.Close();
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(s.Next(absl::ZeroDuration()).has_value());
+}
+
 TEST(EventHubTest, ReplaysOnlyKeptEventsAfterTheSequenceAskedFor) {
   EventHub hub(/*incarnation=*/1, /*events_per_job=*/2);
   for (uint64_t g = 1; g <= 3; ++g) hub.Publish(7, Revoked(g), {});

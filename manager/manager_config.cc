@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "auth/fabric_credential.h"
+#include "auth/tls_files.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
@@ -37,7 +38,8 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
       root,
       {"listen", "topology", "state_dir", "log_level", "heartbeat_interval_ms", "switch_timeout_ms",
        "host_timeout_ms", "abandoned_job_timeout_ms", "command_timeout_ms", "link_retry_ms",
-       "replan_on_failure", "require_integrity", "credential_file", "auth", "multicast_prefix", "snapshot_every",
+       "replan_on_failure", "require_integrity", "credential_file", "auth", "tls_dir", "tls",
+       "multicast_prefix", "snapshot_every",
        "max_message_bytes", "max_threads", "rate_limit", "limits", "switch_secret"},
       ""));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "listen", "", &c.server.listen_address));
@@ -84,6 +86,17 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
                            absl::StrFormat("'%s' must be credential or none", auth));
   }
   c.auth_none = auth == "none";
+  if (root["tls_dir"].IsDefined()) {
+    NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "tls_dir", "", &c.tls_dir));
+    c.tls_dir = Resolve(c.tls_dir, base_dir);
+  }
+  std::string tls = c.tls_none ? "none" : "required";
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "tls", "", &tls));
+  if (tls != "required" && tls != "none") {
+    return config::ErrorAt(root["tls"], "tls",
+                           absl::StrFormat("'%s' must be required or none", tls));
+  }
+  c.tls_none = tls == "none";
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "multicast_prefix", "", &m.multicast_prefix));
   NETFOLD_RETURN_IF_ERROR(
       ReadOptionalUint(root, "snapshot_every", "", 1u << 30, &m.snapshot_every));
@@ -219,6 +232,28 @@ absl::Status LoadManagerCredential(ManagerConfig* c) {
         "authentication with --insecure (auth: none), on a machine where you trust every user");
   }
   NETFOLD_ASSIGN_OR_RETURN(c->server.credential, auth::ReadCredentialFile(file));
+  return absl::OkStatus();
+}
+
+absl::Status LoadManagerTls(ManagerConfig* c) {
+  c->server.tls.reset();
+  if (c->tls_none) {
+    if (!c->tls_dir.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tls: none (--plaintext) and a TLS directory (%s) both given: drop one", c->tls_dir));
+    }
+    return absl::OkStatus();
+  }
+  if (c->tls_dir.empty()) {
+    if (c->server.credential.empty()) return absl::OkStatus();  // auth: none, said loudly
+    return absl::InvalidArgumentError(
+        "no TLS: give --tls_dir DIR (or tls_dir: in --config), a directory holding ca.pem, "
+        "server.pem and server.key (netfold certs makes them; netfold up does it itself), so "
+        "that the fabric credential never crosses the network in clear; or serve in plaintext "
+        "with --plaintext (tls: none), on loopback or a network only you can capture");
+  }
+  NETFOLD_ASSIGN_OR_RETURN(auth::TlsFiles tls, auth::ReadTlsDir(c->tls_dir));
+  c->server.tls = std::move(tls);
   return absl::OkStatus();
 }
 

@@ -19,6 +19,8 @@
 //   replan_on_failure: true
 //   credential_file: /etc/netfold/credential   # the fabric credential (a 0600 file)
 //   auth: credential                # or none: no credential asked of anyone (loud)
+//   tls_dir: /etc/netfold/tls       # ca.pem, server.pem, server.key (netfold certs)
+//   tls: required                   # or none: plaintext, the credential in clear (loud)
 //   multicast_prefix: "239.77"
 //   snapshot_every: 1000
 //   max_message_bytes: 1048576
@@ -54,6 +56,12 @@ struct ManagerConfig {
   // `auth: none` (or --insecure): no credential asked of anyone, said
   // loudly at start. Without it the manager refuses to start without one.
   bool auth_none = false;
+  // The directory of the TLS files the port presents (auth/tls_files.h);
+  // LoadManagerTls reads them into server.tls.
+  std::string tls_dir;
+  // `tls: none` (or --plaintext): serve in plaintext, said loudly at start.
+  // Without it a manager with a credential refuses to start without TLS.
+  bool tls_none = false;
   ManagerOptions manager;
   ServerOptions server;
 };
@@ -78,6 +86,12 @@ absl::Status ValidateManagerConfig(const ManagerConfig& config);
 // with auth_none the environment's file is ignored (it may be inherited).
 // The file's own errors (mode 0644, ...) are ReadCredentialFile's.
 absl::Status LoadManagerCredential(ManagerConfig* config);
+
+// Reads tls_dir into config->server.tls (ReadTlsDir's errors). Without a
+// tls_dir: plaintext if tls_none or if no credential is required (auth:
+// none); otherwise InvalidArgument saying how to give one. tls_none with a
+// tls_dir is InvalidArgument too. Call after LoadManagerCredential.
+absl::Status LoadManagerTls(ManagerConfig* config);
 
 }  // namespace netfold::manager
 

@@ -79,6 +79,31 @@ TEST(ManagerConfig, ErrorsNameTheKey) {
   EXPECT_NE(ValidateManagerConfig(c).message().find("log_level"), std::string::npos);
 }
 
+TEST(ManagerConfig, TlsIsRequiredWithACredentialUnlessPlaintextIsAskedFor) {
+  absl::StatusOr<ManagerConfig> c =
+      ParseManagerConfig("tls_dir: tls\ntls: required\n", "/etc/netfold");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tls_dir, "/etc/netfold/tls");
+  EXPECT_FALSE(c->tls_none);
+  EXPECT_NE(ParseManagerConfig("tls: off\n", "").status().message().find("required or none"),
+            std::string::npos);
+  ManagerConfig m;
+  m.server.credential = "secret";
+  absl::Status s = LoadManagerTls(&m);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("no TLS: give --tls_dir DIR"), std::string::npos) << s;
+  m.tls_none = true;
+  EXPECT_TRUE(LoadManagerTls(&m).ok());
+  EXPECT_FALSE(m.server.tls.has_value());
+  m.tls_dir = "/nonexistent";
+  EXPECT_EQ(LoadManagerTls(&m).code(), absl::StatusCode::kInvalidArgument);  // both given
+  m.tls_none = false;
+  EXPECT_EQ(LoadManagerTls(&m).code(), absl::StatusCode::kNotFound);  // ca.pem missing
+  // auth: none has no credential to protect: plaintext without asking.
+  ManagerConfig open;
+  EXPECT_TRUE(LoadManagerTls(&open).ok());
+}
+
 TEST(ManagerConfig, LoadsAFileRelativeToItself) {
   TempDir dir;
   {

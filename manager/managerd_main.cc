@@ -4,6 +4,7 @@
 //       --state_dir /var/lib/netfold/manager [--listen 127.0.0.1:47910]
 //       [--config manager.yaml] [--port_file /run/netfold/manager.port]
 //       --credential_file /etc/netfold/credential   (or --insecure)
+//       --tls_dir /etc/netfold/tls                   (or --plaintext)
 //
 // Flags override the config file (docs/manager.md). --help prints the usage
 // and the flags (exit status 0). SIGTERM or SIGINT shut it down cleanly:
@@ -41,6 +42,12 @@ ABSL_FLAG(std::string, credential_file, "",
           "the fabric credential: a file only this user can read (mode 0600) holding the "
           "secret every switch, job and admin call must present (default: "
           "$NETFOLD_CREDENTIAL_FILE); never the secret itself");
+ABSL_FLAG(std::string, tls_dir, "",
+          "TLS for the port: a directory holding ca.pem, server.pem and server.key (mode "
+          "0600), as netfold certs makes it");
+ABSL_FLAG(bool, plaintext, false,
+          "serve without TLS (as tls: none): the fabric credential crosses the network in "
+          "clear, for anyone who can capture it");
 ABSL_FLAG(bool, insecure, false,
           "ask no credential of anyone (as auth: none): anyone who reaches --listen can "
           "register a switch, create jobs and read every job's P_Key");
@@ -57,7 +64,8 @@ int Main(int argc, char** argv) {
   if (!config::ParseDaemonCommandLine(
           argc, argv,
           "the netfold aggregation manager (docs/manager.md).\n"
-          "  netfold-managerd --topology FILE --credential_file FILE [--state_dir DIR]\n"
+          "  netfold-managerd --topology FILE --credential_file FILE --tls_dir DIR\n"
+          "                   [--state_dir DIR]\n"
           "                   [--listen IP:PORT] [--config FILE]")) {
     return 0;  // --help
   }
@@ -79,8 +87,11 @@ int Main(int argc, char** argv) {
     config.credential_file = absl::GetFlag(FLAGS_credential_file);
   }
   if (absl::GetFlag(FLAGS_insecure)) config.auth_none = true;
+  if (!absl::GetFlag(FLAGS_tls_dir).empty()) config.tls_dir = absl::GetFlag(FLAGS_tls_dir);
+  if (absl::GetFlag(FLAGS_plaintext)) config.tls_none = true;
   if (absl::Status s = ValidateManagerConfig(config); !s.ok()) return Fail(2, s);
   if (absl::Status s = LoadManagerCredential(&config); !s.ok()) return Fail(2, s);
+  if (absl::Status s = LoadManagerTls(&config); !s.ok()) return Fail(2, s);
   if (!config.log_level.empty()) SetLogLevel(*ParseLogLevel(config.log_level));
   SetLogTag("managerd");
 
@@ -116,7 +127,8 @@ int Main(int argc, char** argv) {
   NETFOLD_LOG(kWarning) << "netfold-managerd serving topology '" << topo->name() << "' ("
                         << topo->num_switches() << " switches, " << topo->num_hosts()
                         << " hosts) on port " << (*server)->port()
-                        << (config.server.credential.empty() ? "" : ", fabric credential required");
+                        << (config.server.credential.empty() ? "" : ", fabric credential required")
+                        << (config.server.tls ? ", TLS" : ", plaintext");
   if (config.server.credential.empty()) {
     // On stderr whatever the log level: nobody should run this by accident.
     std::fprintf(stderr,
@@ -125,6 +137,15 @@ int Main(int argc, char** argv) {
                  "create and destroy jobs and read every job's P_Key. Use --credential_file "
                  "unless every user of this network is trusted.\n",
                  config.server.listen_address.c_str());
+  }
+  if (!config.server.tls) {
+    std::fprintf(stderr,
+                 "netfold-managerd: WARNING: PLAINTEXT: serving %s without TLS (%s): every "
+                 "call, the fabric credential (if any) and the jobs' keys included, crosses the "
+                 "network in clear for anyone who can capture it. Use --tls_dir unless it listens on "
+                 "loopback or a network only you can capture.\n",
+                 config.server.listen_address.c_str(),
+                 config.tls_none ? "tls: none, --plaintext" : "auth: none");
   }
 
   const int sig = WaitForTerminationSignal();

@@ -97,22 +97,55 @@ uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
   return IcrcOver(pseudo, covered);
 }
 
-uint32_t IcrcIdentificationTable::Difference(size_t covered_size, uint16_t ip_id) {
+const IcrcIdentificationTable::Size& IcrcIdentificationTable::For(size_t covered_size) {
+  for (const Size& s : sizes_) {
+    if (s.covered_size == covered_size) return s;
+  }
   // The CRC is affine in its input, so an identification x changes the
   // ICRC by D(x), linear in x: the CRC difference that x makes in two bytes
   // (any starting state cancels), carried through the bytes after the
   // field. crc32_combine_op(a, 0, op) is exactly that carrying: zlib's
   // combine is M_len(a) ^ b.
-  if (ip_id == 0) return 0;
+  Size& s = sizes_[next_];
+  next_ = (next_ + 1) % sizes_.size();
+  s.covered_size = covered_size;
   constexpr size_t kIdOffset = kLrhSize + 4;
-  if (covered_size != size_) {
-    size_ = covered_size;
-    carry_ = crc32_combine_gen(static_cast<z_off_t>(kPseudoHeaderSize + covered_size - kIdOffset - 2));
-  }
+  const uLong carry =
+      crc32_combine_gen(static_cast<z_off_t>(kPseudoHeaderSize + covered_size - kIdOffset - 2));
   static constexpr uint8_t kZeroId[2] = {};
   static const uLong zero_id = crc32_z(0, kZeroId, 2);
-  const uint8_t id[2] = {static_cast<uint8_t>(ip_id >> 8), static_cast<uint8_t>(ip_id)};
-  return static_cast<uint32_t>(crc32_combine_op(crc32_z(0, id, 2) ^ zero_id, 0, carry_));
+  for (int i = 0; i < 16; ++i) {
+    const uint16_t x = static_cast<uint16_t>(1u << i);
+    const uint8_t id[2] = {static_cast<uint8_t>(x >> 8), static_cast<uint8_t>(x)};
+    s.bit[i] = static_cast<uint32_t>(crc32_combine_op(crc32_z(0, id, 2) ^ zero_id, 0, carry));
+  }
+  for (uint16_t x = 0; x < kSegmentIds; ++x) {
+    uint32_t d = 0;
+    for (int i = 0; i < 16; ++i) {
+      if ((x >> i & 1) != 0) d ^= s.bit[i];
+    }
+    s.segment[x] = d;
+  }
+  return s;
+}
+
+uint32_t IcrcIdentificationTable::Difference(size_t covered_size, uint16_t ip_id) {
+  if (ip_id == 0) return 0;
+  const Size& s = For(covered_size);
+  if (ip_id < kSegmentIds) return s.segment[ip_id];
+  uint32_t d = 0;
+  for (int i = 0; i < 16; ++i) {
+    if ((ip_id >> i & 1) != 0) d ^= s.bit[i];
+  }
+  return d;
+}
+
+std::optional<uint16_t> IcrcIdentificationTable::FindSegment(size_t covered_size, uint32_t delta) {
+  const Size& s = For(covered_size);
+  for (uint16_t x = 0; x < kSegmentIds; ++x) {
+    if (s.segment[x] == delta) return x;
+  }
+  return std::nullopt;
 }
 
 uint32_t IcrcIdentificationDifference(size_t covered_size, uint16_t ip_id) {

@@ -35,7 +35,6 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
-#include <cstddef>
 #include <optional>
 #include <span>
 
@@ -101,13 +100,30 @@ std::optional<uint16_t> SolveIpv4Identification(const IcrcAddresses& addrs,
 // send (segment i leaves with identification i) and receivers of such a
 // batch. IcrcIdentificationTable caches the part that depends on the size.
 uint32_t IcrcIdentificationDifference(size_t covered_size, uint16_t ip_id);
+// The differences for the last few packet sizes seen: D(x) is linear in x,
+// so a size costs 16 zlib combines once, and then any identification is an
+// XOR of at most 16 cached words. Not thread-safe (one per port or
+// endpoint).
 class IcrcIdentificationTable {
  public:
+  // Identifications a GSO send gives its segments: 0 .. kSegmentIds - 1.
+  static constexpr uint16_t kSegmentIds = 64;
+
   uint32_t Difference(size_t covered_size, uint16_t ip_id);
+  // The identification below kSegmentIds whose difference is `delta` for
+  // this size, if any (0 for delta 0).
+  std::optional<uint16_t> FindSegment(size_t covered_size, uint32_t delta);
 
  private:
-  size_t size_ = SIZE_MAX;
-  unsigned long carry_ = 0;  // zlib's combine operator for the bytes after the field
+  struct Size {
+    size_t covered_size = SIZE_MAX;
+    std::array<uint32_t, 16> bit{};                // D(1 << i)
+    std::array<uint32_t, kSegmentIds> segment{};  // D(x), x < kSegmentIds
+  };
+  const Size& For(size_t covered_size);
+
+  std::array<Size, 8> sizes_;
+  size_t next_ = 0;  // the entry a new size replaces
 };
 
 // Writes / reads an ICRC value in its wire byte order (least significant

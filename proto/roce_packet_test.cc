@@ -524,6 +524,27 @@ TEST(Icrc, SolvesTheIdentificationANicPutInItsHeader) {
   }
 }
 
+// The table keeps several sizes at once: sizes that alternate (a full chunk,
+// the last one, ACKs) and more sizes than it holds give the same
+// differences as the one-shot function, for identifications below and above
+// its segment range; FindSegment finds exactly the segment identifications.
+TEST(Icrc, TheIdentificationTableServesManySizesAndFindsSegments) {
+  IcrcIdentificationTable table;
+  for (int round = 0; round < 3; ++round) {
+    for (size_t size : {4032u, 16u, 4033u, 100u, 12u, 2000u, 1u, 3000u, 4096u, 40u, 77u}) {
+      for (uint16_t id : {0, 1, 2, 31, 63, 64, 0x1234, 0xFFFF}) {
+        ASSERT_EQ(table.Difference(size, id), IcrcIdentificationDifference(size, id))
+            << "size " << size << " id " << id;
+      }
+      for (uint16_t id : {0, 1, 17, 63}) {
+        EXPECT_EQ(table.FindSegment(size, IcrcIdentificationDifference(size, id)), id);
+      }
+      EXPECT_FALSE(table.FindSegment(size, IcrcIdentificationDifference(size, 64)).has_value());
+      EXPECT_FALSE(table.FindSegment(size, IcrcIdentificationDifference(size, 0xBEEF)).has_value());
+    }
+  }
+}
+
 // The segments of a UDP GSO send leave with identifications 0, 1, 2, ...:
 // the ICRC over the real header of segment i is the canonical ICRC with
 // addrs.ip_id = i, which is the canonical ICRC of identification 0 XOR the

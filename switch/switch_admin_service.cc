@@ -434,10 +434,11 @@ grpc::Status SwitchAdminService::SetLinkFault(grpc::ServerContext* ctx,
 }
 
 absl::StatusOr<std::unique_ptr<AdminServer>> AdminServer::Start(const std::string& address,
-                                                                grpc::Service* service) {
+                                                                grpc::Service* service,
+                                                                const auth::TlsFiles* tls) {
   std::unique_ptr<AdminServer> server(new AdminServer());
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &server->port_);
+  builder.AddListeningPort(address, auth::ServerCredentials(tls), &server->port_);
   builder.RegisterService(service);
   builder.SetMaxReceiveMessageSize(64 * 1024);
   // A small pool: the admin API is for a CLI and tests, not for load.

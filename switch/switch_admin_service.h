@@ -106,8 +106,11 @@ class SwitchAdminService final : public control::SwitchAdmin::Service {
 class AdminServer {
  public:
   // Unavailable if it cannot listen on `address` ("ip:port"; port 0 picks).
+  // With `tls` (copied), the port speaks TLS with its certificate and key;
+  // null: plaintext.
   static absl::StatusOr<std::unique_ptr<AdminServer>> Start(const std::string& address,
-                                                            grpc::Service* service);
+                                                            grpc::Service* service,
+                                                            const auth::TlsFiles* tls);
   ~AdminServer();
   int port() const { return port_; }
   // Ends in-flight calls (after `grace`) and stops. Idempotent.

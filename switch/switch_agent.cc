@@ -63,7 +63,9 @@ SwitchAgent::SwitchAgent(SwitchAgentOptions options, SwitchDataPlane* dp,
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
               static_cast<int>(absl::ToInt64Milliseconds(options_.reconnect_max)));
   stub_ = control::SwitchControl::NewStub(
-      auth::CreateChannel(options_.manager_address, options_.credential, args));
+      auth::CreateChannel(options_.manager_address,
+                          {.credential = options_.credential, .tls_ca_pem = options_.tls_ca_pem},
+                          args));
 }
 
 SwitchAgent::~SwitchAgent() { Stop(); }

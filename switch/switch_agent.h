@@ -53,6 +53,7 @@ struct SwitchAgentOptions {
   std::string data_address;   // "ip:port" as registered
   std::string admin_address;  // "" = none
   std::string credential;  // the fabric credential, presented on Connect ("" = none)
+  std::string tls_ca_pem;  // the fabric's CA: TLS to the manager ("" = plaintext)
   control::SwitchCapacity capacity;
   uint64_t incarnation = 0;  // once per process start; 0: the agent picks one
   CommandLimits limits;

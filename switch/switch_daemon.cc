@@ -139,7 +139,8 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
         std::make_unique<SwitchAdminService>(d->dp_.get(), d->port_, std::move(identity),
                                              config.credential);
     NETFOLD_ASSIGN_OR_RETURN(d->admin_server_,
-                             AdminServer::Start(config.admin_address, d->admin_service_.get()));
+                             AdminServer::Start(config.admin_address, d->admin_service_.get(),
+                                                config.tls ? &*config.tls : nullptr));
     absl::StatusOr<transport::Ipv4Endpoint> admin = transport::ParseIpv4Endpoint(config.admin_address);
     if (!admin.ok()) return admin.status();
     admin->port = static_cast<uint16_t>(d->admin_server_->port());
@@ -152,6 +153,7 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
     options.data_address = d->data_address_.ToString();
     options.admin_address = d->admin_address_;
     options.credential = config.credential;
+    if (config.tls) options.tls_ca_pem = config.tls->ca_pem;
     options.capacity = capacity;
     options.incarnation = incarnation;
     options.limits.max_trees = config.max_trees;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "auth/fabric_credential.h"
+#include "auth/tls_files.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
@@ -210,7 +211,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   NETFOLD_RETURN_IF_ERROR(
       CheckKeys(root,
                 {"name", "data_address", "backend", "dpdk", "admin_address", "admin_detail", "manager",
-                 "credential_file", "auth", "secret", "log_level", "data_port_file", "admin_port_file", "capacity", "job_quota",
+                 "credential_file", "auth", "tls_dir", "tls", "secret", "log_level", "data_port_file", "admin_port_file", "capacity", "job_quota",
                  "transport", "link_faults", "static"},
                 ""));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "name", "", &c.name));
@@ -237,6 +238,13 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
     return ErrorAt(root["auth"], "auth", absl::StrFormat("'%s' must be credential or none", auth));
   }
   c.auth_none = auth == "none";
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "tls_dir", "", &c.tls_dir));
+  std::string tls = c.tls_none ? "none" : "required";
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "tls", "", &tls));
+  if (tls != "required" && tls != "none") {
+    return ErrorAt(root["tls"], "tls", absl::StrFormat("'%s' must be required or none", tls));
+  }
+  c.tls_none = tls == "none";
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "log_level", "", &c.log_level));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "data_port_file", "", &c.data_port_file));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "admin_port_file", "", &c.admin_port_file));
@@ -391,6 +399,29 @@ absl::Status LoadSwitchdCredential(SwitchdConfig* c) {
         "authentication with --insecure (auth: none), on a machine where you trust every user");
   }
   NETFOLD_ASSIGN_OR_RETURN(c->credential, auth::ReadCredentialFile(file));
+  return absl::OkStatus();
+}
+
+absl::Status LoadSwitchdTls(SwitchdConfig* c) {
+  c->tls.reset();
+  if (c->tls_none) {
+    if (!c->tls_dir.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "tls: none (--plaintext) and a TLS directory (%s) both given: drop one", c->tls_dir));
+    }
+    return absl::OkStatus();
+  }
+  if (c->tls_dir.empty()) {
+    if (c->credential.empty()) return absl::OkStatus();  // auth: none, or nothing to serve
+    return absl::InvalidArgumentError(
+        "no TLS: give --tls_dir DIR (or tls_dir: in --config), the manager's directory of "
+        "ca.pem, server.pem and server.key (netfold certs makes them), so that the fabric "
+        "credential never crosses the network in clear; or run in plaintext with --plaintext "
+        "(tls: none), with the manager in plaintext too, on loopback or a network only you can "
+        "capture");
+  }
+  NETFOLD_ASSIGN_OR_RETURN(auth::TlsFiles tls, auth::ReadTlsDir(c->tls_dir));
+  c->tls = std::move(tls);
   return absl::OkStatus();
 }
 

@@ -30,6 +30,8 @@
 //   manager: 127.0.0.1:47910            # omit for static mode
 //   credential_file: /etc/netfold/credential   # the fabric credential (a 0600 file)
 //   auth: credential                    # or none: no credential, loudly
+//   tls_dir: /etc/netfold/tls           # ca.pem, server.pem, server.key (netfold certs)
+//   tls: required                       # or none: plaintext, loudly
 //   log_level: info
 //   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
 //   job_quota: {groups: 64, slots: 1024, qps: 256}
@@ -68,6 +70,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auth/tls_files.h"
 #include "switch/switch_data_plane.h"
 #include "transport/impaired_port.h"
 #include "transport/ipv4_endpoint.h"
@@ -127,6 +130,13 @@ struct SwitchdConfig {
   std::string credential_file;
   bool auth_none = false;
   std::string credential;  // never from YAML or flags: read from credential_file
+  // The directory of the TLS files (auth/tls_files.h): the admin port
+  // presents its certificate, the manager's is checked against its CA.
+  // `tls: none` (or --plaintext) runs without, loudly. LoadSwitchdTls fills
+  // `tls`.
+  std::string tls_dir;
+  bool tls_none = false;
+  std::optional<auth::TlsFiles> tls;
   std::string log_level;  // "" = leave NETFOLD_LOG_LEVEL's choice
   // Files the daemon writes once serving: the bound data-plane UDP port and
   // admin port (useful with port 0). "" = none.
@@ -175,6 +185,13 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& config);
 // environment's file ignored (it may be inherited). The file's own errors
 // (mode 0644, ...) are ReadCredentialFile's.
 absl::Status LoadSwitchdCredential(SwitchdConfig* config);
+
+// Reads tls_dir into config->tls (ReadTlsDir's errors). Without a tls_dir:
+// plaintext if tls_none, if no credential is required (auth: none), or if
+// the switch has neither a manager nor an admin address; otherwise
+// InvalidArgument saying how to give one. tls_none with a tls_dir is
+// InvalidArgument too. Call after LoadSwitchdCredential.
+absl::Status LoadSwitchdTls(SwitchdConfig* config);
 
 // "PEER/DIRECTION/IMPAIRMENT" entries separated by ';' (the --link_faults
 // flag), e.g. "all/both/drop=0.05,seed=3;127.0.0.1:5000/send/down=1".

@@ -282,6 +282,29 @@ INSTANTIATE_TEST_SUITE_P(
                     "psn: 0}}]\n",
                     absl::StatusCode::kInvalidArgument, "QPN 0x5 appears twice"}));
 
+TEST(SwitchdConfig, TlsIsRequiredWithACredentialUnlessPlaintextIsAskedFor) {
+  absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig("tls_dir: /etc/netfold/tls\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->tls_dir, "/etc/netfold/tls");
+  EXPECT_TRUE(ParseSwitchdConfig("tls: none\n")->tls_none);
+  EXPECT_NE(ParseSwitchdConfig("tls: off\n").status().message().find("required or none"),
+            std::string::npos);
+  SwitchdConfig d;
+  d.credential = "secret";
+  absl::Status s = LoadSwitchdTls(&d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("no TLS: give --tls_dir DIR"), std::string::npos) << s;
+  d.tls_none = true;
+  EXPECT_TRUE(LoadSwitchdTls(&d).ok());
+  EXPECT_FALSE(d.tls.has_value());
+  d.tls_dir = "/nonexistent";
+  EXPECT_EQ(LoadSwitchdTls(&d).code(), absl::StatusCode::kInvalidArgument);  // both given
+  d.tls_none = false;
+  EXPECT_EQ(LoadSwitchdTls(&d).code(), absl::StatusCode::kNotFound);
+  SwitchdConfig open;  // auth: none, or static mode: nothing to protect
+  EXPECT_TRUE(LoadSwitchdTls(&open).ok());
+}
+
 TEST(SwitchdConfig, LinkFaultFlagSyntax) {
   absl::StatusOr<std::vector<LinkFaultSpec>> f =
       ParseLinkFaultList("all/both/drop=0.05,seed=3; 127.0.0.1:5000/send/down=1;");

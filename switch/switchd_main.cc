@@ -37,6 +37,12 @@ ABSL_FLAG(std::string, manager, "",
 ABSL_FLAG(std::string, credential_file, "",
           "the fabric credential: a file only this user can read (mode 0600), presented to the "
           "manager and asked of admin callers (default: $NETFOLD_CREDENTIAL_FILE)");
+ABSL_FLAG(std::string, tls_dir, "",
+          "TLS: a directory holding ca.pem (the manager is checked against it), server.pem and "
+          "server.key (mode 0600; the admin port presents them), as netfold certs makes it");
+ABSL_FLAG(bool, plaintext, false,
+          "run without TLS (as tls: none): the fabric credential crosses the network in clear; "
+          "the manager must run in plaintext too");
 ABSL_FLAG(bool, insecure, false,
           "no credential (as auth: none): anyone who reaches the admin address can set faults "
           "and read QPNs; the manager must run without one too");
@@ -88,6 +94,8 @@ absl::StatusOr<SwitchdConfig> BuildConfig() {
   }
   set(absl::GetFlag(FLAGS_credential_file), &config.credential_file);
   if (absl::GetFlag(FLAGS_insecure)) config.auth_none = true;
+  set(absl::GetFlag(FLAGS_tls_dir), &config.tls_dir);
+  if (absl::GetFlag(FLAGS_plaintext)) config.tls_none = true;
   set(absl::GetFlag(FLAGS_log_level), &config.log_level);
   set(absl::GetFlag(FLAGS_data_port_file), &config.data_port_file);
   set(absl::GetFlag(FLAGS_admin_port_file), &config.admin_port_file);
@@ -153,6 +161,7 @@ int Main(int argc, char** argv) {
           argc, argv,
           "one netfold switch: aggregation nodes on a RoCEv2 data plane (docs/switch.md).\n"
           "  netfold-switchd --name NAME --manager IP:PORT --credential_file FILE\n"
+          "                  --tls_dir DIR\n"
           "                  [--data_address IP:PORT]\n"
           "                  [--config FILE]\n"
           "  netfold-switchd --config FILE          (static mode: QPs and groups from the file)")) {
@@ -170,6 +179,15 @@ int Main(int argc, char** argv) {
                  "anyone who reaches the admin address %s can set link faults (stopping jobs) "
                  "and read QPNs and P_Keys.\n",
                  config->admin_address.c_str());
+  }
+  if (absl::Status s = LoadSwitchdTls(&*config); !s.ok()) return Fail(2, s);
+  if (!config->tls && (!config->admin_address.empty() || !config->manager_address.empty())) {
+    std::fprintf(stderr,
+                 "netfold-switchd: WARNING: PLAINTEXT: running without TLS (%s): its calls to "
+                 "the manager and to its admin address %s, the fabric credential included, "
+                 "cross the network in clear for anyone who can capture them.\n",
+                 config->tls_none ? "tls: none, --plaintext" : "auth: none",
+                 config->admin_address.empty() ? "(none)" : config->admin_address.c_str());
   }
   if (!config->log_level.empty()) SetLogLevel(*ParseLogLevel(config->log_level));
   SetLogTag(absl::StrFormat("switchd %s", config->name));

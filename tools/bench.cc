@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "tools/bench_results.h"
 #include "tools/local_fabric.h"
 #include "tools/run_command.h"
 
@@ -24,56 +25,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Point {
-  long size = 0;
-  int iterations = 0;
-  double avg = 0, p50 = 0, p99 = 0;  // microseconds
-  double link_bytes = -1;            // per operation, this rank, both directions
-};
-
 // Variants measured, in table order.
 struct Variant {
   std::string name;                         // column label
   std::vector<std::string> mpirun_options;  // arguments, each passed as is
   bool netfold = false;
 };
-
-std::string Find(const std::string& self, const std::vector<std::string>& relative) {
-  const fs::path here = fs::path(self).parent_path();
-  for (const std::string& r : relative) {
-    const fs::path p = here / r;
-    if (fs::exists(p)) return fs::weakly_canonical(p).string();
-  }
-  return "";
-}
-
-std::string HumanSize(long b) {
-  if (b >= (1l << 20) && b % (1l << 20) == 0) return absl::StrFormat("%d MiB", b >> 20);
-  if (b >= 1024 && b % 1024 == 0) return absl::StrFormat("%d KiB", b >> 10);
-  return absl::StrFormat("%d B", b);
-}
-
-std::string Us(double us) {
-  if (us < 0) return "-";
-  if (us < 1000) return absl::StrFormat("%.1f us", us);
-  if (us < 1e6) return absl::StrFormat("%.2f ms", us / 1000);
-  return absl::StrFormat("%.2f s", us / 1e6);
-}
-
-std::vector<Point> Parse(const std::string& csv) {
-  std::vector<Point> points;
-  for (absl::string_view line : absl::StrSplit(csv, '\n', absl::SkipEmpty())) {
-    std::vector<absl::string_view> f = absl::StrSplit(line, ',');
-    Point p;
-    if (f.size() != 6 || !absl::SimpleAtoi(f[0], &p.size) || !absl::SimpleAtoi(f[1], &p.iterations) ||
-        !absl::SimpleAtod(f[2], &p.avg) || !absl::SimpleAtod(f[3], &p.p50) ||
-        !absl::SimpleAtod(f[4], &p.p99) || !absl::SimpleAtod(f[5], &p.link_bytes)) {
-      continue;  // mpirun's own messages
-    }
-    points.push_back(p);
-  }
-  return points;
-}
 
 // results[variant][ranks] = points
 using Results = std::map<std::string, std::map<int, std::vector<Point>>>;
@@ -83,28 +40,33 @@ const Point* Find(const Results& results, const std::string& variant, int ranks,
   auto v = results.find(variant);
   if (v == results.end()) return nullptr;
   auto r = v->second.find(ranks);
-  if (r == v->second.end()) return nullptr;
-  for (const Point& pt : r->second) {
-    if (pt.size == size) return &pt;
-  }
-  return nullptr;
+  return r == v->second.end() ? nullptr : PointOf(r->second, size);
 }
 
 }  // namespace
 
-int RunBench(const BenchOptions& o) {
+absl::Status CheckBenchOp(const std::string& op) {
   // "iallreduce", "ibcast", ...: the nonblocking form, waited for at once.
-  const bool nonblocking = o.op.size() > 1 && o.op[0] == 'i';
-  const std::string base = nonblocking ? o.op.substr(1) : o.op;
+  const std::string base = op.size() > 1 && op[0] == 'i' ? op.substr(1) : op;
   if (base != "allreduce" && base != "reduce" && base != "bcast" && base != "barrier" &&
       base != "allgather" && base != "reduce_scatter") {
-    std::fprintf(stderr, "netfold bench: the collective must be allreduce, reduce, bcast, barrier, "
-                         "allgather or reduce_scatter, or one of them with an i in front "
-                         "(iallreduce: the nonblocking form)\n");
+    return absl::InvalidArgumentError(
+        "the collective must be allreduce, reduce, bcast, barrier, allgather or reduce_scatter, "
+        "or one of them with an i in front (iallreduce: the nonblocking form)");
+  }
+  return absl::OkStatus();
+}
+
+int RunBench(const BenchOptions& o) {
+  const bool nonblocking = o.op.size() > 1 && o.op[0] == 'i';
+  const std::string base = nonblocking ? o.op.substr(1) : o.op;
+  if (absl::Status s = CheckBenchOp(o.op); !s.ok()) {
+    std::fprintf(stderr, "netfold bench: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  const std::string bench = Find(o.self, {"../bench/mpi/collective_bench", "collective_bench"});
-  const std::string interposer = Find(o.self, {"../host/mpi/libnetfold_mpi.so", "../lib/libnetfold_mpi.so",
+  if (!o.testbed_rates.empty()) return RunTestbedBench(o);
+  const std::string bench = FindBeside(o.self, {"../bench/mpi/collective_bench", "collective_bench"});
+  const std::string interposer = FindBeside(o.self, {"../host/mpi/libnetfold_mpi.so", "../lib/libnetfold_mpi.so",
                                                "../lib/x86_64-linux-gnu/libnetfold_mpi.so"});
   if (bench.empty() || interposer.empty() || FindOnPath("mpirun").empty()) {
     std::fprintf(stderr, "netfold bench needs mpirun (Open MPI), bench/mpi/collective_bench and "
@@ -164,6 +126,7 @@ int RunBench(const BenchOptions& o) {
   std::vector<std::string> netfold_options = {
       "-x", "NETFOLD_MANAGER=" + (*fabric)->manager_address(),
       "-x", "NETFOLD_CREDENTIAL_FILE=" + (*fabric)->credential_file(),
+      "-x", "NETFOLD_TLS_CA=" + (*fabric)->tls_ca_file(),
       "-x", "LD_PRELOAD=" + interposer,
       "-x", "NETFOLD_MPI_ENABLE=1"};
   if (o.poll_us > 0) {
@@ -231,7 +194,7 @@ int RunBench(const BenchOptions& o) {
           }
         }
       }
-      results[v.name][p] = Parse(out);
+      results[v.name][p] = ParsePoints(out);
     }
   }
   (void)(*fabric)->Stop();
@@ -313,25 +276,7 @@ int RunBench(const BenchOptions& o) {
               "on one rank's link (both directions) per operation, against what a ring must send and "
               "receive (allreduce 2(p-1)V/p; allgather and reduce-scatter (p-1)V/p each way, V the "
               "whole vector).\nCSV: %s\n", csv_path.c_str());
-  const std::string plot = Find(o.self, {"../../bench/plot_bench.py", "../share/netfold/plot_bench.py"});
-  if (!plot.empty()) {
-    CommandOptions check;
-    check.timeout = absl::Seconds(30);
-    absl::StatusOr<CommandResult> has_matplotlib =
-        RunCommand({"/usr/bin/python3", "-c", "import matplotlib"}, check);
-    if (has_matplotlib.ok() && has_matplotlib->Succeeded()) {
-      CommandOptions draw;
-      draw.timeout = absl::Minutes(5);
-      draw.stderr_path = out_dir + "/plot.log";
-      absl::StatusOr<CommandResult> drawn =
-          RunCommand({"/usr/bin/python3", plot, csv_path, out_dir}, draw);
-      if (drawn.ok() && drawn->Succeeded()) {
-        std::printf("plots: %s/*.png\n", out_dir.c_str());
-      } else {
-        std::printf("no plots (see %s/plot.log)\n", out_dir.c_str());
-      }
-    }
-  }
+  Plot(o.self, csv_path, out_dir);
   if (!failed.empty()) {
     // The rows of a failed run are missing ('-'), not guessed.
     std::printf("FAILED: %s (see %s)\n", absl::StrJoin(failed, ", ").c_str(), log.c_str());

@@ -9,10 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
 namespace netfold::tools {
 
 struct BenchOptions {
-  std::string op = "allreduce";          // allreduce | reduce | bcast | barrier
+  std::string op = "allreduce";          // CheckBenchOp
   std::vector<int> ranks = {2, 4, 8, 16};
   std::vector<long> sizes;               // bytes; empty: 4 B .. 64 MiB
   double seconds_per_size = 0.5;         // measurement budget per point
@@ -21,10 +24,22 @@ struct BenchOptions {
   // Opt-in polling for netfold's runs: the switches' --poll_us and the
   // ranks' NETFOLD_POLL_US; 0: both sleep in epoll (the defaults).
   int poll_us = 0;
+  // Shaped links on the namespace testbed instead of loopback: one run per
+  // rate ("250mbit", "1gbit"; tc's spelling), on `topology` (default
+  // deploy/topologies/testbed_two_level.yaml), ranks: the first of `ranks`.
+  std::vector<std::string> testbed_rates;
+  std::string topology;
   std::string self;                      // this program (to find siblings)
 };
 
+// OK if `op` is a collective bench measures (allreduce, ..., iallreduce, ...).
+absl::Status CheckBenchOp(const std::string& op);
 int RunBench(const BenchOptions& options);
+// `--testbed` (tools/bench_testbed.cc): needs root, mpirun and the checkout's
+// deploy/testbed; a CSV with the link rate per row, a table and plots.
+int RunTestbedBench(const BenchOptions& options);
+// A link rate as tc spells it ("250mbit", "2.5gbit", "500kbit") in bit/s.
+absl::StatusOr<double> ParseLinkRate(const std::string& rate);
 
 }  // namespace netfold::tools
 

@@ -380,6 +380,7 @@ int RunDemo(const DemoOptions& options) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       setenv("NETFOLD_MANAGER", (*fabric)->manager_address().c_str(), 1);
       setenv("NETFOLD_CREDENTIAL_FILE", (*fabric)->credential_file().c_str(), 1);
+      setenv("NETFOLD_TLS_CA", (*fabric)->tls_ca_file().c_str(), 1);
       setenv("NETFOLD_OOB_ADDRESS", (*server)->address().c_str(), 1);
       setenv("NETFOLD_OOB_RANK", std::to_string(r).c_str(), 1);
       setenv("NETFOLD_OOB_SIZE", std::to_string(options.hosts).c_str(), 1);

@@ -19,12 +19,14 @@
 #include "absl/strings/str_split.h"
 #include "auth/fabric_credential.h"
 #include "auth/grpc_credential.h"
+#include "auth/tls_files.h"
 #include "base/errno_status.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "manager/topology.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tools/daemon_pids.h"
+#include "tools/fabric_certificates.h"
 
 namespace netfold::tools {
 namespace {
@@ -236,6 +238,22 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   // A new credential for every fabric (docs/security.md).
   credential_file_ = absl::StrFormat("%s/%s", state_dir_, auth::kCredentialFileName);
   NETFOLD_ASSIGN_OR_RETURN(credential_, auth::CreateCredentialFile(credential_file_));
+  client_auth_.credential = credential_;
+  // And a new CA (docs/security.md, "TLS on the control plane"): the
+  // daemons listen on loopback, which the certificate always names.
+  std::string tls_flag = "--plaintext";
+  if (!options.plaintext) {
+    NETFOLD_ASSIGN_OR_RETURN(auth::FabricCertificates certs, auth::MakeFabricCertificates({}));
+    NETFOLD_RETURN_IF_ERROR(WriteFabricCertificates(*dir_, certs).status());
+    tls_ca_file_ = dir_->PathOf(auth::kTlsCaFileName);
+    NETFOLD_ASSIGN_OR_RETURN(client_auth_.tls_ca_pem, auth::ReadTlsCaFile(tls_ca_file_));
+    tls_flag = "--tls_dir=" + state_dir_;
+  } else {
+    // A CA left by an earlier fabric would make this one's clients try TLS.
+    dir_->Remove(auth::kTlsCaFileName);
+    dir_->Remove(auth::kTlsCertFileName);
+    dir_->Remove(auth::kTlsKeyFileName);
+  }
 
   NETFOLD_ASSIGN_OR_RETURN(std::string managerd, FindDaemon("netfold-managerd", options.bin_dir));
   NETFOLD_ASSIGN_OR_RETURN(std::string switchd, FindDaemon("netfold-switchd", options.bin_dir));
@@ -269,7 +287,8 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   NETFOLD_ASSIGN_OR_RETURN(pid_t mpid, Spawn("manager",
                                              {managerd, "--config=" + config_file,
                                               "--port_file=" + port_file,
-                                              "--credential_file=" + credential_file_},
+                                              "--credential_file=" + credential_file_,
+                                              tls_flag},
                                              options.detach));
   NETFOLD_ASSIGN_OR_RETURN(int mport, WaitForPortFile(*dir_, "manager.port", mpid,
                                                       options.ready_timeout, "manager.log"));
@@ -294,6 +313,7 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
                                      "--admin_address=127.0.0.1:0",
                                      "--admin_port_file=" + admin_file,
                                      "--credential_file=" + credential_file_,
+                                     tls_flag,
                                      "--log_level=" + options.log_level};
     if (!options.link_faults.empty()) argv.push_back("--link_faults=" + options.link_faults);
     if (options.switch_poll_us > 0) {
@@ -314,7 +334,7 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
 }
 
 absl::Status LocalFabric::WaitForSwitches(absl::Duration timeout) {
-  auto channel = auth::CreateChannel(manager_address_, credential_);
+  auto channel = auth::CreateChannel(manager_address_, client_auth_);
   auto stub = control::Admin::NewStub(channel);
   const absl::Time deadline = absl::Now() + timeout;
   std::string last;

@@ -11,7 +11,9 @@
 // Everything lives in a state directory: the topology, the manager's config
 // and journal, one log per daemon, the fabric credential (`credential`, mode
 // 0600, new for every start: the daemons are given its path, never the
-// secret, and every client presents it), and `fabric.pids` / `manager.address`
+// secret, and every client presents it), the fabric's TLS files (`ca.pem`,
+// `server.pem`, `server.key`, a new CA for every start; the daemons serve
+// TLS with them, clients trust that CA alone), and `fabric.pids` / `manager.address`
 // so that `netfold down` (StopStateDir) can find the daemons again. The
 // directory is opened through StateDir (tools/state_dir.h: made 0700,
 // refused if another user could have prepared it; files opened with
@@ -35,6 +37,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "auth/grpc_credential.h"
 #include "tools/state_dir.h"
 
 namespace netfold::tools {
@@ -56,6 +59,9 @@ struct LocalFabricOptions {
   // appended as given; tests scale the manager's timeouts with it.
   std::string manager_config;
   absl::Duration ready_timeout = absl::Seconds(30);
+  // No TLS: the daemons run with --plaintext (the credential crosses
+  // loopback in clear). For `netfold up --plaintext` and comparisons.
+  bool plaintext = false;
 };
 
 class LocalFabric {
@@ -69,6 +75,11 @@ class LocalFabric {
   // secret in it (for the caller's own gRPC channels, auth/grpc_credential.h).
   const std::string& credential_file() const { return credential_file_; }
   const std::string& credential() const { return credential_; }
+  // The fabric CA's certificate file (for NETFOLD_TLS_CA; "" with
+  // plaintext), and what a client of this fabric needs: the credential and
+  // the CA (auth/grpc_credential.h).
+  const std::string& tls_ca_file() const { return tls_ca_file_; }
+  const auth::ClientAuth& client_auth() const { return client_auth_; }
   const std::string& state_dir() const { return state_dir_; }
   const std::string& topology_file() const { return topology_file_; }
   const std::vector<std::string>& switch_names() const { return switch_names_; }
@@ -131,6 +142,8 @@ class LocalFabric {
   std::string manager_address_;
   std::string credential_file_;
   std::string credential_;
+  std::string tls_ca_file_;
+  auth::ClientAuth client_auth_;
   std::vector<std::string> switch_names_;
   std::vector<std::string> host_names_;
   std::vector<Daemon> daemons_;

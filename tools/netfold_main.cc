@@ -1,12 +1,13 @@
 // netfold: the command line of the fabric.
 //
 //   netfold demo [--hosts N] [--faults] [--seed S] [--quick]
-//   netfold up [--topology FILE] [--hosts N] [--state-dir DIR] [--faults SPEC]
+//   netfold up [--topology FILE] [--hosts N] [--state-dir DIR] [--faults SPEC] [--plaintext]
 //   netfold down [--state-dir DIR]
 //   netfold status [--manager IP:PORT | --state-dir DIR] [--switch NAME]
 //   netfold explain --job ID [--ranks LIST] | --hosts H0,H1,.. [--slots K] [--slot-bytes P]
 //   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
-//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--quick] [--poll-us N]
+//   netfold certs --out DIR [--hosts ADDR,...] [--days N] [--force]
+//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--quick] [--poll-us N] [--testbed RATES]
 //   netfold help [COMMAND]      (also: netfold --help, netfold COMMAND --help)
 //   netfold completion bash
 //
@@ -30,11 +31,14 @@
 #include "absl/strings/str_format.h"
 #include "auth/fabric_credential.h"
 #include "auth/grpc_credential.h"
+#include "auth/tls_files.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tools/bench.h"
 #include "tools/demo.h"
 #include "tools/explain.h"
+#include "tools/fabric_certificates.h"
 #include "tools/local_fabric.h"
 #include "tools/state_dir.h"
 #include "tools/status_text.h"
@@ -208,6 +212,7 @@ int Up(int argc, char** argv) {
     return Fail("--hosts must be a positive number");
   }
   if (args.Has("faults")) o.link_faults = "default/both/" + args.Get("faults");
+  o.plaintext = args.Has("plaintext");
   if (args.Has("poll-us") && (!absl::SimpleAtoi(args.Get("poll-us"), &o.switch_poll_us) ||
                               o.switch_poll_us < 0 || o.switch_poll_us > 1000000)) {
     return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
@@ -222,6 +227,13 @@ int Up(int argc, char** argv) {
   for (const std::string& h : (*fabric)->host_names()) std::printf("%s ", h.c_str());
   std::printf("\n\nexport NETFOLD_MANAGER=%s\n", (*fabric)->manager_address().c_str());
   std::printf("export NETFOLD_CREDENTIAL_FILE=%s\n", (*fabric)->credential_file().c_str());
+  if (!o.plaintext) {
+    std::printf("export NETFOLD_TLS_CA=%s\n", (*fabric)->tls_ca_file().c_str());
+  } else {
+    std::fprintf(stderr,
+                 "netfold up: WARNING: PLAINTEXT (--plaintext): the control plane runs without "
+                 "TLS; the fabric credential crosses loopback in clear (docs/security.md)\n");
+  }
   std::printf("\n(stop it with: netfold down%s)\n",
               args.Has("state-dir") ? (" --state-dir " + o.state_dir).c_str() : "");
   return 0;
@@ -259,23 +271,44 @@ absl::StatusOr<std::string> FindManager(const Args& args) {
   return manager;
 }
 
-// The fabric credential: the one of --state-dir's fabric, else the file
-// NETFOLD_CREDENTIAL_FILE names, else the default state directory's; ""
-// if there is none (a manager run with auth: none asks for none).
-// The credential of the fabric the command talks to: the one in --state-dir
-// if that directory has one (like its manager address), else the default
-// (NETFOLD_CREDENTIAL_FILE, then the default state directory's).
-absl::StatusOr<std::string> FindCredential(const Args& args) {
+// What the command presents and trusts: the credential and the CA of the
+// fabric of --state-dir if that directory has a credential (like its manager
+// address), else the default ones (NETFOLD_CREDENTIAL_FILE, then the default
+// state directory's; NETFOLD_TLS_CA, then the ca.pem beside the credential).
+// No credential: none presented (a manager run with auth: none); no CA:
+// plaintext (a fabric run with --plaintext).
+absl::StatusOr<auth::ClientAuth> FindClientAuth(const Args& args) {
+  auth::ClientAuth out;
+  std::string credential_file;
   if (args.Has("state-dir")) {
+    const std::string dir = args.Get("state-dir");
     absl::StatusOr<std::string> credential =
-        auth::ReadCredentialFile(args.Get("state-dir") + "/" + auth::kCredentialFileName);
-    if (!absl::IsNotFound(credential.status())) return credential;
+        auth::ReadCredentialFile(dir + "/" + auth::kCredentialFileName);
+    if (!absl::IsNotFound(credential.status())) {
+      if (!credential.ok()) return credential.status();
+      out.credential = *std::move(credential);
+      absl::StatusOr<std::string> ca = auth::ReadTlsCaFile(dir + "/" + auth::kTlsCaFileName);
+      if (ca.ok()) out.tls_ca_pem = *std::move(ca);
+      if (!ca.ok() && !absl::IsNotFound(ca.status())) return ca.status();
+      return out;
+    }
   }
-  const std::string file = auth::DefaultCredentialFile();
-  if (file.empty()) return std::string();
-  absl::StatusOr<std::string> credential = auth::ReadCredentialFile(file);
-  if (absl::IsNotFound(credential.status())) return std::string();
-  return credential;
+  credential_file = auth::DefaultCredentialFile();
+  if (!credential_file.empty()) {
+    absl::StatusOr<std::string> credential = auth::ReadCredentialFile(credential_file);
+    if (credential.ok()) out.credential = *std::move(credential);
+    if (!credential.ok() && !absl::IsNotFound(credential.status())) return credential.status();
+  }
+  if (const std::string ca_file = auth::DefaultTlsCaFile(credential_file); !ca_file.empty()) {
+    NETFOLD_ASSIGN_OR_RETURN(out.tls_ca_pem, auth::ReadTlsCaFile(ca_file));
+  }
+  return out;
+}
+
+// A failed call's error, with what to check when it could not connect.
+std::string CallError(const grpc::Status& s, const auth::ClientAuth& client_auth) {
+  if (s.error_code() != grpc::StatusCode::UNAVAILABLE) return s.error_message();
+  return absl::StrFormat("%s (%s)", s.error_message(), auth::ConnectHint(client_auth));
 }
 
 std::chrono::system_clock::time_point RpcDeadline() {
@@ -283,21 +316,22 @@ std::chrono::system_clock::time_point RpcDeadline() {
 }
 
 absl::StatusOr<control::GetStatusResponse> GetManagerStatus(const std::string& manager,
-                                                            const std::string& credential) {
+                                                            const auth::ClientAuth& credential) {
   auto stub = control::Admin::NewStub(auth::CreateChannel(manager, credential));
   grpc::ClientContext c;
   c.set_deadline(RpcDeadline());
   control::GetStatusResponse status;
   grpc::Status s = stub->GetStatus(&c, control::GetStatusRequest(), &status);
   if (!s.ok()) {
-    return absl::UnavailableError(absl::StrFormat("manager %s: %s", manager, s.error_message()));
+    return absl::UnavailableError(
+        absl::StrFormat("manager %s: %s", manager, CallError(s, credential)));
   }
   return status;
 }
 
 // The admin address of switch `name`, as it registered with the manager.
 absl::StatusOr<std::string> SwitchAdminAddress(const std::string& manager, const std::string& name,
-                                               const std::string& credential) {
+                                               const auth::ClientAuth& credential) {
   absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager, credential);
   if (!status.ok()) return status.status();
   std::string names;
@@ -326,7 +360,7 @@ std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>
 }
 
 int SwitchStatus(const std::string& manager, const std::string& name,
-                 const std::string& credential) {
+                 const auth::ClientAuth& credential) {
   absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name, credential);
   if (!admin.ok()) return Fail(std::string(admin.status().message()));
   auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(*admin, credential));
@@ -336,9 +370,11 @@ int SwitchStatus(const std::string& manager, const std::string& name,
   control::GetCountersRequest request;
   // The operator's view (QPs, peers, per-link faults): the switch gives it
   // to a caller with the fabric credential.
-  request.set_detail(!credential.empty());
+  request.set_detail(!credential.credential.empty());
   grpc::Status s = stub->GetCounters(&c, request, &r);
-  if (!s.ok()) return Fail(absl::StrFormat("switch %s (%s): %s", name, *admin, s.error_message()));
+  if (!s.ok()) {
+    return Fail(absl::StrFormat("switch %s (%s): %s", name, *admin, CallError(s, credential)));
+  }
   absl::PrintF("switch %s: data %s (%s), admin %s, up %.1f s, incarnation %d\n", r.name(),
               r.data_address(), r.backend(), admin->c_str(),
               static_cast<double>(r.uptime_ms()) / 1000.0, r.incarnation());
@@ -383,7 +419,7 @@ int Status(int argc, char** argv) {
   if (!found.ok()) return Fail(std::string(found.status().message()));
   const std::string& manager = *found;
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
-  absl::StatusOr<std::string> credential = FindCredential(args);
+  absl::StatusOr<auth::ClientAuth> credential = FindClientAuth(args);
   if (!credential.ok()) return Fail(std::string(credential.status().message()));
   if (args.Has("switch")) return SwitchStatus(manager, args.Get("switch"), *credential);
   absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager, *credential);
@@ -403,7 +439,7 @@ int Explain(int argc, char** argv) {
   if (!found.ok()) return Fail(std::string(found.status().message()));
   const std::string& manager = *found;
   if (manager.empty()) return Fail("no manager: pass --manager, run `netfold up`, or set NETFOLD_MANAGER");
-  absl::StatusOr<std::string> credential = FindCredential(args);
+  absl::StatusOr<auth::ClientAuth> credential = FindClientAuth(args);
   if (!credential.ok()) return Fail(std::string(credential.status().message()));
   control::GetStatusResponse status;
   if (options->job_id && options->ranks.empty()) {
@@ -418,7 +454,7 @@ int Explain(int argc, char** argv) {
   c.set_deadline(RpcDeadline());
   control::ExplainResponse resp;
   grpc::Status s = stub->Explain(&c, *req, &resp);
-  if (!s.ok()) return Fail(absl::StrFormat("manager %s: %s", manager, s.error_message()));
+  if (!s.ok()) return Fail(absl::StrFormat("manager %s: %s", manager, CallError(s, *credential)));
   absl::PrintF("manager %s: %s", manager, FormatExplain(*req, resp));
   return resp.fits() ? 0 : 1;
 }
@@ -448,7 +484,7 @@ int Fault(int argc, char** argv) {
   } else {
     return Fail(absl::StrFormat("--direction '%s': use both, send or receive", direction));
   }
-  absl::StatusOr<std::string> credential = FindCredential(args);
+  absl::StatusOr<auth::ClientAuth> credential = FindClientAuth(args);
   if (!credential.ok()) return Fail(std::string(credential.status().message()));
   absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name, *credential);
   if (!admin.ok()) return Fail(std::string(admin.status().message()));
@@ -457,13 +493,31 @@ int Fault(int argc, char** argv) {
   c.set_deadline(RpcDeadline());
   control::SetLinkFaultResponse resp;
   grpc::Status s = stub->SetLinkFault(&c, req, &resp);
-  if (!s.ok()) return Fail(absl::StrFormat("switch %s: %s", name, s.error_message()));
+  if (!s.ok()) return Fail(absl::StrFormat("switch %s: %s", name, CallError(s, *credential)));
   absl::PrintF("switch %s: %d link%s changed\n", name, resp.links_size(),
               resp.links_size() == 1 ? "" : "s");
   for (const control::LinkFault& l : resp.links()) {
     absl::PrintF("  %-21s send %s, receive %s\n", l.peer(), l.send(),
                 l.receive());
   }
+  return 0;
+}
+
+// netfold certs --out DIR: a fabric's TLS files for daemons on several
+// machines (docs/operations.md, "TLS files for a testbed").
+int Certs(int argc, char** argv) {
+  Args args = Args::Parse(argc, argv, *FindCommand("certs"));
+  if (!args.error.empty()) return FailUsage("certs", args.error);
+  if (!args.Has("out")) return FailUsage("certs", "give --out DIR");
+  std::vector<std::string> hosts;
+  if (args.Has("hosts")) hosts = absl::StrSplit(args.Get("hosts"), ',', absl::SkipEmpty());
+  int days = 365;
+  if (args.Has("days") &&
+      (!absl::SimpleAtoi(args.Get("days"), &days) || days < 1 || days > 3650)) {
+    return Fail("--days must be a number from 1 to 3650");
+  }
+  absl::Status s = MakeCertsDirectory(args.Get("out"), hosts, days, args.Has("force"));
+  if (!s.ok()) return Fail(std::string(s.message()));
   return 0;
 }
 
@@ -503,6 +557,19 @@ int Bench(int argc, char** argv) {
     return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
   }
   o.out_dir = args.Get("out");
+  if (args.Has("testbed")) {
+    for (absl::string_view r : absl::StrSplit(args.Get("testbed"), ',', absl::SkipEmpty())) {
+      if (absl::StatusOr<double> bps = ParseLinkRate(std::string(r)); !bps.ok()) {
+        return Fail(absl::StrFormat("--testbed: %s", bps.status().message()));
+      }
+      o.testbed_rates.emplace_back(r);
+    }
+    if (o.testbed_rates.empty()) return Fail("--testbed is a comma-separated list of link rates");
+    if (!args.Has("ranks")) o.ranks = {8};
+  } else if (args.Has("topology")) {
+    return Fail("--topology is for --testbed runs");
+  }
+  o.topology = args.Get("topology");
   return RunBench(o);
 }
 
@@ -609,12 +676,15 @@ const std::vector<Command>& Commands() {
        .run = Demo},
       {.name = "up",
        .synopsis = "[--topology FILE | --hosts N] [--state-dir DIR] [--faults IMPAIRMENT] "
-                   "[--poll-us N]",
+                   "[--poll-us N] [--plaintext]",
        .summary = "start a manager and the switches of a topology in the background and print\n"
                   "what to export.   --topology FILE | --hosts N (8)   --state-dir DIR\n"
                   "--faults IMPAIRMENT (on every switch port, e.g. drop=0.01,seed=3)\n"
                   "--poll-us N: the switches poll N us after each packet (opt-in; ranks:\n"
-                  "NETFOLD_POLL_US)",
+                  "NETFOLD_POLL_US)\n"
+                  "--plaintext: no TLS on the control plane (the credential crosses loopback\n"
+                  "in clear; the default is TLS with a new CA per fabric)",
+       .flags = {"plaintext"},
        .valued = {"topology", "hosts", "state-dir", "faults", "poll-us"},
        .run = Up},
       {.name = "down",
@@ -651,10 +721,20 @@ const std::vector<Command>& Commands() {
        .valued = {"manager", "state-dir", "peer", "direction"},
        .max_positional = 2,
        .run = Fault},
+      {.name = "certs",
+       .synopsis = "--out DIR [--hosts ADDR,...] [--days N] [--force]",
+       .summary = "make a fabric's TLS files for daemons on several machines: a new CA\n"
+                  "(ca.pem) and a server certificate and key (server.pem, server.key) for\n"
+                  "127.0.0.1, localhost and --hosts (the addresses the manager and the\n"
+                  "switches' admin APIs listen on, comma-separated IPs or DNS names).\n"
+                  "--out DIR (made 0700)  --days N (365)  --force: replace a set in DIR",
+       .flags = {"force"},
+       .valued = {"out", "hosts", "days"},
+       .run = Certs},
       {.name = "bench",
        .synopsis = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] "
                    "[--sizes ..] [--seconds S] "
-                   "[--out DIR] [--quick] [--poll-us N]",
+                   "[--out DIR] [--quick] [--poll-us N] [--testbed RATES [--topology FILE]]",
        .summary = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter: the fabric against\n"
                   "Open MPI (shared memory and TCP) in the same run: a table of ratios, a CSV\n"
                   "and PNG plots. Sizes are the whole vector (allgather: the result;\n"
@@ -663,9 +743,12 @@ const std::vector<Command>& Commands() {
                   "--ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  "
                   "--quick\n"
                   "--poll-us N: netfold's switches and ranks poll N us after each packet "
-                  "(opt-in)",
+                  "(opt-in)\n"
+                  "--testbed 250mbit,1gbit: on the namespace testbed (root), every link shaped\n"
+                  "to each rate in turn: in-network, libnetfold's ring and Open MPI over TCP\n"
+                  "through the same links (--ranks: one count, default 8; --topology FILE)",
        .flags = {"quick"},
-       .valued = {"ranks", "sizes", "seconds", "out", "poll-us"},
+       .valued = {"ranks", "sizes", "seconds", "out", "poll-us", "testbed", "topology"},
        .max_positional = 1,
        .words = {"allreduce", "reduce", "bcast", "barrier"},
        .run = Bench},

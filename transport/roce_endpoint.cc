@@ -11,7 +11,6 @@ namespace netfold::transport {
 
 namespace {
 // Segments of one UDP GSO send carry identifications 0..63 (udp_port.cc).
-constexpr uint16_t kMaxSegmentIdentification = 64;
 
 template <typename Qp>
 void InsertInQpnOrder(std::vector<Qp*>& qps, Qp* qp) {
@@ -202,32 +201,42 @@ bool RoceEndpoint::DispatchUnsupportedRequest(const PacketBuffer& p) {
   return true;
 }
 
+proto::RoceParseResult RoceEndpoint::CheckIcrc(const PacketBuffer& p, bool* solved) {
+  const std::span<const uint8_t> bytes = p.bytes();
+  if (bytes.size() < proto::kBthSize + proto::kIcrcSize) return proto::RoceParseResult::kTruncated;
+  const std::span<const uint8_t> covered = bytes.first(bytes.size() - proto::kIcrcSize);
+  const proto::IcrcAddresses addrs{p.src.ip, p.dst.ip, p.src.port, p.dst.port, 0};
+  const uint32_t received = proto::LoadIcrc(bytes.last<proto::kIcrcSize>());
+  // The ICRC of identification x is the one of 0 XOR D(x) (proto/icrc.h):
+  // one CRC pass, then the identification is looked up, not recomputed.
+  const uint32_t delta = proto::ComputeIcrc(addrs, covered) ^ received;
+  // Sent alone (identification 0), or its place in the received batch.
+  if (delta == 0 || (p.ip_id != 0 && delta == icrc_ids_.Difference(covered.size(), p.ip_id))) {
+    return proto::RoceParseResult::kOk;
+  }
+  // A segment of a peer's GSO send that arrived alone or in another batch.
+  std::optional<uint16_t> id;
+  if (config_.accept_segment_identifications || config_.solve_ip_identification) {
+    id = icrc_ids_.FindSegment(covered.size(), delta);
+  }
+  // A NIC's identification, any of 2^16.
+  if (!id.has_value() && config_.solve_ip_identification) {
+    id = proto::SolveIpv4Identification(addrs, covered, received);
+  }
+  if (!id.has_value()) return proto::RoceParseResult::kBadIcrc;
+  *solved = true;
+  return proto::RoceParseResult::kOk;
+}
+
 void RoceEndpoint::Dispatch(PacketBuffer* p) {
   counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
-  proto::IcrcAddresses addrs{p->src.ip, p->dst.ip, p->src.port, p->dst.port, p->ip_id};
   proto::RocePacketView view;
+  bool solved = false;
   proto::RoceParseResult r =
-      proto::ParseRocePacket(p->bytes(), config_.check_icrc ? &addrs : nullptr, &view);
-  if (r == proto::RoceParseResult::kBadIcrc && addrs.ip_id != 0) {
-    // Its place in a received batch said identification ip_id; a batch the
-    // receiving stack coalesced from datagrams sent one by one (each with
-    // identification 0) says otherwise.
-    addrs.ip_id = 0;
-    r = proto::ParseRocePacket(p->bytes(), &addrs, &view);
-  }
-  if (r == proto::RoceParseResult::kBadIcrc &&
-      (config_.solve_ip_identification || config_.accept_segment_identifications) &&
-      p->len() >= proto::kIcrcSize) {
-    const std::span<const uint8_t> bytes = p->bytes();
-    const uint32_t icrc = proto::LoadIcrc(bytes.last<proto::kIcrcSize>());
-    const std::optional<uint16_t> id =
-        proto::SolveIpv4Identification(addrs, bytes.first(bytes.size() - proto::kIcrcSize), icrc);
-    if (id.has_value() && (config_.solve_ip_identification || *id < kMaxSegmentIdentification)) {
-      r = proto::ParseRocePacket(p->bytes(), nullptr, &view);
-      if (r == proto::RoceParseResult::kOk) {
-        counters_.ip_identification_solved.fetch_add(1, std::memory_order_relaxed);
-      }
-    }
+      config_.check_icrc ? CheckIcrc(*p, &solved) : proto::RoceParseResult::kOk;
+  if (r == proto::RoceParseResult::kOk) r = proto::ParseRocePacket(p->bytes(), nullptr, &view);
+  if (r == proto::RoceParseResult::kOk && solved) {
+    counters_.ip_identification_solved.fetch_add(1, std::memory_order_relaxed);
   }
   if (r == proto::RoceParseResult::kUnknownOpcode && DispatchUnsupportedRequest(*p)) {
     PacketPool::Free(p);

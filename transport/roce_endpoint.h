@@ -38,6 +38,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "base/clock.h"
+#include "proto/icrc.h"
 #include "proto/roce_packet.h"
 #include "transport/port.h"
 #include "transport/rc_queue_pair.h"
@@ -136,6 +137,11 @@ class RoceEndpoint {
   // counts the parse drop).
   bool DispatchUnsupportedRequest(const PacketBuffer& p);
   void Dispatch(PacketBuffer* p);
+  // Whether `p`'s ICRC is right for an IPv4 identification it may have left
+  // with (RoceEndpointConfig): kOk, kTruncated or kBadIcrc; `solved` when
+  // that was neither 0 nor its place in the batch. One CRC pass whatever
+  // the identification.
+  proto::RoceParseResult CheckIcrc(const PacketBuffer& p, bool* solved);
   // Reads what is queued, without waiting, if a QP timer is due.
   size_t ReceiveIfTimerDue();
   // Polls every QP that has something to send and sends it in one burst.
@@ -156,6 +162,7 @@ class RoceEndpoint {
   bool flushed_receives_ = false;  // Flush read packets the owner has not seen
   std::vector<PacketBuffer*> tx_;
   RoceEndpointCounters counters_;
+  proto::IcrcIdentificationTable icrc_ids_;
 };
 
 }  // namespace netfold::transport

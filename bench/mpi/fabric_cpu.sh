@@ -52,6 +52,7 @@ run() {
   before=$(ticks $pids)
   /usr/bin/time -f "%U %S" -o "$out.time" timeout 600 mpirun --allow-run-as-root --oversubscribe \
     -np "$np" -x NETFOLD_MANAGER="$manager" -x NETFOLD_CREDENTIAL_FILE="$state/credential" \
+    -x NETFOLD_TLS_CA="$state/ca.pem" \
     -x LD_PRELOAD="$build/host/mpi/libnetfold_mpi.so" \
     -x NETFOLD_MPI_ENABLE=1 "${extra[@]}" "$build/bench/mpi/collective_bench" allreduce "$size" "$secs" \
     >"$out" 2>/dev/null

@@ -5,6 +5,7 @@
 // time is asserted: this checks that the benchmark measures what it says,
 // not how fast anything is (docs/performance.md has the figures).
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -137,6 +138,47 @@ TEST_F(NetfoldBench, BarrierBcastAllgatherReduceScatterAndNonblockingMeasureEver
   }
 }
 
+// --testbed: the same program on the namespace testbed's shaped links, every
+// variant's row with the link's rate, and in-network moving fewer bytes on
+// a host link than the ring.
+TEST_F(NetfoldBench, TestbedModeMeasuresEveryVariantOnShapedLinks) {
+  if (geteuid() != 0) GTEST_SKIP() << "the testbed builds network namespaces: needs root";
+  if (system("ip netns add nfbenchprobe >/dev/null 2>&1 && ip netns del nfbenchprobe") != 0) {
+    GTEST_SKIP() << "network namespaces are not available here";
+  }
+  const CliRun r = Netfold(
+      absl::StrFormat("bench allreduce --testbed 500mbit --ranks 4 --sizes 262144 --seconds 0.1 "
+                      "--out %s", dir_.string()),
+      900);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("nf/ring"), std::string::npos) << r.output;
+  std::ifstream in(dir_ / "results.csv");
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "op,ranks,size_bytes,variant,iterations,avg_us,p50_us,p99_us,"
+                  "link_bytes_per_op,link_rate_bps");
+  std::map<std::string, double> link_bytes;
+  while (std::getline(in, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ',');
+    ASSERT_EQ(f.size(), 10u) << line;
+    EXPECT_EQ(f[1], "4") << line;
+    EXPECT_EQ(f[2], "262144") << line;
+    EXPECT_EQ(f[9], "500000000") << line;
+    double bytes = 0, avg = 0;
+    ASSERT_TRUE(absl::SimpleAtod(f[8], &bytes) && absl::SimpleAtod(f[5], &avg)) << line;
+    EXPECT_GT(avg, 0) << line;
+    link_bytes[f[3]] = bytes;
+  }
+  ASSERT_EQ(link_bytes.size(), 3u) << r.output;
+  // 2V plus headers in-network, against 2 x 2(p-1)V/p = 3V for the ring.
+  EXPECT_LT(link_bytes.at("netfold"), 2.0 * 262144 * 1.1);
+  EXPECT_GT(link_bytes.at("ring"), 2.9 * 262144);
+  EXPECT_EQ(link_bytes.at("ompi-tcp"), -1);
+  EXPECT_TRUE(fs::exists(dir_ / "testbed.log"));
+  // The testbed went down after the run.
+  EXPECT_NE(system("ip netns list | grep -q nfbench"), 0) << "namespaces left behind";
+}
+
 TEST_F(NetfoldBench, BadArgumentsAreClearErrors) {
   CliRun r = Netfold("bench alltoall --ranks 2", 60);
   EXPECT_NE(r.exit_code, 0);
@@ -148,6 +190,12 @@ TEST_F(NetfoldBench, BadArgumentsAreClearErrors) {
   r = Netfold("bench allreduce --poll-us -3", 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--poll-us"), std::string::npos) << r.output;
+  r = Netfold("bench allreduce --testbed 1gbit,fast", 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("link rate 'fast'"), std::string::npos) << r.output;
+  r = Netfold("bench allreduce --topology x.yaml", 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("--testbed"), std::string::npos) << r.output;
   r = Netfold("bench allreduce --seconds 0", 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--seconds"), std::string::npos) << r.output;

@@ -30,7 +30,8 @@ trap cleanup EXIT INT TERM
 up=$("$build/tools/netfold" up --hosts "$max_ranks" --state-dir "$state")
 NETFOLD_MANAGER=$(echo "$up" | sed -n 's/^export NETFOLD_MANAGER=//p')
 NETFOLD_CREDENTIAL_FILE=$(echo "$up" | sed -n 's/^export NETFOLD_CREDENTIAL_FILE=//p')
-export NETFOLD_MANAGER NETFOLD_CREDENTIAL_FILE
+NETFOLD_TLS_CA=$(echo "$up" | sed -n 's/^export NETFOLD_TLS_CA=//p')
+export NETFOLD_MANAGER NETFOLD_CREDENTIAL_FILE NETFOLD_TLS_CA
 export PYTHONPATH="$build/host/torch${PYTHONPATH:+:$PYTHONPATH}" OMP_NUM_THREADS=1
 for n in $(echo "$ranks" | tr ',' ' '); do
   logs="$state/torchrun-$n"

@@ -15,7 +15,7 @@ FakeSwitchAgent::FakeSwitchAgent(std::string manager_address, FakeSwitch* sw, Op
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   stub_ = control::SwitchControl::NewStub(
-      auth::CreateChannel(address_, options_.credential, args));
+      auth::CreateChannel(address_, {.credential = options_.credential}, args));
 }
 
 FakeSwitchAgent::~FakeSwitchAgent() { Stop(); }

@@ -8,12 +8,12 @@
 namespace netfold::manager {
 
 std::shared_ptr<grpc::Channel> FastReconnectChannel(const std::string& address,
-                                                    const std::string& credential) {
+                                                    const auth::ClientAuth& auth) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
-  return auth::CreateChannel(address, credential, args);
+  return auth::CreateChannel(address, auth, args);
 }
 
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout,

@@ -23,14 +23,16 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "auth/grpc_credential.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 
 namespace netfold::manager {
 
-// A channel that reconnects within half a second after its server restarts;
-// every call carries `credential` (the fabric credential), if not empty.
+// A channel that reconnects within half a second after its server restarts,
+// with `auth` (the fabric credential on every call if not empty; TLS if a CA
+// is given).
 std::shared_ptr<grpc::Channel> FastReconnectChannel(const std::string& address,
-                                                    const std::string& credential = "");
+                                                    const auth::ClientAuth& auth = {});
 
 // Polls `condition` every `step` until it holds or `timeout` passes.
 bool WaitUntil(const std::function<bool()>& condition, absl::Duration timeout,

@@ -80,9 +80,9 @@ struct Finalize {
   void operator()(netfold_context* ctx) const { netfold_finalize(ctx); }
 };
 
-uint64_t JobId(const std::string& manager, const std::string& credential,
+uint64_t JobId(const std::string& manager, const auth::ClientAuth& client_auth,
               const std::string& name) {
-  auto stub = control::Admin::NewStub(auth::CreateChannel(manager, credential));
+  auto stub = control::Admin::NewStub(auth::CreateChannel(manager, client_auth));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   control::GetStatusResponse status;
@@ -105,6 +105,7 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   // algorithms (NETFOLD_ALGORITHM=auto would take over).
   setenv("NETFOLD_ALGORITHM", "innetwork", 1);
   setenv("NETFOLD_CREDENTIAL_FILE", (*fabric)->credential_file().c_str(), 1);
+  setenv("NETFOLD_TLS_CA", (*fabric)->tls_ca_file().c_str(), 1);
   netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
   spec.rank = 0;
   spec.world_size = 1;
@@ -129,7 +130,7 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   ASSERT_EQ(netfold_group_create(ctx.get(), &gspec, &groups[2]), NETFOLD_ERR_NO_RESOURCES);
   const std::string refusal = netfold_last_error();
 
-  const uint64_t job = JobId(manager, (*fabric)->credential(), "explain-test");
+  const uint64_t job = JobId(manager, (*fabric)->client_auth(), "explain-test");
   ASSERT_NE(job, 0u) << "no job explain-test at " << manager;
   const std::string reason = absl::StrFormat("job %d has 2 of 2 groups (its quota)", job);
   EXPECT_THAT(refusal, HasSubstr(reason));

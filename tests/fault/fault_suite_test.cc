@@ -55,7 +55,7 @@ std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& sw
 
 control::GetStatusResponse Status(const tools::LocalFabric& fabric) {
   auto stub = control::Admin::NewStub(
-      auth::CreateChannel(fabric.manager_address(), fabric.credential()));
+      auth::CreateChannel(fabric.manager_address(), fabric.client_auth()));
   control::GetStatusResponse status;
   for (int attempt = 0; attempt < 50; ++attempt) {
     grpc::ClientContext c;

@@ -9,6 +9,9 @@
 //   sweep        allreduce of every dtype x op (order-free inputs checked
 //                against the reference), random fp32/fp64 sums checked
 //                identical on every rank, reduce, bcast, barrier
+//   release      reduces at non-roots return before their root starts
+//                (released, host/group.h); a mismatch after the return
+//                reaches the next call
 //   groups       three groups over the same ranks alive at once, nonblocking
 //                operations in flight on two of them at the same time
 //   large BYTES  one allreduce of BYTES (fp32 sum, in place)
@@ -431,6 +434,60 @@ std::string FloatDigest(netfold_group_t g, int n, int* errors) {
 
 }  // namespace
 
+// Reduces released at their non-roots (host/group.h): a non-root returns
+// before the root even started, may reuse its input at once, and a failure
+// after the return reaches its next call.
+void Released(netfold_group_t g) {
+  // 1000 int32 (4 slots of the test fabric's 8 x 1 KiB) and 64 KiB (past the window).
+  for (size_t count : {size_t{1000}, size_t{16384}}) {
+    for (int root = 0; root < g_size; ++root) {
+      std::vector<int32_t> in(count), out(count, -1);
+      for (size_t i = 0; i < count; ++i) in[i] = static_cast<int32_t>(i % 97) * (g_rank + 1);
+      if (g_rank == root) usleep(1500 * 1000);  // the others are long gone by now
+      const absl::Time t0 = absl::Now();
+      CheckRc(netfold_reduce(g, in.data(), out.data(), count, NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM,
+                             root),
+              "released reduce");
+      const absl::Duration took = absl::Now() - t0;
+      if (g_rank != root && count == 1000) {
+        Check(took < absl::Milliseconds(750),
+              absl::StrFormat("a non-root's reduce of %d returned after %s, before the root's "
+                              "1.5 s sleep was over: not released", count, absl::FormatDuration(took)));
+      }
+      if (g_rank != root) {
+        // Past the window it returned once its last chunk was posted, after
+        // the root began. Either way the caller's buffer is free again.
+        std::fill(in.begin(), in.end(), -1000);
+      } else {
+        const int32_t ranks = g_size * (g_size + 1) / 2;
+        for (size_t i = 0; i < count && g_failure.empty(); ++i) {
+          Check(out[i] == static_cast<int32_t>(i % 97) * ranks,
+                absl::StrFormat("released reduce of %d at root %d, element %d", count, root, i));
+        }
+      }
+    }
+  }
+  // A root that disagrees with the others on the op, and starts late: it
+  // hears of it from its reduce, the others from their next call, and the
+  // group goes on.
+  int32_t x = 1, y = 0;
+  if (g_rank == 0) usleep(1500 * 1000);
+  const int rc = netfold_reduce(g, &x, &y, 1, NETFOLD_DTYPE_INT32,
+                                g_rank == 0 ? NETFOLD_OP_MAX : NETFOLD_OP_SUM, 0);
+  if (g_rank == 0) {
+    Check(rc == NETFOLD_ERR_MISMATCH, "the root of a mismatched reduce was not told");
+    CheckRc(netfold_barrier(g), "barrier after the mismatch");
+  } else {
+    CheckRc(rc, "a non-root's mismatched reduce (released)");
+    const int later = netfold_barrier(g);
+    Check(later == NETFOLD_ERR_MISMATCH &&
+              std::strstr(netfold_last_error(), "earlier reduce") != nullptr,
+          absl::StrFormat("the next call after a released reduce failed returned %s: %s",
+                          netfold_strerror(later), netfold_last_error()));
+  }
+  CheckRc(netfold_barrier(g), "barrier after the reported mismatch");
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: fabric_rank sweep|groups|large BYTES|victim\n");
@@ -468,6 +525,8 @@ int main(int argc, char** argv) {
   }
   if (scenario == "sweep") {
     Sweep(**oob, g);
+  } else if (scenario == "release") {
+    Released(g);
   } else if (scenario == "groups") {
     // A second and a third group over all ranks, used at the same time.
     netfold_group_t g2 = nullptr, g3 = nullptr;

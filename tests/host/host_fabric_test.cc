@@ -44,7 +44,7 @@ std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& fa
 // The number of jobs the manager holds; -1 if it does not answer.
 int NumJobs(const tools::LocalFabric& fabric) {
   auto stub = control::Admin::NewStub(
-      auth::CreateChannel(fabric.manager_address(), fabric.credential()));
+      auth::CreateChannel(fabric.manager_address(), fabric.client_auth()));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   control::GetStatusResponse status;
@@ -65,6 +65,19 @@ TEST(HostFabric, SweepOnTwoRanks) {
   ASSERT_NE(fabric, nullptr);
   Launch ranks(*fabric, 2, 0, {"sweep"});
   ExpectAllOk(ranks.Wait(absl::Minutes(3)));
+}
+
+// A reduce's non-roots return once their input has left, before the root
+// starts (its input copied for the host fallback, or not when there is
+// none), and a failure after that reaches their next call.
+TEST(HostFabric, ANonRootsReduceReturnsOnceItsInputHasLeft) {
+  auto fabric = StartFabric(3);
+  ASSERT_NE(fabric, nullptr);
+  for (const char* algorithm : {"auto", "innetwork"}) {
+    SCOPED_TRACE(algorithm);
+    Launch ranks(*fabric, 3, 0, {"release"}, {{"NETFOLD_ALGORITHM", algorithm}});
+    ExpectAllOk(ranks.Wait(absl::Minutes(3)));
+  }
 }
 
 TEST(HostFabric, AForkedChildCannotUseTheContextAndTheParentGoesOn) {

@@ -75,6 +75,9 @@ class Launch {
   static std::map<std::string, std::string> WithCredential(
       const tools::LocalFabric& fabric, std::map<std::string, std::string> env) {
     env.emplace("NETFOLD_CREDENTIAL_FILE", fabric.credential_file());
+    // The fabric's CA, whatever the test's own environment says ("" with
+    // plaintext: none).
+    env.emplace("NETFOLD_TLS_CA", fabric.tls_ca_file());
     return env;
   }
 

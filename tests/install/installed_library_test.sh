@@ -44,7 +44,9 @@ manager=$(echo "$up" | sed -n 's/^export NETFOLD_MANAGER=//p')
 [ -n "$manager" ] || { echo "FAIL: netfold up printed no manager:"; echo "$up"; exit 1; }
 credential=$(echo "$up" | sed -n 's/^export NETFOLD_CREDENTIAL_FILE=//p')
 [ -n "$credential" ] || { echo "FAIL: netfold up printed no credential file:"; echo "$up"; exit 1; }
-out=$(NETFOLD_MANAGER="$manager" NETFOLD_CREDENTIAL_FILE="$credential" LD_LIBRARY_PATH="$root/$libdir" \
+ca=$(echo "$up" | sed -n 's/^export NETFOLD_TLS_CA=//p')
+out=$(NETFOLD_MANAGER="$manager" NETFOLD_CREDENTIAL_FILE="$credential" NETFOLD_TLS_CA="$ca" \
+      LD_LIBRARY_PATH="$root/$libdir" \
       timeout 60 "$tmp/hello_netfold")
 echo "$out"
 echo "$out" | grep -q "ok" || { echo "FAIL: the example did not succeed"; exit 1; }

@@ -51,11 +51,14 @@ struct MpiResult {
 // file), or just an address (nothing, or nothing that answers, there).
 struct Target {
   Target(const tools::LocalFabric& fabric)  // NOLINT: implicit on purpose
-      : manager(fabric.manager_address()), credential_file(fabric.credential_file()) {}
+      : manager(fabric.manager_address()),
+        credential_file(fabric.credential_file()),
+        tls_ca_file(fabric.tls_ca_file()) {}
   Target(std::string address) : manager(std::move(address)) {}  // NOLINT
   Target(const char* address) : manager(address) {}             // NOLINT
   std::string manager;
   std::string credential_file;
+  std::string tls_ca_file;
 };
 
 // Runs `mpirun -np N ... mpi_collectives ARGS`, output (stdout+stderr)
@@ -67,6 +70,7 @@ MpiResult MpiRun(int np, const std::vector<std::string>& args, const Target& tar
   env.emplace("NETFOLD_MANAGER", manager);
   if (!target.credential_file.empty()) {
     env.emplace("NETFOLD_CREDENTIAL_FILE", target.credential_file);
+    env.emplace("NETFOLD_TLS_CA", target.tls_ca_file);
   }
   env.emplace("LD_PRELOAD", Interposer());
   std::string cmd = absl::StrFormat("mpirun --allow-run-as-root --oversubscribe -np %d", np);

@@ -54,7 +54,8 @@ std::unique_ptr<tools::LocalFabric> StartFabric() {
 
 grpc::Status GetStatus(const tools::LocalFabric& fabric, const std::string& credential,
                        control::GetStatusResponse* out) {
-  auto stub = control::Admin::NewStub(auth::CreateChannel(fabric.manager_address(), credential));
+  auto stub = control::Admin::NewStub(auth::CreateChannel(fabric.manager_address(),
+                                                          {credential, fabric.client_auth().tls_ca_pem}));
   grpc::ClientContext c;
   c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   return stub->GetStatus(&c, control::GetStatusRequest(), out);
@@ -72,7 +73,8 @@ control::GetStatusResponse Status(const tools::LocalFabric& fabric) {
 grpc::Status RegisterAs(const tools::LocalFabric& fabric, const std::string& name,
                         const std::string& credential) {
   auto stub =
-      control::SwitchControl::NewStub(auth::CreateChannel(fabric.manager_address(), credential));
+      control::SwitchControl::NewStub(auth::CreateChannel(
+          fabric.manager_address(), {credential, fabric.client_auth().tls_ca_pem}));
   grpc::ClientContext c;
   c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   auto stream = stub->Connect(&c);
@@ -100,9 +102,11 @@ grpc::Status RegisterAs(const tools::LocalFabric& fabric, const std::string& nam
   return stream->Finish();
 }
 
-grpc::Status SetLinkFault(const std::string& admin, const std::string& credential,
-                          const std::string& peer, const std::string& impairment) {
-  auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(admin, credential));
+grpc::Status SetLinkFault(const tools::LocalFabric& fabric, const std::string& admin,
+                          const std::string& credential, const std::string& peer,
+                          const std::string& impairment) {
+  auto stub = control::SwitchAdmin::NewStub(
+      auth::CreateChannel(admin, {credential, fabric.client_auth().tls_ca_pem}));
   grpc::ClientContext c;
   c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
   control::SetLinkFaultRequest req;
@@ -179,15 +183,15 @@ TEST(ControlPlaneAuth, SwitchAdminCallsWithoutTheCredentialAreRefusedAndTheJobRu
   for (size_t i = 0; i < admins.size(); ++i) {
     SCOPED_TRACE(fabric->switch_names()[i]);
     // A link down from anyone stopped the job.
-    grpc::Status s = SetLinkFault(admins[i], "", "all", "down=1");
+    grpc::Status s = SetLinkFault(*fabric, admins[i], "", "all", "down=1");
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
-    s = SetLinkFault(admins[i], kWrong, "all", "down=1");
+    s = SetLinkFault(*fabric, admins[i], kWrong, "all", "down=1");
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
     // Nor can a stranger grow the peer table, one address per call.
-    s = SetLinkFault(admins[i], "", "127.0.0.1:1", "drop=0.5");
+    s = SetLinkFault(*fabric, admins[i], "", "127.0.0.1:1", "drop=0.5");
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
     // Nor read the QPNs and PSN counters.
-    auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(admins[i], ""));
+    auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(admins[i], {"", fabric->client_auth().tls_ca_pem}));
     grpc::ClientContext c;
     c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(10)));
     control::GetCountersResponse counters;
@@ -200,7 +204,7 @@ TEST(ControlPlaneAuth, SwitchAdminCallsWithoutTheCredentialAreRefusedAndTheJobRu
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
   EXPECT_EQ(st.jobs_size(), 0);
   // The operator's own calls still work: a harmless fault, then none.
-  s = SetLinkFault(admins[0], fabric->credential(), "default", "none");
+  s = SetLinkFault(*fabric, admins[0], fabric->credential(), "default", "none");
   EXPECT_TRUE(s.ok()) << s.error_message();
   job.ExpectAllExact();
 }

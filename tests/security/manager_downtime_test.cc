@@ -42,7 +42,7 @@ int Scale() {
 
 absl::StatusOr<control::GetStatusResponse> Status(const tools::LocalFabric& fabric) {
   auto stub = control::Admin::NewStub(
-      auth::CreateChannel(fabric.manager_address(), fabric.credential()));
+      auth::CreateChannel(fabric.manager_address(), fabric.client_auth()));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   control::GetStatusResponse status;

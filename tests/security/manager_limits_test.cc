@@ -199,10 +199,123 @@ TEST_F(ManagerLimits, TheHostLibraryRetriesARateLimitedCall) {
   }
   ASSERT_GE(refused, 2);
 
-  host::ManagerClient client(address_, /*credential=*/"", /*timeout=*/absl::Seconds(10));
+  host::ManagerClient client(address_, /*auth=*/{}, /*timeout=*/absl::Seconds(10));
   client.SetJob(job.job_id(), job.job_key());
   absl::StatusOr<control::AttachResponse> attached = client.Attach(AttachRequest(30001));
   EXPECT_TRUE(attached.ok()) << attached.status();
+}
+
+// Item 4, the rest: every rank of a job keeps a WatchEvents stream open for
+// the job's life. On gRPC's callback API those hold no handler thread, so
+// the watches of 120 ranks (the test switch has 128 QPs) are all served by
+// a manager with 16 threads (8 for streams before),
+// heartbeats go through meanwhile, and every watch ends with the job.
+TEST_F(ManagerLimits, TheWatchesOfManyRanksHoldNoThreads) {
+  ServerOptions so;
+  so.max_threads = 16;
+  Start(so);
+  constexpr int kRanks = 120;
+  control::CreateJobRequest req;
+  req.set_protocol_version(control::PROTOCOL_VERSION_CURRENT);
+  for (int r = 0; r < kRanks; ++r) {
+    control::RankSpec* rank = req.add_ranks();
+    rank->set_rank(static_cast<uint32_t>(r));
+    rank->set_host(absl::StrFormat("h%d", r % 4));
+  }
+  absl::StatusOr<control::CreateJobResponse> job = am_->CreateJob(req);
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  auto stub = control::HostControl::NewStub(channel);
+  grpc::CompletionQueue cq;
+  struct Watch {
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientAsyncReader<control::JobEvent>> reader;
+    control::JobEvent event;
+    grpc::Status status;
+    std::vector<control::JobEvent::Kind> kinds;
+    bool ended = false;
+  };
+  std::vector<std::unique_ptr<Watch>> watches;
+  for (int r = 0; r < kRanks; ++r) {
+    auto w = std::make_unique<Watch>();
+    w->ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(120)));
+    control::WatchEventsRequest wr;
+    *wr.mutable_job() = Creds(*job);
+    wr.set_rank(static_cast<uint32_t>(r));
+    w->reader = stub->AsyncWatchEvents(&w->ctx, wr, &cq, w.get());
+    watches.push_back(std::move(w));
+  }
+  // Tags: a Watch* for "started" or "read", the Watch* + 1 byte for "finished".
+  auto drain = [&](auto done, absl::Duration within) {
+    const absl::Time deadline = absl::Now() + within;
+    void* tag = nullptr;
+    bool ok = false;
+    while (!done() && cq.AsyncNext(&tag, &ok, absl::ToChronoTime(deadline)) ==
+                          grpc::CompletionQueue::GOT_EVENT) {
+      const uintptr_t t = reinterpret_cast<uintptr_t>(tag);
+      Watch* w = reinterpret_cast<Watch*>(t & ~uintptr_t{1});
+      if ((t & 1) != 0) {
+        w->ended = true;
+      } else if (ok) {
+        if (w->event.kind() != control::JobEvent::KIND_UNSPECIFIED) w->kinds.push_back(w->event.kind());
+        w->event.Clear();
+        w->reader->Read(&w->event, w);
+      } else {
+        w->reader->Finish(&w->status, reinterpret_cast<void*>(t | 1));
+      }
+    }
+  };
+  auto started = [&] {
+    for (const auto& w : watches) {
+      if (w->kinds.empty() && !w->ended) return false;
+    }
+    return true;
+  };
+  drain(started, absl::Seconds(30));
+  int live = 0;
+  for (const auto& w : watches) {
+    live += !w->kinds.empty() && w->kinds.front() == control::JobEvent::WATCH_STARTED && !w->ended;
+  }
+  EXPECT_EQ(live, kRanks) << "watches served at once by a manager with 16 threads";
+  EXPECT_EQ(server_->open_watches(), kRanks);
+
+  // Calls are served while every watch is open.
+  for (int i = 0; i < 10; ++i) {
+    control::HostHeartbeatRequest hb;
+    *hb.mutable_job() = Creds(*job);
+    hb.set_rank(static_cast<uint32_t>(i));
+    control::HostHeartbeatResponse hb_resp;
+    grpc::ClientContext c;
+    c.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    grpc::Status s = stub->Heartbeat(&c, hb, &hb_resp);
+    ASSERT_TRUE(s.ok()) << "heartbeat " << i << ": " << s.error_code() << ": " << s.error_message();
+  }
+
+  // The job goes: every watch hears JOB_DESTROYED last and ends OK.
+  control::DestroyJobRequest dr;
+  *dr.mutable_job() = Creds(*job);
+  ASSERT_TRUE(am_->DestroyJob(dr).ok());
+  drain([&] {
+    for (const auto& w : watches) {
+      if (!w->ended) return false;
+    }
+    return true;
+  }, absl::Seconds(30));
+  for (int r = 0; r < kRanks; ++r) {
+    const Watch& w = *watches[static_cast<size_t>(r)];
+    ASSERT_TRUE(w.ended) << "rank " << r;
+    EXPECT_TRUE(w.status.ok()) << "rank " << r << ": " << w.status.error_message();
+    ASSERT_FALSE(w.kinds.empty()) << "rank " << r;
+    EXPECT_EQ(w.kinds.back(), control::JobEvent::JOB_DESTROYED) << "rank " << r;
+  }
+  EXPECT_TRUE(WaitUntil([&] { return server_->open_watches() == 0; }, absl::Seconds(10)))
+      << server_->open_watches() << " watches still counted";
+  cq.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (cq.Next(&tag, &ok)) {
+  }
 }
 
 // Item 4: one client holds many idle streams (Connect streams that never

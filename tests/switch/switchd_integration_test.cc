@@ -23,6 +23,8 @@
 #include "absl/time/clock.h"
 #include "auth/fabric_credential.h"
 #include "auth/grpc_credential.h"
+#include "auth/owned_file.h"
+#include "auth/tls_certificates.h"
 #include "gtest/gtest.h"
 #include "manager/testing/grpc_test_util.h"
 #include "manager/testing/temp_dir.h"
@@ -165,6 +167,14 @@ class SwitchdTest : public ::testing::Test {
     absl::StatusOr<std::string> credential = auth::CreateCredentialFile(credential_file_);
     ASSERT_TRUE(credential.ok()) << credential.status();
     credential_ = *credential;
+    // And the TLS files, as netfold certs makes them: every daemon serves
+    // and calls with TLS.
+    absl::StatusOr<auth::FabricCertificates> certs = auth::MakeFabricCertificates({});
+    ASSERT_TRUE(certs.ok()) << certs.status();
+    ASSERT_TRUE(auth::WriteOwnedFile(dir_.path() + "/ca.pem", certs->ca_pem).ok());
+    ASSERT_TRUE(auth::WriteOwnedFile(dir_.path() + "/server.pem", certs->cert_pem).ok());
+    ASSERT_TRUE(auth::WriteOwnedFile(dir_.path() + "/server.key", certs->key_pem).ok());
+    client_auth_ = {.credential = credential_, .tls_ca_pem = certs->ca_pem};
   }
 
   void TearDown() override {
@@ -194,7 +204,8 @@ class SwitchdTest : public ::testing::Test {
         {NETFOLD_MANAGERD, "--config", config, "--topology",
          std::string(NETFOLD_TOPOLOGY_DIR) + "/switchd_test.yaml", "--listen",
          absl::StrFormat("127.0.0.1:%d", port), "--state_dir", dir_.path() + "/state",
-         "--port_file", port_file, "--credential_file", credential_file_},
+         "--port_file", port_file, "--credential_file", credential_file_, "--tls_dir",
+         dir_.path()},
         dir_.path() + "/managerd.log");
     ASSERT_TRUE(p.ok()) << p.status();
     manager_ = *std::move(p);
@@ -202,7 +213,7 @@ class SwitchdTest : public ::testing::Test {
     ASSERT_TRUE(bound.has_value()) << "netfold-managerd did not start:\n" << manager_->Log();
     manager_port_ = *bound;
     manager_address_ = absl::StrFormat("127.0.0.1:%d", *bound);
-    channel_ = manager::FastReconnectChannel(manager_address_, credential_);
+    channel_ = manager::FastReconnectChannel(manager_address_, client_auth_);
     host_ = control::HostControl::NewStub(channel_);
     admin_ = control::Admin::NewStub(channel_);
   }
@@ -214,7 +225,8 @@ class SwitchdTest : public ::testing::Test {
     const std::string admin_file = dir_.path() + "/" + name + ".admin.port";
     std::vector<std::string> argv = {NETFOLD_SWITCHD, "--data_port_file", data_file,
                                      "--admin_port_file", admin_file, "--log_level", "info",
-                                     "--credential_file", credential_file_};
+                                     "--credential_file", credential_file_,
+                                     "--tls_dir", dir_.path()};
     argv.insert(argv.end(), args.begin(), args.end());
     absl::StatusOr<std::unique_ptr<Subprocess>> p =
         Subprocess::Start(argv, dir_.path() + "/switchd-" + name + ".log");
@@ -226,7 +238,7 @@ class SwitchdTest : public ::testing::Test {
         << "netfold-switchd " << name << " did not start:\n" << switchd_[name]->Log();
     data_port_[name] = *data;
     switch_admin_[name] = control::SwitchAdmin::NewStub(
-        auth::CreateChannel(absl::StrFormat("127.0.0.1:%d", *admin), credential_));
+        auth::CreateChannel(absl::StrFormat("127.0.0.1:%d", *admin), client_auth_));
   }
 
   void StartManagedSwitches(const std::vector<std::string>& extra_flags = {}) {
@@ -387,6 +399,7 @@ class SwitchdTest : public ::testing::Test {
   TempDir dir_;
   std::string credential_file_;
   std::string credential_;
+  auth::ClientAuth client_auth_;
   std::unique_ptr<Subprocess> manager_;
   int manager_port_ = 0;
   std::string manager_address_;

@@ -12,7 +12,9 @@
 // Every field is printed, zeros included (proto field names; 64-bit
 // integers as strings, as protobuf's JSON mapping does). Exit status: 0 with
 // the JSON, 1 if the call failed (the gRPC status on stderr), 2 for a bad
-// command line. Calls present the credential in $NETFOLD_CREDENTIAL_FILE.
+// command line. Calls present the credential in $NETFOLD_CREDENTIAL_FILE,
+// over TLS checked against $NETFOLD_TLS_CA (else the ca.pem beside the
+// credential file; plaintext if there is none).
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -22,6 +24,7 @@
 
 #include "auth/fabric_credential.h"
 #include "auth/grpc_credential.h"
+#include "auth/tls_files.h"
 
 #include "google/protobuf/message.h"
 #include "google/protobuf/util/json_util.h"
@@ -80,16 +83,26 @@ int main(int argc, char** argv) {
   }
   // The fabric credential (docs/security.md), from the file
   // NETFOLD_CREDENTIAL_FILE names; none if unset (a daemon with auth: none).
-  std::string credential;
+  netfold::auth::ClientAuth auth;
+  std::string credential_file;
   if (const char* file = std::getenv(netfold::auth::kCredentialFileEnv); file && *file) {
+    credential_file = file;
     absl::StatusOr<std::string> c = netfold::auth::ReadCredentialFile(file);
     if (!c.ok()) {
       std::fprintf(stderr, "testbed_query: %s\n", std::string(c.status().message()).c_str());
       return 2;
     }
-    credential = *c;
+    auth.credential = *c;
   }
-  auto channel = netfold::auth::CreateChannel(address, credential);
+  if (const std::string ca = netfold::auth::DefaultTlsCaFile(credential_file); !ca.empty()) {
+    absl::StatusOr<std::string> pem = netfold::auth::ReadTlsCaFile(ca);
+    if (!pem.ok()) {
+      std::fprintf(stderr, "testbed_query: %s\n", std::string(pem.status().message()).c_str());
+      return 2;
+    }
+    auth.tls_ca_pem = *pem;
+  }
+  auto channel = netfold::auth::CreateChannel(address, auth);
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
   if (what == "counters" || what == "counters_detail") {

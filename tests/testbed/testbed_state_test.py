@@ -8,7 +8,7 @@ Checks that load_state reads back what save_state wrote (mode 0644 even
 under umask 0), and refuses, with a TestbedError naming the reason, a file
 writable by its group or by others, a symbolic link, a FIFO (without
 blocking), and (as root) a file owned by another user; a missing file is
-still "no testbed". Needs no root (the ownership case is skipped without
+still "no testbed". Also the mpirun command line the testbed builds. Needs no root (the ownership case is skipped without
 it) and no namespace. Exit status: 0 passed, 1 failed.
 """
 
@@ -22,9 +22,32 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.realpath(__file__)),
 sys.dont_write_bytecode = True
 
 from netfold_testbed.errors import TestbedError  # noqa: E402  (needs the path above)
+from netfold_testbed.operations import mpirun_argv  # noqa: E402
 from netfold_testbed.state import load_state, save_state, state_path  # noqa: E402
 
 NOBODY = 65534
+
+
+class MpirunArgvTest(unittest.TestCase):
+    """Every host namespace shares this machine's cores: Open MPI must yield
+    in its waits, or its ranks starve each other and the kernel's forwarding
+    (docs/testbed.md)."""
+
+    def test_open_mpi_yields_when_idle_and_crosses_the_data_net(self):
+        import argparse
+        with tempfile.TemporaryDirectory(prefix="netfold-testbed-argv-") as d:
+            state = {"state_dir": d, "manager": "10.0.0.1:1", "bins": {"rsh_agent": "/x/rsh"},
+                     "plan": {"mgmt_net": "10.99.0.0/24", "data_net": "10.0.0.0/24",
+                              "nodes": [{"name": f"h{i}", "ns": f"t-h{i}", "kind": "host"}
+                                        for i in range(4)]}}
+            args = argparse.Namespace(hosts=None, ranks_per_host=1, np=0, command=["--", "./app"],
+                                      interposer=None, no_preload=True, env=None, mpirun_arg=None)
+            argv = mpirun_argv(state, args)
+        pairs = list(zip(argv, argv[1:]))
+        self.assertIn(("mpi_yield_when_idle", "1"), pairs)
+        self.assertIn(("btl_tcp_if_include", "10.0.0.0/24"), pairs)
+        self.assertEqual(argv[-1], "./app")
+        self.assertNotIn("LD_PRELOAD", " ".join(argv))
 
 
 class StateFileTest(unittest.TestCase):

@@ -116,6 +116,7 @@ class TorchBackend : public ::testing::Test {
   std::vector<std::string> RankEnvironment() const {
     return {"NETFOLD_MANAGER=" + fabric_->manager_address(),
             "NETFOLD_CREDENTIAL_FILE=" + fabric_->credential_file(),
+            "NETFOLD_TLS_CA=" + fabric_->tls_ca_file(),
             "PYTHONPATH=" + EnvOr("NETFOLD_TORCH_MODULE_DIR"), "OMP_NUM_THREADS=1",
             "PYTHONFAULTHANDLER=1"};
   }

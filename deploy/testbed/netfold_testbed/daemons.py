@@ -14,7 +14,7 @@ import time
 
 from .errors import TestbedError
 from .netns import run
-from .state import credential_file, make_credential, save_state
+from .state import credential_file, make_credential, save_state, tls_ca_file
 
 ROCE_PORT = 4791
 SWITCHD_DEFAULT_CAPACITY = {"trees": 64, "groups": 4096, "slots": 65536, "qps": 4096}
@@ -72,6 +72,7 @@ def write_switch_config(plan, state, node, manager_address, args):
         f"admin_address: {node['mgmt_ip']}:0",
         f"manager: {manager_address}",
         f"credential_file: {json.dumps(credential_file(sd))}",
+        f"tls_dir: {json.dumps(sd)}",
         f"log_level: {args.log_level}",
         f"data_port_file: {json.dumps(os.path.join(sd, name + '.data_port'))}",
         f"admin_port_file: {json.dumps(os.path.join(sd, name + '.admin_port'))}",
@@ -161,12 +162,30 @@ def manager_switch_states(bins, manager):
     return {s["name"]: s.get("state", "UNKNOWN") for s in status.get("switches", [])}
 
 
+def make_tls_files(plan, state):
+    """A new CA and server certificate for this testbed (docs/security.md, "TLS
+    on the control plane"): ca.pem, server.pem, server.key in the state
+    directory, for the addresses the manager and the switches' admin APIs
+    listen on. The daemons take the directory (tls_dir:); testbed_query,
+    netfold status and the ranks find ca.pem beside the credential."""
+    cli = state["bins"].get("cli")
+    if not cli:
+        raise TestbedError("cannot find netfold (tools/netfold), which makes the fabric's TLS "
+                           "files: build it (ninja -C BUILD) and pass --build-dir")
+    hosts = [plan["mgmt_gateway"]] + [n["mgmt_ip"] for n in plan["nodes"]
+                                      if n["kind"] == "switch"]
+    run([cli, "certs", "--out", state["state_dir"], "--hosts", ",".join(hosts), "--force"])
+    # testbed_query and netfold status (this process's children) trust it.
+    os.environ["NETFOLD_TLS_CA"] = tls_ca_file(state["state_dir"])
+
+
 def start_processes(plan, state, args):
     bins = state["bins"]
     sd = state["state_dir"]
     mport_file = os.path.join(sd, "manager.port")
     manager_cfg = os.path.join(sd, "manager.yaml")
     make_credential(sd)
+    make_tls_files(plan, state)
     with open(manager_cfg, "w") as f:
         f.write("# Written by netfold-testbed up (docs/manager.md).\n"
                 f"listen: {plan['mgmt_gateway']}:0\n"
@@ -174,7 +193,8 @@ def start_processes(plan, state, args):
                 f"state_dir: {json.dumps(os.path.join(sd, 'manager-state'))}\n"
                 f"log_level: {args.log_level}\n"
                 f"multicast_prefix: \"239.{args.multicast_octet}\"\n"
-                f"credential_file: {json.dumps(credential_file(sd))}\n")
+                f"credential_file: {json.dumps(credential_file(sd))}\n"
+                f"tls_dir: {json.dumps(sd)}\n")
     manager = spawn(state, "manager", [bins["managerd"], f"--config={manager_cfg}",
                                        f"--port_file={mport_file}"])
     port = wait_port_file(mport_file, manager, "netfold-managerd",
@@ -221,7 +241,8 @@ def write_host_env(plan, state):
                 f.write(f"NETFOLD_HOST={node['name']}\n"
                         f"NETFOLD_LOCAL_ADDRESS={node['data_ip']}\n"
                         f"NETFOLD_MANAGER={state['manager']}\n"
-                        f"NETFOLD_CREDENTIAL_FILE={credential_file(state['state_dir'])}\n")
+                        f"NETFOLD_CREDENTIAL_FILE={credential_file(state['state_dir'])}\n"
+                        f"NETFOLD_TLS_CA={tls_ca_file(state['state_dir'])}\n")
 
 
 def process_matches(pid, needles):

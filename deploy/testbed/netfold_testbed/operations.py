@@ -12,7 +12,7 @@ from .daemons import ROCE_PORT, alive
 from .errors import TestbedError
 from .icmp import icmp_ping
 from .netns import in_netns, list_namespaces, run
-from .state import credential_file, require_state
+from .state import credential_file, require_state, tls_ca_file
 
 
 def node_of(state, name):
@@ -55,6 +55,7 @@ def host_env(state, node):
     env = dict(os.environ)
     env["NETFOLD_MANAGER"] = state["manager"]
     env["NETFOLD_CREDENTIAL_FILE"] = credential_file(state["state_dir"])
+    env["NETFOLD_TLS_CA"] = tls_ca_file(state["state_dir"])
     if node["kind"] == "host":
         env["NETFOLD_HOST"] = node["name"]
         env["NETFOLD_LOCAL_ADDRESS"] = node["data_ip"]
@@ -173,11 +174,17 @@ def mpirun_argv(state, args):
              # start, mpirun sees it and aborts instead of waiting forever.
              "--leave-session-attached",
              "--mca", "oob_tcp_if_include", plan["mgmt_net"],
+             # Every "host" is a namespace of this one machine, but the
+             # hostfile gives each its own slots: Open MPI would think it
+             # has a core per rank and spin in every wait, starving the
+             # other ranks and the kernel's forwarding on the shared cores.
+             "--mca", "mpi_yield_when_idle", "1",
              # MPI's own traffic crosses the emulated switches.
              "--mca", "pml", "ob1", "--mca", "btl", "tcp,self",
              "--mca", "btl_tcp_if_include", plan["data_net"],
              "-x", f"NETFOLD_MANAGER={state['manager']}",
-             "-x", f"NETFOLD_CREDENTIAL_FILE={credential_file(state['state_dir'])}"]
+             "-x", f"NETFOLD_CREDENTIAL_FILE={credential_file(state['state_dir'])}",
+             "-x", f"NETFOLD_TLS_CA={tls_ca_file(state['state_dir'])}"]
     interposer = args.interposer or state["bins"].get("interposer", "")
     if not args.no_preload:
         if not interposer:

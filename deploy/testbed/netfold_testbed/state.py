@@ -82,6 +82,12 @@ def credential_file(state_dir):
     return os.path.join(state_dir, "credential")
 
 
+def tls_ca_file(state_dir):
+    """The testbed's CA certificate (netfold certs writes it with the daemons'
+    server.pem and server.key): every client of the testbed trusts it alone."""
+    return os.path.join(state_dir, "ca.pem")
+
+
 def make_credential(state_dir):
     """A new random credential, mode 0600, never on a command line."""
     path = credential_file(state_dir)
@@ -102,6 +108,8 @@ def load_state(state_dir):
             state = json.load(f)
             if os.path.exists(credential_file(state_dir)):
                 os.environ["NETFOLD_CREDENTIAL_FILE"] = credential_file(state_dir)
+            if os.path.exists(tls_ca_file(state_dir)):
+                os.environ["NETFOLD_TLS_CA"] = tls_ca_file(state_dir)
             return state
     except OSError:
         return None

@@ -1,0 +1,79 @@
+#include "tools/bench_results.h"
+
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "tools/run_command.h"
+
+namespace netfold::tools {
+
+namespace fs = std::filesystem;
+
+std::vector<Point> ParsePoints(const std::string& output) {
+  std::vector<Point> points;
+  for (absl::string_view line : absl::StrSplit(output, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> f = absl::StrSplit(line, ',');
+    Point p;
+    if (f.size() != 6 || !absl::SimpleAtoi(f[0], &p.size) || !absl::SimpleAtoi(f[1], &p.iterations) ||
+        !absl::SimpleAtod(f[2], &p.avg) || !absl::SimpleAtod(f[3], &p.p50) ||
+        !absl::SimpleAtod(f[4], &p.p99) || !absl::SimpleAtod(f[5], &p.link_bytes)) {
+      continue;
+    }
+    points.push_back(p);
+  }
+  return points;
+}
+
+const Point* PointOf(const std::vector<Point>& points, long size) {
+  for (const Point& p : points) {
+    if (p.size == size) return &p;
+  }
+  return nullptr;
+}
+
+std::string FindBeside(const std::string& self, const std::vector<std::string>& relative) {
+  const fs::path here = fs::path(self).parent_path();
+  for (const std::string& r : relative) {
+    const fs::path p = here / r;
+    if (fs::exists(p)) return fs::weakly_canonical(p).string();
+  }
+  return "";
+}
+
+std::string HumanSize(long b) {
+  if (b >= (1l << 20) && b % (1l << 20) == 0) return absl::StrFormat("%d MiB", b >> 20);
+  if (b >= 1024 && b % 1024 == 0) return absl::StrFormat("%d KiB", b >> 10);
+  return absl::StrFormat("%d B", b);
+}
+
+std::string Us(double us) {
+  if (us < 0) return "-";
+  if (us < 1000) return absl::StrFormat("%.1f us", us);
+  if (us < 1e6) return absl::StrFormat("%.2f ms", us / 1000);
+  return absl::StrFormat("%.2f s", us / 1e6);
+}
+
+void Plot(const std::string& self, const std::string& csv_path, const std::string& out_dir) {
+  const std::string plot =
+      FindBeside(self, {"../../bench/plot_bench.py", "../share/netfold/plot_bench.py"});
+  if (plot.empty()) return;
+  CommandOptions check;
+  check.timeout = absl::Seconds(30);
+  absl::StatusOr<CommandResult> has_matplotlib =
+      RunCommand({"/usr/bin/python3", "-c", "import matplotlib"}, check);
+  if (!has_matplotlib.ok() || !has_matplotlib->Succeeded()) return;
+  CommandOptions draw;
+  draw.timeout = absl::Minutes(5);
+  draw.stderr_path = out_dir + "/plot.log";
+  absl::StatusOr<CommandResult> drawn = RunCommand({"/usr/bin/python3", plot, csv_path, out_dir}, draw);
+  if (drawn.ok() && drawn->Succeeded()) {
+    std::printf("plots: %s/*.png\n", out_dir.c_str());
+  } else {
+    std::printf("no plots (see %s/plot.log)\n", out_dir.c_str());
+  }
+}
+
+}  // namespace netfold::tools
