@@ -8,7 +8,7 @@ PACKAGES="
   build-essential g++ meson ninja-build pkg-config git
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   protobuf-compiler libprotobuf-dev libgrpc++-dev protobuf-compiler-grpc libssl-dev
-  zlib1g-dev libisal-dev libyaml-cpp-dev libhwy-dev
+  zlib1g-dev libisal-dev libyaml-cpp-dev libhwy-dev libsodium-dev
   dpdk-dev libdpdk-dev
   libibverbs-dev librdmacm-dev rdma-core ibverbs-utils
   openmpi-bin libopenmpi-dev

@@ -1,5 +1,6 @@
 // The C API without a fabric: argument checking, error codes and messages,
 // and a missing manager reported within the deadline.
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -36,6 +37,13 @@ TEST(CApi, InitRejectsBadArguments) {
   zeroed.struct_size = 0;
   EXPECT_EQ(netfold_init(&zeroed, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(netfold_last_error()).find("struct_size"), std::string::npos);
+  // A caller built before `integrity` existed passes a shorter struct: the
+  // size check lets it through (it fails here on the callbacks, later).
+  netfold_init_spec_t older = spec;
+  older.struct_size = offsetof(netfold_init_spec_t, integrity);
+  older.oob.barrier = nullptr;
+  EXPECT_EQ(netfold_init(&older, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(netfold_last_error()).find("callbacks"), std::string::npos);
   netfold_init_spec_t no_oob = spec;
   no_oob.oob.barrier = nullptr;
   EXPECT_EQ(netfold_init(&no_oob, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
@@ -55,6 +63,10 @@ TEST(CApi, BadEnvironmentIsAClearError) {
   EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_TIMEOUT_MS"), std::string::npos);
   unsetenv("NETFOLD_TIMEOUT_MS");
+  setenv("NETFOLD_INTEGRITY", "perhaps", 1);
+  EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_INTEGRITY"), std::string::npos);
+  unsetenv("NETFOLD_INTEGRITY");
   setenv("NETFOLD_DELIVERY", "carrier-pigeon", 1);
   EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
   unsetenv("NETFOLD_DELIVERY");

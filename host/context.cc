@@ -177,12 +177,19 @@ absl::Status Context::Join(Oob& world) {
   NETFOLD_RETURN_IF_ERROR(world.Allgather(mine, names.data(), kNameBytes));
   // The job takes the default partition if any rank asks for it (a RoCE
   // NIC knows no other P_Key).
-  const uint8_t wants_default =
-      options_.default_partition || options_.transport == ContextOptions::Transport::kVerbs;
+  // So does integrity (docs/security.md), if any rank asks for it: one
+  // byte per rank, bit 0 the partition, bit 1 integrity.
+  const uint8_t wants = static_cast<uint8_t>(
+      (options_.default_partition || options_.transport == ContextOptions::Transport::kVerbs
+           ? 1
+           : 0) |
+      (options_.integrity ? 2 : 0));
   std::vector<uint8_t> partitions(static_cast<size_t>(options_.world_size));
-  NETFOLD_RETURN_IF_ERROR(world.Allgather(&wants_default, partitions.data(), 1));
+  NETFOLD_RETURN_IF_ERROR(world.Allgather(&wants, partitions.data(), 1));
   const bool default_partition =
-      std::any_of(partitions.begin(), partitions.end(), [](uint8_t v) { return v != 0; });
+      std::any_of(partitions.begin(), partitions.end(), [](uint8_t v) { return (v & 1) != 0; });
+  const bool integrity =
+      std::any_of(partitions.begin(), partitions.end(), [](uint8_t v) { return (v & 2) != 0; });
 
   // Rank 0 creates the job; everyone learns the outcome.
   std::string outcome;
@@ -198,6 +205,7 @@ absl::Status Context::Join(Oob& world) {
     req.mutable_quota()->set_num_slots(options_.num_slots);
     req.mutable_quota()->set_slot_bytes(options_.slot_bytes);
     req.set_default_partition(default_partition);
+    req.set_integrity(integrity);
     absl::StatusOr<control::CreateJobResponse> resp = manager_->CreateJob(req);
     outcome = EncodeOutcome(resp.status(), resp.ok() ? resp->SerializeAsString() : "");
   }
@@ -208,6 +216,16 @@ absl::Status Context::Join(Oob& world) {
   job_id_ = job.job_id();
   pkey_ = static_cast<uint16_t>(job.pkey());
   qkey_ = job.qkey();
+  // A manager that requires integrity gives a key to jobs that did not ask.
+  if (!job.integrity_key().empty()) {
+    NETFOLD_ASSIGN_OR_RETURN(proto::AggregationKey key,
+                             proto::AggregationKeyFromBytes(job.integrity_key()));
+    integrity_key_ = key;
+  } else if (integrity) {
+    return absl::FailedPreconditionError(
+        "NETFOLD_INTEGRITY=1, but the manager gave the job no integrity key (a manager older "
+        "than this library?)");
+  }
   if (job.quota().num_slots() > 0) num_slots_ = job.quota().num_slots();
   if (job.quota().slot_bytes() > 0) slot_bytes_ = job.quota().slot_bytes();
   max_groups_ = job.quota().max_groups();
@@ -237,10 +255,11 @@ absl::Status Context::Join(Oob& world) {
   NETFOLD_RETURN_IF_ERROR(link.Connect(peer));
   leaf_address_ = peer.remote;
   NETFOLD_LOG(kInfo) << absl::StrFormat(
-      "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x)",
+      "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x%s)",
       options_.rank, job_id_, link.address(), link.qpn(), attached.leaf_switch(),
       peer.remote.ToString(), peer.remote_qpn,
-      options_.transport == ContextOptions::Transport::kVerbs ? "verbs" : "soft", pkey_);
+      options_.transport == ContextOptions::Transport::kVerbs ? "verbs" : "soft", pkey_,
+      integrity_key_ ? ", integrity tag" : "");
   return absl::OkStatus();
 }
 
@@ -398,6 +417,7 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
                                                                  : proto::DeliveryMode::kMulticast;
   params.repair_after = options_.repair_after;
   params.op_timeout = options_.timeout;
+  params.integrity_key = integrity_key_;
   for (int r : setup.world_ranks) params.members.push_back(static_cast<uint32_t>(r));
   LeafLink& link = data_path_->link();
   if (mine.ok() && params.delivery == proto::DeliveryMode::kMulticast &&
@@ -484,8 +504,10 @@ ContextStats Context::stats() const {
     out.link_tx_bytes = link.tx_bytes;
     out.link_rx_bytes = link.rx_bytes;
     out.retransmissions = link.retransmissions;
-    out.packets_dropped = link.packets_dropped;
-    out.foreign_packets_dropped = link.foreign_packets_dropped;
+    // Results with a bad or missing integrity tag are forged or damaged
+    // packets the link let through: counted with the foreign ones.
+    out.packets_dropped = link.packets_dropped + out.engines.bad_tags;
+    out.foreign_packets_dropped = link.foreign_packets_dropped + out.engines.bad_tags;
   }
   return out;
 }

@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,7 @@ class Context : private GroupOwner {
   uint64_t job_id_ = 0;
   uint16_t pkey_ = 0;
   uint32_t qkey_ = 0;
+  std::optional<proto::AggregationKey> integrity_key_;  // the job has integrity
   // The leaf switch's data address (from Attach): where results come from
   // when the manager names no group root address.
   transport::Ipv4Endpoint leaf_address_;

@@ -131,7 +131,7 @@ void DataPath::Progress(absl::Duration timeout) {
       return;  // counted by nobody but harmless; the switch validates what it sends
     }
     auto it = engines_.find(h.group_id);
-    if (it != engines_.end()) it->second->OnMessage(h, elements);
+    if (it != engines_.end()) it->second->OnMessage(h, elements, message);
   };
   // A process that was not scheduled for a while finds many bursts
   // waiting: read them (a bounded number) before judging any result lost.

@@ -77,9 +77,9 @@ class DataPath {
  private:
   struct LeafSender : RequestSender {
     LeafLink* link = nullptr;
-    absl::Status SendRequest(std::span<const uint8_t> header,
-                             std::span<const uint8_t> elements) override {
-      return link->PostRequest(header, elements);
+    absl::Status SendRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
+                             std::span<const uint8_t> tag) override {
+      return link->PostRequest(header, elements, tag);
     }
   };
   struct Failure {

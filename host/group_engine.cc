@@ -80,7 +80,7 @@ GroupEngine::GroupEngine(const GroupParams& params, RequestSender* sender, const
 GroupEngine::~GroupEngine() = default;
 
 size_t GroupEngine::ElementsPerChunk(const Op& op) const {
-  return op.elem_size == 0 ? 0 : params_.slot_bytes / op.elem_size;
+  return op.elem_size == 0 ? 0 : ChunkBytes() / op.elem_size;
 }
 
 absl::Status GroupEngine::LayOutBlocks(Op& op) const {
@@ -126,9 +126,9 @@ absl::Status GroupEngine::LayOutBlocks(Op& op) const {
   // (the switches fold in one order whatever the chunking).
   const size_t bytes = a.count * op.elem_size;
   const size_t whole_chunks =
-      allgather ? (bytes + params_.slot_bytes - 1) / params_.slot_bytes
+      allgather ? (bytes + ChunkBytes() - 1) / ChunkBytes()
                 : (a.count + per_chunk - 1) / per_chunk;
-  if (whole_chunks < chunks && bytes <= size_t{params_.num_slots} * params_.slot_bytes) {
+  if (whole_chunks < chunks && bytes <= size_t{params_.num_slots} * ChunkBytes()) {
     const size_t first = op.block_first_element[op.my_block] * op.elem_size;
     op.staged.assign(bytes, 0);
     if (allgather) {
@@ -225,7 +225,7 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
       return absl::InvalidArgumentError("unknown collective");
   }
   op->elem_size = op->args.count > 0 ? proto::DataTypeSize(args.dtype) : 0;
-  if (op->elem_size > params_.slot_bytes) {
+  if (op->elem_size > ChunkBytes()) {
     return absl::InvalidArgumentError("an element does not fit a slot");
   }
   if (!op->args.blocks.empty()) {
@@ -277,12 +277,17 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
   h.count = static_cast<uint32_t>(c.n);
   const bool carries = type == AggregationMessageType::kRequest && c.n > 0 && c.send != nullptr;
   h.has_data = carries;
+  h.has_tag = params_.integrity_key.has_value();
   Request r;
   if (carries) r.elements = {c.send, c.n * op.elem_size};
   auto written = proto::EncodeAggregationHeader(h, r.header);
   if (!written.ok()) {
     NETFOLD_LOG(kError) << "group engine built an invalid request: " << written.status();
     return std::nullopt;
+  }
+  if (h.has_tag) {
+    r.tag = proto::ComputeAggregationTag(*params_.integrity_key, r.header, r.elements);
+    r.tag_size = proto::kAggregationTagSize;
   }
   return r;
 }
@@ -323,7 +328,17 @@ bool GroupEngine::PostNextChunk() {
   return !pending_request_.has_value();
 }
 
-void GroupEngine::OnMessage(const AggregationHeader& h, std::span<const uint8_t> elements) {
+void GroupEngine::OnMessage(const AggregationHeader& h, std::span<const uint8_t> elements,
+                            std::span<const uint8_t> message) {
+  // First: a result or abort without the job's tag must not complete,
+  // fail or even be told apart from another (docs/security.md).
+  const bool tag_ok = params_.integrity_key
+                          ? h.has_tag && proto::VerifyAggregationTag(*params_.integrity_key, message)
+                          : !h.has_tag;
+  if (!tag_ok) {
+    ++stats_.bad_tags;
+    return;
+  }
   if (h.tree_id != params_.tree_id || h.group_id != params_.group_id) {
     ++stats_.unexpected_messages;
     return;

@@ -36,6 +36,7 @@
 #include "absl/time/time.h"
 #include "base/clock.h"
 #include "proto/aggregation_header.h"
+#include "proto/aggregation_tag.h"
 
 namespace netfold::host {
 
@@ -55,18 +56,25 @@ struct GroupParams {
   absl::Duration repair_after = absl::Milliseconds(20);
   // An operation not complete this long after Start fails with DeadlineExceeded.
   absl::Duration op_timeout = absl::Seconds(30);
+  // The job's integrity key (docs/security.md): requests are tagged, and a
+  // result without a valid tag is dropped (GroupEngineStats::bad_tags) as
+  // if lost, so repair fetches it again. A chunk then carries at most
+  // slot_bytes - 16 bytes of elements, leaving room for the tag.
+  std::optional<proto::AggregationKey> integrity_key;
 };
 
 // Sends a request (or repair request) message to the leaf switch over RC:
 // the 40-byte header, then the elements (straight from the caller's send
-// buffer; copied before SendRequest returns). Returns ResourceExhausted if
+// buffer), then `tag` (16 bytes with integrity, else empty); all copied
+// before SendRequest returns. Returns ResourceExhausted if
 // the send queue is full (the engine retries on the next Poll); any other
 // error fails the group.
 class RequestSender {
  public:
   virtual ~RequestSender() = default;
   virtual absl::Status SendRequest(std::span<const uint8_t> header,
-                                   std::span<const uint8_t> elements) = 0;
+                                   std::span<const uint8_t> elements,
+                                   std::span<const uint8_t> tag) = 0;
 };
 
 struct CollectiveArgs {
@@ -100,6 +108,7 @@ struct GroupEngineStats {
   uint64_t bytes_sent = 0;         // request payload bytes
   uint64_t bytes_received = 0;     // result payload bytes
   uint64_t unexpected_messages = 0;
+  uint64_t bad_tags = 0;  // integrity: results dropped for a bad or missing tag
 
   GroupEngineStats& operator+=(const GroupEngineStats& o) {
     ops_started += o.ops_started;
@@ -112,6 +121,7 @@ struct GroupEngineStats {
     bytes_sent += o.bytes_sent;
     bytes_received += o.bytes_received;
     unexpected_messages += o.unexpected_messages;
+    bad_tags += o.bad_tags;
     return *this;
   }
 };
@@ -130,7 +140,10 @@ class GroupEngine {
   absl::StatusOr<OpId> Start(const CollectiveArgs& args);
 
   // A result or abort for this group (from the RC QP or the multicast UD QP).
-  void OnMessage(const proto::AggregationHeader& header, std::span<const uint8_t> elements);
+  // `message` is the whole message as received (header, elements, tag): with
+  // an integrity key its tag is checked first (an empty one fails).
+  void OnMessage(const proto::AggregationHeader& header, std::span<const uint8_t> elements,
+                 std::span<const uint8_t> message = {});
 
   // Posts chunks the window allows, sends repair requests, expires deadlines.
   void Poll();
@@ -184,16 +197,25 @@ class GroupEngine {
   struct Request {
     std::array<uint8_t, proto::kAggregationHeaderSize> header;
     std::span<const uint8_t> elements;
+    proto::AggregationTag tag{};  // with integrity: over header and elements
+    size_t tag_size = 0;          // 16 with integrity, else 0
   };
 
   bool PostNextChunk();
   std::optional<Request> BuildRequest(const Op& op, size_t chunk, uint64_t seq,
                                       proto::AggregationMessageType type) const;
-  absl::Status Send(const Request& r) { return sender_->SendRequest(r.header, r.elements); }
+  absl::Status Send(const Request& r) {
+    return sender_->SendRequest(r.header, r.elements, {r.tag.data(), r.tag_size});
+  }
   void CompleteChunk(InFlight& slot, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
   void FinishOpIfDone(Op& op);
   size_t ElementsPerChunk(const Op& op) const;
+  // Element bytes one chunk may carry: P, less the tag's room with integrity.
+  size_t ChunkBytes() const {
+    const size_t tag = params_.integrity_key ? proto::kAggregationTagSize : 0;
+    return params_.slot_bytes > tag ? params_.slot_bytes - tag : 0;
+  }
   ChunkSpan Locate(const Op& op, size_t chunk) const;
   // Lays a blocked operation out in chunks (CollectiveArgs::blocks).
   absl::Status LayOutBlocks(Op& op) const;

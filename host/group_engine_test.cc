@@ -24,14 +24,15 @@ using proto::ReduceOp;
 struct FakeLeaf : RequestSender {
   std::vector<std::vector<uint8_t>> sent;
   int refuse_next = 0;
-  absl::Status SendRequest(std::span<const uint8_t> header,
-                           std::span<const uint8_t> elements) override {
+  absl::Status SendRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
+                           std::span<const uint8_t> tag) override {
     if (refuse_next > 0) {
       --refuse_next;
       return absl::ResourceExhaustedError("send queue full");
     }
     sent.emplace_back(header.begin(), header.end());
     sent.back().insert(sent.back().end(), elements.begin(), elements.end());
+    sent.back().insert(sent.back().end(), tag.begin(), tag.end());
     return absl::OkStatus();
   }
   AggregationHeader Header(size_t i) const { return *proto::DecodeAggregationMessage(sent.at(i)); }
@@ -460,6 +461,81 @@ TEST_F(GroupEngineTest, BlocksThatDoNotFitTheGroupAreRefused) {
   EXPECT_TRUE(e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
                        .send = x, .recv = nullptr, .count = 2, .blocks = {1, 0, 1}})
                   .ok());
+}
+
+
+// Integrity (docs/security.md): with the job's key every request is tagged
+// and a chunk carries P - 16 bytes of elements; a result with another key's
+// tag, a flipped byte or no tag is dropped and counted (bad_tags), never
+// written, and the real one then completes the operation; the repair path
+// asks again for a result dropped that way.
+TEST(GroupEngineIntegrity, RequestsAreTaggedAndOnlyTaggedResultsAreTaken) {
+  proto::AggregationKey key;
+  key.fill(0x42);
+  proto::AggregationKey other = key;
+  other[0] ^= 1;
+  FakeClock clock;
+  FakeLeaf leaf;
+  GroupParams p;
+  p.tree_id = 1;
+  p.group_id = 9;
+  p.epoch = 2;
+  p.num_slots = 2;
+  p.slot_bytes = 32;  // 16 bytes of elements with the tag: four int32 per chunk
+  p.repair_after = absl::Milliseconds(10);
+  p.op_timeout = absl::Seconds(1);
+  p.integrity_key = key;
+  GroupEngine e(p, &leaf, clock);
+  std::vector<int32_t> data = {1, 2, 3, 4, 5};  // 2 chunks: 4 + 1
+  auto op = e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = data.data(),
+                     .recv = data.data(), .count = data.size()});
+  ASSERT_TRUE(op.ok());
+  e.Poll();
+  ASSERT_EQ(leaf.sent.size(), 2u);
+  EXPECT_EQ(leaf.Header(0).count, 4u) << "(P - 16) / 4 elements per chunk";
+  EXPECT_TRUE(leaf.Header(0).has_tag);
+  EXPECT_TRUE(proto::VerifyAggregationTag(key, leaf.sent[0]));
+  EXPECT_TRUE(proto::VerifyAggregationTag(key, leaf.sent[1]));
+
+  // Results for both chunks, as a sender with `k` (none: untagged) makes them.
+  auto result = [&](size_t i, std::vector<int32_t> values, const proto::AggregationKey* k) {
+    AggregationHeader h = leaf.Header(i);
+    h.type = AggregationMessageType::kResult;
+    h.has_tag = k != nullptr;
+    std::vector<uint8_t> m(proto::kAggregationHeaderSize + values.size() * 4 + 16);
+    size_t n = *proto::EncodeAggregationMessage(
+        h, {reinterpret_cast<const uint8_t*>(values.data()), values.size() * 4}, m);
+    if (k != nullptr) n = *proto::AppendAggregationTag(*k, m, n);
+    m.resize(n);
+    return m;
+  };
+  auto deliver = [&](const std::vector<uint8_t>& m) {
+    AggregationHeader h;
+    std::span<const uint8_t> elements;
+    ASSERT_EQ(proto::ParseAggregationMessage(m, &h, &elements), proto::AggregationParseResult::kOk);
+    e.OnMessage(h, elements, m);
+  };
+  deliver(result(0, {66, 66, 66, 66}, &other));
+  deliver(result(0, {66, 66, 66, 66}, nullptr));
+  std::vector<uint8_t> flipped = result(0, {10, 20, 30, 40}, &key);
+  flipped[proto::kAggregationHeaderSize] ^= 1;
+  deliver(flipped);
+  deliver(result(1, {66}, &other));
+  EXPECT_EQ(e.stats().bad_tags, 4u);
+  EXPECT_EQ(e.stats().results_received, 0u);
+  EXPECT_EQ(data, (std::vector<int32_t>{1, 2, 3, 4, 5})) << "a forged result was written";
+  // Dropped as if lost: the repair deadline asks for both again, tagged.
+  clock.Advance(absl::Milliseconds(11));
+  e.Poll();
+  ASSERT_EQ(leaf.sent.size(), 4u);
+  EXPECT_EQ(leaf.Header(2).type, AggregationMessageType::kRepairRequest);
+  EXPECT_TRUE(proto::VerifyAggregationTag(key, leaf.sent[2]));
+  deliver(result(0, {10, 20, 30, 40}, &key));
+  deliver(result(1, {50}, &key));
+  ASSERT_TRUE(e.Done(*op));
+  EXPECT_TRUE(e.Finish(*op).ok());
+  EXPECT_EQ(data, (std::vector<int32_t>{10, 20, 30, 40, 50}));
+  EXPECT_EQ(e.stats().bad_tags, 4u);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // netfold_status_t and records the message for netfold_last_error().
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -181,7 +182,8 @@ int netfold_init(const netfold_init_spec_t* spec, netfold_context_t* ctx) {
   if (ctx == nullptr) return Invalid("ctx is NULL");
   *ctx = nullptr;
   if (spec == nullptr) return Invalid("spec is NULL");
-  if (spec->struct_size < sizeof(netfold_init_spec_t)) {
+  // Callers built before `integrity` existed pass the struct up to timeout_ms.
+  if (spec->struct_size < offsetof(netfold_init_spec_t, integrity)) {
     return Invalid("spec->struct_size is wrong: initialise it with NETFOLD_INIT_SPEC_INITIALIZER");
   }
   if (absl::Status s = CallbackOob::Check(spec->oob); !s.ok()) return Fail(s);
@@ -194,6 +196,9 @@ int netfold_init(const netfold_init_spec_t* spec, netfold_context_t* ctx) {
   if (spec->job_name) o.job_name = spec->job_name;
   if (spec->timeout_ms < 0) return Invalid("timeout_ms must not be negative");
   if (spec->timeout_ms > 0) o.timeout = absl::Milliseconds(spec->timeout_ms);
+  if (spec->struct_size >= sizeof(netfold_init_spec_t) && spec->integrity != 0) {
+    o.integrity = true;
+  }
   if (absl::Status s = netfold::host::ApplyEnvironment(&o); !s.ok()) return Fail(s);
   if (spec->timeout_ms > 0) o.timeout = absl::Milliseconds(spec->timeout_ms);
   auto c = std::make_unique<netfold_context>();

@@ -118,6 +118,14 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
     NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_GID_INDEX", 255, &index));
     o->verbs_gid_index = index;
   }
+  if (std::string v = Env("NETFOLD_INTEGRITY"); !v.empty()) {
+    if (v == "1" || v == "on" || v == "yes") {
+      o->integrity = true;
+    } else if (v != "0" && v != "off" && v != "no") {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("NETFOLD_INTEGRITY='%s': use 1 or 0", v));
+    }
+  }
   if (std::string v = Env("NETFOLD_PARTITION"); !v.empty()) {
     if (v == "default") {
       o->default_partition = true;

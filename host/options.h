@@ -65,6 +65,9 @@ struct ContextOptions {
   // NETFOLD_PARTITION=default: the job uses P_Key 0xFFFF instead of one of
   // its own (implied when any rank uses the verbs transport).
   bool default_partition = false;
+  // NETFOLD_INTEGRITY=1: the job's aggregation messages carry a keyed tag
+  // (docs/security.md); the job has it if any rank asks.
+  bool integrity = false;
   // NETFOLD_POLL_US: the soft engine reads its socket without sleeping this
   // long after the last packet it sent or received (opt-in polling; zero:
   // it sleeps in epoll at once). UdpPortConfig::poll_window.

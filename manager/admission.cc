@@ -6,6 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "manager/endpoint_address.h"
+#include "proto/aggregation_tag.h"
 #include "proto/slot_size.h"
 #include "auth/secrets.h"
 
@@ -278,6 +279,12 @@ absl::Status CheckRankEndpoint(uint32_t rank, const control::Endpoint& ep) {
         absl::StrFormat("rank %d: PSN %d does not fit 24 bits", rank, ep.psn()));
   }
   return absl::OkStatus();
+}
+
+std::string IntegrityKeyFor(const control::CreateJobRequest& request,
+                            const ManagerOptions& options) {
+  if (!request.integrity() && !options.require_integrity) return "";
+  return proto::AggregationKeyBytes(proto::NewAggregationKey());
 }
 
 }  // namespace netfold::manager

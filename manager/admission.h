@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <map>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -58,6 +59,12 @@ absl::Status CheckJobRequest(const FabricState& state, const control::CreateJobR
 absl::Status CheckGroupRequest(const Job& job, const std::vector<uint32_t>& ranks,
                                uint32_t num_slots, uint32_t slot_bytes, GroupRequest* out,
                                std::vector<Shortfall>* shortfalls);
+
+// The integrity key a new job gets: 32 random bytes if it asked for
+// integrity or the manager requires it (ManagerOptions::require_integrity),
+// else "" (docs/security.md).
+std::string IntegrityKeyFor(const control::CreateJobRequest& request,
+                            const ManagerOptions& options);
 
 // The endpoint a rank attaches with: an IPv4 ip:port, a QPN in 2..2^24-1
 // and a 24-bit PSN.

@@ -175,6 +175,7 @@ absl::StatusOr<control::CreateJobResponse> AggregationManager::CreateJob(
              state_.pkeys_used.count(job.pkey) > 0);
   }
   job.qkey = static_cast<uint32_t>(RandomU64() & 0x7fffffffu) | 1u;  // high bit: privileged
+  job.integrity_key = IntegrityKeyFor(req, options_);
   job.quota = quota;
   const absl::Duration now = state_.clock.Now();
   for (const control::RankSpec& r : req.ranks()) {
@@ -195,6 +196,7 @@ absl::StatusOr<control::CreateJobResponse> AggregationManager::CreateJob(
   resp.set_job_key(job.key);
   resp.set_pkey(job.pkey);
   resp.set_qkey(job.qkey);
+  resp.set_integrity_key(job.integrity_key);
   *resp.mutable_quota() = quota;
   resp.set_heartbeat_interval_ms(static_cast<uint32_t>(Ms(options_.heartbeat_interval)));
   resp.set_heartbeat_timeout_ms(static_cast<uint32_t>(Ms(options_.host_timeout)));

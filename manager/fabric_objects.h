@@ -71,6 +71,8 @@ struct Job {
   std::string key;
   uint32_t pkey = 0;
   uint32_t qkey = 0;
+  // 32 bytes (proto/aggregation_tag.h) if the job has integrity, else empty.
+  std::string integrity_key;
   control::JobQuota quota;
   std::map<uint32_t, Rank> ranks;
   std::set<uint64_t> groups;

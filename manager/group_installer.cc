@@ -171,6 +171,7 @@ control::ManagerMessage InstallMessage(const FabricState& state, const Group& g,
   ig->set_job_id(g.job_id);
   ig->set_pkey(job.pkey);
   ig->set_qkey(job.qkey);
+  ig->set_integrity_key(job.integrity_key);
   ig->set_num_slots(g.placement.num_slots);
   ig->set_slot_bytes(g.placement.slot_bytes);
   ig->set_delivery(g.delivery);

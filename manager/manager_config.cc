@@ -38,7 +38,8 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
       root,
       {"listen", "topology", "state_dir", "log_level", "heartbeat_interval_ms", "switch_timeout_ms",
        "host_timeout_ms", "abandoned_job_timeout_ms", "command_timeout_ms", "link_retry_ms",
-       "replan_on_failure", "credential_file", "auth", "tls_dir", "tls", "multicast_prefix", "snapshot_every",
+       "replan_on_failure", "require_integrity", "credential_file", "auth", "tls_dir", "tls",
+       "multicast_prefix", "snapshot_every",
        "max_message_bytes", "max_threads", "rate_limit", "limits", "switch_secret"},
       ""));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalString(root, "listen", "", &c.server.listen_address));
@@ -66,6 +67,7 @@ absl::StatusOr<ManagerConfig> ParseManagerConfig(std::string_view yaml_text,
   NETFOLD_RETURN_IF_ERROR(
       ReadOptionalDuration(root, "link_retry_ms", "", ms, kMaxMs, &m.link_retry_after));
   NETFOLD_RETURN_IF_ERROR(ReadOptionalBool(root, "replan_on_failure", "", &m.replan_on_failure));
+  NETFOLD_RETURN_IF_ERROR(ReadOptionalBool(root, "require_integrity", "", &m.require_integrity));
   if (root["switch_secret"].IsDefined()) {
     return config::ErrorAt(
         root["switch_secret"], "switch_secret",

@@ -45,6 +45,10 @@ struct ManagerOptions {
   absl::Duration command_timeout = absl::Seconds(3);    // per batch of switch commands
   absl::Duration link_retry_after = absl::Seconds(10);  // a failed link stays down this long
   bool replan_on_failure = true;
+  // Every job gets an integrity key, whether it asked for one or not
+  // (CreateJobRequest.integrity; docs/security.md). Costs every job a
+  // keyed hash per message per hop.
+  bool require_integrity = false;
   JobLimits limits;
   std::string multicast_prefix = "239.77";  // groups get <prefix>.x.y:4791
   int snapshot_every = 1000;                // journal records between snapshots

@@ -10,6 +10,7 @@
 
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "proto/aggregation_tag.h"
 
 namespace netfold::manager {
 namespace {
@@ -39,10 +40,12 @@ void RecoverJob(const state::JobRecord& rec, Rebuild& b) {
   job.key = rec.key();
   job.pkey = rec.pkey();
   job.qkey = rec.qkey();
+  job.integrity_key = rec.integrity_key();
   job.quota.set_max_groups(rec.max_groups());
   job.quota.set_num_slots(rec.num_slots());
   job.quota.set_slot_bytes(rec.slot_bytes());
-  bool ok = job.key.size() == kJobKeyBytes;
+  bool ok = job.key.size() == kJobKeyBytes &&
+            (job.integrity_key.empty() || job.integrity_key.size() == proto::kAggregationKeySize);
   std::map<int, uint32_t> qps;
   for (const state::RankRecord& r : rec.ranks()) {
     int host = topo.FindHost(r.host());

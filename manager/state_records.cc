@@ -20,6 +20,7 @@ state::JobRecord StateRecords::JobRecord(const Job& job) const {
   rec.set_key(job.key);
   rec.set_pkey(job.pkey);
   rec.set_qkey(job.qkey);
+  rec.set_integrity_key(job.integrity_key);
   rec.set_max_groups(job.quota.max_groups());
   rec.set_num_slots(job.quota.num_slots());
   rec.set_slot_bytes(job.quota.slot_bytes());

@@ -23,6 +23,11 @@ bool IsValidDelivery(uint8_t code) {
          code <= static_cast<uint8_t>(DeliveryMode::kToRoot);
 }
 
+uint8_t Flags(const AggregationHeader& h) {
+  return static_cast<uint8_t>((h.has_data ? kAggregationFlagHasData : 0) |
+                              (h.has_tag ? kAggregationFlagHasTag : 0));
+}
+
 bool IsValidStatus(uint8_t code) {
   return code <= static_cast<uint8_t>(AggregationStatus::kInternal);
 }
@@ -166,7 +171,7 @@ AggregationParseResult ValidateAggregationHeader(const AggregationHeader& h) {
   return Validate(h.version, static_cast<uint8_t>(h.type), static_cast<uint8_t>(h.collective),
                   static_cast<uint8_t>(h.dtype), static_cast<uint8_t>(h.op),
                   static_cast<uint8_t>(h.delivery), static_cast<uint8_t>(h.status),
-                  h.has_data ? kAggregationFlagHasData : 0, /*reserved_zero=*/true, h.count);
+                  Flags(h), /*reserved_zero=*/true, h.count);
 }
 
 size_t AggregationPayloadSize(const AggregationHeader& header) {
@@ -193,7 +198,7 @@ absl::StatusOr<size_t> EncodeAggregationHeader(const AggregationHeader& h,
   wire.op = static_cast<uint8_t>(h.op);
   wire.delivery = static_cast<uint8_t>(h.delivery);
   wire.status = static_cast<uint8_t>(h.status);
-  wire.flags = h.has_data ? kAggregationFlagHasData : 0;
+  wire.flags = Flags(h);
   wire.tree_id.set(h.tree_id);
   wire.group_id.set(h.group_id);
   wire.epoch.set(h.epoch);
@@ -250,6 +255,7 @@ AggregationParseResult ParseAggregationHeader(std::span<const uint8_t> bytes,
   out->delivery = static_cast<DeliveryMode>(wire.delivery);
   out->status = static_cast<AggregationStatus>(wire.status);
   out->has_data = (wire.flags & kAggregationFlagHasData) != 0;
+  out->has_tag = (wire.flags & kAggregationFlagHasTag) != 0;
   out->tree_id = wire.tree_id.get();
   out->group_id = wire.group_id.get();
   out->epoch = wire.epoch.get();
@@ -265,7 +271,8 @@ AggregationParseResult ParseAggregationMessage(std::span<const uint8_t> message,
   const AggregationParseResult result = ParseAggregationHeader(message, header);
   if (result != AggregationParseResult::kOk) return result;
   const size_t expected = AggregationPayloadSize(*header);
-  if (message.size() - kAggregationHeaderSize != expected) {
+  const size_t tag = header->has_tag ? kAggregationTagSize : 0;
+  if (message.size() - kAggregationHeaderSize != expected + tag) {
     return AggregationParseResult::kBadPayloadLength;
   }
   if (elements != nullptr) *elements = message.subspan(kAggregationHeaderSize, expected);

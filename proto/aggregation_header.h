@@ -10,7 +10,8 @@
 //   4   1    op          ReduceOp code; 0 (kNoReduceOp) for barrier and bcast
 //   5   1    delivery    DeliveryMode
 //   6   1    status      AggregationStatus
-//   7   1    flags       bit 0 kAggregationFlagHasData; other bits 0
+//   7   1    flags       bit 0 kAggregationFlagHasData, bit 1 kAggregationFlagHasTag;
+//                        other bits 0
 //   8   2    tree_id
 //   10  2    reserved (0)
 //   12  4    group_id
@@ -22,6 +23,8 @@
 //
 // The elements are in the sender's memory order (little-endian on x86-64),
 // never byte-swapped: every host and switch of a job has the same order.
+// With has_tag, a 16-byte integrity tag follows the elements (jobs created
+// with integrity; proto/aggregation_tag.h computes and checks it).
 //
 //   AggregationHeader h;
 //   h.type = AggregationMessageType::kRequest;
@@ -66,7 +69,11 @@ inline constexpr uint32_t kMaxAggregationCount = 1u << 28;
 
 // Flag bits (byte 7).
 inline constexpr uint8_t kAggregationFlagHasData = 0x01;
-inline constexpr uint8_t kAggregationKnownFlags = kAggregationFlagHasData;
+// A kAggregationTagSize-byte keyed tag follows the elements (docs/security.md).
+inline constexpr uint8_t kAggregationFlagHasTag = 0x02;
+inline constexpr uint8_t kAggregationKnownFlags = kAggregationFlagHasData | kAggregationFlagHasTag;
+// The integrity tag's size: BLAKE2b with a 16-byte output.
+inline constexpr size_t kAggregationTagSize = 16;
 
 // dtype / op code 0: "none", where the table above allows it.
 inline constexpr DataType kNoDataType = static_cast<DataType>(0);
@@ -119,6 +126,7 @@ struct AggregationHeader {
   DeliveryMode delivery = DeliveryMode::kMulticast;
   AggregationStatus status = AggregationStatus::kOk;
   bool has_data = false;  // flags bit 0: `count` elements follow the header
+  bool has_tag = false;   // flags bit 1: a 16-byte tag follows the elements
   uint16_t tree_id = 0;
   uint32_t group_id = 0;
   uint32_t epoch = 0;
@@ -165,7 +173,7 @@ enum class AggregationParseResult : uint8_t {
   kOpNotAllowed,       // allreduce/reduce: CheckOpAllowed(dtype, op) fails
   kBadDelivery,        // delivery not a DeliveryMode, or to_root but not reduce
   kBadStatus,          // status not an AggregationStatus
-  kBadFlags,           // a flag bit other than has_data is set
+  kBadFlags,           // a flag bit other than has_data and has_tag is set
   kReservedNotZero,    // bytes 10..11 or 28..31 are not 0
   kBarrierWithCount,   // barrier with count != 0
   kCountTooLarge,      // count > kMaxAggregationCount
@@ -195,7 +203,8 @@ absl::StatusOr<size_t> EncodeAggregationHeader(const AggregationHeader& header,
                                                std::span<uint8_t> out);
 
 // Writes the header and `elements` (copied as they are) into `out`. Returns
-// the bytes written (40 + elements.size()), InvalidArgument if the header is
+// the bytes written (40 + elements.size()); with has_tag the caller appends
+// the tag after them (AppendAggregationTag). InvalidArgument if the header is
 // invalid or elements.size() != AggregationPayloadSize(header), OutOfRange
 // if `out` is too small. `elements` may overlap `out`.
 absl::StatusOr<size_t> EncodeAggregationMessage(const AggregationHeader& header,
@@ -210,9 +219,11 @@ AggregationParseResult ParseAggregationHeader(std::span<const uint8_t> bytes,
                                               AggregationHeader* out);
 
 // Parses a whole message: the header, then checks that exactly
-// AggregationPayloadSize(header) bytes follow (kBadPayloadLength
-// otherwise). On kOk fills `*header` and, if `elements` is not null, points
-// `*elements` at the element bytes inside `message`.
+// AggregationPayloadSize(header) bytes follow, plus kAggregationTagSize
+// with has_tag (kBadPayloadLength otherwise). On kOk fills `*header` and,
+// if `elements` is not null, points `*elements` at the element bytes inside
+// `message` (without the tag). The tag is not checked here: that needs the
+// job's key (VerifyAggregationTag).
 AggregationParseResult ParseAggregationMessage(std::span<const uint8_t> message,
                                                AggregationHeader* header,
                                                std::span<const uint8_t>* elements);

@@ -44,6 +44,7 @@ std::string_view NodeDropReasonName(NodeDropReason reason) {
     case NodeDropReason::kUnexpectedResult: return "unexpected_result";
     case NodeDropReason::kUnexpectedType: return "unexpected_type";
     case NodeDropReason::kNotRoot: return "not_root";
+    case NodeDropReason::kBadTag: return "bad_tag";
     case NodeDropReason::kNumReasons: break;
   }
   return "invalid";
@@ -105,14 +106,14 @@ AggregationNode::AggregationNode(const AggregationNodeConfig& config, NodeOutput
     auto slot = std::make_unique<Slot>();
     slot->arrived.assign(n, kNotArrived);
     slot->child_data.assign(n, 0);
-    slot->acc.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
-    slot->result.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
+    slot->acc.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
+    slot->result.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
     slot->pending.assign(n * PendingStride(), 0);
     slots_.push_back(std::move(slot));
   }
   fold_inputs_.reserve(n + 1);
-  scratch_.assign(kAggregationHeaderSize, 0);
-  out_.assign(kAggregationHeaderSize + config_.slot_bytes, 0);
+  scratch_.assign(kAggregationHeaderSize + TagRoom(), 0);
+  out_.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
 }
 
 AggregationNode::~AggregationNode() = default;
@@ -127,6 +128,14 @@ void AggregationNode::Drop(NodeDropReason r) {
   Bump(counters_.drops[static_cast<size_t>(r)], 1);
 }
 
+bool AggregationNode::TagOk(const AggregationHeader& h, std::span<const uint8_t> message) {
+  const bool ok = config_.integrity_key
+                      ? h.has_tag && proto::VerifyAggregationTag(*config_.integrity_key, message)
+                      : !h.has_tag;
+  if (!ok) Drop(NodeDropReason::kBadTag);
+  return ok;
+}
+
 std::optional<size_t> AggregationNode::ChildOfRank(uint32_t rank) const {
   for (size_t c = 0; c < config_.children.size(); ++c) {
     const auto& ranks = config_.children[c].ranks;
@@ -139,12 +148,22 @@ std::span<const uint8_t> AggregationNode::Frame(FrameBuffer& buffer,
                                                 const AggregationHeader& h, size_t data_bytes) {
   // The header was validated on the way in (or built here from validated
   // fields), so encoding cannot fail; check anyway: a bug must not send junk.
-  auto n = proto::EncodeAggregationHeader(h, {buffer.data(), kAggregationHeaderSize});
+  AggregationHeader out = h;
+  out.has_tag = config_.integrity_key.has_value();
+  auto n = proto::EncodeAggregationHeader(out, {buffer.data(), kAggregationHeaderSize});
   if (!n.ok()) {
     NETFOLD_LOG(kError) << "aggregation node: cannot encode a header: " << n.status();
     return {};
   }
-  return {buffer.data(), kAggregationHeaderSize + data_bytes};
+  const size_t length = kAggregationHeaderSize + data_bytes;
+  if (!out.has_tag) return {buffer.data(), length};
+  auto tagged = proto::AppendAggregationTag(*config_.integrity_key,
+                                            {buffer.data(), buffer.size()}, length);
+  if (!tagged.ok()) {
+    NETFOLD_LOG(kError) << "aggregation node: cannot tag a message: " << tagged.status();
+    return {};
+  }
+  return {buffer.data(), *tagged};
 }
 
 void AggregationNode::SendError(size_t child, const AggregationHeader& about,
@@ -159,7 +178,11 @@ void AggregationNode::SendError(size_t child, const AggregationHeader& about,
 }
 
 void AggregationNode::OnChildMessage(size_t child, const AggregationHeader& h,
-                                     std::span<const uint8_t> elements) {
+                                     std::span<const uint8_t> elements,
+                                     std::span<const uint8_t> message) {
+  // Before anything else: an untagged or forged message must not even
+  // learn whether its epoch or seq was right.
+  if (!TagOk(h, message)) return;
   if (child >= config_.children.size() || h.tree_id != config_.tree_id ||
       h.group_id != config_.group_id) {
     Drop(NodeDropReason::kUnexpectedType);
@@ -231,7 +254,8 @@ void AggregationNode::HandleRequest(size_t child, const AggregationHeader& h,
           }
         }
       }
-      if (static_cast<uint64_t>(h.count) * proto::DataTypeSize(h.dtype) > config_.slot_bytes) {
+      if (static_cast<uint64_t>(h.count) * proto::DataTypeSize(h.dtype) + TagRoom() >
+          config_.slot_bytes) {
         slot.status = AggregationStatus::kInvalidRequest;
       }
       if (h.collective == CollectiveType::kBcast && !config_.has_parent &&
@@ -362,7 +386,7 @@ void AggregationNode::Distribute(Slot& slot) {
   if (r.delivery == DeliveryMode::kMulticast) {
     output_->Multicast(msg);
   } else {
-    SendResultDown(r, msg.subspan(kAggregationHeaderSize), /*relay=*/false);
+    SendResultDown(r, msg.subspan(kAggregationHeaderSize, bytes), /*relay=*/false);  // not the tag
   }
   // Keep the result for repair until seq + K completes: swap buffers so the
   // accumulator is free for the next operation without a copy.
@@ -385,8 +409,8 @@ void AggregationNode::SendResultDown(const AggregationHeader& result,
   bare.has_data = false;
   std::span<const uint8_t> full_msg;
   if (full.has_data) {
-    if (out_.size() < kAggregationHeaderSize + data.size()) {
-      out_.resize(kAggregationHeaderSize + data.size());
+    if (out_.size() < kAggregationHeaderSize + data.size() + TagRoom()) {
+      out_.resize(kAggregationHeaderSize + data.size() + TagRoom());
     }
     std::memmove(out_.data() + kAggregationHeaderSize, data.data(), data.size());
     full_msg = Frame(out_, full, data.size());
@@ -450,7 +474,9 @@ void AggregationNode::HandleRepair(size_t child, const AggregationHeader& h) {
 }
 
 void AggregationNode::OnParentMessage(const AggregationHeader& h,
-                                      std::span<const uint8_t> elements) {
+                                      std::span<const uint8_t> elements,
+                                      std::span<const uint8_t> message) {
+  if (!TagOk(h, message)) return;
   if (!config_.has_parent || h.tree_id != config_.tree_id || h.group_id != config_.group_id) {
     Drop(NodeDropReason::kUnexpectedType);
     return;
@@ -468,8 +494,8 @@ void AggregationNode::OnParentMessage(const AggregationHeader& h,
       for (size_t i = 0; i < pending_repairs_.size();) {
         if (pending_repairs_[i].first == h.seq) {
           const uint32_t c = pending_repairs_[i].second;
-          if (out_.size() < kAggregationHeaderSize + elements.size()) {
-            out_.resize(kAggregationHeaderSize + elements.size());
+          if (out_.size() < kAggregationHeaderSize + elements.size() + TagRoom()) {
+            out_.resize(kAggregationHeaderSize + elements.size() + TagRoom());
           }
           std::memcpy(out_.data() + kAggregationHeaderSize, elements.data(), elements.size());
           std::span<const uint8_t> msg = Frame(out_, h, elements.size());

@@ -41,6 +41,15 @@
 //   operation larger than a slot, an op not allowed on the dtype, or a
 //   delivery the group cannot do completes with kInvalidRequest. A child
 //   switch that reports an error status passes it up; the root distributes it.
+// - Integrity (a job created with it; docs/security.md): with
+//   `integrity_key` set, every message from a child or the parent must
+//   carry a valid tag (proto/aggregation_tag.h) or it is dropped as
+//   kBadTag before anything else looks at it (not even a stale epoch is
+//   answered), and every message the node sends is tagged. Operations
+//   then carry at most P - 16 bytes of elements, so that a message with
+//   its tag still fits a slot. Without a key, a tagged message is dropped
+//   as kBadTag too: the job did not ask for tags, so its sender is
+//   misconfigured or not one of the job's.
 //
 // Thread-safety: a node belongs to the switch's data-plane thread. Not
 // thread-safe; counters are atomics readable from any thread.
@@ -60,6 +69,7 @@
 #include "base/aligned_buffer.h"
 #include "base/clock.h"
 #include "proto/aggregation_header.h"
+#include "proto/aggregation_tag.h"
 #include "reduce/reduce.h"
 
 namespace netfold::sw {
@@ -80,6 +90,9 @@ struct AggregationNodeConfig {
   std::vector<NodeChild> children;  // the fixed reduction order
   bool has_parent = false;          // false: this node is the group root
   bool multicast = true;            // the root may deliver by multicast
+  // The job's integrity key: tags checked on every message in, made on
+  // every message out. nullopt: a job without integrity (no tags).
+  std::optional<proto::AggregationKey> integrity_key;
 };
 
 // Where a node sends messages. Each call passes one complete aggregation
@@ -101,6 +114,7 @@ enum class NodeDropReason : uint8_t {
   kUnexpectedResult,   // a result from the parent nobody waits for
   kUnexpectedType,     // e.g. a result from a child, a request from the parent
   kNotRoot,            // (internal) repair reply with no waiter
+  kBadTag,             // integrity: tag missing, wrong, or present on a job without a key
   kNumReasons
 };
 inline constexpr size_t kNumNodeDropReasons = static_cast<size_t>(NodeDropReason::kNumReasons);
@@ -137,10 +151,14 @@ class AggregationNode {
   ~AggregationNode();
 
   // A parsed aggregation message from child `child` (< num_children()) or
-  // from the parent. `elements` are the bytes after the header.
+  // from the parent. `elements` are the bytes after the header (without the
+  // tag); `message` is the whole message as received (header, elements,
+  // tag), which a node with an integrity key needs to check the tag (empty:
+  // no tag can be checked, so such a node drops it as kBadTag).
   void OnChildMessage(size_t child, const proto::AggregationHeader& header,
-                      std::span<const uint8_t> elements);
-  void OnParentMessage(const proto::AggregationHeader& header, std::span<const uint8_t> elements);
+                      std::span<const uint8_t> elements, std::span<const uint8_t> message = {});
+  void OnParentMessage(const proto::AggregationHeader& header, std::span<const uint8_t> elements,
+                       std::span<const uint8_t> message = {});
 
   // Abandons every operation in progress and tells every child (kAbort with
   // `why`), e.g. when the group is revoked. The node stays usable with a new
@@ -159,6 +177,10 @@ class AggregationNode {
   AggregationNode(const AggregationNodeConfig& config, NodeOutput* output, const Clock& clock);
 
   void Drop(NodeDropReason r);
+  // False (and counted as kBadTag) if `message` breaks the integrity rule.
+  bool TagOk(const proto::AggregationHeader& h, std::span<const uint8_t> message);
+  // Bytes a message buffer needs beyond header and elements: room for a tag.
+  size_t TagRoom() const { return config_.integrity_key ? proto::kAggregationTagSize : 0; }
   void HandleRequest(size_t child, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
   void HandleRepair(size_t child, const proto::AggregationHeader& h);
@@ -172,7 +194,9 @@ class AggregationNode {
   // A message buffer: 40 bytes of header, then elements on a cache line
   // (what reduce/'s kernels run fastest on).
   using FrameBuffer = LineOffsetVector<kCacheLine - proto::kAggregationHeaderSize>;
-  // Encodes `h` into the first 40 bytes of `buffer` and returns header+data.
+  // Encodes `h` into the first 40 bytes of `buffer` and returns header+data
+  // (and the tag after the data, with an integrity key: `buffer` then has
+  // 16 bytes of room after the data).
   std::span<const uint8_t> Frame(FrameBuffer& buffer, const proto::AggregationHeader& h,
                                  size_t data_bytes);
   // Bytes between two children's buffered contributions: P rounded up to

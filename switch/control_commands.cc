@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/log.h"
+#include "proto/aggregation_tag.h"
 #include "transport/ipv4_endpoint.h"
 
 namespace netfold::sw {
@@ -181,6 +182,14 @@ absl::Status InstallGroup(SwitchDataPlane& dp, const control::InstallGroup& ig,
   spec.qkey = ig.qkey();
   spec.num_slots = ig.num_slots();
   spec.slot_bytes = ig.slot_bytes();
+  if (!ig.integrity_key().empty()) {
+    absl::StatusOr<proto::AggregationKey> key = proto::AggregationKeyFromBytes(ig.integrity_key());
+    if (!key.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat("switch %s: group %d: %s", name,
+                                                        ig.group_id(), key.status().message()));
+    }
+    spec.integrity_key = *key;
+  }
   for (int i = 0; i < ig.children_size(); ++i) {
     const control::GroupChild& c = ig.children(i);
     GroupChildSpec child;

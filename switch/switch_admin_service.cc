@@ -118,6 +118,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
              absl::StrFormat("aggregation.%s", proto::AggregationParseResultName(reason)),
              Load(sc.parse_drops[r]), false);
   }
+  AddCount(out->mutable_drops(), "aggregation.bad_tag", dp.num_bad_tags(), false);
   for (size_t r = 0; r < kNumSwitchDropReasons; ++r) {
     AddCount(out->mutable_drops(),
              absl::StrFormat("switch.%s", SwitchDropReasonName(static_cast<SwitchDropReason>(r))),

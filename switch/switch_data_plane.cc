@@ -225,6 +225,9 @@ absl::Status SwitchDataPlane::InstallGroup(const GroupSpec& spec) {
   if (spec.multicast && !spec.multicast->IsMulticast()) {
     return invalid(absl::StrFormat("%s is not a multicast address", spec.multicast->ToString()));
   }
+  if (spec.integrity_key && spec.slot_bytes <= proto::kAggregationTagSize) {
+    return invalid("with integrity a slot must hold more than the 16-byte tag");
+  }
   auto check_qp = [&](uint32_t qpn, std::string_view what) -> absl::Status {
     auto it = qps_.find(qpn);
     if (it == qps_.end()) return invalid(absl::StrFormat("%s QP 0x%06x does not exist", what, qpn));
@@ -291,6 +294,7 @@ absl::Status SwitchDataPlane::InstallGroup(const GroupSpec& spec) {
   node_config.slot_bytes = spec.slot_bytes;
   node_config.has_parent = spec.parent_qpn.has_value();
   node_config.multicast = spec.multicast.has_value();
+  node_config.integrity_key = spec.integrity_key;
   for (const GroupChildSpec& c : spec.children) node_config.children.push_back({c.ranks});
   NETFOLD_ASSIGN_OR_RETURN(group->node,
                            AggregationNode::Create(node_config, group->output.get(), clock_));
@@ -327,6 +331,8 @@ void SwitchDataPlane::RemoveGroupAt(uint64_t key) {
   used.slots -= std::min(used.slots, g.spec.num_slots);
   slots_used_ -= std::min(slots_used_, g.spec.num_slots);
   const uint64_t job = g.spec.job_id;
+  counters_.bad_tags_of_removed_groups.fetch_add(g.node->counters().Drops(NodeDropReason::kBadTag),
+                                                 std::memory_order_relaxed);
   groups_.erase(it);
   if (usage_[job].groups == 0) {
     if (auto ud = multicast_qps_.find(job); ud != multicast_qps_.end()) {
@@ -416,9 +422,9 @@ void SwitchDataPlane::HandleMessage(Qp& qp, std::span<const uint8_t> message) {
     return;
   }
   if (role->second >= 0) {
-    g->second->node->OnChildMessage(static_cast<size_t>(role->second), h, elements);
+    g->second->node->OnChildMessage(static_cast<size_t>(role->second), h, elements, message);
   } else {
-    g->second->node->OnParentMessage(h, elements);
+    g->second->node->OnParentMessage(h, elements, message);
   }
 }
 
@@ -480,6 +486,12 @@ size_t SwitchDataPlane::num_busy_slots() const {
   size_t busy = 0;
   for (const auto& [key, g] : groups_) busy += g->node->num_busy_slots();
   return busy;
+}
+
+uint64_t SwitchDataPlane::num_bad_tags() const {
+  uint64_t n = counters_.bad_tags_of_removed_groups.load(std::memory_order_relaxed);
+  for (const auto& [key, g] : groups_) n += g->node->counters().Drops(NodeDropReason::kBadTag);
+  return n;
 }
 
 void SwitchDataPlane::ForEachNode(

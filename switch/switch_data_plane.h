@@ -120,6 +120,8 @@ struct GroupSpec {
   std::optional<uint32_t> parent_qpn;    // none at the group root
   // The group root's multicast destination (ip:port); unset: no multicast.
   std::optional<transport::Ipv4Endpoint> multicast;
+  // The job's integrity key (AggregationNodeConfig::integrity_key).
+  std::optional<proto::AggregationKey> integrity_key;
 };
 
 // Why the switch dropped a message before a node saw it. Values index
@@ -140,6 +142,9 @@ struct SwitchCounters {
   std::atomic<uint64_t> backlogged{0};  // sends that waited for room in a send queue
   std::array<std::atomic<uint64_t>, proto::kNumAggregationParseResults> parse_drops{};
   std::array<std::atomic<uint64_t>, kNumSwitchDropReasons> drops{};
+  // Integrity: messages the nodes of groups since removed dropped as
+  // bad_tag (the live nodes count their own: SwitchDataPlane::num_bad_tags).
+  std::atomic<uint64_t> bad_tags_of_removed_groups{0};
 };
 
 // A QP that failed (retries exhausted, NAK, ...): reported to the manager.
@@ -198,6 +203,9 @@ class SwitchDataPlane {
   uint32_t num_slots_used() const { return slots_used_; }
   // Busy slots over every node: 0 once all operations completed.
   size_t num_busy_slots() const;
+  // Messages dropped for a bad or missing integrity tag, over every node
+  // this switch has held (the admin API's `aggregation.bad_tag`).
+  uint64_t num_bad_tags() const;
   // Visits every installed node (for status and admin).
   void ForEachNode(const std::function<void(const GroupSpec&, const AggregationNode&)>& fn) const;
   void ForEachQp(const std::function<void(const std::string& peer,

@@ -11,6 +11,7 @@
 #include "base/clock.h"
 #include "gtest/gtest.h"
 #include "proto/aggregation_header.h"
+#include "proto/aggregation_tag.h"
 #include "transport/memory_port.h"
 #include "transport/roce_endpoint.h"
 #include "transport/udp_port.h"
@@ -339,6 +340,55 @@ TEST_F(DataPlaneTest, RemoveGroupAbortsInFlightOperationsAndFreesEverySlot) {
   Run(20);
   EXPECT_EQ(dp_->counters().drops[static_cast<size_t>(SwitchDropReason::kUnknownGroup)].load(), 1u);
   ASSERT_TRUE(dp_->DestroyQp(h0.switch_qpn).ok());
+}
+
+// Integrity at the switch (docs/security.md): a group installed with the
+// job's key takes a tagged request, drops an untagged one and one with
+// another key's tag (aggregation.bad_tag: num_bad_tags), answers with a
+// tagged result; the count outlives the group. A key on a slot that cannot
+// hold a tag is refused.
+TEST_F(DataPlaneTest, AGroupWithAKeyDropsAndCountsUntaggedRequests) {
+  MakeSwitch();
+  Host& h0 = AddHost();
+  Host& h1 = AddHost();
+  proto::AggregationKey key;
+  key.fill(5);
+  proto::AggregationKey other = key;
+  other[3] ^= 1;
+  GroupSpec g = Spec(6, {h0.switch_qpn, h1.switch_qpn});
+  g.integrity_key = key;
+  GroupSpec tiny = g;
+  tiny.group_id = 7;
+  tiny.slot_bytes = 16;
+  EXPECT_EQ(dp_->InstallGroup(tiny).code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(dp_->InstallGroup(g).ok());
+  auto tagged = [&](Host& h, const proto::AggregationKey* k) {
+    proto::AggregationHeader hdr;
+    hdr.tree_id = 3;
+    hdr.group_id = 6;
+    hdr.epoch = 1;
+    hdr.dtype = proto::DataType::kInt32;
+    hdr.op = proto::ReduceOp::kSum;
+    hdr.count = 4;
+    hdr.has_data = true;
+    hdr.has_tag = true;
+    std::vector<uint8_t> elements(16, 1);
+    std::vector<uint8_t> msg(proto::kAggregationHeaderSize + 16 + proto::kAggregationTagSize);
+    ASSERT_TRUE(proto::EncodeAggregationMessage(hdr, elements, msg).ok());
+    ASSERT_TRUE(proto::AppendAggregationTag(*k, msg, proto::kAggregationHeaderSize + 16).ok());
+    ASSERT_TRUE(h.rc->PostSend(msg, 0).ok());
+  };
+  tagged(h0, &key);
+  Request(h1, 6, 0);  // untagged
+  tagged(h1, &other);
+  Run(30);
+  EXPECT_EQ(dp_->num_bad_tags(), 2u);
+  EXPECT_EQ(dp_->num_busy_slots(), 1u) << "a dropped request completed the operation";
+  tagged(h1, &key);
+  Run(30);
+  EXPECT_EQ(dp_->num_busy_slots(), 0u);
+  ASSERT_TRUE(dp_->RemoveGroup(3, 6, 1).ok());
+  EXPECT_EQ(dp_->num_bad_tags(), 2u) << "the count went with the group";
 }
 
 // An idle data plane on a socket sleeps long in receive (the daemon's

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -132,11 +133,22 @@ int RunBench(const BenchOptions& o) {
     netfold_options.insert(netfold_options.end(),
                            {"-x", absl::StrFormat("NETFOLD_POLL_US=%d", o.poll_us)});
   }
+  // NETFOLD_INTEGRITY=1 for `netfold bench`: the fabric also runs with the
+  // per-job integrity tag (docs/security.md), as "netfold+tag", in the same
+  // run; plain "netfold" is then explicitly without it.
+  const char* integrity_env = std::getenv("NETFOLD_INTEGRITY");
+  const bool with_tag = integrity_env != nullptr && std::string(integrity_env) == "1";
+  std::vector<std::string> tag_options = netfold_options;
+  if (with_tag) {
+    netfold_options.insert(netfold_options.end(), {"-x", "NETFOLD_INTEGRITY=0"});
+    tag_options.insert(tag_options.end(), {"-x", "NETFOLD_INTEGRITY=1"});
+  }
   std::vector<Variant> variants = {
       {"netfold", netfold_options, true},
       {"ompi-sm", {"--mca", "btl", "self,vader"}, false},
       {"ompi-tcp", {"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"}, false},
   };
+  if (with_tag) variants.insert(variants.begin() + 1, {"netfold+tag", tag_options, true});
   // libnetfold's host algorithms (docs/algorithms.md) over the same
   // transport, forced with NETFOLD_ALGORITHM: what the fabric buys.
   const std::vector<std::string> host_algorithms = {"ring", "bidir", "tree"};
@@ -241,6 +253,21 @@ int RunBench(const BenchOptions& o) {
               " %12s", pt && pt->link_bytes >= 0 ? absl::StrFormat("%.0f", pt->link_bytes) : "-");
         }
         std::printf("%-5d %9s %s %s\n", p, HumanSize(size).c_str(), times.c_str(), bytes.c_str());
+      }
+    }
+  }
+  if (with_tag) {
+    std::printf("\nthe integrity tag (NETFOLD_INTEGRITY=1), same fabric, same run:\n");
+    std::printf("%-5s %9s  %11s %11s %9s  %11s %11s\n", "ranks", "size", "netfold avg",
+                "+tag avg", "tag/none", "netfold p99", "+tag p99");
+    for (int p : ranks) {
+      for (long size : sizes) {
+        const Point* nf = Find(results, "netfold", p, size);
+        const Point* tag = Find(results, "netfold+tag", p, size);
+        std::printf("%-5d %9s  %11s %11s %9s  %11s %11s\n", p, HumanSize(size).c_str(),
+                    Us(nf ? nf->avg : -1).c_str(), Us(tag ? tag->avg : -1).c_str(),
+                    nf && tag ? absl::StrFormat("%.2fx", tag->avg / nf->avg).c_str() : "-",
+                    Us(nf ? nf->p99 : -1).c_str(), Us(tag ? tag->p99 : -1).c_str());
       }
     }
   }

@@ -12,7 +12,12 @@
 // (slot window, validation, buffering, framing, the kept result for
 // repair); the goal is >= 0.5x.
 //
-//   build/bench/switch/switch_benchmark            # full run (~15 s)
+// A last table prices the per-job integrity tag (docs/security.md): the
+// same node with and without the job's key, fed pre-tagged requests, so
+// that the switch's own work (check 8 tags, tag the result) is measured,
+// not the hosts'.
+//
+//   build/bench/switch/switch_benchmark            # full run (~20 s)
 //   build/bench/switch/switch_benchmark --quick    # a second or two (CI)
 //
 // Times are CPU time of the benchmark thread (CLOCK_THREAD_CPUTIME_ID), the
@@ -22,6 +27,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -34,6 +40,7 @@
 #include "base/aligned_buffer.h"
 #include "base/clock.h"
 #include "proto/aggregation_header.h"
+#include "proto/aggregation_tag.h"
 #include "reduce/reduce.h"
 #include "switch/aggregation_node.h"
 
@@ -210,6 +217,115 @@ Row Measure(DataType type, bool root, bool reverse, size_t children, double seco
   return row;
 }
 
+// The integrity tag at the node: fp32 sum, root, in order, `children`
+// children, with and without the key, interleaved per repetition. With the
+// key the requests carry tags computed beforehand for seqs 0..kTagged-1;
+// every kTagged operations the node is reset (Abort) so that the seqs, and
+// so the tags, come round again. Returns {plain ops/s, tagged ops/s, ratio,
+// BLAKE2b GB/s over one 4 KiB request}.
+struct IntegrityRow {
+  double plain_ops = 0, tagged_ops = 0, ratio = 0, hash_gbps = 0;
+};
+
+IntegrityRow MeasureIntegrity(size_t children, double seconds, int reps) {
+  constexpr uint64_t kTagged = 2048;
+  constexpr size_t kHeader = proto::kAggregationHeaderSize;
+  const size_t count = kPayload / sizeof(float);
+  const std::vector<LineOffsetVector<0>> in = Inputs(children);
+  const proto::AggregationKey key = proto::NewAggregationKey();
+  AggregationHeader h;
+  h.tree_id = 1;
+  h.group_id = 1;
+  h.epoch = 1;
+  h.dtype = DataType::kFp32;
+  h.op = ReduceOp::kSum;
+  h.count = static_cast<uint32_t>(count);
+  h.has_data = true;
+
+  // Each child's request buffer: header, elements (on a cache line, as the
+  // switch receives them), tag; and the header and tag of every seq.
+  using Message = LineOffsetVector<kCacheLine - kHeader>;
+  std::vector<Message> msg(children, Message(kHeader + kPayload + proto::kAggregationTagSize));
+  std::vector<std::array<uint8_t, kHeader>> headers(kTagged);
+  std::vector<proto::AggregationTag> tags(kTagged * children);
+  for (size_t c = 0; c < children; ++c) std::memcpy(msg[c].data() + kHeader, in[c].data(), kPayload);
+  for (uint64_t s = 0; s < kTagged; ++s) {
+    AggregationHeader t = h;
+    t.seq = s;
+    t.has_tag = true;
+    (void)proto::EncodeAggregationHeader(t, headers[s]);
+    for (size_t c = 0; c < children; ++c) {
+      std::memcpy(msg[c].data(), headers[s].data(), kHeader);
+      tags[s * children + c] =
+          proto::ComputeAggregationTag(key, {msg[c].data(), kHeader + kPayload});
+    }
+  }
+
+  struct Side {
+    CountingOutput out;
+    std::unique_ptr<AggregationNode> node;
+    uint64_t seq = 0;
+  } plain, tagged;
+  for (Side* side : {&plain, &tagged}) {
+    AggregationNodeConfig config;
+    config.tree_id = 1;
+    config.group_id = 1;
+    config.epoch = 1;
+    config.num_slots = kSlots;
+    config.slot_bytes = kPayload + proto::kAggregationTagSize;  // the same elements fit
+    for (uint32_t c = 0; c < children; ++c) config.children.push_back({{c}});
+    if (side == &tagged) config.integrity_key = key;
+    side->node = std::move(*AggregationNode::Create(config, &side->out, RealClock()));
+  }
+  constexpr size_t kBatch = 64;
+  auto plain_batch = [&] {
+    for (size_t i = 0; i < kBatch; ++i, ++plain.seq) {
+      h.seq = plain.seq;
+      for (size_t c = 0; c < children; ++c) plain.node->OnChildMessage(c, h, in[c]);
+    }
+  };
+  AggregationHeader th = h;
+  th.has_tag = true;
+  auto tagged_batch = [&] {
+    for (size_t i = 0; i < kBatch; ++i, ++tagged.seq) {
+      const uint64_t s = tagged.seq % kTagged;
+      if (s == 0 && tagged.seq > 0) tagged.node->Abort(proto::AggregationStatus::kAborted);
+      th.seq = s;
+      for (size_t c = 0; c < children; ++c) {
+        uint8_t* m = msg[c].data();
+        std::memcpy(m, headers[s].data(), kHeader);
+        std::memcpy(m + kHeader + kPayload, tags[s * children + c].data(), proto::kAggregationTagSize);
+        tagged.node->OnChildMessage(c, th, {m + kHeader, kPayload},
+                                    {m, kHeader + kPayload + proto::kAggregationTagSize});
+      }
+    }
+  };
+  uint64_t sink = 0;
+  auto hash_batch = [&] {
+    for (size_t i = 0; i < kBatch; ++i) {
+      sink += proto::ComputeAggregationTag(key, {in[i % children].data(), kPayload})[0];
+    }
+  };
+  plain_batch();
+  tagged_batch();
+  hash_batch();
+  std::vector<double> p, t, ratio, hash;
+  for (int r = 0; r < reps; ++r) {
+    p.push_back(OpsPerSecond(plain_batch, kBatch, seconds));
+    t.push_back(OpsPerSecond(tagged_batch, kBatch, seconds));
+    hash.push_back(OpsPerSecond(hash_batch, kBatch, seconds) * kPayload * 1e-9);
+    ratio.push_back(t.back() / p.back());
+  }
+  if (tagged.node->counters().TotalDrops() != 0 || plain.node->counters().TotalDrops() != 0) {
+    std::fprintf(stderr, "integrity: %llu drops with the tag, %llu without\n",
+                 static_cast<unsigned long long>(tagged.node->counters().TotalDrops()),
+                 static_cast<unsigned long long>(plain.node->counters().TotalDrops()));
+    std::exit(1);
+  }
+  if (sink == 42 && plain.out.checksum == 42 && tagged.out.checksum == 42) std::printf(" ");
+  return {Median(p), Median(t), Median(ratio), Median(hash)};
+}
+
 int Main(int argc, char** argv) {
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
@@ -252,6 +368,16 @@ int Main(int argc, char** argv) {
     std::printf("%-8zu %12.0f %9.2f | %9.2f %6.2fx | %11.2f %6.2fx\n", children, r.node_ops,
                 r.node_ops * b * 1e-9, r.fold_ops * b * 1e-9, r.fold_ratio,
                 r.chain_ops * b * 1e-9, r.chain_ratio);
+  }
+  // The integrity tag (docs/security.md): the node checks every child's
+  // tag and tags its result; hosts tag and check their own messages.
+  std::printf("\nintegrity tag (keyed BLAKE2b, 16 B), fp32 sum, root, in order:\n");
+  std::printf("%-8s %14s %14s %7s | %s\n", "children", "plain ops/s", "tagged ops/s", "ratio",
+              "BLAKE2b GB/s (4 KiB)");
+  for (size_t children : {2, 8}) {
+    const IntegrityRow r = MeasureIntegrity(children, seconds, reps);
+    std::printf("%-8zu %14.0f %14.0f %6.2fx | %.2f\n", children, r.plain_ops, r.tagged_ops,
+                r.ratio, r.hash_gbps);
   }
   // The goal is reported, not enforced: a loaded machine must not fail CI.
   return 0;

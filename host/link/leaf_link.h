@@ -11,7 +11,7 @@
 //   link->Connect({.remote = switch_end, .remote_qpn = ..., .rq_psn = ...,
 //                  .sq_psn = psn, .pkey = job_pkey, .qkey = job_qkey});
 //   link->AttachMulticast(group_address, root_switch_data_address);
-//   link->PostRequest(header, elements);           // ResourceExhausted: try later
+//   link->PostRequest(header, elements, tag);      // ResourceExhausted: try later
 //   link->Progress(timeout, [&](std::span<const uint8_t> m) { ... });
 //
 // Thread-safety: a link belongs to the thread that drives its context;
@@ -74,11 +74,12 @@ class LeafLink {
   // Brings the RC QP through INIT and RTR to RTS toward the switch, and
   // creates the UD QP for the job's Q_Key and P_Key. Once only.
   virtual absl::Status Connect(const LeafPeer& peer) = 0;
-  // Queues one request message: `header` then `elements` (copied, once,
-  // into the link's send buffer). ResourceExhausted when the send queue is
+  // Queues one request message: `header`, `elements`, then `tag` (16 bytes
+  // with integrity, else empty), copied once into the link's send buffer. ResourceExhausted when the send queue is
   // full (call again after Progress); Unavailable once the connection failed.
   virtual absl::Status PostRequest(std::span<const uint8_t> header,
-                                   std::span<const uint8_t> elements) = 0;
+                                   std::span<const uint8_t> elements,
+                                   std::span<const uint8_t> tag) = 0;
   // Receive results sent to `group` (an IPv4 multicast address with the
   // RoCEv2 port) by `source`, the group root switch's data address: results
   // from any other address or port are dropped and counted

@@ -50,8 +50,9 @@ absl::Status SoftLeafLink::Connect(const LeafPeer& peer) {
 }
 
 absl::Status SoftLeafLink::PostRequest(std::span<const uint8_t> header,
-                                       std::span<const uint8_t> elements) {
-  const std::span<const uint8_t> pieces[] = {header, elements};
+                                       std::span<const uint8_t> elements,
+                                       std::span<const uint8_t> tag) {
+  const std::span<const uint8_t> pieces[] = {header, elements, tag};
   return rc_->PostSendGather(pieces, 0);
 }
 

@@ -445,11 +445,12 @@ absl::Status VerbsLeafLink::Connect(const LeafPeer& peer) {
 }
 
 absl::Status VerbsLeafLink::PostRequest(std::span<const uint8_t> header,
-                                        std::span<const uint8_t> elements) {
+                                        std::span<const uint8_t> elements,
+                                        std::span<const uint8_t> tag) {
   Impl& m = *impl_;
   if (!m.failure.ok()) return m.failure;
   if (!m.connected) return absl::FailedPreconditionError("the leaf link is not connected");
-  const size_t size = header.size() + elements.size();
+  const size_t size = header.size() + elements.size() + tag.size();
   if (size > m.sends->slot_bytes()) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "a request of %d bytes exceeds the verbs link's %d-byte messages", size,
@@ -461,6 +462,9 @@ absl::Status VerbsLeafLink::PostRequest(std::span<const uint8_t> header,
   std::span<uint8_t> buf = m.sends->Slot(*slot);
   std::memcpy(buf.data(), header.data(), header.size());
   if (!elements.empty()) std::memcpy(buf.data() + header.size(), elements.data(), elements.size());
+  if (!tag.empty()) {
+    std::memcpy(buf.data() + header.size() + elements.size(), tag.data(), tag.size());
+  }
   ibv_sge sge{};
   sge.addr = reinterpret_cast<uintptr_t>(buf.data());
   sge.length = static_cast<uint32_t>(size);

@@ -64,8 +64,8 @@ class VerbsLeafLink : public LeafLink {
   uint32_t qpn() const override;
   size_t max_datagram_payload() const override;
   absl::Status Connect(const LeafPeer& peer) override;
-  absl::Status PostRequest(std::span<const uint8_t> header,
-                           std::span<const uint8_t> elements) override;
+  absl::Status PostRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
+                           std::span<const uint8_t> tag) override;
   absl::Status AttachMulticast(const transport::Ipv4Endpoint& group,
                                const transport::Ipv4Endpoint& source) override;
   void DetachMulticast(const transport::Ipv4Endpoint& group) override;

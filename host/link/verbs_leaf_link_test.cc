@@ -113,9 +113,9 @@ TEST(VerbsLeafLink, OnADeviceAnUnansweredRequestFailsTheLinkWithTheReason) {
             absl::StatusCode::kInvalidArgument);
 
   std::vector<uint8_t> request(64, 0x5a);
-  ASSERT_TRUE(link.PostRequest(request, {}).ok());
+  ASSERT_TRUE(link.PostRequest(request, {}, {}).ok());
   std::vector<uint8_t> too_big(o.max_message + 1);
-  EXPECT_EQ(link.PostRequest(too_big, {}).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(link.PostRequest(too_big, {}, {}).code(), absl::StatusCode::kInvalidArgument);
   int delivered = 0;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (link.status().ok() && absl::Now() < deadline) {
@@ -124,7 +124,7 @@ TEST(VerbsLeafLink, OnADeviceAnUnansweredRequestFailsTheLinkWithTheReason) {
   EXPECT_EQ(delivered, 0);
   EXPECT_EQ(link.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(link.status().message()), HasSubstr("stopped acknowledging"));
-  EXPECT_EQ(link.PostRequest(request, {}).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(link.PostRequest(request, {}, {}).code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(link.stats().tx_bytes, 64u);
 }
 

@@ -130,6 +130,39 @@ TEST(HostFabric, DefaultPartitionJobRunsTheSweep) {
   }
 }
 
+// NETFOLD_INTEGRITY=1 (docs/security.md): every message carries the job's
+// tag; the sweep (every dtype x op, reduce, bcast, barrier) is exact on
+// five ranks across two leaves, with results over RC down the tree (the
+// multicast path is spoofed_results_test's), and no result was refused.
+TEST(HostFabric, IntegrityJobRunsTheSweepWithRcDelivery) {
+  auto fabric = StartFabric(5);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 5, 0, {"sweep"},
+               {{"NETFOLD_INTEGRITY", "1"}, {"NETFOLD_DELIVERY", "rc"},
+                {"NETFOLD_LOG_LEVEL", "info"}});
+  auto results = ranks.Wait(absl::Minutes(4));
+  ExpectAllOk(results);
+  for (const auto& r : results) {
+    EXPECT_NE(r.output.find("integrity tag)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("foreign=0)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
+                                                              << r.output;
+  }
+}
+
+// A value of NETFOLD_INTEGRITY that is neither on nor off fails init with
+// the variable's name, and no job is left behind.
+TEST(HostFabric, AMalformedIntegrityValueFailsInitWithTheReason) {
+  auto fabric = StartFabric(2);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 2, 0, {"sweep"}, {{"NETFOLD_INTEGRITY", "maybe"}});
+  for (const auto& r : ranks.Wait(absl::Minutes(1))) {
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("NETFOLD_INTEGRITY='maybe'"), std::string::npos) << r.output;
+  }
+  EXPECT_EQ(NumJobs(*fabric), 0);
+}
+
 // NETFOLD_TRANSPORT=verbs on a host without an RDMA device: every rank's
 // init fails at once with the reason, and the job is released.
 TEST(HostFabric, VerbsTransportWithoutADeviceFailsInitWithTheReason) {

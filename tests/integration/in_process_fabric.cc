@@ -68,9 +68,9 @@ struct InProcessFabric::SimHost : host::RequestSender {
   transport::UdQueuePair* ud = nullptr;
   std::map<uint32_t, std::unique_ptr<host::GroupEngine>> engines;
 
-  absl::Status SendRequest(std::span<const uint8_t> header,
-                           std::span<const uint8_t> elements) override {
-    const std::span<const uint8_t> pieces[] = {header, elements};
+  absl::Status SendRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
+                           std::span<const uint8_t> tag) override {
+    const std::span<const uint8_t> pieces[] = {header, elements, tag};
     return rc->PostSendGather(pieces, 0);
   }
 
@@ -83,7 +83,7 @@ struct InProcessFabric::SimHost : host::RequestSender {
       return;
     }
     auto it = engines.find(h.group_id);
-    if (it != engines.end()) it->second->OnMessage(h, elements);
+    if (it != engines.end()) it->second->OnMessage(h, elements, message);
   }
 
   void Run() {
@@ -217,6 +217,7 @@ void InProcessFabric::CreateGroup(uint32_t group_id, const GroupOptions& options
     spec.qkey = options_.qkey;
     spec.num_slots = options.num_slots;
     spec.slot_bytes = options.slot_bytes;
+    spec.integrity_key = options.integrity_key;
     for (int child : shape_.children[s]) {
       spec.children.push_back({switches_[s].child_qpn.at(child), shape_.RanksBelow(child)});
     }
@@ -241,6 +242,7 @@ void InProcessFabric::CreateGroup(uint32_t group_id, const GroupOptions& options
     params.delivery = options.delivery;
     params.repair_after = options.repair_after;
     params.op_timeout = options.op_timeout;
+    params.integrity_key = options.integrity_key;
     for (const auto& member : hosts_) params.members.push_back(member->rank);
     h.engines[group_id] = std::make_unique<host::GroupEngine>(params, &h, clock_);
   }

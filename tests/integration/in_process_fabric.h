@@ -12,12 +12,14 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/clock.h"
 #include "host/group_engine.h"
 #include "proto/aggregation_header.h"
+#include "proto/aggregation_tag.h"
 #include "switch/switch_data_plane.h"
 #include "transport/impaired_port.h"
 #include "transport/link_impairment.h"
@@ -54,6 +56,9 @@ struct GroupOptions {
   proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
   absl::Duration repair_after = absl::Milliseconds(2);
   absl::Duration op_timeout = absl::Seconds(10);
+  // The job's integrity key on every switch and rank of the group
+  // (docs/security.md); nullopt: no tags.
+  std::optional<proto::AggregationKey> integrity_key;
 };
 
 class InProcessFabric {

@@ -277,6 +277,64 @@ TEST(Fabric, ReduceBcastAndBarrierWithBothDeliveries) {
   }
 }
 
+// The integrity tag end to end: one group without tags and one with the
+// job's key, under loss, duplication, reordering and corruption, with
+// multicast (results repaired over RC) and rc_tree delivery (reduce goes
+// to_root there): allreduce and reduce give the tree-order reference bits
+// in both, and no tagged message is ever refused (bad_tags 0) - the tag
+// changes the wire and the chunking (P - 16 bytes of elements), not one
+// result bit.
+TEST(Fabric, TheIntegrityTagGivesTheSameBitsOnEveryDeliveryUnderFaults) {
+  proto::AggregationKey key;
+  for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<uint8_t>(0xa0 + i);
+  for (DeliveryMode mode : {DeliveryMode::kMulticast, DeliveryMode::kRcTree}) {
+    const TreeShape shape = TreeShape::TwoLevel(2, 4);
+    FabricOptions options;
+    options.faults = kFaults;
+    options.seed = 11;
+    InProcessFabric fabric(shape, options);
+    fabric.CreateGroup(1, {.num_slots = 4, .slot_bytes = 256, .delivery = mode});
+    fabric.CreateGroup(2, {.num_slots = 4, .slot_bytes = 256, .delivery = mode,
+                           .integrity_key = key});
+    const int n = shape.num_hosts();
+    std::mt19937_64 rng(17);
+    const size_t count = 301;  // fp32: 5 chunks of 64, or 6 of 60 with the tag
+    std::vector<Bytes> in;
+    for (int r = 0; r < n; ++r) {
+      Bytes v = RandomElements(DataType::kFp32, count, rng);
+      auto* f = reinterpret_cast<float*>(v.data());
+      for (size_t i = 0; i < count; ++i) f[i] *= std::pow(10.0f, static_cast<int>(rng() % 13) - 6);
+      in.push_back(std::move(v));
+    }
+    const Bytes expected = Reference(shape, 0, DataType::kFp32, ReduceOp::kSum, count, in);
+    for (CollectiveType c : {CollectiveType::kAllreduce, CollectiveType::kReduce}) {
+      for (uint32_t g : {1u, 2u}) {
+        std::vector<Bytes> out(n, Bytes(count * 4, 0));
+        std::vector<host::CollectiveArgs> args;
+        for (int r = 0; r < n; ++r) {
+          args.push_back({.collective = c, .dtype = DataType::kFp32, .op = ReduceOp::kSum,
+                          .root = 5, .send = in[r].data(), .recv = out[r].data(),
+                          .count = count});
+        }
+        std::vector<host::OpId> ids = fabric.StartOnEveryRank(g, args);
+        ASSERT_TRUE(fabric.RunUntilDone(g, ids));
+        for (int r = 0; r < n; ++r) {
+          absl::Status s = fabric.engine(g, r).Finish(ids[r]);
+          ASSERT_TRUE(s.ok()) << s << " group " << g << " rank " << r;
+          if (c == CollectiveType::kAllreduce || r == 5) {
+            EXPECT_EQ(out[r], expected) << "group " << g << " rank " << r;
+          }
+        }
+      }
+    }
+    for (int r = 0; r < n; ++r) {
+      EXPECT_EQ(fabric.engine(2, r).stats().bad_tags, 0u) << "rank " << r;
+      EXPECT_GT(fabric.engine(2, r).stats().chunks_posted,
+                fabric.engine(1, r).stats().chunks_posted) << "the tag takes room in a chunk";
+    }
+  }
+}
+
 // Allgather is a bcast per block and reduce-scatter a reduce per block,
 // each block rooted at its rank: blocks of every size (empty ones too),
 // under faults, with both deliveries. A rank's reduce-scatter block is

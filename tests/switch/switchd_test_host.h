@@ -152,9 +152,9 @@ class TestHost : public host::RequestSender {
     return n;
   }
 
-  absl::Status SendRequest(std::span<const uint8_t> header,
-                           std::span<const uint8_t> elements) override {
-    const std::span<const uint8_t> pieces[] = {header, elements};
+  absl::Status SendRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
+                           std::span<const uint8_t> tag) override {
+    const std::span<const uint8_t> pieces[] = {header, elements, tag};
     return rc_->PostSendGather(pieces, 0);
   }
 
@@ -172,7 +172,7 @@ class TestHost : public host::RequestSender {
       return;
     }
     auto it = engines_.find(h.group_id);
-    if (it != engines_.end()) it->second->OnMessage(h, elements);
+    if (it != engines_.end()) it->second->OnMessage(h, elements, message);
   }
 
   const uint32_t rank_;

@@ -139,10 +139,15 @@ typedef struct {
   const char* local_address; /* NULL: $NETFOLD_LOCAL_ADDRESS, else 127.0.0.1 */
   const char* job_name;      /* NULL: "netfold" */
   int timeout_ms;            /* 0: $NETFOLD_TIMEOUT_MS, else 30000 */
+  int integrity;             /* 1: every aggregation message of the job carries
+                                a keyed integrity tag (docs/security.md); 0:
+                                $NETFOLD_INTEGRITY. The job has it if any rank
+                                asks. Added after 0.1: a struct_size that ends
+                                before it reads as 0. */
 } netfold_init_spec_t;
 
 #define NETFOLD_INIT_SPEC_INITIALIZER \
-  { sizeof(netfold_init_spec_t), 0, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0 }
+  { sizeof(netfold_init_spec_t), 0, 0, {0, 0, 0, 0}, 0, 0, 0, 0, 0, 0 }
 
 typedef struct netfold_context* netfold_context_t;
 typedef struct netfold_group* netfold_group_t;
