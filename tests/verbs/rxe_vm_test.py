@@ -245,12 +245,17 @@ def inner(args):
     with os.fdopen(fd, "w") as f:
         f.write(os.urandom(32).hex() + "\n")
     os.environ["NETFOLD_CREDENTIAL_FILE"] = "/tmp/credential"
+    # The control plane over TLS, as netfold up runs it: a CA for this fabric
+    # and a certificate for the manager's and the switch's admin addresses.
+    sh(f"{build}/tools/netfold", "certs", "--out", "/tmp/tls", "--hosts", f"{HOST_IP},{SWITCH_IP}")
+    os.environ["NETFOLD_TLS_CA"] = "/tmp/tls/ca.pem"
     logs = {"manager": open("/tmp/manager.log", "w"), "switch": open("/tmp/switch.log", "w")}
     procs = [
         subprocess.Popen([f"{build}/manager/netfold-managerd", "--topology", "/tmp/topology.yaml",
-                          "--listen", MANAGER, "--log_level", "info"], stdout=logs["manager"], stderr=subprocess.STDOUT),
+                          "--listen", MANAGER, "--log_level", "info", "--tls_dir", "/tmp/tls"],
+                         stdout=logs["manager"], stderr=subprocess.STDOUT),
         subprocess.Popen(["ip", "netns", "exec", "sw", f"{build}/switch/netfold-switchd",
-                          "--config", "/tmp/switchd.yaml"],
+                          "--config", "/tmp/switchd.yaml", "--tls_dir", "/tmp/tls"],
                          stdout=logs["switch"], stderr=subprocess.STDOUT),
     ]
     failed = []
