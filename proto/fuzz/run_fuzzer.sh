@@ -27,6 +27,8 @@ else
   set -- -max_total_time="$seconds"
 fi
 # -timeout: a single input taking seconds is a bug; -rss_limit_mb: keep the
-# shared machine usable.
+# shared machine usable. -error_exitcode: libFuzzer's default for a crash
+# is 77, which meson reads as "skipped": a crash must fail the test.
 "$fuzzer" "$@" -timeout=10 -rss_limit_mb=1024 -print_final_stats=1 \
+  -error_exitcode=1 -timeout_exitcode=1 \
   -artifact_prefix="$artifacts/$(basename "$fuzzer")-" "$work" "$seeds"
