@@ -82,15 +82,9 @@ int RunBench(const BenchOptions& o) {
   std::vector<int> ranks = o.ranks;
   const int max_ranks = *std::max_element(ranks.begin(), ranks.end());
   const std::string out_dir = o.out_dir.empty() ? "netfold-bench-" + o.op : o.out_dir;
+  const std::string log = PrepareOutputDir(out_dir, "mpirun.log");
+  if (log.empty()) return 2;
   std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "netfold bench: cannot create %s: %s\n", out_dir.c_str(),
-                 ec.message().c_str());
-    return 2;
-  }
-  const std::string log = fs::absolute(out_dir + "/mpirun.log", ec).string();
-  std::remove(log.c_str());
 
   std::printf("netfold bench %s: ranks %s, sizes %s .. %s, %.2f s per point; machine: %ld cores\n",
               o.op.c_str(), absl::StrJoin(ranks, ",").c_str(), HumanSize(sizes.front()).c_str(),
@@ -159,8 +153,7 @@ int RunBench(const BenchOptions& o) {
       variants.push_back({a, options, true});
     }
   }
-  std::string size_list;
-  for (long s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
+  const std::string size_list = SizeList(sizes);
 
   Results results;
   std::vector<std::string> failed;  // "variant on N ranks"

@@ -43,6 +43,25 @@ std::string FindBeside(const std::string& self, const std::vector<std::string>& 
   return "";
 }
 
+std::string PrepareOutputDir(const std::string& out_dir, const std::string& log_name) {
+  std::error_code ec;
+  fs::create_directories(out_dir, ec);
+  if (ec) {
+    std::fprintf(stderr, "netfold bench: cannot create %s: %s\n", out_dir.c_str(),
+                 ec.message().c_str());
+    return "";
+  }
+  const std::string log = fs::absolute(out_dir + "/" + log_name, ec).string();
+  std::remove(log.c_str());
+  return log;
+}
+
+std::string SizeList(const std::vector<long>& sizes) {
+  std::string list;
+  for (long s : sizes) list += (list.empty() ? "" : ",") + std::to_string(s);
+  return list;
+}
+
 std::string HumanSize(long b) {
   if (b >= (1l << 20) && b % (1l << 20) == 0) return absl::StrFormat("%d MiB", b >> 20);
   if (b >= 1024 && b % 1024 == 0) return absl::StrFormat("%d KiB", b >> 10);

@@ -27,6 +27,12 @@ const Point* PointOf(const std::vector<Point>& points, long size);
 // exists first, canonical; "" if none does.
 std::string FindBeside(const std::string& self, const std::vector<std::string>& relative);
 
+// Creates `out_dir` and returns the absolute path of `log_name` in it
+// (removed if it exists); prints why and returns "" if it cannot.
+std::string PrepareOutputDir(const std::string& out_dir, const std::string& log_name);
+// "4,4096,65536": the sizes as collective_bench takes them.
+std::string SizeList(const std::vector<long>& sizes);
+
 // 4 B, 64 KiB, 16 MiB.
 std::string HumanSize(long bytes);
 // 12.3 us, 4.56 ms, 1.23 s; "-" for a negative value.

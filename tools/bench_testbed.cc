@@ -109,17 +109,9 @@ int RunTestbedBench(const BenchOptions& o) {
   if (base == "barrier") sizes = {0};
   const int p = o.ranks.empty() ? 8 : o.ranks.front();
   const std::string out_dir = o.out_dir.empty() ? "netfold-bench-testbed-" + o.op : o.out_dir;
-  std::error_code ec;
-  fs::create_directories(out_dir, ec);
-  if (ec) {
-    std::fprintf(stderr, "netfold bench: cannot create %s: %s\n", out_dir.c_str(),
-                 ec.message().c_str());
-    return 2;
-  }
-  const std::string log = fs::absolute(out_dir + "/testbed.log", ec).string();
-  std::remove(log.c_str());
-  std::string size_list;
-  for (long s : sizes) size_list += (size_list.empty() ? "" : ",") + std::to_string(s);
+  const std::string log = PrepareOutputDir(out_dir, "testbed.log");
+  if (log.empty()) return 2;
+  const std::string size_list = SizeList(sizes);
   std::printf("netfold bench %s --testbed: %d ranks on %s (kernel-socket switches), every link "
               "shaped with tc tbf to %s in turn; %.2f s per point; machine: %ld cores\n",
               o.op.c_str(), p, topology.c_str(), absl::StrJoin(o.testbed_rates, ", ").c_str(),

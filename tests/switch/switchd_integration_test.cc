@@ -26,6 +26,7 @@
 #include "auth/owned_file.h"
 #include "auth/tls_certificates.h"
 #include "gtest/gtest.h"
+#include "tests/switch/tree_reference.h"
 #include "manager/testing/grpc_test_util.h"
 #include "manager/testing/temp_dir.h"
 #include "proto/control/netfold_control.grpc.pb.h"
@@ -66,34 +67,6 @@ std::optional<int> WaitPortFile(const std::string& path, Subprocess* p, absl::Du
       timeout);
   if (!ok || text.empty()) return std::nullopt;
   return std::stoi(text);
-}
-
-Bytes Fold(DataType type, ReduceOp op, size_t count, const std::vector<Bytes>& parts) {
-  std::vector<const void*> ptrs;
-  for (const Bytes& p : parts) ptrs.push_back(p.data());
-  Bytes out(count * proto::DataTypeSize(type));
-  absl::Status s = reduce::FoldScalarReference(type, op, out.data(), ptrs, count);
-  EXPECT_TRUE(s.ok()) << s;
-  return out;
-}
-
-// The result the tree computes: each leaf folds its members in child order
-// (GroupMember.child_index), the group root folds the leaves in topology
-// order. A group on one leaf is that leaf's fold.
-Bytes TreeReference(const control::GroupInfo& g, DataType type, ReduceOp op, size_t count,
-                    const std::map<uint32_t, Bytes>& inputs) {
-  std::map<std::string, std::map<uint32_t, uint32_t>> by_leaf;  // leaf -> child index -> rank
-  for (const control::GroupMember& m : g.members()) by_leaf[m.leaf_switch()][m.child_index()] = m.rank();
-  std::vector<Bytes> partials;
-  for (const std::string& leaf : kLeaves) {
-    auto it = by_leaf.find(leaf);
-    if (it == by_leaf.end()) continue;
-    std::vector<Bytes> parts;
-    for (const auto& [index, rank] : it->second) parts.push_back(inputs.at(rank));
-    partials.push_back(Fold(type, op, count, parts));
-  }
-  if (partials.size() == 1) return partials[0];
-  return Fold(type, op, count, partials);
 }
 
 struct OpCase {
@@ -147,7 +120,7 @@ void RunAllreduces(const std::vector<TestHost*>& hosts, const control::GroupInfo
         },
         kOpDeadline))
         << "the allreduce did not complete within " << kOpDeadline;
-    const Bytes expected = TreeReference(g, c.type, c.op, c.count, inputs);
+    const Bytes expected = ::netfold::testing::TreeReference(g, kLeaves, c.type, c.op, c.count, inputs);
     for (TestHost* h : hosts) {
       absl::Status s = h->engine(g.group_id()).Finish(ids[h->rank()]);
       ASSERT_TRUE(s.ok()) << "rank " << h->rank() << ": " << s;
