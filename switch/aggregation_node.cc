@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "base/counter.h"
 #include "base/log.h"
 
 namespace netfold::sw {
@@ -21,13 +22,8 @@ constexpr uint8_t kNotArrived = 0;
 constexpr uint8_t kBuffered = 1;  // arrived out of order, waits in `pending`
 constexpr uint8_t kFolded = 2;    // folded into the accumulator (or carried no data)
 
-// Counters have one writer, the data-plane thread: a relaxed load and store
-// keeps them readable from any thread without the cost of a locked
-// read-modify-write per message (which showed up as a third of the node's
-// own time in bench/switch/).
-inline void Bump(std::atomic<uint64_t>& counter, uint64_t n) {
-  counter.store(counter.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-}
+// Counters have one writer, the data-plane thread (base/counter.h).
+inline void Bump(std::atomic<uint64_t>& counter, uint64_t n) { BumpCounter(counter, n); }
 
 bool SameOperation(const AggregationHeader& a, const AggregationHeader& b) {
   return a.collective == b.collective && a.dtype == b.dtype && a.op == b.op &&

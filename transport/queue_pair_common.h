@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "base/counter.h"
 #include "transport/packet_pool.h"
 
 namespace netfold::transport {
@@ -59,7 +60,7 @@ std::string_view QpDropReasonName(QpDropReason reason);
 struct QpDropCounters {
   std::array<std::atomic<uint64_t>, kNumQpDropReasons> by_reason{};
   void Count(QpDropReason r) {
-    by_reason[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+    BumpCounter(by_reason[static_cast<size_t>(r)]);
   }
   uint64_t Get(QpDropReason r) const {
     return by_reason[static_cast<size_t>(r)].load(std::memory_order_relaxed);

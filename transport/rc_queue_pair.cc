@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "base/counter.h"
 #include "base/log.h"
 #include "proto/psn.h"
 
@@ -33,7 +34,15 @@ RcQueuePair::RcQueuePair(uint32_t qpn, const RcQpConfig& config, const Clock& cl
   wqe_storage_.reserve(config_.max_send_queue);
 }
 
-RcQueuePair::~RcQueuePair() = default;
+RcQueuePair::~RcQueuePair() { FreeHeldReceives(); }
+
+void RcQueuePair::FreeHeldReceives() {
+  for (RecvSlot& slot : rq_) {
+    PacketPool::Free(slot.held);
+    slot.held = nullptr;
+    slot.held_data = {};
+  }
+}
 
 uint32_t RcQueuePair::num_outstanding() const {
   return static_cast<uint32_t>(PsnDiff(max_sent_psn_, una_psn_));
@@ -50,6 +59,7 @@ absl::Status RcQueuePair::Modify(QpState target, const RcQpAttributes& attrs) {
     for (SendWqe* w : sq_) free_wqes_.push_back(w);
     sq_.clear();
     completions_.clear();
+    FreeHeldReceives();
     rq_head_ = rq_count_ = 0;
     in_message_ = nak_outstanding_ = ack_pending_ = false;
     packets_unacked_ = 0;
@@ -233,22 +243,31 @@ void RcQueuePair::OnUnsupportedRequest(uint8_t opcode, uint16_t pkey, uint32_t p
 }
 
 void RcQueuePair::OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
+  Receive(packet, from, nullptr);
+}
+
+bool RcQueuePair::OnPacket(const proto::RocePacketView& packet, PacketBuffer* buffer) {
+  return Receive(packet, buffer->src, config_.zero_copy_receive ? buffer : nullptr);
+}
+
+bool RcQueuePair::Receive(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
+                          PacketBuffer* buffer) {
   if (state_ == QpState::kRtr || state_ == QpState::kRts) {
     if (!proto::OpcodeIsRc(packet.bth.opcode)) {
       counters_.drops.Count(QpDropReason::kWrongTransport);
-      return;
+      return false;
     }
   }
-  if (!Admits(packet.bth.pkey, from)) return;
+  if (!Admits(packet.bth.pkey, from)) return false;
   if (packet.bth.opcode == BthOpcode::kRcAcknowledge) {
     if (state_ != QpState::kRts) {
       counters_.drops.Count(QpDropReason::kBadState);
-      return;
+      return false;
     }
     HandleAck(packet, from);
-  } else {
-    HandleSend(packet, from);
+    return false;
   }
+  return HandleSend(packet, from, buffer);
 }
 
 // ---------------------------------------------------------------------------
@@ -297,9 +316,10 @@ void RcQueuePair::BindSourcePort(const Ipv4Endpoint& from) {
   source_port_bound_ = true;
 }
 
-void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
+bool RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
+                             PacketBuffer* buffer) {
   const proto::Bth& bth = packet.bth;
-  if (!AcceptPsn(bth.psn)) return;
+  if (!AcceptPsn(bth.psn)) return false;
   BindSourcePort(from);
   const BthOpcode op = bth.opcode;
   const bool starts = proto::OpcodeIsFirst(op) || proto::OpcodeIsOnly(op);
@@ -308,15 +328,15 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
     RejectInvalidRequest(QpDropReason::kBadOpcodeSequence, absl::DataLossError(absl::StrFormat(
         "QP 0x%06x: %s at PSN 0x%06x %s a message", qpn_, proto::BthOpcodeName(op), bth.psn,
         in_message_ ? "inside" : "outside")));
-    return;
+    return false;
   }
   if (starts && rq_count_ == rq_.size()) {
     counters_.drops.Count(QpDropReason::kReceiveQueueFull);
     pending_nak_ = proto::MakeRnrNak(msn_, config_.min_rnr_timer);
     nak_pending_ = true;
     nak_outstanding_ = true;  // the rest of the refused message needs no NAK
-    counters_.rnr_naks_sent.fetch_add(1, std::memory_order_relaxed);
-    return;
+    BumpCounter(counters_.rnr_naks_sent);
+    return false;
   }
   RecvSlot& slot = rq_[(rq_head_ + rq_count_) % rq_.size()];
   if (starts) {
@@ -330,22 +350,29 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
     RejectInvalidRequest(QpDropReason::kBadLength, absl::DataLossError(absl::StrFormat(
         "QP 0x%06x: %s at PSN 0x%06x carries %d bytes (MTU %d, message limit %d)", qpn_,
         proto::BthOpcodeName(op), bth.psn, len, attrs_.path_mtu, config_.max_message_size)));
-    return;
+    return false;
   }
-  // resize + memcpy: the slot's allocator makes insert copy byte by byte
-  // (base/aligned_buffer.h), and resize leaves the new bytes as they are.
-  const size_t at = slot.data.size();
-  slot.data.resize(at + len);
-  if (len > 0) std::memcpy(slot.data.data() + at, packet.payload.data(), len);
+  // One packet, and a buffer offered: the message stays where it is.
+  const bool keep = buffer != nullptr && starts && ends;
+  if (keep) {
+    slot.held = buffer;
+    slot.held_data = packet.payload;
+  } else if (len > 0) {
+    // resize + memcpy: the slot's allocator makes insert copy byte by byte
+    // (base/aligned_buffer.h), and resize leaves the new bytes as they are.
+    const size_t at = slot.data.size();
+    slot.data.resize(at + len);
+    std::memcpy(slot.data.data() + at, packet.payload.data(), len);
+  }
   expected_psn_ = PsnAdd(expected_psn_, 1);
-  counters_.packets_received.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_received.fetch_add(len, std::memory_order_relaxed);
+  BumpCounter(counters_.packets_received);
+  BumpCounter(counters_.bytes_received, len);
   if (ends) {
     slot.imm = packet.imm;
     in_message_ = false;
     ++rq_count_;
     msn_ = (msn_ + 1) & proto::kPsnMask;
-    counters_.messages_received.fetch_add(1, std::memory_order_relaxed);
+    BumpCounter(counters_.messages_received);
   } else {
     in_message_ = true;
   }
@@ -355,6 +382,7 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
   } else if (bth.ack_req) {
     RequestAck(config_.ack_delay);
   }
+  return keep;
 }
 
 bool RcQueuePair::EmitAck(const Ipv4Endpoint& local, PacketSink sink, const proto::Aeth& aeth,
@@ -396,7 +424,7 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet, const Ipv4Endpo
   const uint32_t last_sent = PsnAdd(max_sent_psn_, -1);
   switch (proto::GetAethType(aeth)) {
     case proto::AethType::kAck: {
-      counters_.acks_received.fetch_add(1, std::memory_order_relaxed);
+      BumpCounter(counters_.acks_received);
       if (PsnLess(psn, una_psn_)) return;  // stale or repeated: nothing new
       if (una_psn_ == max_sent_psn_ || PsnLess(last_sent, psn)) {
         counters_.drops.Count(QpDropReason::kUnexpectedAck);
@@ -418,7 +446,7 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet, const Ipv4Endpo
       if (psn != una_psn_) AckUpTo(PsnAdd(psn, -1));
       probing_ = false;  // an answer: the receiver said where it is
       if (rnr) {
-        counters_.rnr_naks_received.fetch_add(1, std::memory_order_relaxed);
+        BumpCounter(counters_.rnr_naks_received);
         ++rnr_retries_;
         if (attrs_.rnr_retry != 7 && rnr_retries_ > attrs_.rnr_retry) {
           EnterError(absl::UnavailableError(absl::StrFormat(
@@ -439,7 +467,7 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet, const Ipv4Endpo
         GoBackTo(psn);
         return;
       }
-      counters_.naks_received.fetch_add(1, std::memory_order_relaxed);
+      BumpCounter(counters_.naks_received);
       const auto code = static_cast<proto::NakCode>(proto::GetAethValue(aeth));
       if (code != proto::NakCode::kPsnSequenceError) {
         EnterError(absl::AbortedError(absl::StrFormat(
@@ -462,7 +490,7 @@ void RcQueuePair::AckUpTo(uint32_t psn) {
     const uint32_t last = PsnAdd(w->first_psn, static_cast<int32_t>(w->num_packets) - 1);
     if (!PsnLessEq(last, psn)) break;
     completions_.push_back({w->wr_id, absl::OkStatus()});
-    counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+    BumpCounter(counters_.messages_sent);
     sq_.pop_front();
     free_wqes_.push_back(w);
     if (send_wqe_index_ > 0) --send_wqe_index_;
@@ -554,10 +582,10 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
   sink.out->push_back(p);
 
   if (PsnLess(send_psn_, max_sent_psn_)) {
-    counters_.packets_retransmitted.fetch_add(1, std::memory_order_relaxed);
+    BumpCounter(counters_.packets_retransmitted);
   } else {
-    counters_.packets_sent.fetch_add(1, std::memory_order_relaxed);
-    counters_.bytes_sent.fetch_add(len, std::memory_order_relaxed);
+    BumpCounter(counters_.packets_sent);
+    BumpCounter(counters_.bytes_sent, len);
     max_sent_psn_ = PsnAdd(send_psn_, 1);
   }
   send_psn_ = PsnAdd(send_psn_, 1);
@@ -575,7 +603,7 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
   if (nak_pending_ && pending_nak_.has_value()) {
     const bool is_rnr = proto::GetAethType(*pending_nak_) == proto::AethType::kRnrNak;
     if (EmitAck(local, sink, *pending_nak_, expected_psn_)) {
-      if (!is_rnr) counters_.naks_sent.fetch_add(1, std::memory_order_relaxed);
+      if (!is_rnr) BumpCounter(counters_.naks_sent);
       nak_pending_ = false;
       pending_nak_.reset();
       ack_pending_ = false;
@@ -588,7 +616,7 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
     }
   } else if (AckDue(clock_.NowNanos())) {
     if (EmitAck(local, sink, proto::MakeAck(msn_), PsnAdd(expected_psn_, -1))) {
-      counters_.acks_sent.fetch_add(1, std::memory_order_relaxed);
+      BumpCounter(counters_.acks_sent);
       ack_pending_ = false;
       packets_unacked_ = 0;
     }
@@ -598,7 +626,7 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
   // Requester: the retransmission timer, then new or repeated packets.
   const int64_t now = clock_.NowNanos();
   if (retransmit_at_ns_ >= 0 && now >= retransmit_at_ns_ && una_psn_ != max_sent_psn_) {
-    counters_.timeouts.fetch_add(1, std::memory_order_relaxed);
+    BumpCounter(counters_.timeouts);
     if (++retries_ > attrs_.retry_count) {
       EnterError(absl::DeadlineExceededError(absl::StrFormat(
           "QP 0x%06x: retry count (%d) exceeded: no ACK from %s QP 0x%06x for PSN 0x%06x",
@@ -653,13 +681,19 @@ bool RcQueuePair::PollSendCompletion(SendCompletion* out) {
 bool RcQueuePair::PeekRecv(RecvMessage* out) const {
   if (rq_count_ == 0) return false;
   const RecvSlot& slot = rq_[rq_head_];
-  out->data = std::span<const uint8_t>(slot.data).subspan(config_.recv_line_offset);
+  out->data = slot.held != nullptr
+                  ? slot.held_data
+                  : std::span<const uint8_t>(slot.data).subspan(config_.recv_line_offset);
   out->imm = slot.imm;
   return true;
 }
 
 void RcQueuePair::PopRecv() {
   if (rq_count_ == 0) return;
+  RecvSlot& slot = rq_[rq_head_];
+  PacketPool::Free(slot.held);
+  slot.held = nullptr;
+  slot.held_data = {};
   rq_head_ = (rq_head_ + 1) % rq_.size();
   --rq_count_;
 }

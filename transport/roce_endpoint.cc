@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "base/counter.h"
 #include "base/status_macros.h"
 
 namespace netfold::transport {
@@ -229,21 +230,21 @@ proto::RoceParseResult RoceEndpoint::CheckIcrc(const PacketBuffer& p, bool* solv
 }
 
 void RoceEndpoint::Dispatch(PacketBuffer* p) {
-  counters_.rx_packets.fetch_add(1, std::memory_order_relaxed);
+  BumpCounter(counters_.rx_packets);
   proto::RocePacketView view;
   bool solved = false;
   proto::RoceParseResult r =
       config_.check_icrc ? CheckIcrc(*p, &solved) : proto::RoceParseResult::kOk;
   if (r == proto::RoceParseResult::kOk) r = proto::ParseRocePacket(p->bytes(), nullptr, &view);
   if (r == proto::RoceParseResult::kOk && solved) {
-    counters_.ip_identification_solved.fetch_add(1, std::memory_order_relaxed);
+    BumpCounter(counters_.ip_identification_solved);
   }
   if (r == proto::RoceParseResult::kUnknownOpcode && DispatchUnsupportedRequest(*p)) {
     PacketPool::Free(p);
     return;
   }
   if (r != proto::RoceParseResult::kOk) {
-    counters_.parse_drops[static_cast<size_t>(r)].fetch_add(1, std::memory_order_relaxed);
+    BumpCounter(counters_.parse_drops[static_cast<size_t>(r)]);
     PacketPool::Free(p);
     return;
   }
@@ -275,8 +276,7 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
     return;
   }
   if (auto rc = rc_qps_.find(qpn); rc != rc_qps_.end()) {
-    rc->second->OnPacket(view, p->src);
-    PacketPool::Free(p);
+    if (!rc->second->OnPacket(view, p)) PacketPool::Free(p);
     return;
   }
   if (auto ud = ud_qps_.find(qpn); ud != ud_qps_.end()) {
@@ -304,10 +304,10 @@ void RoceEndpoint::SendDue() {
   }
   if (tx_.empty()) return;
   const size_t sent = port_->SendBurst(tx_);
-  counters_.tx_packets.fetch_add(sent, std::memory_order_relaxed);
+  BumpCounter(counters_.tx_packets, sent);
   if (sent < tx_.size()) {
     // The network is full: drop the rest; RC retransmits, UD is unreliable.
-    counters_.tx_dropped.fetch_add(tx_.size() - sent, std::memory_order_relaxed);
+    BumpCounter(counters_.tx_dropped, tx_.size() - sent);
     PacketPool::FreeBurst(std::span<PacketBuffer* const>(tx_).subspan(sent));
   }
   tx_.clear();

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "base/counter.h"
 #include "proto/psn.h"
 
 namespace netfold::transport {
@@ -59,8 +60,8 @@ absl::Status UdQueuePair::PostSend(const Ipv4Endpoint& dst, uint32_t dst_qpn, ui
   p->dst = dst;
   next_psn_ = proto::PsnAdd(next_psn_, 1);
   send_queue_.push_back(p);
-  counters_.datagrams_sent.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_sent.fetch_add(payload.size(), std::memory_order_relaxed);
+  BumpCounter(counters_.datagrams_sent);
+  BumpCounter(counters_.bytes_sent, payload.size());
   return absl::OkStatus();
 }
 
@@ -96,8 +97,8 @@ bool UdQueuePair::OnPacket(const proto::RocePacketView& packet, PacketBuffer* bu
   d.imm = packet.imm;
   d.data = packet.payload;
   recv_queue_.push_back({buffer, d});
-  counters_.datagrams_received.fetch_add(1, std::memory_order_relaxed);
-  counters_.bytes_received.fetch_add(packet.payload.size(), std::memory_order_relaxed);
+  BumpCounter(counters_.datagrams_received);
+  BumpCounter(counters_.bytes_received, packet.payload.size());
   return true;
 }
 
