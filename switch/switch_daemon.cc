@@ -1,6 +1,10 @@
 #include "switch/switch_daemon.h"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -200,6 +204,15 @@ absl::Status SwitchDaemon::InstallStatic() {
 }
 
 void SwitchDaemon::DataPlaneLoop() {
+  if (config_.sched_batch) {
+    // This thread only (pid 0): the daemon's control threads keep theirs.
+    const sched_param none{};
+    if (sched_setscheduler(0, SCHED_BATCH, &none) != 0) {
+      NETFOLD_LOG(kWarning) << "switch " << config_.name
+                            << ": the data plane stays SCHED_OTHER (SCHED_BATCH refused: "
+                            << std::strerror(errno) << ")";
+    }
+  }
   // Idle, the thread sleeps in receive: packets, QP timers, a posted command
   // (Post wakes it) and Stop (likewise) end the wait.
   const absl::Duration idle = config_.idle_wait.value_or(

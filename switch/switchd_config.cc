@@ -266,7 +266,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
         t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "ack_delay_us", "retry_count",
-            "idle_wait_us", "poll_us", "packet_buffers", "ip_identification"},
+            "idle_wait_us", "poll_us", "packet_buffers", "ip_identification", "scheduling"},
         "transport"));
     NETFOLD_RETURN_IF_ERROR(
         ReadOptionalUint(t, "path_mtu", "transport", 4096, &c.data_plane.path_mtu));
@@ -296,6 +296,13 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
                      absl::StrFormat("'%s' must be zero or solve", id));
     }
     c.data_plane.solve_ip_identification = id == "solve";
+    std::string scheduling = c.sched_batch ? "batch" : "normal";
+    NETFOLD_RETURN_IF_ERROR(ReadOptionalString(t, "scheduling", "transport", &scheduling));
+    if (scheduling != "batch" && scheduling != "normal") {
+      return ErrorAt(t["scheduling"], "transport.scheduling",
+                     absl::StrFormat("'%s' must be batch or normal", scheduling));
+    }
+    c.sched_batch = scheduling == "batch";
   }
   if (const YAML::Node lf = root["link_faults"]; lf.IsDefined()) {
     if (!lf.IsSequence()) {

@@ -36,7 +36,8 @@
 //   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
 //   job_quota: {groups: 64, slots: 1024, qps: 256}
 //   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 1000, retry_count: 7,
-//               idle_wait_us: (automatic), poll_us: 0, packet_buffers: 8192}
+//               idle_wait_us: (automatic), poll_us: 0, packet_buffers: 8192,
+//               scheduling: batch}
 //   link_faults:
 //     - {peer: default, direction: both, impairment: "drop=0.01,seed=3"}
 //     - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
@@ -156,6 +157,12 @@ struct SwitchdConfig {
   // epoll at once (the default; polling is opt-in).
   absl::Duration poll_window = absl::ZeroDuration();
   uint32_t packet_buffers = 8192;
+  // The data-plane thread runs as SCHED_BATCH (transport.scheduling: batch,
+  // the default) or SCHED_OTHER (normal). Batch: its wakeups do not preempt
+  // the thread running on that core (an MPI rank on a shared machine); it
+  // takes the next free core, or the core when that thread sleeps. With a
+  // core to spare there is no difference.
+  bool sched_batch = true;
 
   std::vector<LinkFaultSpec> link_faults;
 

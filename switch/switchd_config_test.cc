@@ -26,7 +26,8 @@ data_port_file: /tmp/x.port
 capacity: {trees: 8, groups: 32, slots: 512, slot_bytes: 2048, qps: 100}
 job_quota: {groups: 4, slots: 64, qps: 9}
 transport: {path_mtu: 4096, ack_timeout_ms: 3, ack_delay_us: 250, retry_count: 5,
-            idle_wait_us: 500, poll_us: 150, packet_buffers: 1024, ip_identification: solve}
+            idle_wait_us: 500, poll_us: 150, packet_buffers: 1024, ip_identification: solve,
+            scheduling: normal}
 link_faults:
   - {peer: default, direction: receive, impairment: "drop=0.01,seed=3"}
   - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
@@ -65,6 +66,8 @@ TEST(SwitchdConfig, ParsesEveryKey) {
   EXPECT_EQ(c->poll_window, absl::Microseconds(150));
   EXPECT_EQ(c->packet_buffers, 1024u);
   EXPECT_TRUE(c->data_plane.solve_ip_identification);
+  EXPECT_FALSE(c->sched_batch);
+  EXPECT_TRUE(SwitchdConfig{}.sched_batch) << "batch unless the file says normal";
   ASSERT_EQ(c->link_faults.size(), 2u);
   EXPECT_EQ(c->link_faults[0].peer, "default");
   EXPECT_EQ(c->link_faults[0].direction, LinkDirection::kReceive);
@@ -200,6 +203,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"transport: {retry_count: 9}\n", "transport.retry_count"},
         BadCase{"transport: {retry_count: 9}\n", "larger than 7"},
         BadCase{"transport: {ip_identification: guess}\n", "must be zero or solve"},
+        BadCase{"transport: {scheduling: realtime}\n", "must be batch or normal"},
         BadCase{"transport: {ack_delay_us: 1001}\n", "transport.ack_delay_us"},
         BadCase{"transport: {poll_us: 1000001}\n", "transport.poll_us"},
         BadCase{"transport: {poll_us: -5}\n", "transport.poll_us"},
