@@ -80,6 +80,19 @@ TEST(HostFabric, ANonRootsReduceReturnsOnceItsInputHasLeft) {
   }
 }
 
+// The same on lossy links, without a host fallback (no copy of the input
+// in the group): a request lost after its non-root returned is sent again
+// with the bytes it was posted with, not with what the caller wrote into
+// its buffer since. It guards any link that reads requests in place
+// (docs/performance.md: one that did until the release was tried, and
+// this test failed without the release).
+TEST(HostFabric, AReleasedReduceResendsWhatItSentNotWhatTheCallerWroteSince) {
+  auto fabric = StartFabric(3, "drop=0.1,seed=5");
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 3, 0, {"release"}, {{"NETFOLD_ALGORITHM", "innetwork"}});
+  ExpectAllOk(ranks.Wait(absl::Minutes(3)));
+}
+
 TEST(HostFabric, AForkedChildCannotUseTheContextAndTheParentGoesOn) {
   auto fabric = StartFabric(2);
   ASSERT_NE(fabric, nullptr);
