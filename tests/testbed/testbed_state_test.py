@@ -8,7 +8,8 @@ Checks that load_state reads back what save_state wrote (mode 0644 even
 under umask 0), and refuses, with a TestbedError naming the reason, a file
 writable by its group or by others, a symbolic link, a FIFO (without
 blocking), and (as root) a file owned by another user; a missing file is
-still "no testbed". Also the mpirun command line the testbed builds. Needs no root (the ownership case is skipped without
+still "no testbed". Also the mpirun command line the testbed builds, and
+the NIC offloads a plan asks for (--offloads). Needs no root (the ownership case is skipped without
 it) and no namespace. Exit status: 0 passed, 1 failed.
 """
 
@@ -24,6 +25,7 @@ sys.dont_write_bytecode = True
 from netfold_testbed.errors import TestbedError  # noqa: E402  (needs the path above)
 from netfold_testbed.operations import mpirun_argv  # noqa: E402
 from netfold_testbed.state import load_state, save_state, state_path  # noqa: E402
+from netfold_testbed.topology import build_plan, load_topology  # noqa: E402
 
 NOBODY = 65534
 
@@ -48,6 +50,31 @@ class MpirunArgvTest(unittest.TestCase):
         self.assertIn(("btl_tcp_if_include", "10.0.0.0/24"), pairs)
         self.assertEqual(argv[-1], "./app")
         self.assertNotIn("LD_PRELOAD", " ".join(argv))
+
+
+class OffloadsTest(unittest.TestCase):
+    """Kernel-socket switches keep a NIC's offloads (checksums and
+    segmentation done where a NIC would), DPDK switches need them off."""
+
+    def plan(self, backend, offloads):
+        import argparse
+        topology = os.path.join(os.path.dirname(os.path.realpath(__file__)), "..", "..",
+                                "deploy", "topologies", "testbed_two_level.yaml")
+        args = argparse.Namespace(topology=topology, backend=backend, offloads=offloads,
+                                  prefix="t", data_net="10.0.0.0/24", mgmt_net="10.1.0.0/24",
+                                  mtu=4200, multicast_octet=77, rate=None)
+        try:
+            return build_plan(load_topology(topology), args)
+        except TestbedError as e:
+            if "yaml" in str(e).lower():
+                self.skipTest(str(e))
+            raise
+
+    def test_auto_is_on_with_udp_and_off_with_dpdk(self):
+        self.assertTrue(self.plan("udp", "auto")["offloads"])
+        self.assertFalse(self.plan("dpdk", "auto")["offloads"])
+        self.assertFalse(self.plan("udp", "off")["offloads"])
+        self.assertTrue(self.plan("udp", "on")["offloads"])
 
 
 class StateFileTest(unittest.TestCase):

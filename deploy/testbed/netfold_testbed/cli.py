@@ -31,6 +31,9 @@ def main(argv):
     up = sub.add_parser("up", parents=[common], help="build the testbed and start the daemons")
     up.add_argument("topology", help="the manager's topology YAML (deploy/topologies/)")
     up.add_argument("--backend", choices=["dpdk", "udp"], default="dpdk")
+    up.add_argument("--offloads", choices=["auto", "on", "off"], default="auto",
+                    help="the data veths' checksum, TSO and GSO offloads, as a NIC's: "
+                         "auto = on with --backend udp, off with dpdk (which needs them off)")
     up.add_argument("--rate", action="append", metavar="LINK=RATE",
                     help="tc tbf on both ends of a link: HOST, SWITCH:SWITCH, SWITCH:HOST or "
                          "all, e.g. h0=100mbit (repeatable)")

@@ -29,6 +29,9 @@ def cmd_up(args):
     bins = find_binaries(args)
     if args.backend == "dpdk" and args.mtu + 64 > 8192:
         raise TestbedError("--mtu too large for the DPDK geometry")
+    if args.backend == "dpdk" and getattr(args, "offloads", "auto") == "on":
+        raise TestbedError("--offloads on needs --backend udp: a DPDK switch reads raw frames "
+                           "and needs finished checksums and no GSO super-frames")
     check_can_build(args, plan)
     state_dir = os.path.abspath(args.state_dir or os.path.join(RUN_DIR, args.prefix))
     os.makedirs(state_dir, exist_ok=True)
@@ -76,7 +79,8 @@ def cmd_up(args):
     switches = [n for n in plan["nodes"] if n["kind"] == "switch"]
     hosts = [n for n in plan["nodes"] if n["kind"] == "host"]
     print(f"netfold testbed '{args.prefix}' up in {time.monotonic() - t0:.1f} s: "
-          f"{len(switches)} switches ({args.backend}), {len(hosts)} hosts, "
+          f"{len(switches)} switches ({args.backend}, offloads "
+          f"{'on' if plan['offloads'] else 'off'}), {len(hosts)} hosts, "
           f"topology {plan['topology_file']}")
     print(f"  manager        {state['manager']}   (logs and configs in {state_dir})")
     for n in switches:

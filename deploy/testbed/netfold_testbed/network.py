@@ -73,7 +73,8 @@ def create_network(plan, state):
     for node in nodes:
         ns = node["ns"]
         ifs = [p["if"] for p in node["ports"]]
-        in_netns(ns, lambda ifs=ifs: disable_offloads(ifs))
+        if not plan.get("offloads", False):
+            in_netns(ns, lambda ifs=ifs: disable_offloads(ifs))
         if node["kind"] == "host":
             ip("addr", "add", f"{node['data_ip']}/{prefix_len}", "dev", "eth0", ns=ns)
             ip("link", "set", "eth0", "up", ns=ns)

@@ -210,6 +210,11 @@ def build_plan(topo, args):
     return {
         "prefix": prefix,
         "backend": args.backend,
+        # A NIC's offloads on the data veths: with kernel-socket switches the
+        # kernel finishes checksums and segments where a NIC would; a DPDK
+        # switch reads raw frames and needs them finished (docs/testbed.md).
+        "offloads": getattr(args, "offloads", "auto") == "on" or
+                    (getattr(args, "offloads", "auto") == "auto" and args.backend == "udp"),
         "topology_file": os.path.abspath(args.topology),
         "topology_name": topo["name"],
         "data_net": str(data_net),
