@@ -276,7 +276,8 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
     return;
   }
   if (auto rc = rc_qps_.find(qpn); rc != rc_qps_.end()) {
-    if (!rc->second->OnPacket(view, p)) PacketPool::Free(p);
+    rc->second->OnPacket(view, p->src);
+    PacketPool::Free(p);
     return;
   }
   if (auto ud = ud_qps_.find(qpn); ud != ud_qps_.end()) {
