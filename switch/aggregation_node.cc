@@ -22,9 +22,6 @@ constexpr uint8_t kNotArrived = 0;
 constexpr uint8_t kBuffered = 1;  // arrived out of order, waits in `pending`
 constexpr uint8_t kFolded = 2;    // folded into the accumulator (or carried no data)
 
-// Counters have one writer, the data-plane thread (base/counter.h).
-inline void Bump(std::atomic<uint64_t>& counter, uint64_t n) { BumpCounter(counter, n); }
-
 bool SameOperation(const AggregationHeader& a, const AggregationHeader& b) {
   return a.collective == b.collective && a.dtype == b.dtype && a.op == b.op &&
          a.count == b.count && a.root_rank == b.root_rank && a.delivery == b.delivery;
@@ -121,7 +118,7 @@ size_t AggregationNode::num_busy_slots() const {
 }
 
 void AggregationNode::Drop(NodeDropReason r) {
-  Bump(counters_.drops[static_cast<size_t>(r)], 1);
+  BumpCounter(counters_.drops[static_cast<size_t>(r)], 1);
 }
 
 bool AggregationNode::TagOk(const AggregationHeader& h, std::span<const uint8_t> message) {
@@ -204,7 +201,7 @@ void AggregationNode::OnChildMessage(size_t child, const AggregationHeader& h,
 
 void AggregationNode::HandleRequest(size_t child, const AggregationHeader& h,
                                     std::span<const uint8_t> elements) {
-  Bump(counters_.requests_received, 1);
+  BumpCounter(counters_.requests_received, 1);
   const uint32_t k = config_.num_slots;
   Slot& slot = *slots_[h.seq % k];
   switch (slot.state) {
@@ -323,7 +320,7 @@ void AggregationNode::Advance(Slot& slot, size_t in_hand, std::span<const uint8_
         std::memcpy(acc, src, bytes);  // bcast: the one child with the data
       }
       slot.acc_started = true;
-      Bump(counters_.bytes_reduced, bytes);
+      BumpCounter(counters_.bytes_reduced, bytes);
     }
     slot.arrived[c] = kFolded;
     ++slot.next_fold;
@@ -338,8 +335,8 @@ void AggregationNode::Complete(Slot& slot) {
   const int64_t us = (clock_.NowNanos() - slot.first_arrival_ns) / 1000;
   size_t bucket = 0;
   while (bucket + 1 < counters_.latency_us_log2.size() && (int64_t{1} << bucket) <= us) ++bucket;
-  Bump(counters_.latency_us_log2[bucket], 1);
-  Bump(counters_.operations_completed, 1);
+  BumpCounter(counters_.latency_us_log2[bucket], 1);
+  BumpCounter(counters_.operations_completed, 1);
 
   AggregationHeader& r = slot.header;
   r.status = slot.status;
@@ -375,9 +372,9 @@ void AggregationNode::Distribute(Slot& slot) {
     return;
   }
   if (r.status == AggregationStatus::kOk) {
-    Bump(counters_.results_distributed, 1);
+    BumpCounter(counters_.results_distributed, 1);
   } else {
-    Bump(counters_.errors_distributed, 1);
+    BumpCounter(counters_.errors_distributed, 1);
   }
   if (r.delivery == DeliveryMode::kMulticast) {
     output_->Multicast(msg);
@@ -418,7 +415,7 @@ void AggregationNode::SendResultDown(const AggregationHeader& result,
     std::span<const uint8_t> msg = gets_data ? full_msg : bare_msg;
     if (!msg.empty()) output_->SendToChild(c, msg);
   }
-  if (relay) Bump(counters_.results_relayed, 1);
+  if (relay) BumpCounter(counters_.results_relayed, 1);
 }
 
 void AggregationNode::HandleRepair(size_t child, const AggregationHeader& h) {
@@ -453,17 +450,17 @@ void AggregationNode::HandleRepair(size_t child, const AggregationHeader& h) {
     up.has_data = false;
     std::span<const uint8_t> msg = Frame(scratch_, up, 0);
     if (!msg.empty()) output_->SendToParent(msg);
-    Bump(counters_.repairs_forwarded, 1);
+    BumpCounter(counters_.repairs_forwarded, 1);
     return;
   }
   if (slot.has_result && slot.result_seq == h.seq) {
     output_->SendToChild(child, {slot.result.data(), slot.result_len});
-    Bump(counters_.repairs_answered, 1);
+    BumpCounter(counters_.repairs_answered, 1);
     return;
   }
   if ((slot.has_result && slot.result_seq > h.seq) || (slot.used && slot.seq > h.seq)) {
     SendError(child, h, AggregationMessageType::kResult, AggregationStatus::kResultGone);
-    Bump(counters_.repairs_answered, 1);
+    BumpCounter(counters_.repairs_answered, 1);
     return;
   }
   // Not computed yet: the result will be multicast when it is.
@@ -503,7 +500,7 @@ void AggregationNode::OnParentMessage(const AggregationHeader& h,
         }
       }
       if (delivered) {
-        Bump(counters_.results_relayed, 1);
+        BumpCounter(counters_.results_relayed, 1);
       } else {
         Drop(NodeDropReason::kUnexpectedResult);
       }

@@ -207,14 +207,17 @@ def build_plan(topo, args):
         add_link(a, b)
     for h in topo["hosts"]:
         add_link(h["switch"], h["name"])
+    # A NIC's offloads on the data veths: with kernel-socket switches the
+    # kernel finishes checksums and segments where a NIC would; a DPDK
+    # switch reads raw frames and needs them finished (docs/testbed.md).
+    offloads = getattr(args, "offloads", "auto")
+    if args.backend == "dpdk" and offloads == "on":
+        raise TestbedError("--offloads on needs --backend udp: a DPDK switch reads raw frames "
+                           "and needs finished checksums and no GSO super-frames")
     return {
         "prefix": prefix,
         "backend": args.backend,
-        # A NIC's offloads on the data veths: with kernel-socket switches the
-        # kernel finishes checksums and segments where a NIC would; a DPDK
-        # switch reads raw frames and needs them finished (docs/testbed.md).
-        "offloads": getattr(args, "offloads", "auto") == "on" or
-                    (getattr(args, "offloads", "auto") == "auto" and args.backend == "udp"),
+        "offloads": offloads == "on" or (offloads == "auto" and args.backend == "udp"),
         "topology_file": os.path.abspath(args.topology),
         "topology_name": topo["name"],
         "data_net": str(data_net),
