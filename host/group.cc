@@ -90,6 +90,9 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
     }
   }
   p.args = args;
+  // The fabric failed while no operation was in flight (a revocation, a
+  // member that failed over): this one goes to the hosts, after the others.
+  FailOverIfTheFabricFailed();
   if (mode_ == Mode::kHost) {
     NETFOLD_RETURN_IF_ERROR(StartOnHost(p));
   } else {
@@ -130,9 +133,31 @@ void Group::Progress(absl::Duration timeout) {
     owner_->Progress(absl::ZeroDuration());
   } else {
     owner_->Progress(timeout);
-    if (host_ != nullptr) host_->Progress(absl::ZeroDuration());
+    if (host_ != nullptr) {
+      host_->Progress(absl::ZeroDuration());
+      // A member that failed over waits for this one in the hosts' resync:
+      // follow it now, not when this rank's own operation times out.
+      if (const std::optional<uint32_t> member = host_->MemberOnHosts(); member.has_value()) {
+        engine_->Fail(WithErrorCode(
+            absl::UnavailableError(absl::StrFormat(
+                "group %d: member %d failed over to the hosts", group_id_, *member)),
+            NETFOLD_ERR_UNAVAILABLE));
+      }
+    }
   }
   Settle();
+  FailOverIfTheFabricFailed();
+}
+
+void Group::FailOverIfTheFabricFailed() {
+  // Settle fails over for an operation in flight; this is for a group with
+  // none (between operations, or in Destroy): the members that failed over
+  // cannot finish their resync without this one.
+  if (mode_ != Mode::kFabric || host_ == nullptr || engine_->failure().ok() ||
+      !CanFailOver(engine_->failure())) {
+    return;
+  }
+  Failover(engine_->failure());
 }
 
 void Group::Settle() {
@@ -204,6 +229,9 @@ void Group::Failover(const absl::Status& why) {
   for (auto& [id, p] : ops_) {
     if (!p.outcome && !p.on_host) (void)engine_->Finish(p.inner);
   }
+  // The members still on the fabric follow at once (Progress), whatever
+  // the host algorithm's first messages reach: the resync needs them all.
+  host_->AnnounceFailover();
   absl::Status s = Resync();
   for (auto& [id, p] : ops_) {
     if (p.outcome || p.on_host) continue;
@@ -396,6 +424,22 @@ absl::Status Group::Destroy(Oob& group_oob) {
   destroyed_ = true;
   DrainDetached();
   absl::Status deferred = TakeDeferred();
+  // On the fabric, a barrier of the group first, an operation like any
+  // other: a member still in its last operation when the fabric fails finds
+  // this one in the failover's resync (with that operation's result), not
+  // in a wait of the out-of-band channel. Its outcome is not Destroy's: a
+  // fabric that failed under the group does not make the release fail. (On
+  // the hosts, every member took part in the resync of the failover.)
+  absl::StatusOr<OpId> last = absl::FailedPreconditionError("on the hosts");
+  if (mode_ == Mode::kFabric && host_ != nullptr) {
+    last = Start({.collective = proto::CollectiveType::kBarrier});
+  }
+  if (last.ok()) {
+    if (absl::Status s = Wait(*last); !s.ok()) {
+      NETFOLD_LOG(kInfo) << absl::StrFormat("group %d: the barrier before release: %s",
+                                            group_id_, s.ToString());
+    }
+  }
   // Waits for the members and for the manager happen outside the data
   // path's lock: the progress thread keeps the link answered meanwhile.
   absl::Status result = group_oob.Barrier();

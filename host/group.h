@@ -170,6 +170,8 @@ class Group {
   void Record(const Pending& p);
   void Failover(const absl::Status& why);
   absl::Status Resync();
+  // Fails over a group on the fabric whose engine failed (Progress, Start).
+  void FailOverIfTheFabricFailed();
   absl::Status StartOnHost(Pending& p);
 
   GroupOwner* owner_;

@@ -67,6 +67,12 @@ class HostCollectives {
   // Moves messages, waiting at most `timeout` (zero: never waits).
   void Progress(absl::Duration timeout);
 
+  // Tells the other members this one failed over (Group::Failover).
+  void AnnounceFailover() { channels_->AnnounceOnHosts(); }
+  // A member (group rank) that announced its failover or sent a message
+  // while this one runs no collective of the hosts: it failed over.
+  std::optional<uint32_t> MemberOnHosts() { return channels_->PeerOnHosts(); }
+
   // Not OK once an operation failed: the members no longer agree on where
   // they are, and new operations are refused.
   const absl::Status& failure() const { return engine_->failure(); }

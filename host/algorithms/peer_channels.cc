@@ -16,8 +16,10 @@ namespace {
 constexpr uint32_t kRecordMagic = 0x4350464e;  // "NFPC"
 constexpr size_t kRecordHeaderBytes = 20;
 constexpr size_t kRecordEntryBytes = 8;
-// Keepalive probes are the only messages with an immediate.
+// Probes are the only messages with an immediate: keepalives, and the
+// announcement of a failover (AnnounceOnHosts).
 constexpr uint32_t kKeepaliveImm = 0x6b616c76;  // "kalv"
+constexpr uint32_t kOnHostsImm = 0x686f7374;    // "host"
 
 void Put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
@@ -193,17 +195,45 @@ bool RcPeerChannels::Peek(uint32_t peer, std::span<const uint8_t>* message) {
   }
   transport::RecvMessage m;
   while (p.qp->PeekRecv(&m)) {
-    if (!m.imm.has_value()) {
+    if (!PopProbe(p, m)) {
       *message = m.data;
       p.waiting_since_ns = -1;
       return true;
     }
-    p.qp->PopRecv();  // a keepalive probe
   }
   const int64_t now = clock().NowNanos();
   if (p.waiting_since_ns < 0) p.waiting_since_ns = now;
   p.last_peek_ns = now;
   return false;
+}
+
+bool RcPeerChannels::PopProbe(Peer& p, const transport::RecvMessage& m) {
+  if (!m.imm.has_value()) return false;
+  if (*m.imm == kOnHostsImm) p.announced_on_hosts = true;
+  p.qp->PopRecv();
+  return true;
+}
+
+void RcPeerChannels::AnnounceOnHosts() {
+  if (!connected_) return;
+  for (Peer& p : peers_) {
+    if (p.qp == nullptr || p.qp->state() != QpState::kRts) continue;
+    (void)p.qp->PostSend({}, 0, kOnHostsImm);  // a full send queue: its messages tell it too
+  }
+  endpoint_->Flush();
+}
+
+std::optional<uint32_t> RcPeerChannels::PeerOnHosts() {
+  if (!connected_) return std::nullopt;
+  for (uint32_t peer = 0; peer < num_ranks_; ++peer) {
+    if (peer == rank_) continue;
+    Peer& p = peers_[peer];
+    transport::RecvMessage m;
+    while (p.qp->PeekRecv(&m) && PopProbe(p, m)) {
+    }
+    if (p.announced_on_hosts || !p.backlog.empty() || p.qp->num_recv_queued() > 0) return peer;
+  }
+  return std::nullopt;
 }
 
 void RcPeerChannels::Pop(uint32_t peer) {
@@ -227,10 +257,9 @@ void RcPeerChannels::Drain(Peer& p) {
   }
   transport::RecvMessage m;
   while (p.qp->PeekRecv(&m)) {
-    if (!m.imm.has_value()) {
-      p.backlog.emplace_back(m.data.begin(), m.data.end());
-      ++messages_backlogged_;
-    }
+    if (PopProbe(p, m)) continue;
+    p.backlog.emplace_back(m.data.begin(), m.data.end());
+    ++messages_backlogged_;
     p.qp->PopRecv();
   }
 }

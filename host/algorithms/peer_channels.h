@@ -167,6 +167,15 @@ class RcPeerChannels : public PeerChannels {
   std::optional<int64_t> NextTimerNs() const override;
   const Clock& clock() const override { return endpoint_->clock(); }
 
+  // Tells every peer that this rank now runs its collectives on the hosts
+  // (a failover): a probe like the keepalives, which the peers' engines
+  // never see. Peers whose connection failed are skipped.
+  void AnnounceOnHosts();
+  // The first peer that announced it runs on the hosts or has a message
+  // (not a probe) waiting, if any; without the bookkeeping of Peek. To a
+  // group still on the fabric, either means that peer failed over.
+  std::optional<uint32_t> PeerOnHosts();
+
   // The QP facing `peer` (nullptr for oneself), e.g. for counters.
   const transport::RcQueuePair* qp(uint32_t peer) const;
   uint64_t keepalives_sent() const { return keepalives_sent_; }
@@ -180,6 +189,7 @@ class RcPeerChannels : public PeerChannels {
     int64_t waiting_since_ns = -1;  // Peek has found nothing since then (-1: it found a message)
     int64_t last_peek_ns = -1;      // the last Peek that found nothing
     int64_t last_probe_ns = -1;     // the last keepalive sent
+    bool announced_on_hosts = false;  // its AnnounceOnHosts probe came
     // Messages moved out of the QP's receive queue (older than those still
     // in it), so that the queue never fills: see Drain.
     std::deque<std::vector<uint8_t>> backlog;
@@ -189,6 +199,9 @@ class RcPeerChannels : public PeerChannels {
   absl::Status CheckPeer(uint32_t peer) const;
   void DrainCompletions();
   void Drain(Peer& p);
+  // Pops the probe at the head of the peer's receive queue (noting an
+  // announcement); false if the head is a message.
+  bool PopProbe(Peer& p, const transport::RecvMessage& m);
   void SendKeepalives();
 
   transport::RoceEndpoint* endpoint_;

@@ -124,6 +124,42 @@ TEST(RcPeerChannelsTest, KeepalivesAreInvisibleToALivePeer) {
   EXPECT_EQ(std::vector<uint8_t>(m.begin(), m.end()), Bytes(3, 9));
 }
 
+// A failover's announcement reaches every peer, keepalives do not count as
+// one, and the engine never sees it: the peer's messages after it arrive as
+// before. A message alone (no announcement) counts too.
+TEST(RcPeerChannelsTest, AnAnnouncedFailoverIsSeenByEveryPeerAndNotByTheirEngines) {
+  LoopbackRanks ranks({.num_ranks = 3, .faults = "drop=0.1,dup=0.05", .seed = 8});
+  ASSERT_TRUE(ranks.status().ok());
+  std::span<const uint8_t> m;
+  for (int i = 0; i < 2000; ++i) {  // keepalives flow: rank 1 waits on a silent rank 0
+    EXPECT_FALSE(ranks.channels(1).Peek(0, &m));
+    ranks.Step();
+  }
+  ASSERT_GE(ranks.channels(1).keepalives_sent(), 1u);
+  for (uint32_t r = 0; r < 3; ++r) EXPECT_FALSE(ranks.channels(r).PeerOnHosts().has_value()) << r;
+  ranks.channels(2).AnnounceOnHosts();
+  ASSERT_TRUE(ranks.channels(2).Send(0, Bytes(5, 1)).ok());
+  for (int i = 0; i < 2000 && !(ranks.channels(0).PeerOnHosts() && ranks.channels(1).PeerOnHosts());
+       ++i) {
+    ranks.Step();
+  }
+  EXPECT_EQ(ranks.channels(0).PeerOnHosts(), std::optional<uint32_t>(2));
+  EXPECT_EQ(ranks.channels(1).PeerOnHosts(), std::optional<uint32_t>(2));
+  EXPECT_FALSE(ranks.channels(2).PeerOnHosts().has_value());
+  for (int i = 0; i < 100 && !ranks.channels(0).Peek(2, &m); ++i) ranks.Step();
+  ASSERT_TRUE(ranks.channels(0).Peek(2, &m));
+  EXPECT_EQ(std::vector<uint8_t>(m.begin(), m.end()), Bytes(5, 1));
+  EXPECT_FALSE(ranks.channels(1).Peek(2, &m));
+  // Rank 1 hears from rank 0 without an announcement: a message is enough.
+  ASSERT_TRUE(ranks.channels(0).Send(1, Bytes(2, 3)).ok());
+  for (int i = 0; i < 2000 && ranks.channels(1).PeerOnHosts() != std::optional<uint32_t>(0); ++i) {
+    ranks.Step();
+  }
+  EXPECT_EQ(ranks.channels(1).PeerOnHosts(), std::optional<uint32_t>(0));
+  ASSERT_TRUE(ranks.channels(1).Peek(0, &m));
+  EXPECT_EQ(std::vector<uint8_t>(m.begin(), m.end()), Bytes(2, 3));
+}
+
 // Ranks as threads on real UDP sockets and real time, connected through the
 // OOB callbacks, as processes would be.
 TEST(RcPeerChannelsTest, ThreadsOverUdpConnectThroughOobAndReduce) {

@@ -33,6 +33,11 @@
 //   fork         an allreduce, then fork(): the child's calls on the
 //                parent's context fail with UNAVAILABLE at once (its
 //                threads are the parent's), and the parent goes on
+//   behind ADDR  rank 0 takes the data address ADDR (the test cut the
+//                switch's sends to it) and drops every multicast: it fails
+//                over inside one allreduce whose result the others already
+//                have, while they are in netfold_group_destroy; every rank
+//                must end with the exact result
 //   outage N     a stream that stops at its first error (the test kills a
 //                switch), then waits for $NETFOLD_TEST_PHASE2 to exist,
 //                joins the fabric again and runs N more operations that
@@ -501,6 +506,10 @@ int main(int argc, char** argv) {
   }
   g_rank = (*oob)->rank();
   g_size = (*oob)->size();
+  if (scenario == "behind" && argc > 2 && g_rank == 0) {
+    setenv("NETFOLD_LOCAL_ADDRESS", argv[2], 1);
+    setenv("NETFOLD_FAULTS", "mcast_drop=1", 1);
+  }
   netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
   spec.rank = g_rank;
   spec.world_size = g_size;
@@ -561,6 +570,16 @@ int main(int argc, char** argv) {
       float want = 0;
       for (int r = 0; r < g_size; ++r) want += static_cast<float>((i + r) % 7);
       Check(v[i] == want, absl::StrFormat("large allreduce element %d", i));
+    }
+  } else if (scenario == "behind") {
+    std::vector<int64_t> v(300);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(i) * (g_rank + 1);
+    CheckRc(netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(), NETFOLD_DTYPE_INT64,
+                              NETFOLD_OP_SUM),
+            "the allreduce rank 0 misses");
+    const int64_t ranks = g_size * (g_size + 1) / 2;
+    for (size_t i = 0; i < v.size() && g_failure.empty(); ++i) {
+      Check(v[i] == static_cast<int64_t>(i) * ranks, absl::StrFormat("element %d", i));
     }
   } else if (scenario == "stream") {
     int n = 200;

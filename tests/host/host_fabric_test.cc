@@ -2,7 +2,9 @@
 // processes on loopback (tools/local_fabric.h) and rank processes
 // (fabric_rank) using the public C API. Results are checked inside the
 // ranks (bitwise against a reference, identical on every rank).
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -240,6 +242,48 @@ TEST(HostFabric, AKilledRankMakesTheOthersFailCleanlyWithinTheDeadline) {
     EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
     EXPECT_NE(results[r].output.find("failed cleanly"), std::string::npos) << results[r].output;
   }
+}
+
+// A free UDP port on loopback ("127.0.0.1:P"), for a rank whose address a
+// switch must know before the rank starts.
+std::string FreeLoopbackAddress() {
+  const int fd = socket(AF_INET, SOCK_DGRAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(sa);
+  const bool ok = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) == 0;
+  if (fd >= 0) close(fd);
+  return ok ? absl::StrFormat("127.0.0.1:%d", ntohs(sa.sin_port)) : "";
+}
+
+// The members that already have an operation's result and are destroying
+// the group take part in the failover of one that never got it: it gets
+// the result from them (host/resync.h), nobody waits for an operation's
+// deadline twice, and every rank ends with the exact result.
+TEST(HostFabric, AMemberBehindFailsOverWhileTheOthersDestroyTheGroup) {
+  const std::string behind = FreeLoopbackAddress();
+  ASSERT_FALSE(behind.empty());
+  tools::LocalFabricOptions o;
+  o.hosts = 3;
+  o.default_slot_bytes = 1024;
+  o.default_slots = 8;
+  // The switches send nothing to rank 0 (no ACK, no result, no repair); it
+  // drops the multicast results itself (fabric_rank's "behind").
+  o.link_faults = behind + "/send/down=1";
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const absl::Time start = absl::Now();
+  Launch ranks(**fabric, 3, 0, {"behind", behind}, {{"NETFOLD_TIMEOUT_MS", "3000"}});
+  const std::vector<RankResult> results = ranks.Wait(absl::Seconds(90));
+  ExpectAllOk(results);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
+        << "rank " << r << " did not go to the hosts with the others:\n" << results[r].output;
+  }
+  // Rank 0's allreduce times out (3 s), then every rank fails over at once.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
 }
 
 }  // namespace
