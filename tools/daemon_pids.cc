@@ -32,16 +32,31 @@ std::string ReadProc(const std::string& path) {
 // The state letter (field 3) and the start time (field 22) of a process;
 // false when it does not exist. The command name (field 2) may hold spaces
 // and parentheses, so the fields are counted from the last ')'.
-bool ReadStat(pid_t pid, char* state, uint64_t* start_time) {
+bool ReadStat(pid_t pid, char* state, uint64_t* start_time, uint64_t* flags = nullptr) {
   const std::string stat = ReadProc(absl::StrFormat("/proc/%d/stat", pid));
   const size_t close = stat.rfind(')');
   if (close == std::string::npos) return false;
   std::vector<absl::string_view> f =
       absl::StrSplit(absl::string_view(stat).substr(close + 1), ' ', absl::SkipEmpty());
-  // f[0] is field 3, f[19] field 22.
+  // f[0] is field 3, f[6] field 9 (the kernel's PF_* flags), f[19] field 22.
   if (f.size() < 20 || f[0].empty() || !absl::SimpleAtoi(f[19], start_time)) return false;
+  if (flags != nullptr && !absl::SimpleAtoi(f[6], flags)) return false;
   *state = f[0][0];
   return true;
+}
+
+// A process the kernel is tearing down (PF_EXITING) has no readable
+// /proc/PID/exe before it becomes a zombie.
+constexpr uint64_t kPfExiting = 0x4;
+
+// After an unreadable executable: true if the process has exited or is
+// exiting since it was checked.
+bool ExitedSince(const DaemonRecord& record) {
+  char state = 0;
+  uint64_t start = 0;
+  uint64_t flags = 0;
+  if (!ReadStat(record.pid, &state, &start, &flags) || start != record.start_time) return true;
+  return state == 'Z' || state == 'X' || (flags & kPfExiting) != 0;
 }
 
 // The real uid of a process (the first number of "Uid:" in its status).
@@ -144,6 +159,10 @@ DaemonState CheckDaemon(const DaemonRecord& record, const std::vector<std::strin
     return DaemonState::kOther;
   }
   const std::string exe = ExeName(record.pid);
+  if (exe.empty() && ExitedSince(record)) {
+    *why = "it has exited";
+    return DaemonState::kGone;
+  }
   if (std::find(programs.begin(), programs.end(), exe) == programs.end()) {
     *why = absl::StrFormat("it runs '%s', not a netfold daemon", exe.empty() ? "?" : exe);
     return DaemonState::kOther;
