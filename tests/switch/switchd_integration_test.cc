@@ -450,12 +450,15 @@ TEST_F(SwitchdTest, LossyLinksStillGiveExactResults) {
   // Loss, duplication and reordering on every link of leaf0 and on root0's
   // links (both directions), set at run time.
   control::SetLinkFaultResponse resp;
-  grpc::Status s = SetLinkFault("leaf0", "all", "drop=0.1,dup=0.02,reorder=0.05:200us,seed=11", &resp);
+  grpc::Status s = SetLinkFault("leaf0", "all", "drop=0.05,dup=0.02,reorder=0.05:200us,seed=11", &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   ASSERT_GE(resp.links_size(), 1);
   EXPECT_EQ(resp.links(resp.links_size() - 1).peer(), "default");
-  EXPECT_NE(resp.links(0).send().find("drop=0.1"), std::string::npos) << resp.links(0).send();
-  s = SetLinkFault("root0", "all", "drop=0.1,seed=12", &resp);
+  EXPECT_NE(resp.links(0).send().find("drop=0.05"), std::string::npos) << resp.links(0).send();
+  // 5 %, not more: the leaf0 - root0 link is impaired at both ends, four
+  // stages per round trip, and RC gives up after eight lost transmissions
+  // in a row (docs/faults.md: at 10 % that is 5e-4 per lost packet).
+  s = SetLinkFault("root0", "all", "drop=0.05,seed=12", &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   // A bad impairment is refused with the parser's reason.
   s = SetLinkFault("root0", "all", "drop=1.5", &resp);
@@ -465,8 +468,8 @@ TEST_F(SwitchdTest, LossyLinksStillGiveExactResults) {
   RunAllreduces(Members(all), g, kCases, 17);
   if (HasFailure()) return;
 
-  // The impairment stages dropped packets (a few hundred packets at 10 %:
-  // none dropped is a 1e-9 event), and every one was repaired.
+  // The impairment stages dropped packets (a few hundred packets at 5 %:
+  // none dropped is a 1e-7 event), and every one was repaired.
   uint64_t dropped = 0;
   for (const std::string& name : {std::string("leaf0"), std::string("root0")}) {
     const control::GetCountersResponse c = Counters(name);
