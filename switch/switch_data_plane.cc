@@ -114,8 +114,11 @@ absl::StatusOr<QpCreated> SwitchDataPlane::CreateQp(const QpRequest& request) {
   rc_config.max_recv_queue = 1024;
   rc_config.max_message_size = 64 * 1024;
   rc_config.ack_delay = std::min(config_.ack_delay, config_.ack_timeout / 4);
-  // Requests are folded straight from the receive buffer: their elements
-  // (after the 40-byte header) on a cache line.
+  // Requests of one packet are folded straight from the packet buffer they
+  // arrived in (RunOnce pops every message a receive brought before the
+  // next); a longer one is copied with its elements (after the 40-byte
+  // header) on a cache line.
+  rc_config.zero_copy_receive = true;
   rc_config.recv_line_offset = kCacheLine - proto::kAggregationHeaderSize;
   NETFOLD_ASSIGN_OR_RETURN(transport::RcQueuePair * rc,
                            request.qpn ? endpoint_.CreateRcQpWithQpn(*request.qpn, rc_config)

@@ -34,7 +34,15 @@ RcQueuePair::RcQueuePair(uint32_t qpn, const RcQpConfig& config, const Clock& cl
   wqe_storage_.reserve(config_.max_send_queue);
 }
 
-RcQueuePair::~RcQueuePair() = default;
+RcQueuePair::~RcQueuePair() { FreeHeldReceives(); }
+
+void RcQueuePair::FreeHeldReceives() {
+  for (RecvSlot& slot : rq_) {
+    PacketPool::Free(slot.held);
+    slot.held = nullptr;
+    slot.held_data = {};
+  }
+}
 
 uint32_t RcQueuePair::num_outstanding() const {
   return static_cast<uint32_t>(PsnDiff(max_sent_psn_, una_psn_));
@@ -51,6 +59,7 @@ absl::Status RcQueuePair::Modify(QpState target, const RcQpAttributes& attrs) {
     for (SendWqe* w : sq_) free_wqes_.push_back(w);
     sq_.clear();
     completions_.clear();
+    FreeHeldReceives();
     rq_head_ = rq_count_ = 0;
     in_message_ = nak_outstanding_ = ack_pending_ = false;
     packets_unacked_ = 0;
@@ -234,22 +243,31 @@ void RcQueuePair::OnUnsupportedRequest(uint8_t opcode, uint16_t pkey, uint32_t p
 }
 
 void RcQueuePair::OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
+  Receive(packet, from, nullptr);
+}
+
+bool RcQueuePair::OnPacket(const proto::RocePacketView& packet, PacketBuffer* buffer) {
+  return Receive(packet, buffer->src, config_.zero_copy_receive ? buffer : nullptr);
+}
+
+bool RcQueuePair::Receive(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
+                          PacketBuffer* buffer) {
   if (state_ == QpState::kRtr || state_ == QpState::kRts) {
     if (!proto::OpcodeIsRc(packet.bth.opcode)) {
       counters_.drops.Count(QpDropReason::kWrongTransport);
-      return;
+      return false;
     }
   }
-  if (!Admits(packet.bth.pkey, from)) return;
+  if (!Admits(packet.bth.pkey, from)) return false;
   if (packet.bth.opcode == BthOpcode::kRcAcknowledge) {
     if (state_ != QpState::kRts) {
       counters_.drops.Count(QpDropReason::kBadState);
-      return;
+      return false;
     }
     HandleAck(packet, from);
-  } else {
-    HandleSend(packet, from);
+    return false;
   }
+  return HandleSend(packet, from, buffer);
 }
 
 // ---------------------------------------------------------------------------
@@ -298,9 +316,10 @@ void RcQueuePair::BindSourcePort(const Ipv4Endpoint& from) {
   source_port_bound_ = true;
 }
 
-void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from) {
+bool RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
+                             PacketBuffer* buffer) {
   const proto::Bth& bth = packet.bth;
-  if (!AcceptPsn(bth.psn)) return;
+  if (!AcceptPsn(bth.psn)) return false;
   BindSourcePort(from);
   const BthOpcode op = bth.opcode;
   const bool starts = proto::OpcodeIsFirst(op) || proto::OpcodeIsOnly(op);
@@ -309,7 +328,7 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
     RejectInvalidRequest(QpDropReason::kBadOpcodeSequence, absl::DataLossError(absl::StrFormat(
         "QP 0x%06x: %s at PSN 0x%06x %s a message", qpn_, proto::BthOpcodeName(op), bth.psn,
         in_message_ ? "inside" : "outside")));
-    return;
+    return false;
   }
   if (starts && rq_count_ == rq_.size()) {
     counters_.drops.Count(QpDropReason::kReceiveQueueFull);
@@ -317,7 +336,7 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
     nak_pending_ = true;
     nak_outstanding_ = true;  // the rest of the refused message needs no NAK
     BumpCounter(counters_.rnr_naks_sent);
-    return;
+    return false;
   }
   RecvSlot& slot = rq_[(rq_head_ + rq_count_) % rq_.size()];
   if (starts) {
@@ -331,13 +350,20 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
     RejectInvalidRequest(QpDropReason::kBadLength, absl::DataLossError(absl::StrFormat(
         "QP 0x%06x: %s at PSN 0x%06x carries %d bytes (MTU %d, message limit %d)", qpn_,
         proto::BthOpcodeName(op), bth.psn, len, attrs_.path_mtu, config_.max_message_size)));
-    return;
+    return false;
   }
-  // resize + memcpy: the slot's allocator makes insert copy byte by byte
-  // (base/aligned_buffer.h), and resize leaves the new bytes as they are.
-  const size_t at = slot.data.size();
-  slot.data.resize(at + len);
-  if (len > 0) std::memcpy(slot.data.data() + at, packet.payload.data(), len);
+  // One packet, and a buffer offered: the message stays where it is.
+  const bool keep = buffer != nullptr && starts && ends;
+  if (keep) {
+    slot.held = buffer;
+    slot.held_data = packet.payload;
+  } else if (len > 0) {
+    // resize + memcpy: the slot's allocator makes insert copy byte by byte
+    // (base/aligned_buffer.h), and resize leaves the new bytes as they are.
+    const size_t at = slot.data.size();
+    slot.data.resize(at + len);
+    std::memcpy(slot.data.data() + at, packet.payload.data(), len);
+  }
   expected_psn_ = PsnAdd(expected_psn_, 1);
   BumpCounter(counters_.packets_received);
   BumpCounter(counters_.bytes_received, len);
@@ -356,6 +382,7 @@ void RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
   } else if (bth.ack_req) {
     RequestAck(config_.ack_delay);
   }
+  return keep;
 }
 
 bool RcQueuePair::EmitAck(const Ipv4Endpoint& local, PacketSink sink, const proto::Aeth& aeth,
@@ -654,13 +681,19 @@ bool RcQueuePair::PollSendCompletion(SendCompletion* out) {
 bool RcQueuePair::PeekRecv(RecvMessage* out) const {
   if (rq_count_ == 0) return false;
   const RecvSlot& slot = rq_[rq_head_];
-  out->data = std::span<const uint8_t>(slot.data).subspan(config_.recv_line_offset);
+  out->data = slot.held != nullptr
+                  ? slot.held_data
+                  : std::span<const uint8_t>(slot.data).subspan(config_.recv_line_offset);
   out->imm = slot.imm;
   return true;
 }
 
 void RcQueuePair::PopRecv() {
   if (rq_count_ == 0) return;
+  RecvSlot& slot = rq_[rq_head_];
+  PacketPool::Free(slot.held);
+  slot.held = nullptr;
+  slot.held_data = {};
   rq_head_ = (rq_head_ + 1) % rq_.size();
   --rq_count_;
 }

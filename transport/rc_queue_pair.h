@@ -45,6 +45,8 @@
 //
 // Posted messages are copied into buffers the QP keeps and reuses, so the
 // caller's memory is free on return and the steady state allocates nothing.
+// Received messages are assembled in a ring of slots, or, with
+// zero_copy_receive, a one-packet message stays in its packet buffer.
 //
 // Thread-safety: a QP belongs to the thread that runs its endpoint. Not
 // thread-safe; counters may be read from any thread.
@@ -86,6 +88,12 @@ struct RcQpConfig {
   // e.g. 64 - 40 puts the elements after a 40-byte aggregation header on a
   // line, where reduce/'s kernels run fastest.
   uint32_t recv_line_offset = 0;
+  // A message of one packet (SEND_ONLY) stays in the packet buffer it
+  // arrived in (no copy; recv_line_offset does not apply) until PopRecv,
+  // when the endpoint hands the buffer over (OnPacket with the buffer).
+  // For owners that pop what a receive brought before the next one: a
+  // held message holds its buffer, and that of the GRO batch it came in.
+  bool zero_copy_receive = false;
   uint8_t min_rnr_timer = 12;              // RNR NAK timer code we send (0.64 ms)
   uint32_t max_backoff = 6;                // timeout doubles at most 6 times (x64)
 };
@@ -162,6 +170,11 @@ class RcQueuePair {
   // packet (a NIC picks its source port per QP; it does not change). Other
   // sources are dropped as wrong_source. `packet` stays owned by the caller.
   void OnPacket(const proto::RocePacketView& packet, const Ipv4Endpoint& from);
+  // The same for a packet the caller holds in `buffer` (`packet` is its
+  // parsed view; the source is buffer->src). With zero_copy_receive, a
+  // one-packet message is kept in `buffer`: returns true, the buffer is the
+  // QP's. Otherwise false and the buffer stays the caller's.
+  bool OnPacket(const proto::RocePacketView& packet, PacketBuffer* buffer);
   // A valid packet (ICRC checked) with an RC request opcode netfold does not
   // implement (RDMA WRITE/READ, atomics, SEND with invalidate): after the
   // same source, P_Key and state checks as OnPacket, it is dropped and
@@ -222,6 +235,10 @@ class RcQueuePair {
   struct RecvSlot {
     LineOffsetVector<0> data;  // recv_line_offset bytes of pad, then the message
     std::optional<uint32_t> imm;
+    // zero_copy_receive: the packet buffer holding the message (`held_data`)
+    // instead of `data`.
+    PacketBuffer* held = nullptr;
+    std::span<const uint8_t> held_data;
   };
 
   void EnterError(absl::Status why);
@@ -231,7 +248,12 @@ class RcQueuePair {
   void GoBackTo(uint32_t psn);
   bool TransmitOne(const Ipv4Endpoint& local, PacketSink sink);
   // Responder side.
-  void HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from);
+  bool Receive(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
+               PacketBuffer* buffer);
+  // True if it kept `buffer` (zero_copy_receive; nullptr: copy).
+  bool HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
+                  PacketBuffer* buffer);
+  void FreeHeldReceives();
   // The checks every packet to the QP passes first (counted drops if not):
   // state, the peer's address (and bound source port), P_Key.
   bool Admits(uint16_t pkey, const Ipv4Endpoint& from);

@@ -276,8 +276,7 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
     return;
   }
   if (auto rc = rc_qps_.find(qpn); rc != rc_qps_.end()) {
-    rc->second->OnPacket(view, p->src);
-    PacketPool::Free(p);
+    if (!rc->second->OnPacket(view, p)) PacketPool::Free(p);
     return;
   }
   if (auto ud = ud_qps_.find(qpn); ud != ud_qps_.end()) {
