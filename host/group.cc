@@ -202,12 +202,16 @@ void Group::Record(const Pending& p) {
   last_.op = a.op;
   last_.count = a.count;
   last_.blocks = a.blocks;
+  last_.result_bytes = 0;
   last_.result.clear();
   last_.input.clear();
   if (a.collective == proto::CollectiveType::kAllreduce ||
       a.collective == proto::CollectiveType::kBcast) {
-    const auto* r = static_cast<const uint8_t*>(a.recv);
-    last_.result.assign(r, r + bytes);
+    const GroupParams& params = engine_->params();
+    const std::span<const uint8_t> kept = KeptResult(
+        {static_cast<const uint8_t*>(a.recv), bytes}, params.num_slots, params.slot_bytes);
+    last_.result_bytes = bytes;
+    last_.result.assign(kept.begin(), kept.end());
   } else if (a.collective == proto::CollectiveType::kReduce) {
     if (!p.saved_input.empty()) {
       last_.input = p.saved_input;
@@ -327,6 +331,7 @@ absl::Status Group::Resync() {
     }
   }
   me.last = ResyncOp{last_.collective, last_.blocks.empty() ? last_.group_root : kEveryMember};
+  me.last_result_bytes = last_.result_bytes;
   me.last_result = last_.result;
   HostResyncExchange exchange(*this, first);
   NETFOLD_ASSIGN_OR_RETURN(ResyncOutcome outcome, netfold::host::Resync(exchange, me));

@@ -151,7 +151,8 @@ class Group {
     proto::ReduceOp op = proto::ReduceOp::kSum;
     size_t count = 0;
     std::vector<size_t> blocks;   // allgather, reduce-scatter
-    std::vector<uint8_t> result;  // allreduce, bcast
+    size_t result_bytes = 0;      // allreduce, bcast: the result's size
+    std::vector<uint8_t> result;  // and its end (KeptResult, host/resync.h)
     std::vector<uint8_t> input;   // reduce
   };
   class HostResyncExchange;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "base/clock.h"
@@ -123,6 +124,47 @@ TEST_F(GroupEngineTest, ChunksStreamThroughTheWindowAndLandInPlace) {
   EXPECT_TRUE(e.idle());
   Answer(e, 2, {90, 100});  // late duplicate (multicast and repair both came)
   EXPECT_EQ(e.stats().duplicate_results, 1u);
+}
+
+// What the failover's resync relies on (KeptResult, host/resync.h): when
+// chunk s goes out, the results of every chunk up to s - K are already in
+// the caller's buffer, whatever order the results come in.
+TEST_F(GroupEngineTest, WhenChunkSGoesOutEveryResultUpToSMinusKHasLanded) {
+  const GroupParams params = Params();
+  const size_t k = params.num_slots, per_chunk = params.slot_bytes / 4, chunks = 10;
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    leaf_.sent.clear();
+    std::mt19937 random(seed);
+    GroupEngine e(params, &leaf_, clock_);
+    std::vector<int32_t> data(chunks * per_chunk - 1, 1);  // the last chunk one short
+    auto op = e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = data.data(),
+                       .recv = data.data(), .count = data.size()});
+    ASSERT_TRUE(op.ok());
+    e.Poll();
+    std::vector<size_t> unanswered;
+    size_t checked = 0;
+    while (!e.Done(*op)) {
+      for (; checked < leaf_.sent.size(); ++checked) {
+        unanswered.push_back(checked);
+        const uint64_t seq = leaf_.Header(checked).seq;
+        for (size_t i = 0; i + k <= seq; ++i) {
+          for (size_t j = i * per_chunk; j < (i + 1) * per_chunk; ++j) {
+            ASSERT_EQ(data[j], 7) << "seed " << seed << ": chunk " << seq << " went out before "
+                                  << "the result of chunk " << i << " landed";
+          }
+        }
+      }
+      ASSERT_FALSE(unanswered.empty()) << "seed " << seed;
+      const size_t pick = random() % unanswered.size();
+      const size_t i = unanswered[pick];
+      unanswered.erase(unanswered.begin() + static_cast<std::ptrdiff_t>(pick));
+      Answer(e, i, std::vector<int32_t>(leaf_.Header(i).count, 7));
+      e.Poll();
+    }
+    ASSERT_TRUE(e.Finish(*op).ok());
+    EXPECT_EQ(leaf_.sent.size(), chunks);
+    EXPECT_EQ(data, std::vector<int32_t>(data.size(), 7));
+  }
 }
 
 TEST_F(GroupEngineTest, ErrorResultFailsTheOperationButKeepsTheRanksAligned) {

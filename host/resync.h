@@ -8,7 +8,8 @@
 //
 //   ResyncMember me{.rank = r, .size = n, .completed = completed};
 //   me.current = ResyncOp{kAllreduce, 0};  me.current_result = recv;  // if in one
-//   me.last = last_op;  me.last_result = last_result;               // if any
+//   me.last = last_op;  me.last_result_bytes = n;                   // if any
+//   me.last_result = KeptResult(last_result, num_slots, slot_bytes);
 //   absl::StatusOr<ResyncOutcome> out = Resync(exchange, me);        // collective
 //   // kCurrentCompleted: `current` is done (its result written);
 //   // kInStep: no member completed `current`: run it again elsewhere.
@@ -20,8 +21,10 @@
 //    starting the next, so that cannot happen to a blocking caller).
 // 2. Otherwise operation lo completed on the members "ahead" only. The
 //    first of them shares its kind, root and result size.
-// 3. Allreduce and bcast (allgather too): it shares the result; the
-//    members "behind" write it where their current operation's result goes.
+// 3. Allreduce and bcast (allgather too): it shares what it kept of the
+//    result, its last K x P bytes (KeptResult says why they suffice); the
+//    members "behind" write them at the end of their current operation's
+//    result, whose earlier bytes the fabric already wrote.
 //    Reduce: if the root is behind, the members reduce again at the root
 //    from their inputs (the ahead members kept theirs); reduce-scatter
 //    (every member a root) always reduces again. Barrier: nothing.
@@ -80,11 +83,30 @@ struct ResyncMember {
   // any, and where its result goes (allreduce, bcast).
   std::optional<ResyncOp> current;
   std::span<uint8_t> current_result;
-  // This member's last completed operation and its result (allreduce,
-  // bcast): what it gives members behind.
+  // This member's last completed operation, the size of its result
+  // (allreduce, bcast) and the end of that result it kept (KeptResult):
+  // what it gives members behind.
   ResyncOp last;
+  size_t last_result_bytes = 0;
   std::span<const uint8_t> last_result;
 };
+
+// What a member keeps of each completed result for the members behind: its
+// last K x P bytes (K slots of P bytes, the group's), not all of it. A
+// member posts chunk s + K only after the result of every chunk up to s has
+// landed in its buffer (host/group_engine.h). So when one member has
+// completed an operation whose last chunk is L, every member posted L and
+// already holds the results of every chunk up to L - K: what a member behind
+// lacks is among the operation's last K chunks, and chunks follow the
+// vector (blocks in order), so those are the last bytes of the result, at
+// most K x P of them. A 16 MiB allreduce keeps 126 KiB instead of a copy of
+// 16 MiB per operation. K and P may be any bound at least the group's (the
+// job's quota); 0 for either keeps the whole result.
+inline std::span<const uint8_t> KeptResult(std::span<const uint8_t> result, uint32_t num_slots,
+                                           uint32_t slot_bytes) {
+  const size_t window = size_t{num_slots} * slot_bytes;
+  return window == 0 ? result : result.last(std::min(result.size(), window));
+}
 
 enum class ResyncOutcome {
   kInStep,            // no member is behind; `current` (if any) completed nowhere
@@ -115,8 +137,8 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
   if (behind && !member.current) {
     return absl::InternalError("resync: this member is behind but in no operation");
   }
-  uint64_t desc[3] = {static_cast<uint64_t>(member.last.collective), member.last.root,
-                      member.last_result.size()};
+  uint64_t desc[4] = {static_cast<uint64_t>(member.last.collective), member.last.root,
+                      member.last_result_bytes, member.last_result.size()};
   NETFOLD_RETURN_IF_ERROR(exchange.Share(
       ahead, std::span<uint8_t>(reinterpret_cast<uint8_t*>(desc), sizeof(desc))));
   const auto kind = static_cast<proto::CollectiveType>(desc[0]);
@@ -129,14 +151,24 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
         "resync: the members ahead completed another operation than the one this member is in");
   }
   if (kind == proto::CollectiveType::kAllreduce || kind == proto::CollectiveType::kBcast) {
-    std::vector<uint8_t> result(desc[2], 0);
-    if (member.rank == ahead) {
-      std::copy(member.last_result.begin(), member.last_result.end(), result.begin());
+    const uint64_t whole = desc[2], kept = desc[3];
+    if (kept > whole) {  // every member sees it
+      return absl::InternalError(absl::StrFormat(
+          "resync: the member ahead kept %d bytes of a %d-byte result", kept, whole));
     }
-    NETFOLD_RETURN_IF_ERROR(exchange.Share(ahead, result));
-    if (behind && !result.empty()) {
-      std::memcpy(member.current_result.data(), result.data(),
-                  std::min(result.size(), member.current_result.size()));
+    std::vector<uint8_t> tail(kept, 0);
+    if (member.rank == ahead) {
+      std::copy(member.last_result.begin(), member.last_result.end(), tail.begin());
+    }
+    NETFOLD_RETURN_IF_ERROR(exchange.Share(ahead, tail));
+    // Checked after the share, which every member takes part in.
+    if (behind && whole != member.current_result.size()) {
+      return absl::InternalError(absl::StrFormat(
+          "resync: the members ahead completed a %d-byte result, this member is in one of %d bytes",
+          whole, member.current_result.size()));
+    }
+    if (behind && !tail.empty()) {
+      std::memcpy(member.current_result.data() + (whole - kept), tail.data(), tail.size());
     }
   } else if (kind == proto::CollectiveType::kReduce) {
     // A reduce-scatter's roots are every member, some of them behind.

@@ -89,7 +89,8 @@ struct Config {
 struct LastOp {
   Kind kind = kBarrier;
   int root = 0;
-  std::vector<uint8_t> result;  // allreduce/bcast/allgather: the result
+  size_t result_bytes = 0;      // allreduce/bcast/allgather: the result's size
+  std::vector<uint8_t> result;  // and its end (KeptResult, host/resync.h)
   std::vector<uint8_t> input;   // reduce/reduce-scatter: this rank's input
 };
 
@@ -132,6 +133,7 @@ struct Global {
   bool initialized = false;
   bool fabric = false;
   netfold_context_t ctx = nullptr;
+  netfold_caps_t caps = {};  // the job's K and P bound every group's (Completed)
   MPI_Comm world_oob = MPI_COMM_NULL;
   int world_rank = 0;
   std::atomic<uint64_t> offloaded[kNumKinds] = {};

@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,7 @@
 #include "host/mpi/mpi_hierarchy.h"
 #include "host/mpi/mpi_nonblocking.h"
 #include "host/mpi/mpi_resync.h"
+#include "host/resync.h"
 #include "netfold/netfold.h"
 
 namespace netfold::mpi {
@@ -116,12 +118,16 @@ void Completed(CommState* s, const Pending& p) {
   ++G().offloaded[p.kind];
   s->last.kind = p.kind;
   s->last.root = p.root;
+  s->last.result_bytes = 0;
   s->last.result.clear();
   s->last.input.clear();
   const size_t bytes = p.kind == kBarrier ? 0 : Bytes(p.type, p.count);
   if (p.kind == kAllreduce || p.kind == kBcast || p.kind == kAllgather) {
-    const uint8_t* r = static_cast<const uint8_t*>(p.recvbuf);
-    s->last.result.assign(r, r + bytes);
+    const std::span<const uint8_t> kept =
+        netfold::host::KeptResult({static_cast<const uint8_t*>(p.recvbuf), bytes},
+                                  G().caps.num_slots, G().caps.slot_bytes);
+    s->last.result_bytes = bytes;
+    s->last.result.assign(kept.begin(), kept.end());
   } else if (p.kind == kReduce || p.kind == kReduceScatter) {
     if (p.sendbuf == MPI_IN_PLACE) {
       s->last.input = p.saved_input;
@@ -232,6 +238,7 @@ void JoinFabric() {
   const int rc = netfold_init(&spec, &g.ctx);
   if (rc == NETFOLD_SUCCESS) {
     g.fabric = true;
+    (void)netfold_query_caps(g.ctx, &g.caps);  // on failure K = P = 0: results kept whole
     return;
   }
   // netfold_init agrees on its outcome across ranks: all get here together.

@@ -210,6 +210,7 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
     }
   }
   me.last = AsResyncOp(s->last.kind, s->last.root);
+  me.last_result_bytes = s->last.result_bytes;
   me.last_result = s->last.result;
   MpiResyncExchange exchange(s, current);
   absl::StatusOr<netfold::host::ResyncOutcome> outcome = netfold::host::Resync(exchange, me);
