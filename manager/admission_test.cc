@@ -208,7 +208,7 @@ TEST_F(ManagerTest, UnsetSlotBytesFitTheSmallestSwitch) {
   RegisterAll();
   control::CreateJobResponse job = CreateJob({"h0"});
   EXPECT_EQ(job.quota().slot_bytes(), 1024u);  // not the default 4032
-  EXPECT_EQ(job.quota().num_slots(), 32u);
+  EXPECT_EQ(job.quota().num_slots(), 64u);
   control::JobQuota quota;
   quota.set_slot_bytes(2048);  // asked for: refused, not lowered
   control::CreateJobRequest req;

@@ -97,7 +97,7 @@ int RunBench(const BenchOptions& o) {
     std::fprintf(stderr, "netfold bench: %s\n", fabric.status().ToString().c_str());
     return 2;
   }
-  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=32 slots of P=4032 bytes; %s\n",
+  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=64 slots of P=4032 bytes; %s\n",
               (*fabric)->manager_address().c_str(),
               o.poll_us > 0 ? absl::StrFormat("switches and netfold ranks poll %d us after each packet",
                                               o.poll_us).c_str()
