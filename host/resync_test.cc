@@ -3,95 +3,55 @@
 // the end the members ahead kept, and what does not fit is refused.
 #include "host/resync.h"
 
-#include <chrono>
-#include <condition_variable>
-#include <cstring>
-#include <mutex>
 #include <numeric>
-#include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
+#include "host/algorithms/testing/thread_oob.h"
 
 namespace netfold::host {
 namespace {
 
 using proto::CollectiveType;
 
-// Every member's bytes to every member, one round at a time.
-class Board {
+// The exchanges over ThreadOob (host/algorithms/testing): every wait has
+// its deadline there.
+class ThreadExchange : public ResyncExchange {
  public:
-  explicit Board(int members) : posted_(static_cast<size_t>(members)) {}
-
-  // Empty when the others did not all come within 30 s.
-  std::optional<std::vector<std::vector<uint8_t>>> Exchange(int member,
-                                                            std::span<const uint8_t> mine) {
-    constexpr auto kDeadline = std::chrono::seconds(30);
-    std::unique_lock<std::mutex> lock(mu_);
-    // The last round's readers are done.
-    if (!cv_.wait_for(lock, kDeadline, [&] { return !reading_; })) return std::nullopt;
-    posted_[static_cast<size_t>(member)].assign(mine.begin(), mine.end());
-    if (++arrived_ == static_cast<int>(posted_.size())) {
-      reading_ = true;
-      cv_.notify_all();
-    } else if (!cv_.wait_for(lock, kDeadline, [&] { return reading_; })) {
-      --arrived_;
-      return std::nullopt;
-    }
-    std::vector<std::vector<uint8_t>> all = posted_;
-    if (--arrived_ == 0) {
-      reading_ = false;
-      cv_.notify_all();
-    }
-    return all;
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<std::vector<uint8_t>> posted_;
-  int arrived_ = 0;
-  bool reading_ = false;
-};
-
-class BoardExchange : public ResyncExchange {
- public:
-  BoardExchange(Board& board, int member) : board_(board), member_(member) {}
+  ThreadExchange(algorithms::ThreadOob& oob, int member, int size)
+      : oob_(oob), member_(static_cast<uint32_t>(member)), size_(static_cast<size_t>(size)) {}
   absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) override {
-    all->clear();
-    const auto round = board_.Exchange(member_, {reinterpret_cast<uint8_t*>(&mine), 8});
-    if (!round) return absl::DeadlineExceededError("the other members did not come");
-    for (const auto& b : *round) {
-      uint64_t v = 0;
-      std::memcpy(&v, b.data(), 8);
-      all->push_back(v);
-    }
-    return absl::OkStatus();
+    all->assign(size_, 0);
+    return oob_.Allgather(member_, {reinterpret_cast<const uint8_t*>(&mine), sizeof(mine)},
+                          {reinterpret_cast<uint8_t*>(all->data()), size_ * sizeof(uint64_t)});
   }
   absl::Status Share(int from, std::span<uint8_t> bytes) override {
-    const auto all = board_.Exchange(member_, bytes);
-    if (!all) return absl::DeadlineExceededError("the other members did not come");
-    const auto& theirs = all->at(static_cast<size_t>(from));
-    if (theirs.size() != bytes.size()) return absl::InternalError("sizes differ");
+    std::vector<uint8_t> all(size_ * bytes.size());
+    NETFOLD_RETURN_IF_ERROR(oob_.Allgather(member_, bytes, all));
+    const auto theirs = std::span<const uint8_t>(all).subspan(
+        static_cast<size_t>(from) * bytes.size(), bytes.size());
     std::copy(theirs.begin(), theirs.end(), bytes.begin());
     return absl::OkStatus();
   }
   absl::Status ReduceAgain(bool) override { return absl::UnimplementedError("not here"); }
 
  private:
-  Board& board_;
-  int member_;
+  algorithms::ThreadOob& oob_;
+  const uint32_t member_;
+  const size_t size_;
 };
 
 // Runs Resync at every member at once; their outcomes, in member order.
 std::vector<absl::StatusOr<ResyncOutcome>> RunAll(std::vector<ResyncMember>& members) {
-  Board board(static_cast<int>(members.size()));
+  algorithms::ThreadOob oob(static_cast<uint32_t>(members.size()));
   std::vector<absl::StatusOr<ResyncOutcome>> out(members.size(), absl::UnknownError("not run"));
   std::vector<std::thread> threads;
   for (size_t i = 0; i < members.size(); ++i) {
     threads.emplace_back([&, i] {
-      BoardExchange exchange(board, static_cast<int>(i));
+      ThreadExchange exchange(oob, static_cast<int>(i), static_cast<int>(members.size()));
       out[i] = Resync(exchange, members[i]);
     });
   }
@@ -100,6 +60,26 @@ std::vector<absl::StatusOr<ResyncOutcome>> RunAll(std::vector<ResyncMember>& mem
 }
 
 constexpr uint32_t kSlots = 4, kSlotBytes = 64;  // a window of 256 bytes
+
+// `completed.size()` members whose last operation was `kind` with
+// `result`, each keeping its end; member `behind` is in that operation,
+// its result going to `behind_buffer`.
+std::vector<ResyncMember> Members(const std::vector<uint64_t>& completed, CollectiveType kind,
+                                  std::span<const uint8_t> result, int behind,
+                                  std::span<uint8_t> behind_buffer) {
+  std::vector<ResyncMember> m(completed.size());
+  for (size_t i = 0; i < m.size(); ++i) {
+    m[i].rank = static_cast<int>(i);
+    m[i].size = static_cast<int>(m.size());
+    m[i].completed = completed[i];
+    m[i].last = {kind, 0};
+    m[i].last_result_bytes = result.size();
+    m[i].last_result = KeptResult(result, kSlots, kSlotBytes);
+  }
+  m[static_cast<size_t>(behind)].current = ResyncOp{kind, 0};
+  m[static_cast<size_t>(behind)].current_result = behind_buffer;
+  return m;
+}
 
 TEST(KeptResult, IsTheLastWindowOfTheResultOrAllOfIt) {
   std::vector<uint8_t> r(1000);
@@ -119,17 +99,8 @@ TEST(Resync, AMemberBehindGetsTheEndTheOthersKeptAndEndsWithTheWholeResult) {
   std::iota(result.begin(), result.end(), 7);
   std::vector<uint8_t> behind_buffer = result;
   std::fill(behind_buffer.end() - 256, behind_buffer.end(), 0xee);
-  std::vector<ResyncMember> m(3);
-  for (int i = 0; i < 3; ++i) {
-    m[i].rank = i;
-    m[i].size = 3;
-    m[i].completed = i == 1 ? 4 : 5;
-    m[i].last = {CollectiveType::kAllreduce, 0};
-    m[i].last_result_bytes = result.size();
-    m[i].last_result = KeptResult(result, kSlots, kSlotBytes);
-  }
-  m[1].current = ResyncOp{CollectiveType::kAllreduce, 0};
-  m[1].current_result = behind_buffer;
+  std::vector<ResyncMember> m =
+      Members({5, 4, 5}, CollectiveType::kAllreduce, result, 1, behind_buffer);
   const auto out = RunAll(m);
   ASSERT_TRUE(out[1].ok()) << out[1].status();
   EXPECT_EQ(*out[1], ResyncOutcome::kCurrentCompleted);
@@ -143,17 +114,8 @@ TEST(Resync, AMemberBehindGetsTheEndTheOthersKeptAndEndsWithTheWholeResult) {
 
 TEST(Resync, AResultOfAnotherSizeIsRefusedNotWrittenInPart) {
   std::vector<uint8_t> result(1000, 1), behind_buffer(900, 0);
-  std::vector<ResyncMember> m(2);
-  for (int i = 0; i < 2; ++i) {
-    m[i].rank = i;
-    m[i].size = 2;
-    m[i].completed = i == 0 ? 1 : 2;
-    m[i].last = {CollectiveType::kBcast, 0};
-    m[i].last_result_bytes = result.size();
-    m[i].last_result = KeptResult(result, kSlots, kSlotBytes);
-  }
-  m[0].current = ResyncOp{CollectiveType::kBcast, 0};
-  m[0].current_result = behind_buffer;
+  std::vector<ResyncMember> m =
+      Members({1, 2}, CollectiveType::kBcast, result, 0, behind_buffer);
   const auto out = RunAll(m);
   ASSERT_FALSE(out[0].ok());
   EXPECT_NE(out[0].status().message().find("a 1000-byte result, this member is in one of 900"),
