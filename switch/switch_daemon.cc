@@ -1,7 +1,5 @@
 #include "switch/switch_daemon.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -92,7 +90,8 @@ absl::StatusOr<std::unique_ptr<transport::Port>> CreateBackendPort(const Switchd
   return absl::InvalidArgumentError(absl::StrFormat("unknown backend '%s'", config.backend));
 }
 
-absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdConfig& config) {
+absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdConfig& config,
+                                                                  DataPlaneThread* shared) {
   NETFOLD_RETURN_IF_ERROR(ValidateSwitchdConfig(config));
   std::unique_ptr<SwitchDaemon> d(new SwitchDaemon(config));
   d->config_.data_plane.name = config.name;
@@ -122,7 +121,18 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
   d->port_ = port.get();
   d->dp_ = std::make_unique<SwitchDataPlane>(std::move(port), RealClock(), d->config_.data_plane);
   NETFOLD_RETURN_IF_ERROR(d->InstallStatic());
-  d->dp_thread_ = std::thread([raw = d.get()] { raw->DataPlaneLoop(); });
+  if (shared == nullptr) {
+    // Idle, the thread sleeps in receive: packets, QP timers, a posted
+    // command (Post wakes it) and Stop (likewise) end the wait.
+    d->own_thread_ = std::make_unique<DataPlaneThread>(DataPlaneThreadOptions{
+        .idle_wait = config.idle_wait.value_or(d->dp_->CanWake() ? kIdleWaitWoken
+                                                                 : absl::Milliseconds(1)),
+        .sched_batch = config.sched_batch,
+        .name = config.name});
+    shared = d->own_thread_.get();
+  }
+  NETFOLD_RETURN_IF_ERROR(shared->Add(d->dp_.get(), [raw = d.get()] { raw->AfterPass(); }));
+  d->thread_ = shared;
 
   const uint64_t incarnation = NewIncarnation();
   const control::SwitchCapacity capacity = CapacityOf(d->config_.data_plane, config.max_trees);
@@ -203,30 +213,14 @@ absl::Status SwitchDaemon::InstallStatic() {
   return absl::OkStatus();
 }
 
-void SwitchDaemon::DataPlaneLoop() {
-  if (config_.sched_batch) {
-    // This thread only (pid 0): the daemon's control threads keep theirs.
-    const sched_param none{};
-    if (sched_setscheduler(0, SCHED_BATCH, &none) != 0) {
-      NETFOLD_LOG(kWarning) << "switch " << config_.name
-                            << ": the data plane stays SCHED_OTHER (SCHED_BATCH refused: "
-                            << std::strerror(errno) << ")";
-    }
-  }
-  // Idle, the thread sleeps in receive: packets, QP timers, a posted command
-  // (Post wakes it) and Stop (likewise) end the wait.
-  const absl::Duration idle = config_.idle_wait.value_or(
-      dp_->CanWake() ? kIdleWaitWoken : absl::Milliseconds(1));
-  while (!dp_stop_.load(std::memory_order_acquire)) {
-    dp_->RunOnce(idle);
-    used_groups_.store(static_cast<uint32_t>(dp_->num_groups()), std::memory_order_relaxed);
-    used_slots_.store(dp_->num_slots_used(), std::memory_order_relaxed);
-    used_qps_.store(static_cast<uint32_t>(dp_->num_qps()), std::memory_order_relaxed);
-    std::vector<QpFailure> failures = dp_->TakeQpFailures();
-    if (failures.empty()) continue;
-    if (SwitchAgent* agent = agent_for_dp_.load(std::memory_order_acquire)) {
-      agent->ReportQpFailures(std::move(failures));
-    }
+void SwitchDaemon::AfterPass() {
+  used_groups_.store(static_cast<uint32_t>(dp_->num_groups()), std::memory_order_relaxed);
+  used_slots_.store(dp_->num_slots_used(), std::memory_order_relaxed);
+  used_qps_.store(static_cast<uint32_t>(dp_->num_qps()), std::memory_order_relaxed);
+  std::vector<QpFailure> failures = dp_->TakeQpFailures();
+  if (failures.empty()) return;
+  if (SwitchAgent* agent = agent_for_dp_.load(std::memory_order_acquire)) {
+    agent->ReportQpFailures(std::move(failures));
   }
 }
 
@@ -246,7 +240,7 @@ absl::StatusOr<ShutdownReport> SwitchDaemon::Stop() {
   // 2. No more admin calls.
   if (admin_server_ != nullptr) admin_server_->Shutdown();
   absl::Status status;
-  if (dp_thread_.joinable()) {
+  if (thread_ != nullptr) {
     // 3. Every group removed: in-flight operations aborted toward the
     //    children, slots freed.
     auto r = std::make_shared<ShutdownReport>();
@@ -273,9 +267,8 @@ absl::StatusOr<ShutdownReport> SwitchDaemon::Stop() {
         if (dp.DestroyQp(qpn).ok()) ++r->qps_destroyed;
       }
     });
-    dp_stop_.store(true, std::memory_order_release);
-    dp_->Wake();
-    dp_thread_.join();
+    thread_->Remove(dp_.get());
+    thread_ = nullptr;
     report = *r;
     if (!removed || !destroyed) {
       status = absl::DeadlineExceededError(

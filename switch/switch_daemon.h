@@ -7,11 +7,13 @@
 //   ... until SIGTERM ...
 //   absl::Status s = (*d)->Stop();   // groups removed, threads joined
 //
-// The port stack: the backend (CreateBackendPort: kernel UDP sockets today,
-// DPDK later) under an ImpairedPort (link faults per peer) under the
-// SwitchDataPlane. One thread runs the data plane; gRPC (the agent's stream,
-// the admin service) runs in its own threads and reaches the data plane
-// only through SwitchDataPlane::Post.
+// The port stack: the backend (CreateBackendPort: kernel UDP sockets or
+// DPDK) under an ImpairedPort (link faults per peer) under the
+// SwitchDataPlane. A DataPlaneThread runs the data plane: the daemon's own,
+// or one it shares with the other switches of the process
+// (switch/data_plane_thread.h); gRPC (the agent's stream, the admin
+// service) runs in its own threads and reaches the data plane only through
+// SwitchDataPlane::Post.
 //
 // Thread-safety: Start/Stop from one thread; accessors are thread-safe.
 #ifndef NETFOLD_SWITCH_SWITCH_DAEMON_H_
@@ -20,9 +22,9 @@
 #include <atomic>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
+#include "switch/data_plane_thread.h"
 #include "switch/switch_admin_service.h"
 #include "switch/switch_agent.h"
 #include "switch/switch_data_plane.h"
@@ -48,8 +50,11 @@ class SwitchDaemon {
  public:
   // Everything up: the data plane serving, static state installed, the
   // admin API listening, the agent connecting (not necessarily registered
-  // yet). An error leaves nothing running.
-  static absl::StatusOr<std::unique_ptr<SwitchDaemon>> Start(const SwitchdConfig& config);
+  // yet). An error leaves nothing running. `shared` (optional) runs the
+  // data plane together with other switches' and must outlive the daemon;
+  // without it the daemon runs a thread of its own.
+  static absl::StatusOr<std::unique_ptr<SwitchDaemon>> Start(const SwitchdConfig& config,
+                                                             DataPlaneThread* shared = nullptr);
   ~SwitchDaemon();
   SwitchDaemon(const SwitchDaemon&) = delete;
   SwitchDaemon& operator=(const SwitchDaemon&) = delete;
@@ -69,13 +74,15 @@ class SwitchDaemon {
  private:
   explicit SwitchDaemon(const SwitchdConfig& config) : config_(config) {}
   absl::Status InstallStatic();
-  void DataPlaneLoop();
+  // After each pass of the data-plane thread: usage for the heartbeats,
+  // failed QPs to the manager.
+  void AfterPass();
 
   SwitchdConfig config_;
   transport::ImpairedPort* port_ = nullptr;  // owned by the data plane's endpoint
   std::unique_ptr<SwitchDataPlane> dp_;
-  std::thread dp_thread_;
-  std::atomic<bool> dp_stop_{false};
+  std::unique_ptr<DataPlaneThread> own_thread_;
+  DataPlaneThread* thread_ = nullptr;  // runs dp_ while not null
   // Usage published by the data-plane thread after every pass (heartbeats).
   std::atomic<uint32_t> used_groups_{0}, used_slots_{0}, used_qps_{0};
   std::unique_ptr<SwitchAdminService> admin_service_;

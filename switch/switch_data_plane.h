@@ -190,6 +190,11 @@ class SwitchDataPlane {
   // True if Post and Wake cut RunOnce's wait short (its port can be woken):
   // the loop may then wait long when idle.
   bool CanWake() { return endpoint_.port().CanWake(); }
+  // For a thread that runs several data planes (DataPlaneThread): the fd to
+  // sleep on (-1: this plane's port cannot share a thread) and how long
+  // this plane lets it sleep before the next RunOnce (RoceEndpoint::SleepBound).
+  int wait_fd() { return endpoint_.port().wait_fd(); }
+  absl::Duration SleepBound(absl::Duration limit) { return endpoint_.SleepBound(limit); }
   // QPs that went to ERROR since the last call.
   std::vector<QpFailure> TakeQpFailures();
 

@@ -1,29 +1,40 @@
-// netfold-switchd: one emulated switch (docs/switch.md).
+// netfold-switchd: one emulated switch, or several on one data-plane
+// thread (docs/switch.md).
 //
 //   netfold-switchd --name leaf0 --data_address 127.0.0.1:4791
 //       --manager 127.0.0.1:47910 --credential_file /etc/netfold/credential
 //       [--admin_address 127.0.0.1:0] [--config leaf0.yaml]
 //   netfold-switchd --config static.yaml            # static mode: no manager
+//   netfold-switchd --name root,leaf0,leaf1 --data_address 127.0.0.1:0
+//       --admin_port_file 'DIR/{name}.admin_port' ...   # three switches
 //
 // Flags override the config file. --help prints the usage and the flags
 // (exit status 0). SIGTERM or SIGINT shut it down cleanly: the control
 // stream ends, every group is removed (no slot left behind), exit status 0.
 // Exit status 1 for a runtime error, 2 for a bad command line or config.
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
 #include "base/daemon.h"
 #include "base/log.h"
 #include "config/command_line.h"
+#include "switch/data_plane_thread.h"
 #include "switch/switch_daemon.h"
 #include "switch/switchd_config.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file (docs/switch.md)");
-ABSL_FLAG(std::string, name, "", "the switch's name (as in the manager's topology)");
+ABSL_FLAG(std::string, name, "",
+          "the switch's name (as in the manager's topology); several, separated by commas: "
+          "one process runs them all on one data-plane thread (each with its own ports; "
+          "--data_address then needs port 0 and the port files a {name})");
 ABSL_FLAG(std::string, data_address, "",
           "data-plane ip:port (RoCEv2 over UDP; port 0 picks one; default 127.0.0.1:4791)");
 ABSL_FLAG(std::string, backend, "", "I/O backend: udp or dpdk (the dpdk: section of --config; docs/dpdk.md)");
@@ -156,23 +167,67 @@ absl::StatusOr<SwitchdConfig> BuildConfig() {
   return config;
 }
 
+// One config per name of a comma-separated --name: the port files' {name}
+// becomes each switch's name. Several switches in one process need ports
+// the kernel picks and a backend that can share a thread.
+absl::StatusOr<std::vector<SwitchdConfig>> SplitByName(const SwitchdConfig& config) {
+  std::vector<std::string> names = absl::StrSplit(config.name, ',');
+  if (names.size() == 1) return std::vector<SwitchdConfig>{config};
+  auto refuse = [](const std::string& why) {
+    return absl::InvalidArgumentError("several switches in one process (--name A,B,..): " + why);
+  };
+  if (config.data_address.port != 0) {
+    return refuse("--data_address needs port 0 (each switch gets a port of its own)");
+  }
+  if (config.backend != "udp" || config.poll_window > absl::ZeroDuration()) {
+    return refuse("only the udp backend without poll_us can share a thread");
+  }
+  for (const std::string* file : {&config.data_port_file, &config.admin_port_file}) {
+    if (!file->empty() && file->find("{name}") == std::string::npos) {
+      return refuse(absl::StrFormat("the port file '%s' needs a {name}", *file));
+    }
+  }
+  if (!config.static_qps.empty() || !config.static_groups.empty()) {
+    return refuse("static QPs and groups belong to one switch");
+  }
+  std::vector<SwitchdConfig> out;
+  for (const std::string& name : names) {
+    if (std::count(names.begin(), names.end(), name) > 1) {
+      return refuse(absl::StrFormat("'%s' is named twice", name));
+    }
+    SwitchdConfig c = config;
+    c.name = name;
+    c.data_port_file = absl::StrReplaceAll(c.data_port_file, {{"{name}", name}});
+    c.admin_port_file = absl::StrReplaceAll(c.admin_port_file, {{"{name}", name}});
+    out.push_back(std::move(c));
+  }
+  return out;
+}
+
 int Main(int argc, char** argv) {
   if (!config::ParseDaemonCommandLine(
           argc, argv,
-          "one netfold switch: aggregation nodes on a RoCEv2 data plane (docs/switch.md).\n"
+          "netfold switches: aggregation nodes on a RoCEv2 data plane (docs/switch.md).\n"
           "  netfold-switchd --name NAME --manager IP:PORT --credential_file FILE\n"
           "                  --tls_dir DIR\n"
           "                  [--data_address IP:PORT]\n"
           "                  [--config FILE]\n"
-          "  netfold-switchd --config FILE          (static mode: QPs and groups from the file)")) {
+          "  netfold-switchd --config FILE          (static mode: QPs and groups from the file)\n"
+          "  netfold-switchd --name A,B,C ...       (several switches, one data-plane thread)")) {
     return 0;  // --help
   }
   if (absl::Status s = InstallTerminationHandlers(); !s.ok()) return Fail(1, s);
 
   absl::StatusOr<SwitchdConfig> config = BuildConfig();
   if (!config.ok()) return Fail(2, config.status());
-  if (absl::Status s = ValidateSwitchdConfig(*config); !s.ok()) return Fail(2, s);
-  if (absl::Status s = LoadSwitchdCredential(&*config); !s.ok()) return Fail(2, s);
+  absl::StatusOr<std::vector<SwitchdConfig>> configs = SplitByName(*config);
+  if (!configs.ok()) return Fail(2, configs.status());
+  for (SwitchdConfig& c : *configs) {
+    if (absl::Status s = ValidateSwitchdConfig(c); !s.ok()) return Fail(2, s);
+    if (absl::Status s = LoadSwitchdCredential(&c); !s.ok()) return Fail(2, s);
+    if (absl::Status s = LoadSwitchdTls(&c); !s.ok()) return Fail(2, s);
+  }
+  config = configs->front();
   if (config->auth_none && !config->admin_address.empty()) {
     std::fprintf(stderr,
                  "netfold-switchd: WARNING: INSECURE: started with auth: none (--insecure): "
@@ -180,7 +235,6 @@ int Main(int argc, char** argv) {
                  "and read QPNs and P_Keys.\n",
                  config->admin_address.c_str());
   }
-  if (absl::Status s = LoadSwitchdTls(&*config); !s.ok()) return Fail(2, s);
   if (!config->tls && (!config->admin_address.empty() || !config->manager_address.empty())) {
     std::fprintf(stderr,
                  "netfold-switchd: WARNING: PLAINTEXT: running without TLS (%s): its calls to "
@@ -190,28 +244,44 @@ int Main(int argc, char** argv) {
                  config->admin_address.empty() ? "(none)" : config->admin_address.c_str());
   }
   if (!config->log_level.empty()) SetLogLevel(*ParseLogLevel(config->log_level));
-  SetLogTag(absl::StrFormat("switchd %s", config->name));
+  SetLogTag(absl::StrFormat("switchd %s", absl::StrReplaceAll(config->name, {{",", "+"}})));
 
-  absl::StatusOr<std::unique_ptr<SwitchDaemon>> daemon = SwitchDaemon::Start(*config);
-  if (!daemon.ok()) return Fail(1, daemon.status());
-  if (!config->data_port_file.empty()) {
-    if (absl::Status s = WritePortFile(config->data_port_file, (*daemon)->data_address().port);
-        !s.ok()) {
-      return Fail(1, s);
-    }
+  // With several switches, one thread runs every data plane (the daemons
+  // stop before it goes); with one, the daemon runs its own.
+  std::unique_ptr<DataPlaneThread> shared;
+  if (configs->size() > 1) {
+    shared = std::make_unique<DataPlaneThread>(DataPlaneThreadOptions{
+        .idle_wait = config->idle_wait.value_or(kIdleWaitWoken),
+        .sched_batch = config->sched_batch,
+        .name = config->name});
   }
-  if (!config->admin_port_file.empty() && (*daemon)->admin_port() != 0) {
-    if (absl::Status s = WritePortFile(config->admin_port_file, (*daemon)->admin_port()); !s.ok()) {
-      return Fail(1, s);
+  std::vector<std::unique_ptr<SwitchDaemon>> daemons;
+  for (const SwitchdConfig& c : *configs) {
+    absl::StatusOr<std::unique_ptr<SwitchDaemon>> daemon = SwitchDaemon::Start(c, shared.get());
+    if (!daemon.ok()) return Fail(1, daemon.status());
+    if (!c.data_port_file.empty()) {
+      if (absl::Status s = WritePortFile(c.data_port_file, (*daemon)->data_address().port);
+          !s.ok()) {
+        return Fail(1, s);
+      }
     }
+    if (!c.admin_port_file.empty() && (*daemon)->admin_port() != 0) {
+      if (absl::Status s = WritePortFile(c.admin_port_file, (*daemon)->admin_port()); !s.ok()) {
+        return Fail(1, s);
+      }
+    }
+    daemons.push_back(*std::move(daemon));
   }
 
   const int sig = WaitForTerminationSignal();
   NETFOLD_LOG(kWarning) << "signal " << sig << ": shutting down";
-  absl::StatusOr<ShutdownReport> report = (*daemon)->Stop();
-  daemon->reset();
-  if (!report.ok()) return Fail(1, report.status());
-  return 0;
+  int code = 0;
+  for (std::unique_ptr<SwitchDaemon>& daemon : daemons) {
+    absl::StatusOr<ShutdownReport> report = daemon->Stop();
+    daemon.reset();
+    if (!report.ok()) code = Fail(1, report.status());
+  }
+  return code;
 }
 
 }  // namespace

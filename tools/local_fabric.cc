@@ -1,6 +1,7 @@
 #include "tools/local_fabric.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -8,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +17,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_split.h"
 #include "auth/fabric_credential.h"
@@ -85,6 +88,14 @@ absl::StatusOr<std::string> RunningDaemons(const StateDir& dir) {
     }
   }
   return pids;
+}
+
+// The CPUs this process may run on (its affinity mask: taskset and
+// cgroup cpusets count), at least 1.
+size_t UsableCpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return static_cast<size_t>(std::max(1, CPU_COUNT(&set)));
 }
 
 std::string DemoTopology(int hosts) {
@@ -185,7 +196,7 @@ absl::StatusOr<pid_t> LocalFabric::Spawn(const std::string& name,
       known = true;
     }
   }
-  if (!known) daemons_.push_back({name, pid, start_time, "", argv, detach});
+  if (!known) daemons_.push_back({name, pid, start_time, argv, detach, {}});
   return pid;
 }
 
@@ -303,11 +314,31 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
     NETFOLD_RETURN_IF_ERROR(dir_->WriteFile("manager.yaml", pinned));
   }
 
-  for (const std::string& name : switch_names_) {
-    const std::string admin_file = dir_->PathOf(name + ".admin_port");
-    dir_->Remove(name + ".admin_port");
+  // One process for every switch, or one each.
+  std::vector<std::vector<std::string>> processes;
+  using SwitchProcesses = LocalFabricOptions::SwitchProcesses;
+  one_switch_process_ = switch_names_.size() > 1 && options.switch_poll_us == 0 &&
+                        (options.switch_processes == SwitchProcesses::kOne ||
+                         (options.switch_processes == SwitchProcesses::kAuto &&
+                          UsableCpus() < switch_names_.size() + host_names_.size()));
+  if (one_switch_process_) {
+    // The thread runs them in this order each pass: leaves first, so that
+    // what they send up is read by their parents in the same pass.
+    std::vector<std::string> names = switch_names_;
+    std::stable_sort(names.begin(), names.end(), [&topo](const std::string& x, const std::string& y) {
+      return topo.switches()[topo.FindSwitch(x)].tier < topo.switches()[topo.FindSwitch(y)].tier;
+    });
+    processes.push_back(names);
+  } else {
+    for (const std::string& name : switch_names_) processes.push_back({name});
+  }
+  for (const std::vector<std::string>& names : processes) {
+    for (const std::string& name : names) dir_->Remove(name + ".admin_port");
+    const std::string name = names.size() == 1 ? names[0] : "switches";
+    const std::string admin_file =
+        dir_->PathOf(names.size() == 1 ? name + ".admin_port" : "{name}.admin_port");
     std::vector<std::string> argv = {switchd,
-                                     "--name=" + name,
+                                     "--name=" + absl::StrJoin(names, ","),
                                      "--manager=" + manager_address_,
                                      "--data_address=127.0.0.1:0",
                                      "--admin_address=127.0.0.1:0",
@@ -321,16 +352,22 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
     }
     NETFOLD_ASSIGN_OR_RETURN(pid_t pid, Spawn(name, argv, options.detach));
     (void)pid;
+    daemons_.back().switches = names;
   }
   NETFOLD_RETURN_IF_ERROR(WritePids());
-  for (Daemon& d : daemons_) {
-    if (d.name == "manager") continue;
-    auto port = WaitForPortFile(*dir_, d.name + ".admin_port", d.pid, options.ready_timeout,
-                                d.name + ".log");
-    if (port.ok()) d.admin_address = absl::StrFormat("127.0.0.1:%d", *port);
-    else return port.status();
+  for (const Daemon& d : daemons_) {
+    NETFOLD_RETURN_IF_ERROR(WaitForAdminPorts(d, options.ready_timeout));
   }
   return WaitForSwitches(options.ready_timeout);
+}
+
+absl::Status LocalFabric::WaitForAdminPorts(const Daemon& d, absl::Duration timeout) {
+  for (const std::string& name : d.switches) {
+    NETFOLD_ASSIGN_OR_RETURN(
+        int port, WaitForPortFile(*dir_, name + ".admin_port", d.pid, timeout, d.name + ".log"));
+    switch_admin_[name] = absl::StrFormat("127.0.0.1:%d", port);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LocalFabric::WaitForSwitches(absl::Duration timeout) {
@@ -381,17 +418,22 @@ absl::Status LocalFabric::WritePids() {
 std::vector<std::string> LocalFabric::switch_admin_addresses() const {
   std::vector<std::string> out;
   for (const std::string& name : switch_names_) {
-    std::string a;
-    for (const Daemon& d : daemons_) {
-      if (d.name == name) a = d.admin_address;
-    }
-    out.push_back(a);
+    auto it = switch_admin_.find(name);
+    out.push_back(it == switch_admin_.end() ? "" : it->second);
   }
   return out;
 }
 
 absl::Status LocalFabric::Kill(const std::string& name, int signal) {
   for (Daemon& d : daemons_) {
+    if (d.name != name && d.switches.size() > 1 &&
+        std::find(d.switches.begin(), d.switches.end(), name) != d.switches.end()) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "switch %s shares its process with %s: start the fabric with a process per "
+          "switch (switch_processes kEach, netfold up --switch-processes each) to signal it "
+          "alone",
+          name, absl::StrJoin(d.switches, ", ")));
+    }
     if (d.name == name && d.pid > 0) {
       if (kill(d.pid, signal) != 0) return ErrnoToStatus(errno, "kill");
       if (signal == SIGKILL) {
@@ -404,19 +446,28 @@ absl::Status LocalFabric::Kill(const std::string& name, int signal) {
   return absl::NotFoundError(absl::StrFormat("no daemon %s", name));
 }
 
+absl::Status LocalFabric::KillSwitches(int signal) {
+  for (const Daemon& d : daemons_) {
+    if (!d.switches.empty()) NETFOLD_RETURN_IF_ERROR(Kill(d.name, signal));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status LocalFabric::Restart(const std::string& name, absl::Duration timeout) {
   for (Daemon& d : daemons_) {
     if (d.name != name) continue;
     if (d.pid > 0 && waitpid(d.pid, nullptr, WNOHANG) == 0) {
       return absl::FailedPreconditionError(absl::StrFormat("%s is still running", name));
     }
-    const std::string port_file = name == "manager" ? "manager.port" : name + ".admin_port";
-    dir_->Remove(port_file);
+    if (name == "manager") dir_->Remove("manager.port");
+    for (const std::string& sw : d.switches) dir_->Remove(sw + ".admin_port");
     NETFOLD_ASSIGN_OR_RETURN(pid_t pid, Spawn(name, d.argv, d.detach));
     NETFOLD_RETURN_IF_ERROR(WritePids());
-    NETFOLD_ASSIGN_OR_RETURN(int port,
-                             WaitForPortFile(*dir_, port_file, pid, timeout, name + ".log"));
-    if (name != "manager") d.admin_address = absl::StrFormat("127.0.0.1:%d", port);
+    if (name == "manager") {
+      NETFOLD_RETURN_IF_ERROR(
+          WaitForPortFile(*dir_, "manager.port", pid, timeout, "manager.log").status());
+    }
+    NETFOLD_RETURN_IF_ERROR(WaitForAdminPorts(d, timeout));
     return WaitForSwitches(timeout);
   }
   return absl::NotFoundError(absl::StrFormat("no daemon %s", name));

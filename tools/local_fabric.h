@@ -1,5 +1,7 @@
-// A fabric of real daemons on loopback: one netfold-managerd and one
-// netfold-switchd per switch of a topology, started as child processes,
+// A fabric of real daemons on loopback: one netfold-managerd and the
+// switches of a topology, all in one netfold-switchd (one data-plane
+// thread: docs/switch.md, "Several switches in one process") or one
+// netfold-switchd each (switch_processes), started as child processes,
 // waited for until every switch is UP, stopped on request. `netfold up`,
 // `netfold demo`, `netfold bench` and the end-to-end tests use it.
 //
@@ -35,6 +37,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "auth/grpc_credential.h"
@@ -55,6 +58,16 @@ struct LocalFabricOptions {
   uint32_t default_slot_bytes = 0;  // manager's default P (0: its own default)
   uint32_t default_slots = 0;       // manager's default K
   int switch_poll_us = 0;           // switches' --poll_us (0: they sleep in epoll at once)
+  // kOne: every switch in one netfold-switchd process, on one data-plane
+  // thread (fewer processes, no wakeup between leaf and root:
+  // docs/switch.md). kEach: a process per switch (fault tests that kill one
+  // switch need it; so does switch_poll_us, which forces it). kAuto: kOne
+  // when the CPUs this process may run on are fewer than the topology's
+  // switches and hosts (a rank per host: processes outnumber cores, so
+  // every wakeup costs a context switch), else kEach (the switches then run
+  // in parallel).
+  enum class SwitchProcesses { kAuto, kOne, kEach };
+  SwitchProcesses switch_processes = SwitchProcesses::kAuto;
   // Extra lines of the manager's YAML config (e.g. "host_timeout_ms: 1000\n"),
   // appended as given; tests scale the manager's timeouts with it.
   std::string manager_config;
@@ -83,6 +96,8 @@ class LocalFabric {
   const std::string& state_dir() const { return state_dir_; }
   const std::string& topology_file() const { return topology_file_; }
   const std::vector<std::string>& switch_names() const { return switch_names_; }
+  // True if every switch runs in one process (switch_processes resolved).
+  bool one_switch_process() const { return one_switch_process_; }
   std::vector<std::string> host_names() const { return host_names_; }
   // The admin address of each switch ("" if unknown), same order as switch_names().
   std::vector<std::string> switch_admin_addresses() const;
@@ -97,7 +112,12 @@ class LocalFabric {
 
   // Sends `signal` to one daemon ("manager" or a switch name), e.g. SIGKILL,
   // SIGSTOP/SIGCONT for fault tests; SIGKILL also reaps it.
+  // FailedPrecondition for a switch that shares its process with others
+  // (switch_processes): the signal would hit them all.
   absl::Status Kill(const std::string& name, int signal);
+  // Sends `signal` to every process that runs switches (one, or one per
+  // switch); SIGKILL also reaps them.
+  absl::Status KillSwitches(int signal);
   // Starts a daemon again after it was killed, with the same command line
   // (the manager keeps its port and journal; a switch gets new ports and
   // registers again), and waits until every switch is UP.
@@ -122,18 +142,20 @@ class LocalFabric {
 
  private:
   struct Daemon {
-    std::string name;
+    std::string name;         // "manager", a switch's name, or "switches"
     pid_t pid = -1;
     uint64_t start_time = 0;  // /proc/PID/stat field 22, for fabric.pids
-    std::string admin_address;
     std::vector<std::string> argv;
     bool detach = false;
+    std::vector<std::string> switches;  // the switches it runs
   };
   LocalFabric() = default;
   absl::Status Launch(const LocalFabricOptions& options);
   absl::StatusOr<pid_t> Spawn(const std::string& name, const std::vector<std::string>& argv,
                               bool detach);
   absl::Status WaitForSwitches(absl::Duration timeout);
+  // Waits for the admin port file of every switch `d` runs.
+  absl::Status WaitForAdminPorts(const Daemon& d, absl::Duration timeout);
   absl::Status WritePids();
 
   std::optional<StateDir> dir_;
@@ -145,8 +167,10 @@ class LocalFabric {
   std::string tls_ca_file_;
   auth::ClientAuth client_auth_;
   std::vector<std::string> switch_names_;
+  absl::flat_hash_map<std::string, std::string> switch_admin_;  // name -> ip:port
   std::vector<std::string> host_names_;
   std::vector<Daemon> daemons_;
+  bool one_switch_process_ = false;
   bool released_ = false;
   bool stopped_ = false;
   bool owns_state_dir_ = false;  // made by Launch: removed by the destructor

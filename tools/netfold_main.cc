@@ -213,6 +213,19 @@ int Up(int argc, char** argv) {
   }
   if (args.Has("faults")) o.link_faults = "default/both/" + args.Get("faults");
   o.plaintext = args.Has("plaintext");
+  if (args.Has("switch-processes")) {
+    const std::string mode = args.Get("switch-processes");
+    using SwitchProcesses = LocalFabricOptions::SwitchProcesses;
+    if (mode == "auto") {
+      o.switch_processes = SwitchProcesses::kAuto;
+    } else if (mode == "one") {
+      o.switch_processes = SwitchProcesses::kOne;
+    } else if (mode == "each") {
+      o.switch_processes = SwitchProcesses::kEach;
+    } else {
+      return Fail("--switch-processes must be auto, one or each");
+    }
+  }
   if (args.Has("poll-us") && (!absl::SimpleAtoi(args.Get("poll-us"), &o.switch_poll_us) ||
                               o.switch_poll_us < 0 || o.switch_poll_us > 1000000)) {
     return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
@@ -220,9 +233,10 @@ int Up(int argc, char** argv) {
   auto fabric = LocalFabric::Start(o);
   if (!fabric.ok()) return Fail(std::string(fabric.status().message()));
   (*fabric)->Release();
-  std::printf("netfold fabric up: %zu switches, topology %s, logs in %s\n",
-              (*fabric)->switch_names().size(), (*fabric)->topology_file().c_str(),
-              (*fabric)->state_dir().c_str());
+  std::printf("netfold fabric up: %zu switches (%s), topology %s, logs in %s\n",
+              (*fabric)->switch_names().size(),
+              (*fabric)->one_switch_process() ? "one process" : "a process each",
+              (*fabric)->topology_file().c_str(), (*fabric)->state_dir().c_str());
   std::printf("hosts of the topology: ");
   for (const std::string& h : (*fabric)->host_names()) std::printf("%s ", h.c_str());
   std::printf("\n\nexport NETFOLD_MANAGER=%s\n", (*fabric)->manager_address().c_str());
@@ -676,16 +690,19 @@ const std::vector<Command>& Commands() {
        .run = Demo},
       {.name = "up",
        .synopsis = "[--topology FILE | --hosts N] [--state-dir DIR] [--faults IMPAIRMENT] "
-                   "[--poll-us N] [--plaintext]",
+                   "[--poll-us N] [--switch-processes auto|one|each] [--plaintext]",
        .summary = "start a manager and the switches of a topology in the background and print\n"
                   "what to export.   --topology FILE | --hosts N (8)   --state-dir DIR\n"
                   "--faults IMPAIRMENT (on every switch port, e.g. drop=0.01,seed=3)\n"
                   "--poll-us N: the switches poll N us after each packet (opt-in; ranks:\n"
-                  "NETFOLD_POLL_US)\n"
+                  "NETFOLD_POLL_US; gives each switch a process)\n"
+                  "--switch-processes: one netfold-switchd for all switches (one thread), or\n"
+                  "each its own; auto (default): one when this machine has fewer CPUs than\n"
+                  "switches and hosts (kill one switch alone with each)\n"
                   "--plaintext: no TLS on the control plane (the credential crosses loopback\n"
                   "in clear; the default is TLS with a new CA per fabric)",
        .flags = {"plaintext"},
-       .valued = {"topology", "hosts", "state-dir", "faults", "poll-us"},
+       .valued = {"topology", "hosts", "state-dir", "faults", "poll-us", "switch-processes"},
        .run = Up},
       {.name = "down",
        .synopsis = "[--state-dir DIR]",

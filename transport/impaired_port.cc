@@ -294,6 +294,14 @@ size_t ImpairedPort::SendBurst(std::span<PacketBuffer* const> packets) {
   return packets.size();  // the stages own every packet now
 }
 
+absl::Duration ImpairedPort::SleepBound(absl::Duration limit) {
+  if (!ready_rx_.empty()) return absl::ZeroDuration();
+  if (auto due = NextDueNs()) {
+    limit = std::min(limit, absl::Nanoseconds(std::max<int64_t>(0, *due - clock_.NowNanos())));
+  }
+  return inner_->SleepBound(limit);
+}
+
 size_t ImpairedPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) {
   RefreshDataPlanePeers();
   Flush();

@@ -129,6 +129,8 @@ class ImpairedPort : public Port {
     inner_->Wake();
   }
   bool CanWake() const override { return inner_->CanWake(); }
+  int wait_fd() const override { return inner_->wait_fd(); }
+  absl::Duration SleepBound(absl::Duration limit) override;
 
   // The configuration of peers created from now on. Existing peers keep
   // theirs.

@@ -220,6 +220,31 @@ TEST(ImpairedPortOneLink, FakeClockDelayOnBothPaths) {
   PacketPool::Free(rx[0]);
 }
 
+// A loop serving several ports sleeps on their fds: a packet held back by
+// a delay bounds that sleep (until it is due), one ready bounds it to zero.
+TEST(ImpairedPortOneLink, SleepBoundEndsWhenAHeldPacketIsDue) {
+  MemoryNetwork net;
+  FakeClock clock;
+  ImpairmentConfig delay;
+  delay.delay = absl::Milliseconds(3);
+  auto a = *net.CreatePort({.local = kSwitch});
+  ImpairedPort b(*net.CreatePort({.local = kH1}), {}, delay, clock);
+  EXPECT_EQ(b.SleepBound(absl::Seconds(30)), absl::Seconds(30));
+  EXPECT_EQ(b.wait_fd(), -1);  // an in-memory port has none
+  PacketBuffer* p = TaggedPacket(*a, kH1, 7);
+  a->SendBurst({&p, 1});
+  PacketBuffer* rx[4];
+  EXPECT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 0u);  // now held
+  EXPECT_EQ(b.SleepBound(absl::Seconds(30)), absl::Milliseconds(3));
+  clock.Advance(absl::Milliseconds(2));
+  EXPECT_EQ(b.SleepBound(absl::Seconds(30)), absl::Milliseconds(1));
+  clock.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(b.SleepBound(absl::Seconds(30)), absl::ZeroDuration());
+  ASSERT_EQ(b.RecvBurst(rx, absl::ZeroDuration()), 1u);
+  PacketPool::Free(rx[0]);
+  EXPECT_EQ(b.SleepBound(absl::Seconds(30)), absl::Seconds(30));
+}
+
 TEST(ImpairedPortOneLink, RealTimeDelayIsHonouredByTheReceiveTimeout) {
   MemoryNetwork net;
   ImpairmentConfig delay;

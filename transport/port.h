@@ -82,6 +82,17 @@ class Port {
   // True if Wake() cuts a waiting RecvBurst short: an owner may then wait
   // long when idle and rely on Wake for work from other threads.
   virtual bool CanWake() const { return false; }
+
+  // For a loop that serves several ports on one thread (poll(2) over their
+  // wait_fd()s, then RecvBurst with no timeout on each): a file descriptor
+  // that turns readable when the network has something for RecvBurst or
+  // Wake was called, -1 if the port has none (it cannot share a thread).
+  virtual int wait_fd() const { return -1; }
+  // How long such a loop may sleep on wait_fd() before this port needs
+  // RecvBurst again, at most `limit`: zero when the port already holds
+  // packets the fd does not announce (read and not yet handed out), or
+  // until a packet it holds back (a delay) is due.
+  virtual absl::Duration SleepBound(absl::Duration limit) { return limit; }
 };
 
 }  // namespace netfold::transport

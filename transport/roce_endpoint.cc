@@ -348,6 +348,14 @@ size_t RoceEndpoint::Progress(absl::Duration timeout) {
   return n;
 }
 
+absl::Duration RoceEndpoint::SleepBound(absl::Duration limit) {
+  if (flushed_receives_) return absl::ZeroDuration();
+  if (auto t = NextTimerNs()) {
+    limit = std::min(limit, absl::Nanoseconds(std::max<int64_t>(0, *t - clock_.NowNanos())));
+  }
+  return port_->SleepBound(limit);
+}
+
 size_t RoceEndpoint::Receive(absl::Duration timeout) {
   const size_t n = ReceiveIfTimerDue();
   SendDue();

@@ -123,6 +123,10 @@ class RoceEndpoint {
   void Flush();
   // When a QP next needs Progress() without new input (clock nanoseconds).
   std::optional<int64_t> NextTimerNs() const;
+  // How long the owner may sleep on port().wait_fd() before the next
+  // Receive, at most `limit` (Port::SleepBound): zero if Flush read packets
+  // not yet handed over, else until the next QP timer or what the port holds.
+  absl::Duration SleepBound(absl::Duration limit);
 
   Port& port() { return *port_; }
   Ipv4Endpoint local() const { return port_->local(); }

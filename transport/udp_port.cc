@@ -506,6 +506,17 @@ void UdpPort::Wake() {
   (void)!write(wake_fd_, &one, sizeof(one));  // EAGAIN: already signalled
 }
 
+int UdpPort::wait_fd() const {
+  const bool spins = config_.busy_poll || config_.poll_window > absl::ZeroDuration();
+  return spins ? -1 : epoll_fd_;
+}
+
+absl::Duration UdpPort::SleepBound(absl::Duration limit) {
+  // Datagrams a full burst left in a socket keep the epoll set readable;
+  // packets split from a batch are the port's own.
+  return pending_.empty() ? limit : absl::ZeroDuration();
+}
+
 size_t UdpPort::Received(size_t n) {
   if (n > 0 && config_.poll_window > absl::ZeroDuration()) {
     last_activity_ns_ = RealClock().NowNanos();

@@ -77,6 +77,10 @@ class UdpPort : public Port {
   // An eventfd in the port's epoll set: a waiting RecvBurst returns.
   void Wake() override;
   bool CanWake() const override { return true; }
+  // The port's epoll set (its sockets and the wake eventfd); not with
+  // busy_poll or a poll_window, which spin inside RecvBurst.
+  int wait_fd() const override;
+  absl::Duration SleepBound(absl::Duration limit) override;
 
  private:
   struct Socket {

@@ -240,6 +240,42 @@ TEST(UdpPort, SegmentationBatchesArriveAsTheirPacketsWithTheirIdentifications) {
   EXPECT_EQ(b->pool().num_in_use(), 0u);
 }
 
+// For a loop that serves several ports on one thread: the epoll set turns
+// readable with datagrams and with Wake, and packets split from a batch but
+// not yet handed out make SleepBound zero (the fd no longer shows them).
+TEST(UdpPort, TheWaitFdShowsDatagramsAndWakesAndSleepBoundWhatThePortHolds) {
+  auto a = MakePort();
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  const int fd = b->wait_fd();
+  ASSERT_GE(fd, 0);
+  auto readable = [fd](int timeout_ms) {
+    pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
+    return poll(&p, 1, timeout_ms) == 1;
+  };
+  EXPECT_FALSE(readable(0));
+  std::vector<PacketBuffer*> tx;
+  for (uint32_t i = 0; i < 5; ++i) tx.push_back(RocePacket(*a, b->local(), i, 4088));
+  ASSERT_EQ(a->SendBurst(tx), tx.size());
+  EXPECT_TRUE(readable(5000));
+  EXPECT_EQ(b->SleepBound(absl::Seconds(30)), absl::Seconds(30));
+  PacketBuffer* rx[2];
+  size_t got = 0;
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  while (got == 0 && !deadline.Expired()) got = b->RecvBurst(rx, absl::Milliseconds(50));
+  ASSERT_EQ(got, 2u);  // one batch of five: three held by the port
+  PacketPool::FreeBurst({rx, got});
+  EXPECT_EQ(b->SleepBound(absl::Seconds(30)), absl::ZeroDuration());
+  EXPECT_EQ(RecvTags(*b, 3), (std::vector<uint32_t>{2, 3, 4}));
+  EXPECT_EQ(b->SleepBound(absl::Seconds(30)), absl::Seconds(30));
+  EXPECT_FALSE(readable(0));
+  b->Wake();
+  EXPECT_TRUE(readable(0));
+  // A port that spins inside RecvBurst cannot share a thread.
+  EXPECT_EQ(MakePort({.poll_window = absl::Microseconds(50)})->wait_fd(), -1);
+  EXPECT_EQ(MakePort({.busy_poll = true})->wait_fd(), -1);
+}
+
 // With gso off every packet is its own datagram, identification 0; a
 // receiver without gro gets a batch cut into datagrams (the identification
 // is then unknown to it: 0).

@@ -12,6 +12,8 @@
 #   build=DIR size=N ops=N ranks_ms_per_op=X switches_ms_per_op=Y wall_us_per_op=Z
 # ranks: user+system CPU of all ranks (mpirun's children), switches: of
 # every netfold-switchd of the fabric; both per operation, start-up excluded.
+# NETFOLD_UP_FLAGS is added to netfold up's command line (e.g.
+# --switch-processes each, to compare with one process for the switches).
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${1:-$here/build}" && pwd)
@@ -26,7 +28,7 @@ cleanup() {
   rm -rf "$state"
 }
 trap cleanup EXIT
-manager=$(timeout 60 "$build/tools/netfold" up --hosts "$np" 2>&1 | sed -n 's/^export NETFOLD_MANAGER=//p')
+manager=$(timeout 60 "$build/tools/netfold" up --hosts "$np" ${NETFOLD_UP_FLAGS:-} 2>&1 | sed -n 's/^export NETFOLD_MANAGER=//p')
 [ -n "$manager" ] || { echo "fabric_cpu: netfold up failed" >&2; exit 1; }
 # Only the switches of this fabric: the ones whose admin port file is in $state.
 switch_pids() { pgrep -f "netfold-switchd.*--admin_port_file=$state/" ; }

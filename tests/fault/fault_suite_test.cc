@@ -40,9 +40,13 @@ int Soak() {
 }
 std::string Ops(int base) { return std::to_string(base * Soak()); }
 
+// `one_switch_process` false: a process per switch, for the tests that kill
+// one; true: netfold up's choice for this machine.
 std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& switch_faults = "",
-                                                const std::string& topology = "") {
+                                                const std::string& topology = "",
+                                                bool one_switch_process = true) {
   tools::LocalFabricOptions o;
+  if (!one_switch_process) o.switch_processes = tools::LocalFabricOptions::SwitchProcesses::kEach;
   o.hosts = hosts;
   o.topology_file = topology;
   o.default_slot_bytes = 1024;
@@ -145,7 +149,7 @@ TEST(ProcessFaults, ManagerKilledAndRestartedMidJobLosesNothing) {
 }
 
 TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
-  auto fabric = StartFabric(4);
+  auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
   ASSERT_NE(fabric, nullptr);
   const std::string flag =
       (std::filesystem::temp_directory_path() / absl::StrFormat("netfold-phase2-%d", getpid())).string();
@@ -174,7 +178,7 @@ TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
 }
 
 TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
-  auto fabric = StartFabric(4);
+  auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
   ASSERT_NE(fabric, nullptr);
   // The default policy (auto): the hosts take over and no operation fails.
   Launch ranks(*fabric, 4, 0, {"stream", Ops(3000)},
@@ -220,7 +224,7 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
     Launch ranks(*fabric, 4, 0, {"digest", n}, {{"NETFOLD_ALGORITHM", "treeorder"}});
     healthy = Digest(ranks.Wait(absl::Minutes(4)));
   }
-  auto fabric = StartFabric(4);
+  auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
   ASSERT_NE(fabric, nullptr);
   Launch ranks(*fabric, 4, 0, {"digest", n},
                {{"NETFOLD_ALGORITHM", "treeorder"}, {"NETFOLD_TIMEOUT_MS", "5000"}});

@@ -310,9 +310,7 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
                             absl::StrFormat("netfold-outage-%d", getpid())).string();
   std::remove(flag.c_str());
   auto kill_switches = [&] {
-    for (const std::string& name : (*fabric)->switch_names()) {
-      EXPECT_TRUE((*fabric)->Kill(name, SIGKILL).ok());
-    }
+    EXPECT_TRUE((*fabric)->KillSwitches(SIGKILL).ok());
     std::FILE* f = std::fopen(flag.c_str(), "w");
     if (f) std::fclose(f);
   };
@@ -343,9 +341,7 @@ TEST(MpiInterposerOutage, UnderEnableOneAFabricFailureGoesThroughTheErrorHandler
                               absl::StrFormat("netfold-strict-%d", getpid())).string();
     std::remove(flag.c_str());
     auto kill_switches = [&] {
-      for (const std::string& name : (*fabric)->switch_names()) {
-        EXPECT_TRUE((*fabric)->Kill(name, SIGKILL).ok());
-      }
+      EXPECT_TRUE((*fabric)->KillSwitches(SIGKILL).ok());
       std::FILE* f = std::fopen(flag.c_str(), "w");
       if (f) std::fclose(f);
     };

@@ -1,390 +1,18 @@
-// netfold-switchd as real processes on loopback: with netfold-managerd
-// (deploy/topologies/switchd_test.yaml: root0 over leaf0 and leaf1, two
-// hosts each) and in static mode without it. The "hosts" live in the test
-// process: HostControl over gRPC for jobs and groups, a RoceEndpoint over a
-// real UdpPort and host::GroupEngine for the data path. Every result is
-// compared bit for bit with reduce::FoldScalarReference applied in the
-// tree's order. Every daemon is killed and reaped when a test ends, pass or
-// fail; every port is picked by the kernel (port 0 + port files); every
-// wait has a deadline.
+// netfold-switchd as real processes on loopback, with netfold-managerd and
+// in static mode without it; one process per switch, or the three switches
+// in one process (switchd_fixture.h says how the hosts and the checks work).
 #include <signal.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
-#include <cstring>
 #include <fstream>
-#include <map>
-#include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_format.h"
-#include "absl/time/clock.h"
-#include "auth/fabric_credential.h"
-#include "auth/grpc_credential.h"
-#include "auth/owned_file.h"
-#include "auth/tls_certificates.h"
 #include "gtest/gtest.h"
-#include "tests/switch/tree_reference.h"
-#include "manager/testing/grpc_test_util.h"
-#include "manager/testing/temp_dir.h"
-#include "proto/control/netfold_control.grpc.pb.h"
-#include "reduce/reduce.h"
-#include "tests/integration/random_elements.h"
-#include "tests/manager/subprocess.h"
-#include "tests/switch/switchd_test_host.h"
+#include "tests/switch/switchd_fixture.h"
 
 namespace netfold::testing {
 namespace {
-
-using manager::EventWatcher;
-using manager::Subprocess;
-using manager::TempDir;
-using manager::WaitUntil;
-using proto::DataType;
-using proto::ReduceOp;
-using Bytes = std::vector<uint8_t>;
-
-constexpr absl::Duration kOpDeadline = absl::Seconds(20);
-const std::vector<std::string> kLeaves = {"leaf0", "leaf1"};  // topology order
-const std::vector<std::string> kSwitches = {"root0", "leaf0", "leaf1"};
-const std::vector<std::string> kHosts = {"h0", "h1", "h2", "h3"};
-
-grpc::ClientContext* Ctx(grpc::ClientContext* ctx, absl::Duration timeout = absl::Seconds(10)) {
-  ctx->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  return ctx;
-}
-
-// Reads the first line of a port file once it exists (written atomically).
-std::optional<int> WaitPortFile(const std::string& path, Subprocess* p, absl::Duration timeout) {
-  std::string text;
-  const bool ok = WaitUntil(
-      [&] {
-        std::ifstream in(path);
-        return (static_cast<bool>(std::getline(in, text)) && !text.empty()) || !p->running();
-      },
-      timeout);
-  if (!ok || text.empty()) return std::nullopt;
-  return std::stoi(text);
-}
-
-struct OpCase {
-  DataType type;
-  ReduceOp op;
-  size_t count;
-};
-
-// Several dtypes and ops, counts spanning one to several slots of 1 KiB.
-const std::vector<OpCase> kCases = {
-    {DataType::kFp32, ReduceOp::kSum, 700},   {DataType::kFp64, ReduceOp::kSum, 300},
-    {DataType::kInt32, ReduceOp::kMax, 257},  {DataType::kInt8, ReduceOp::kBxor, 3000},
-    {DataType::kFp16, ReduceOp::kSum, 1500},  {DataType::kBf16, ReduceOp::kProd, 64},
-    {DataType::kUint64, ReduceOp::kMin, 100}, {DataType::kFloatInt, ReduceOp::kMinloc, 200},
-    {DataType::kInt64, ReduceOp::kSum, 0},
-};
-
-// Runs every case as an allreduce on `ranks` of group `g` and compares each
-// rank's result with the tree-order reference.
-void RunAllreduces(const std::vector<TestHost*>& hosts, const control::GroupInfo& g,
-                   const std::vector<OpCase>& cases, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (const OpCase& c : cases) {
-    SCOPED_TRACE(absl::StrFormat("%s %s x%d on group %d", proto::DataTypeName(c.type),
-                                 proto::ReduceOpName(c.op), c.count, g.group_id()));
-    std::map<uint32_t, Bytes> inputs;
-    std::map<uint32_t, Bytes> outputs;
-    std::map<uint32_t, host::OpId> ids;
-    for (TestHost* h : hosts) {
-      inputs[h->rank()] = RandomElements(c.type, c.count, rng);
-      outputs[h->rank()] = Bytes(c.count * proto::DataTypeSize(c.type), 0xee);
-    }
-    for (TestHost* h : hosts) {
-      absl::StatusOr<host::OpId> id = h->engine(g.group_id())
-                                          .Start({.collective = proto::CollectiveType::kAllreduce,
-                                                  .dtype = c.type,
-                                                  .op = c.op,
-                                                  .send = inputs[h->rank()].data(),
-                                                  .recv = outputs[h->rank()].data(),
-                                                  .count = c.count});
-      ASSERT_TRUE(id.ok()) << id.status();
-      ids[h->rank()] = *id;
-    }
-    ASSERT_TRUE(RunHosts(
-        hosts,
-        [&] {
-          for (TestHost* h : hosts) {
-            if (!h->engine(g.group_id()).Done(ids[h->rank()])) return false;
-          }
-          return true;
-        },
-        kOpDeadline))
-        << "the allreduce did not complete within " << kOpDeadline;
-    const Bytes expected = ::netfold::testing::TreeReference(g, kLeaves, c.type, c.op, c.count, inputs);
-    for (TestHost* h : hosts) {
-      absl::Status s = h->engine(g.group_id()).Finish(ids[h->rank()]);
-      ASSERT_TRUE(s.ok()) << "rank " << h->rank() << ": " << s;
-      ASSERT_EQ(outputs[h->rank()], expected) << "rank " << h->rank();
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------
-
-class SwitchdTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_FALSE(dir_.path().empty());
-    // The fabric credential, as netfold up makes it: daemons get the file.
-    credential_file_ = dir_.path() + "/credential";
-    absl::StatusOr<std::string> credential = auth::CreateCredentialFile(credential_file_);
-    ASSERT_TRUE(credential.ok()) << credential.status();
-    credential_ = *credential;
-    // And the TLS files, as netfold certs makes them: every daemon serves
-    // and calls with TLS.
-    absl::StatusOr<auth::FabricCertificates> certs = auth::MakeFabricCertificates({});
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    ASSERT_TRUE(auth::WriteOwnedFile(dir_.path() + "/ca.pem", certs->ca_pem).ok());
-    ASSERT_TRUE(auth::WriteOwnedFile(dir_.path() + "/server.pem", certs->cert_pem).ok());
-    ASSERT_TRUE(auth::WriteOwnedFile(dir_.path() + "/server.key", certs->key_pem).ok());
-    client_auth_ = {.credential = credential_, .tls_ca_pem = certs->ca_pem};
-  }
-
-  void TearDown() override {
-    if (HasFailure()) {
-      if (manager_ != nullptr) std::fprintf(stderr, "--- managerd log ---\n%s", manager_->Log().c_str());
-      for (auto& [name, p] : switchd_) {
-        std::fprintf(stderr, "--- switchd %s log ---\n%s", name.c_str(), p->Log().c_str());
-      }
-    }
-    hosts_.clear();
-    switchd_.clear();  // SIGKILL + reap whatever still runs
-    manager_.reset();
-  }
-
-  // Starts netfold-managerd with its journal in the test directory, on a
-  // port of the kernel's choice (or `port` again, after a restart).
-  void StartManager(int port = 0) {
-    const std::string config = dir_.path() + "/manager.yaml";
-    {
-      std::ofstream out(config);
-      out << "log_level: info\nheartbeat_interval_ms: 200\nswitch_timeout_ms: 1000\n"
-          << "host_timeout_ms: 0\ncommand_timeout_ms: 3000\nreplan_on_failure: false\n";
-    }
-    const std::string port_file = dir_.path() + "/managerd.port";
-    std::remove(port_file.c_str());
-    absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-        {NETFOLD_MANAGERD, "--config", config, "--topology",
-         std::string(NETFOLD_TOPOLOGY_DIR) + "/switchd_test.yaml", "--listen",
-         absl::StrFormat("127.0.0.1:%d", port), "--state_dir", dir_.path() + "/state",
-         "--port_file", port_file, "--credential_file", credential_file_, "--tls_dir",
-         dir_.path()},
-        dir_.path() + "/managerd.log");
-    ASSERT_TRUE(p.ok()) << p.status();
-    manager_ = *std::move(p);
-    std::optional<int> bound = WaitPortFile(port_file, manager_.get(), absl::Seconds(20));
-    ASSERT_TRUE(bound.has_value()) << "netfold-managerd did not start:\n" << manager_->Log();
-    manager_port_ = *bound;
-    manager_address_ = absl::StrFormat("127.0.0.1:%d", *bound);
-    channel_ = manager::FastReconnectChannel(manager_address_, client_auth_);
-    host_ = control::HostControl::NewStub(channel_);
-    admin_ = control::Admin::NewStub(channel_);
-  }
-
-  // Starts netfold-switchd with `args` (plus port files) and waits for its
-  // data and admin ports.
-  void StartSwitchd(const std::string& name, std::vector<std::string> args) {
-    const std::string data_file = dir_.path() + "/" + name + ".data.port";
-    const std::string admin_file = dir_.path() + "/" + name + ".admin.port";
-    std::vector<std::string> argv = {NETFOLD_SWITCHD, "--data_port_file", data_file,
-                                     "--admin_port_file", admin_file, "--log_level", "info",
-                                     "--credential_file", credential_file_,
-                                     "--tls_dir", dir_.path()};
-    argv.insert(argv.end(), args.begin(), args.end());
-    absl::StatusOr<std::unique_ptr<Subprocess>> p =
-        Subprocess::Start(argv, dir_.path() + "/switchd-" + name + ".log");
-    ASSERT_TRUE(p.ok()) << p.status();
-    switchd_[name] = *std::move(p);
-    std::optional<int> data = WaitPortFile(data_file, switchd_[name].get(), absl::Seconds(20));
-    std::optional<int> admin = WaitPortFile(admin_file, switchd_[name].get(), absl::Seconds(20));
-    ASSERT_TRUE(data.has_value() && admin.has_value())
-        << "netfold-switchd " << name << " did not start:\n" << switchd_[name]->Log();
-    data_port_[name] = *data;
-    switch_admin_[name] = control::SwitchAdmin::NewStub(
-        auth::CreateChannel(absl::StrFormat("127.0.0.1:%d", *admin), client_auth_));
-  }
-
-  void StartManagedSwitches(const std::vector<std::string>& extra_flags = {}) {
-    for (const std::string& name : kSwitches) {
-      std::vector<std::string> args = {"--name", name, "--data_address", "127.0.0.1:0",
-                                       "--manager", manager_address_};
-      args.insert(args.end(), extra_flags.begin(), extra_flags.end());
-      StartSwitchd(name, args);
-    }
-    ASSERT_TRUE(WaitAllUp()) << "switches did not all come up";
-  }
-
-  control::GetStatusResponse Status() {
-    control::GetStatusResponse st;
-    grpc::ClientContext ctx;
-    grpc::Status s = admin_->GetStatus(Ctx(&ctx, absl::Seconds(5)), control::GetStatusRequest(), &st);
-    return s.ok() ? st : control::GetStatusResponse();
-  }
-
-  std::optional<control::SwitchStatus::State> SwitchState(const std::string& name) {
-    const control::GetStatusResponse st = Status();
-    for (const auto& s : st.switches()) {
-      if (s.name() == name) return s.state();
-    }
-    return std::nullopt;
-  }
-
-  bool WaitAllUp() {
-    return WaitUntil(
-        [&] {
-          control::GetStatusResponse st = Status();
-          if (st.switches_size() != static_cast<int>(kSwitches.size())) return false;
-          for (const auto& s : st.switches()) {
-            if (s.state() != control::SwitchStatus::UP) return false;
-          }
-          return true;
-        },
-        absl::Seconds(20), absl::Milliseconds(50));
-  }
-
-  control::ListGroupsResponse ListGroups(const std::string& name) {
-    control::ListGroupsResponse resp;
-    grpc::ClientContext ctx;
-    control::ListGroupsRequest req;
-    req.set_detail(true);
-    grpc::Status s = switch_admin_.at(name)->ListGroups(Ctx(&ctx, absl::Seconds(5)), req, &resp);
-    EXPECT_TRUE(s.ok()) << name << ": " << s.error_message();
-    return resp;
-  }
-
-  control::GetCountersResponse Counters(const std::string& name) {
-    control::GetCountersResponse resp;
-    grpc::ClientContext ctx;
-    control::GetCountersRequest req;
-    req.set_detail(true);
-    grpc::Status s = switch_admin_.at(name)->GetCounters(Ctx(&ctx, absl::Seconds(5)), req, &resp);
-    EXPECT_TRUE(s.ok()) << name << ": " << s.error_message();
-    return resp;
-  }
-
-  grpc::Status SetLinkFault(const std::string& name, const std::string& peer,
-                            const std::string& impairment, control::SetLinkFaultResponse* resp) {
-    control::SetLinkFaultRequest req;
-    req.set_peer(peer);
-    req.set_direction(control::LINK_DIRECTION_BOTH);
-    req.set_impairment(impairment);
-    grpc::ClientContext ctx;
-    return switch_admin_.at(name)->SetLinkFault(Ctx(&ctx, absl::Seconds(5)), req, resp);
-  }
-
-  // A job over the four hosts, every rank attached with its own TestHost.
-  control::CreateJobResponse StartJob() {
-    control::CreateJobRequest req;
-    req.set_protocol_version(control::PROTOCOL_VERSION_CURRENT);
-    req.set_name("switchd-it");
-    for (size_t i = 0; i < kHosts.size(); ++i) {
-      control::RankSpec* r = req.add_ranks();
-      r->set_rank(static_cast<uint32_t>(i));
-      r->set_host(kHosts[i]);
-    }
-    req.mutable_quota()->set_max_groups(8);
-    req.mutable_quota()->set_num_slots(4);
-    req.mutable_quota()->set_slot_bytes(1024);
-    control::CreateJobResponse job;
-    grpc::ClientContext ctx;
-    grpc::Status s = host_->CreateJob(Ctx(&ctx), req, &job);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    creds_.set_job_id(job.job_id());
-    creds_.set_job_key(job.job_key());
-    for (uint32_t r = 0; r < kHosts.size(); ++r) {
-      absl::StatusOr<std::unique_ptr<TestHost>> h = TestHost::Create(r);
-      EXPECT_TRUE(h.ok()) << h.status();
-      if (!h.ok()) return job;
-      EXPECT_TRUE((*h)->Init(job.pkey(), job.qkey()).ok());
-      control::AttachRequest attach;
-      *attach.mutable_job() = creds_;
-      attach.set_rank(r);
-      *attach.mutable_endpoint() = (*h)->LocalEndpoint();
-      control::AttachResponse resp;
-      grpc::ClientContext actx;
-      grpc::Status as = host_->Attach(Ctx(&actx), attach, &resp);
-      EXPECT_TRUE(as.ok()) << "rank " << r << ": " << as.error_message();
-      EXPECT_EQ(resp.leaf_switch(), r < 2 ? "leaf0" : "leaf1");
-      absl::Status cs = (*h)->Connect(resp.switch_endpoint());
-      EXPECT_TRUE(cs.ok()) << cs;
-      hosts_.push_back(*std::move(h));
-    }
-    return job;
-  }
-
-  // Creates a group over `ranks` and starts an engine on each member.
-  control::GroupInfo CreateGroup(const std::vector<uint32_t>& ranks,
-                                 control::DeliveryMode delivery = control::DELIVERY_MULTICAST) {
-    control::CreateGroupRequest req;
-    *req.mutable_job() = creds_;
-    for (uint32_t r : ranks) req.add_ranks(r);
-    req.set_delivery(delivery);
-    control::CreateGroupResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = host_->CreateGroup(Ctx(&ctx), req, &resp);
-    EXPECT_TRUE(s.ok()) << s.error_message();
-    for (uint32_t r : ranks) {
-      absl::Status js = hosts_[r]->JoinGroup(resp.group());
-      EXPECT_TRUE(js.ok()) << js;
-    }
-    return resp.group();
-  }
-
-  grpc::Status DestroyGroup(uint64_t group_id) {
-    control::DestroyGroupRequest req;
-    *req.mutable_job() = creds_;
-    req.set_group_id(group_id);
-    control::DestroyGroupResponse resp;
-    grpc::ClientContext ctx;
-    grpc::Status s = host_->DestroyGroup(Ctx(&ctx), req, &resp);
-    for (auto& h : hosts_) h->LeaveGroup(group_id);
-    return s;
-  }
-
-  std::vector<TestHost*> Members(const std::vector<uint32_t>& ranks) {
-    std::vector<TestHost*> out;
-    for (uint32_t r : ranks) out.push_back(hosts_[r].get());
-    return out;
-  }
-
-  // No group and no slot left on any running switch.
-  void ExpectNoSlotsAnywhere() {
-    for (const auto& [name, p] : switchd_) {
-      if (!p->running()) continue;
-      control::ListGroupsResponse g = ListGroups(name);
-      EXPECT_EQ(g.groups_size(), 0) << name;
-      EXPECT_EQ(g.usage().groups(), 0u) << name;
-      EXPECT_EQ(g.usage().slots(), 0u) << name;
-      EXPECT_EQ(g.busy_slots(), 0u) << name;
-    }
-  }
-
-  TempDir dir_;
-  std::string credential_file_;
-  std::string credential_;
-  auth::ClientAuth client_auth_;
-  std::unique_ptr<Subprocess> manager_;
-  int manager_port_ = 0;
-  std::string manager_address_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<control::HostControl::Stub> host_;
-  std::unique_ptr<control::Admin::Stub> admin_;
-  std::map<std::string, std::unique_ptr<Subprocess>> switchd_;
-  std::map<std::string, int> data_port_;
-  std::map<std::string, std::unique_ptr<control::SwitchAdmin::Stub>> switch_admin_;
-  control::JobCredentials creds_;
-  std::vector<std::unique_ptr<TestHost>> hosts_;
-};
 
 TEST_F(SwitchdTest, AllreduceThroughTheManagedFabricMatchesTheTreeOrderBitForBit) {
   StartManager();
@@ -531,18 +159,8 @@ TEST_F(SwitchdTest, SigtermRemovesEveryGroupAndExitsZero) {
   RunAllreduces(Members(all), g, {kCases[2]}, 6);
   // An operation stuck in root0 (rank 3 never posts): slots are busy.
   Bytes in(64, 1), out(64);
-  std::vector<TestHost*> three = Members({0, 1, 2});
-  for (TestHost* h : three) {
-    ASSERT_TRUE(h->engine(g.group_id())
-                    .Start({.dtype = DataType::kInt32, .send = in.data(), .recv = out.data(), .count = 16})
-                    .ok());
-  }
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        for (TestHost* h : three) h->Poll();
-        return ListGroups("root0").busy_slots() > 0;
-      },
-      absl::Seconds(5), absl::Milliseconds(5)));
+  StartAnOperationRank3NeverJoins(g, in, &out);
+  if (HasFailure()) return;
 
   // root0 holds the busy slots; leaf0 may or may not still hold the group
   // (the manager revokes it once root0 is gone): both exit 0 with no slot left.
@@ -779,6 +397,84 @@ TEST_F(SwitchdTest, BadConfigExitsTwoWithTheReason) {
   ASSERT_TRUE(status.has_value());
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << *status;
   EXPECT_NE((*p)->Log().find("at most 4048"), std::string::npos) << (*p)->Log();
+}
+
+// One netfold-switchd runs the whole tree (netfold up's default): every
+// switch registers with its own ports, results are exact (over lossy links
+// between two switches of the process too: their RC timers run on the shared
+// thread), and SIGTERM stops all three cleanly.
+TEST_F(SwitchdTest, ThreeSwitchesInOneProcessServeTheTreeAndStopTogether) {
+  StartManager();
+  StartManagedSwitches({}, /*one_process=*/true);
+  StartJob();
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(switchd_.size(), 1u);
+  const std::vector<uint32_t> all = {0, 1, 2, 3};
+  control::GroupInfo g = CreateGroup(all);
+  ASSERT_EQ(g.switches_size(), 3);
+  RunAllreduces(Members(all), g, kCases, 21);
+  const std::vector<uint32_t> cross = {1, 2};
+  control::GroupInfo rc = CreateGroup(cross, control::DELIVERY_RC_DOWN);
+  RunAllreduces(Members(cross), rc, {kCases[1], kCases[3]}, 22);
+  if (HasFailure()) return;
+
+  control::SetLinkFaultResponse resp;
+  const std::string root = absl::StrFormat("127.0.0.1:%d", data_port_["root0"]);
+  ASSERT_TRUE(SetLinkFault("leaf0", root, "drop=0.05,seed=5", &resp).ok());
+  RunAllreduces(Members(all), g, kCases, 23);
+  uint64_t dropped = 0;
+  const control::GetCountersResponse leaf0 = Counters("leaf0");
+  for (const control::PeerCounters& p : leaf0.peers()) {
+    for (const auto& d : p.send_stage().drops()) dropped += d.count();
+    for (const auto& d : p.receive_stage().drops()) dropped += d.count();
+  }
+  EXPECT_GT(dropped, 0u);
+  ASSERT_TRUE(DestroyGroup(rc.group_id()).ok());
+
+  // An operation stuck in root0 (rank 3 never posts), then SIGTERM.
+  Bytes in(64, 1), out(64);
+  StartAnOperationRank3NeverJoins(g, in, &out);
+  if (HasFailure()) return;
+  Subprocess& process = *switchd_.at("switches");
+  process.Signal(SIGTERM);
+  std::optional<int> status = process.Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.has_value()) << "the switches did not exit after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
+  const std::string log = process.Log();
+  for (const std::string& name : kSwitches) {
+    EXPECT_NE(log.find("netfold-switchd " + name + " stopped:"), std::string::npos) << log;
+  }
+  EXPECT_NE(log.find("root0 stopped: 1 groups removed"), std::string::npos) << log;
+  size_t clean = 0;
+  for (size_t at = log.find("0 slots left"); at != std::string::npos;
+       at = log.find("0 slots left", at + 1)) {
+    ++clean;
+  }
+  EXPECT_EQ(clean, kSwitches.size()) << log;
+}
+
+// What several switches cannot share is refused before anything starts.
+TEST_F(SwitchdTest, SeveralSwitchesInOneProcessRefuseWhatTheyCannotShare) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--name", "a,b", "--data_address", "127.0.0.1:4791"}, "needs port 0"},
+      {{"--name", "a,b", "--data_address", "127.0.0.1:0", "--data_port_file",
+        dir_.path() + "/x.port"},
+       "needs a {name}"},
+      {{"--name", "a,b,a", "--data_address", "127.0.0.1:0"}, "'a' is named twice"},
+      {{"--name", "a,b", "--data_address", "127.0.0.1:0", "--poll_us", "50"}, "without poll_us"},
+  };
+  int n = 0;
+  for (const auto& [args, reason] : cases) {
+    std::vector<std::string> argv = {NETFOLD_SWITCHD, "--insecure", "--admin_address", "none"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    absl::StatusOr<std::unique_ptr<Subprocess>> p =
+        Subprocess::Start(argv, absl::StrFormat("%s/refused%d.log", dir_.path(), n++));
+    ASSERT_TRUE(p.ok());
+    std::optional<int> status = (*p)->Wait(absl::Seconds(10));
+    ASSERT_TRUE(status.has_value());
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << reason << ": " << *status;
+    EXPECT_NE((*p)->Log().find(reason), std::string::npos) << (*p)->Log();
+  }
 }
 
 }  // namespace

@@ -1,0 +1,232 @@
+// DataPlaneThread: two switches (a leaf and its root) on one thread over
+// real UDP ports on loopback, hosts in the test thread. The thread's idle
+// wait is long (30 s), so anything that depended on it instead of a packet,
+// a QP timer or a Post would time out here.
+#include "switch/data_plane_thread.h"
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "base/clock.h"
+#include "gtest/gtest.h"
+#include "proto/aggregation_header.h"
+#include "transport/memory_port.h"
+#include "transport/roce_endpoint.h"
+#include "transport/udp_port.h"
+
+namespace netfold::sw {
+namespace {
+
+using transport::Ipv4Endpoint;
+using transport::QpState;
+
+constexpr uint16_t kPkey = 0x8001;
+constexpr absl::Duration kIdle = absl::Seconds(30);
+constexpr absl::Duration kDeadline = absl::Seconds(5);
+
+std::unique_ptr<transport::Port> Loopback() {
+  auto port = transport::UdpPort::Create({.local = {0x7f000001, 0}});
+  EXPECT_TRUE(port.ok()) << port.status();
+  return port.ok() ? std::move(*port) : nullptr;
+}
+
+// Runs `fn` on the data-plane thread; false if it did not run within kDeadline.
+bool OnThread(SwitchDataPlane& dp, std::function<void(SwitchDataPlane&)> fn) {
+  auto done = std::make_shared<absl::Notification>();
+  dp.Post([done, fn = std::move(fn)](SwitchDataPlane& plane) {
+    fn(plane);
+    done->Notify();
+  });
+  return done->WaitForNotificationWithTimeout(kDeadline);
+}
+
+class DataPlaneThreadTest : public ::testing::Test {
+ protected:
+  struct Host {
+    std::unique_ptr<transport::RoceEndpoint> ep;
+    transport::RcQueuePair* rc = nullptr;
+  };
+
+  std::unique_ptr<SwitchDataPlane> Plane(const std::string& name) {
+    SwitchConfig c;
+    c.name = name;
+    c.psn_seed = 7;
+    return std::make_unique<SwitchDataPlane>(Loopback(), RealClock(), c);
+  }
+
+  // A host whose RC QP is connected to a new QP of `leaf`. Its ACK timeout
+  // is long: only the switch's own ACK timer can complete its sends in time.
+  void AddHost(SwitchDataPlane& leaf) {
+    auto h = std::make_unique<Host>();
+    h->ep = std::make_unique<transport::RoceEndpoint>(Loopback(), RealClock());
+    h->rc = *h->ep->CreateRcQp();
+    transport::RcQpAttributes attrs;
+    attrs.pkey = kPkey;
+    attrs.timeout = absl::Seconds(20);
+    ASSERT_TRUE(h->rc->Modify(QpState::kInit, attrs).ok());
+    absl::StatusOr<QpCreated> qp;
+    const Ipv4Endpoint local = h->ep->local();
+    const uint32_t qpn = h->rc->qpn();
+    ASSERT_TRUE(OnThread(leaf, [&](SwitchDataPlane& dp) {
+      qp = dp.CreateQp({.job_id = 1, .pkey = kPkey, .remote = local, .remote_qpn = qpn,
+                        .remote_psn = 100, .peer = "host"});
+    }));
+    ASSERT_TRUE(qp.ok()) << qp.status();
+    attrs.remote = leaf.local();
+    attrs.remote_qpn = qp->qpn;
+    attrs.rq_psn = qp->psn;
+    attrs.sq_psn = 100;
+    ASSERT_TRUE(h->rc->Modify(QpState::kRtr, attrs).ok());
+    ASSERT_TRUE(h->rc->Modify(QpState::kRts, attrs).ok());
+    host_qpns_.push_back(qp->qpn);
+    hosts_.push_back(std::move(h));
+  }
+
+  // A request of 4 int32 (all `value`) for operation `seq`.
+  void Request(Host& h, uint64_t seq, uint8_t value) {
+    proto::AggregationHeader hdr;
+    hdr.tree_id = 1;
+    hdr.group_id = 5;
+    hdr.epoch = 1;
+    hdr.dtype = proto::DataType::kInt32;
+    hdr.op = proto::ReduceOp::kSum;
+    hdr.delivery = proto::DeliveryMode::kRcTree;
+    hdr.count = 4;
+    hdr.has_data = true;
+    hdr.seq = seq;
+    std::vector<uint8_t> elements(16, 0);
+    for (int i = 0; i < 4; ++i) elements[i * 4] = value;
+    std::vector<uint8_t> msg(proto::kAggregationHeaderSize + 16);
+    ASSERT_TRUE(proto::EncodeAggregationMessage(hdr, elements, msg).ok());
+    ASSERT_TRUE(h.rc->PostSend(msg, seq).ok());
+  }
+
+  // Progresses every host until `done` or kDeadline.
+  bool RunHosts(const std::function<bool()>& done) {
+    const absl::Time end = absl::Now() + kDeadline;
+    while (!done()) {
+      if (absl::Now() > end) return false;
+      for (auto& h : hosts_) h->ep->Progress(absl::Milliseconds(1));
+    }
+    return true;
+  }
+
+  std::vector<std::unique_ptr<Host>> hosts_;
+  std::vector<uint32_t> host_qpns_;
+};
+
+// Leaf and root on one thread: a request that causes nothing is
+// acknowledged by the leaf's ACK timer (not after the 30 s idle wait), and
+// the result climbs to the root and comes back down through both.
+TEST_F(DataPlaneThreadTest, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) {
+  std::unique_ptr<SwitchDataPlane> leaf = Plane("leaf"), root = Plane("root");
+  DataPlaneThread thread({.idle_wait = kIdle, .name = "leaf+root"});
+  ASSERT_TRUE(thread.Add(leaf.get(), [] {}).ok());
+  ASSERT_TRUE(thread.Add(root.get(), [] {}).ok());
+  EXPECT_EQ(thread.num_planes(), 2u);
+
+  // The tree link: leaf's QP toward root and root's toward leaf.
+  absl::StatusOr<QpCreated> up, down;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { up = dp.CreateQp({.peer = "root"}); }));
+  ASSERT_TRUE(up.ok()) << up.status();
+  const Ipv4Endpoint leaf_address = leaf->local(), root_address = root->local();
+  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) {
+    down = dp.CreateQp({.remote = leaf_address, .remote_qpn = up->qpn, .remote_psn = up->psn,
+                        .peer = "leaf"});
+  }));
+  ASSERT_TRUE(down.ok()) << down.status();
+  absl::Status s;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
+    s = dp.ConnectQp(up->qpn, root_address, down->qpn, down->psn);
+  }));
+  ASSERT_TRUE(s.ok()) << s;
+  AddHost(*leaf);
+  AddHost(*leaf);
+  ASSERT_FALSE(HasFailure());
+
+  GroupSpec g{.job_id = 1, .tree_id = 1, .group_id = 5, .epoch = 1, .pkey = kPkey,
+              .num_slots = 4, .slot_bytes = 256};
+  g.children = {{host_qpns_[0], {0}}, {host_qpns_[1], {1}}};
+  g.parent_qpn = up->qpn;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
+  ASSERT_TRUE(s.ok()) << s;
+  g.children = {{down->qpn, {0, 1}}};
+  g.parent_qpn.reset();
+  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
+  ASSERT_TRUE(s.ok()) << s;
+
+  for (uint64_t seq = 0; seq < 8; ++seq) {
+    SCOPED_TRACE(seq);
+    Request(*hosts_[0], seq, 2);
+    const absl::Time sent = absl::Now();
+    transport::SendCompletion sc;
+    ASSERT_TRUE(RunHosts([&] { return hosts_[0]->rc->PollSendCompletion(&sc); }))
+        << "the leaf did not acknowledge a request that completes nothing";
+    EXPECT_TRUE(sc.status.ok()) << sc.status;
+    EXPECT_LT(absl::Now() - sent, absl::Seconds(2));
+    Request(*hosts_[1], seq, 3);
+    for (auto& h : hosts_) {
+      transport::RecvMessage m;
+      ASSERT_TRUE(RunHosts([&] { return h->rc->PeekRecv(&m); })) << "no result";
+      absl::StatusOr<proto::AggregationHeader> hdr = proto::DecodeAggregationMessage(m.data);
+      ASSERT_TRUE(hdr.ok()) << hdr.status();
+      EXPECT_EQ(hdr->type, proto::AggregationMessageType::kResult);
+      EXPECT_EQ(hdr->seq, seq);
+      ASSERT_EQ(m.data.size(), proto::kAggregationHeaderSize + 16);
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(m.data[proto::kAggregationHeaderSize + i * 4], 5);
+      h->rc->PopRecv();
+    }
+  }
+  ASSERT_TRUE(OnThread(*leaf, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
+  ASSERT_TRUE(OnThread(*root, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
+  thread.Remove(leaf.get());
+  thread.Remove(root.get());
+}
+
+// A removed plane is no longer run (its posted commands wait), the other
+// goes on; the thread ends with the last plane and starts with the next.
+TEST_F(DataPlaneThreadTest, ARemovedPlaneIsNoLongerRun) {
+  std::unique_ptr<SwitchDataPlane> a = Plane("a"), b = Plane("b");
+  DataPlaneThread thread({.idle_wait = kIdle});
+  std::atomic<int> passes_a{0};
+  ASSERT_TRUE(thread.Add(a.get(), [&] { ++passes_a; }).ok());
+  ASSERT_TRUE(thread.Add(b.get(), [] {}).ok());
+  thread.Remove(a.get());
+  EXPECT_EQ(thread.num_planes(), 1u);
+  const int passes = passes_a.load();
+  std::atomic<bool> ran{false};
+  a->Post([&](SwitchDataPlane&) { ran = true; });
+  EXPECT_TRUE(OnThread(*b, [](SwitchDataPlane&) {}));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_FALSE(ran.load());
+  EXPECT_EQ(passes_a.load(), passes);
+  thread.Remove(b.get());
+  EXPECT_EQ(thread.num_planes(), 0u);
+  ASSERT_TRUE(thread.Add(a.get(), [] {}).ok());
+  EXPECT_TRUE(OnThread(*a, [](SwitchDataPlane&) {}));
+  EXPECT_TRUE(ran.load());  // the command posted while it was out
+  thread.Remove(a.get());
+}
+
+// A port that cannot be waited on from outside (in-memory, DPDK) runs
+// alone: a second plane beside it is refused, and it keeps running.
+TEST_F(DataPlaneThreadTest, APortWithoutAWaitFdDoesNotShareTheThread) {
+  transport::MemoryNetwork net;
+  auto memory = std::make_unique<SwitchDataPlane>(
+      *net.CreatePort({.local = {0x0a000001, 4791}}), RealClock(), SwitchConfig{.name = "mem"});
+  std::unique_ptr<SwitchDataPlane> udp = Plane("udp");
+  DataPlaneThread thread({.idle_wait = absl::Milliseconds(1)});
+  ASSERT_TRUE(thread.Add(memory.get(), [] {}).ok());
+  const absl::Status s = thread.Add(udp.get(), [] {});
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("mem cannot share"), std::string::npos) << s;
+  EXPECT_EQ(thread.num_planes(), 1u);
+  EXPECT_TRUE(OnThread(*memory, [](SwitchDataPlane&) {}));
+  thread.Remove(memory.get());
+}
+
+}  // namespace
+}  // namespace netfold::sw
