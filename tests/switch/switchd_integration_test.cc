@@ -420,7 +420,7 @@ TEST_F(SwitchdTest, ThreeSwitchesInOneProcessServeTheTreeAndStopTogether) {
 
   control::SetLinkFaultResponse resp;
   const std::string root = absl::StrFormat("127.0.0.1:%d", data_port_["root0"]);
-  ASSERT_TRUE(SetLinkFault("leaf0", root, "drop=0.05,seed=5", &resp).ok());
+  ASSERT_TRUE(SetLinkFault("leaf0", root, "drop=0.1,seed=5", &resp).ok());
   RunAllreduces(Members(all), g, kCases, 23);
   uint64_t dropped = 0;
   const control::GetCountersResponse leaf0 = Counters("leaf0");
