@@ -365,14 +365,6 @@ absl::StatusOr<std::string> SwitchAdminAddress(const std::string& manager, const
       absl::StrFormat("no switch '%s' at manager %s (switches: %s)", name, manager, names));
 }
 
-std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>& counts) {
-  std::string out;
-  for (const control::NamedCount& c : counts) {
-    if (c.count() != 0) out += absl::StrFormat(" %s=%d", c.name(), c.count());
-  }
-  return out.empty() ? " none" : out;
-}
-
 int SwitchStatus(const std::string& manager, const std::string& name,
                  const auth::ClientAuth& credential) {
   absl::StatusOr<std::string> admin = SwitchAdminAddress(manager, name, credential);
@@ -389,40 +381,7 @@ int SwitchStatus(const std::string& manager, const std::string& name,
   if (!s.ok()) {
     return Fail(absl::StrFormat("switch %s (%s): %s", name, *admin, CallError(s, credential)));
   }
-  absl::PrintF("switch %s: data %s (%s), admin %s, up %.1f s, incarnation %d\n", r.name(),
-              r.data_address(), r.backend(), admin->c_str(),
-              static_cast<double>(r.uptime_ms()) / 1000.0, r.incarnation());
-  absl::PrintF("  port: rx %d packets %d bytes, tx %d packets %d bytes; drops:%s\n",
-              r.port().rx_packets(), r.port().rx_bytes(), r.port().tx_packets(),
-              r.port().tx_bytes(), Counts(r.port().drops()));
-  absl::PrintF("  aggregation messages: %d received, %d sent, %d multicasts; data-plane drops:%s\n",
-              r.messages_received(), r.messages_sent(), r.multicasts_sent(),
-              Counts(r.drops()));
-  absl::PrintF("  resources: %d groups, %d slots, %d QPs in use\n", r.usage().groups(),
-              r.usage().slots(), r.usage().qps());
-  for (const control::PeerCounters& p : r.peers()) {
-    absl::PrintF("  peer %-21s %-24s rx %d tx %d  faults: send %s, receive %s; dropped: send%s, "
-                 "receive%s\n",
-                 p.peer(), p.name(), p.rx_packets(), p.tx_packets(), p.send_impairment(),
-                 p.receive_impairment(), Counts(p.send_stage().drops()),
-                 Counts(p.receive_stage().drops()));
-  }
-  for (const control::QpCounters& q : r.qps()) {
-    absl::PrintF("  qp 0x%06x %-5s %-24s sent %d (%d retransmitted), received %d, timeouts %d%s%s\n",
-                q.qpn(), q.state(), q.peer(), q.packets_sent(),
-                q.packets_retransmitted(), q.packets_received(), q.timeouts(),
-                q.error().empty() ? "" : ", error: ", q.error());
-  }
-  for (const control::GroupCounters& g : r.groups()) {
-    absl::PrintF("  group %d (tree %d, epoch %d, job %d): %d requests, %d completed, %d results, "
-                "%d repairs answered, %d/%d slots busy; drops:%s\n",
-                g.group_id(), g.tree_id(), g.epoch(), g.job_id(), g.requests_received(),
-                g.operations_completed(), g.results_distributed(), g.repairs_answered(),
-                g.busy_slots(), g.num_slots(), Counts(g.drops()));
-  }
-  if (r.backend_counters_size() > 0) {
-    absl::PrintF("  backend:%s\n", Counts(r.backend_counters()));
-  }
+  std::fputs(FormatSwitchCounters(r, *admin).c_str(), stdout);
   return 0;
 }
 

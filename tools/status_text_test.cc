@@ -1,4 +1,5 @@
-// Tests of the text `netfold status` prints from Admin.GetStatus.
+// Tests of the text `netfold status` prints from Admin.GetStatus, and
+// `netfold status --switch` from SwitchAdmin.GetCounters.
 #include "tools/status_text.h"
 
 #include <string>
@@ -98,6 +99,36 @@ TEST(StatusText, WarnsOfDamageFoundAtStartAndOfRefusedAppends) {
       << text;
   EXPECT_NE(text.find("WARNING: the journal refuses appends"), std::string::npos) << text;
   EXPECT_NE(text.find("Input/output error"), std::string::npos) << text;
+}
+
+TEST(StatusText, SwitchCountersNameNonZeroCountsOnly) {
+  control::GetCountersResponse r;
+  r.set_name("leaf0");
+  r.set_data_address("127.0.0.1:4791");
+  r.set_backend("udp");
+  r.set_uptime_ms(2500);
+  r.mutable_port()->set_rx_packets(7);
+  control::NamedCount* c = r.add_drops();
+  c->set_name("unknown_group");
+  c->set_count(3);
+  c = r.add_drops();
+  c->set_name("not_a_member");
+  c->set_count(0);
+  control::QpCounters* q = r.add_qps();
+  q->set_qpn(0x12);
+  q->set_state("ERR");
+  q->set_error("retries exhausted");
+  const std::string text = FormatSwitchCounters(r, "127.0.0.1:9000");
+  EXPECT_NE(text.find("switch leaf0: data 127.0.0.1:4791 (udp), admin 127.0.0.1:9000, up 2.5 s"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("rx 7 packets"), std::string::npos) << text;
+  EXPECT_NE(text.find("drops: none"), std::string::npos) << text;  // the port's
+  EXPECT_NE(text.find("data-plane drops: unknown_group=3\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("not_a_member"), std::string::npos) << text;
+  EXPECT_NE(text.find("qp 0x000012 ERR"), std::string::npos) << text;
+  EXPECT_NE(text.find(", error: retries exhausted"), std::string::npos) << text;
+  EXPECT_EQ(text.find("backend:"), std::string::npos) << text;
 }
 
 }  // namespace
