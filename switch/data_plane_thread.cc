@@ -1,6 +1,5 @@
 #include "switch/data_plane_thread.h"
 
-#include <poll.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -49,6 +48,7 @@ absl::Status DataPlaneThread::Add(SwitchDataPlane* plane, std::function<void()> 
       }
     }
     members_.push_back({plane, std::move(after_pass)});
+    ++version_;
     if (members_.size() > 1) {
       // The thread may sleep in the first plane's RunOnce: make it look again.
       members_.front().plane->Wake();
@@ -74,6 +74,7 @@ void DataPlaneThread::Remove(SwitchDataPlane* plane) {
                            [plane](const Member& m) { return m.plane == plane; });
     if (it == members_.end()) return;
     members_.erase(it);
+    ++version_;
     last = members_.empty();
     if (last) stop_ = true;
     target = passes_started_;
@@ -106,12 +107,17 @@ void DataPlaneThread::Loop() {
                             << std::strerror(errno) << ")";
     }
   }
+  // The thread's copy of the planes, taken again only when they changed.
   std::vector<Member> members;
+  uint64_t version = 0;
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
       if (stop_ || members_.empty()) return;
-      members = members_;
+      if (version != version_) {
+        members = members_;
+        version = version_;
+      }
       ++passes_started_;
     }
     if (members.size() == 1) {
@@ -134,19 +140,13 @@ void DataPlaneThread::Loop() {
 }
 
 void DataPlaneThread::SleepOn(const std::vector<Member>& members, absl::Duration timeout) {
-  pollfd fds[16];
-  std::vector<pollfd> more;
-  pollfd* set = fds;
-  if (members.size() > std::size(fds)) {
-    more.resize(members.size());
-    set = more.data();
-  }
+  fds_.resize(members.size());
   for (size_t i = 0; i < members.size(); ++i) {
-    set[i] = {.fd = members[i].plane->wait_fd(), .events = POLLIN, .revents = 0};
+    fds_[i] = {.fd = members[i].plane->wait_fd(), .events = POLLIN, .revents = 0};
   }
   const timespec ts = absl::ToTimespec(std::min(timeout, absl::Hours(1)));
   // EINTR or a timeout: the next pass looks at every plane anyway.
-  (void)ppoll(set, members.size(), &ts, nullptr);
+  (void)ppoll(fds_.data(), fds_.size(), &ts, nullptr);
 }
 
 }  // namespace netfold::sw

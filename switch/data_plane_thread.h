@@ -24,6 +24,8 @@
 #ifndef NETFOLD_SWITCH_DATA_PLANE_THREAD_H_
 #define NETFOLD_SWITCH_DATA_PLANE_THREAD_H_
 
+#include <poll.h>
+
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -80,9 +82,11 @@ class DataPlaneThread {
   absl::Mutex control_mu_;
   mutable absl::Mutex mu_;
   std::vector<Member> members_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;  // bumped by Add and Remove
   uint64_t passes_started_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t passes_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<pollfd> fds_;  // the thread's own: SleepOn's set
   std::thread thread_ ABSL_GUARDED_BY(control_mu_);
 };
 

@@ -8,7 +8,6 @@
 #include <memory>
 #include <vector>
 
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/clock.h"
 #include "gtest/gtest.h"
@@ -35,12 +34,7 @@ std::unique_ptr<transport::Port> Loopback() {
 
 // Runs `fn` on the data-plane thread; false if it did not run within kDeadline.
 bool OnThread(SwitchDataPlane& dp, std::function<void(SwitchDataPlane&)> fn) {
-  auto done = std::make_shared<absl::Notification>();
-  dp.Post([done, fn = std::move(fn)](SwitchDataPlane& plane) {
-    fn(plane);
-    done->Notify();
-  });
-  return done->WaitForNotificationWithTimeout(kDeadline);
+  return dp.PostAndWait(std::move(fn), kDeadline);
 }
 
 class DataPlaneThreadTest : public ::testing::Test {

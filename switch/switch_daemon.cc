@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "base/clock.h"
 #include "base/log.h"
@@ -26,17 +25,6 @@ namespace {
 // aborts of removed groups get to leave before the QPs go.
 constexpr absl::Duration kStopStepTimeout = absl::Seconds(5);
 constexpr absl::Duration kAbortGrace = absl::Milliseconds(50);
-
-// Runs `fn` on the data-plane thread and waits for it, at most `timeout`.
-bool RunAndWait(SwitchDataPlane& dp, absl::Duration timeout,
-                std::function<void(SwitchDataPlane&)> fn) {
-  auto done = std::make_shared<absl::Notification>();
-  dp.Post([done, fn = std::move(fn)](SwitchDataPlane& plane) {
-    fn(plane);
-    done->Notify();
-  });
-  return done->WaitForNotificationWithTimeout(timeout);
-}
 
 }  // namespace
 
@@ -244,7 +232,7 @@ absl::StatusOr<ShutdownReport> SwitchDaemon::Stop() {
     // 3. Every group removed: in-flight operations aborted toward the
     //    children, slots freed.
     auto r = std::make_shared<ShutdownReport>();
-    const bool removed = RunAndWait(*dp_, kStopStepTimeout, [r](SwitchDataPlane& dp) {
+    const bool removed = dp_->PostAndWait([r](SwitchDataPlane& dp) {
       std::vector<std::tuple<uint16_t, uint32_t, uint32_t>> groups;
       dp.ForEachNode([&groups](const GroupSpec& g, const AggregationNode&) {
         groups.emplace_back(g.tree_id, g.group_id, g.epoch);
@@ -254,11 +242,11 @@ absl::StatusOr<ShutdownReport> SwitchDaemon::Stop() {
       }
       r->slots_left = dp.num_slots_used();
       r->busy_slots_left = dp.num_busy_slots();
-    });
+    }, kStopStepTimeout);
     // 4. The aborts get a moment to leave (and be retransmitted once if
     //    lost), then every QP goes.
     if (removed) absl::SleepFor(kAbortGrace);
-    const bool destroyed = removed && RunAndWait(*dp_, kStopStepTimeout, [r](SwitchDataPlane& dp) {
+    const bool destroyed = removed && dp_->PostAndWait([r](SwitchDataPlane& dp) {
       std::vector<uint32_t> qpns;
       dp.ForEachQp([&qpns](const std::string&, const transport::RcQueuePair& qp) {
         qpns.push_back(qp.qpn());
@@ -266,7 +254,7 @@ absl::StatusOr<ShutdownReport> SwitchDaemon::Stop() {
       for (uint32_t qpn : qpns) {
         if (dp.DestroyQp(qpn).ok()) ++r->qps_destroyed;
       }
-    });
+    }, kStopStepTimeout);
     thread_->Remove(dp_.get());
     thread_ = nullptr;
     report = *r;

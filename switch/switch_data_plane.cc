@@ -1,9 +1,11 @@
 #include "switch/switch_data_plane.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 
@@ -477,6 +479,17 @@ void SwitchDataPlane::Post(std::function<void(SwitchDataPlane&)> command) {
     commands_.push_back(std::move(command));
   }
   Wake();  // runs at the end of the current pass, or of the next one at once
+}
+
+bool SwitchDataPlane::PostAndWait(std::function<void(SwitchDataPlane&)> command,
+                                  absl::Duration timeout) {
+  // Shared: the command may outlive a wait that timed out.
+  auto done = std::make_shared<absl::Notification>();
+  Post([done, command = std::move(command)](SwitchDataPlane& plane) {
+    command(plane);
+    done->Notify();
+  });
+  return done->WaitForNotificationWithTimeout(timeout);
 }
 
 std::vector<QpFailure> SwitchDataPlane::TakeQpFailures() {

@@ -185,6 +185,10 @@ class SwitchDataPlane {
   // Runs `command` on the data-plane thread during a later RunOnce.
   // Thread-safe. The command must not block.
   void Post(std::function<void(SwitchDataPlane&)> command);
+  // Post, then waits until `command` ran, at most `timeout`: false if it
+  // did not run in time (it may still run later). Not from the data-plane
+  // thread, which would wait for itself.
+  bool PostAndWait(std::function<void(SwitchDataPlane&)> command, absl::Duration timeout);
   // Makes a RunOnce waiting in receive return soon. Any thread.
   void Wake() { endpoint_.port().Wake(); }
   // True if Post and Wake cut RunOnce's wait short (its port can be woken):

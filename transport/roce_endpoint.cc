@@ -348,22 +348,23 @@ size_t RoceEndpoint::Progress(absl::Duration timeout) {
   return n;
 }
 
-absl::Duration RoceEndpoint::SleepBound(absl::Duration limit) {
-  if (flushed_receives_) return absl::ZeroDuration();
+absl::Duration RoceEndpoint::UntilNextTimer(absl::Duration limit) const {
   if (auto t = NextTimerNs()) {
     limit = std::min(limit, absl::Nanoseconds(std::max<int64_t>(0, *t - clock_.NowNanos())));
   }
-  return port_->SleepBound(limit);
+  return limit;
+}
+
+absl::Duration RoceEndpoint::SleepBound(absl::Duration limit) {
+  if (flushed_receives_) return absl::ZeroDuration();
+  return port_->SleepBound(UntilNextTimer(limit));
 }
 
 size_t RoceEndpoint::Receive(absl::Duration timeout) {
   const size_t n = ReceiveIfTimerDue();
   SendDue();
   const bool flushed = std::exchange(flushed_receives_, false);
-  absl::Duration wait = n > 0 || flushed ? absl::ZeroDuration() : timeout;
-  if (auto t = NextTimerNs()) {
-    wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - clock_.NowNanos())));
-  }
+  const absl::Duration wait = n > 0 || flushed ? absl::ZeroDuration() : UntilNextTimer(timeout);
   const size_t m = port_->RecvBurst(rx_, wait);
   for (size_t i = 0; i < m; ++i) Dispatch(rx_[i]);
   return n + m;

@@ -146,6 +146,8 @@ class RoceEndpoint {
   // that was neither 0 nor its place in the batch. One CRC pass whatever
   // the identification.
   proto::RoceParseResult CheckIcrc(const PacketBuffer& p, bool* solved);
+  // `limit`, or less if a QP timer falls due sooner.
+  absl::Duration UntilNextTimer(absl::Duration limit) const;
   // Reads what is queued, without waiting, if a QP timer is due.
   size_t ReceiveIfTimerDue();
   // Polls every QP that has something to send and sends it in one burst.
