@@ -222,13 +222,30 @@ double LinkImpairment::Uniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
-void LinkImpairment::Corrupt(PacketBuffer* p) {
-  if (p->len() == 0) return;
+PacketBuffer* LinkImpairment::Corrupt(PacketBuffer* p) {
+  if (p->len() == 0) return p;
+  if (p->is_view()) {
+    // A view shares its bytes (a sender's frame it may send again, the rest
+    // of a received batch): the flips go to a copy. Without a buffer for
+    // it, the packet is lost instead (as a corrupted one would be).
+    PacketBuffer* copy = p->pool()->Alloc();
+    if (copy != nullptr) {
+      std::memcpy(copy->data(), p->data(), p->len());
+      copy->set_len(p->len());
+      copy->src = p->src;
+      copy->dst = p->dst;
+      copy->ip_id = p->ip_id;
+    }
+    PacketPool::Free(p);
+    if (copy == nullptr) return nullptr;
+    p = copy;
+  }
   const int flips = 1 + static_cast<int>(rng_() % 3);
   for (int i = 0; i < flips; ++i) {
     const uint64_t bit = rng_() % (static_cast<uint64_t>(p->len()) * 8);
     p->data()[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
   }
+  return p;
 }
 
 void LinkImpairment::Emit(PacketBuffer* p, int64_t due_ns, int64_t now_ns,
@@ -304,8 +321,9 @@ void LinkImpairment::Process(std::span<PacketBuffer* const> in, std::vector<Pack
       due = rate_free_at_ns_;
     }
     if (c.corrupt > 0 && Uniform() < c.corrupt) {
-      Corrupt(p);
+      p = Corrupt(p);
       counters_.corrupted.fetch_add(1, std::memory_order_relaxed);
+      if (p == nullptr) continue;
     }
     PacketBuffer* copy = nullptr;
     if (c.duplicate > 0 && Uniform() < c.duplicate) {

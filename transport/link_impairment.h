@@ -131,7 +131,9 @@ class LinkImpairment {
 
   double Uniform();  // [0, 1)
   void Emit(PacketBuffer* p, int64_t due_ns, int64_t now_ns, std::vector<PacketBuffer*>* out);
-  void Corrupt(PacketBuffer* p);
+  // Flips 1-3 bits of `p`, or of a copy of it if it is a view; returns the
+  // packet to go on with (nullptr: dropped, no buffer for the copy).
+  PacketBuffer* Corrupt(PacketBuffer* p);
 
   const Clock& clock_;
   mutable absl::Mutex mu_;

@@ -202,6 +202,40 @@ TEST_F(LinkImpairmentTest, DuplicateCopiesAndCorruptFlipsBits) {
   FreeAll(out);
 }
 
+// A view shares its bytes with a buffer that someone may send again (an RC
+// send queue's frame): corruption flips bits of a copy, never of those.
+TEST_F(LinkImpairmentTest, CorruptionOfAViewLeavesTheBufferItShowsIntact) {
+  PacketPool views({.num_buffers = 2, .buffer_size = 256, .num_views = 2});
+  PacketBuffer* frames = PacketPool::NewHeapBuffer(128);
+  std::memset(frames->data(), 0x5a, 128);
+  frames->set_len(128);
+  ImpairmentConfig k;
+  k.corrupt = 1.0;
+  LinkImpairment corrupt(k, clock_);
+  std::vector<PacketBuffer*> in = {views.AllocView(frames, 0, 64), views.AllocView(frames, 64, 64)};
+  std::vector<PacketBuffer*> out;
+  corrupt.Process(in, &out);
+  ASSERT_EQ(out.size(), 2u);
+  for (const PacketBuffer* p : out) {
+    EXPECT_FALSE(p->is_view());
+    EXPECT_EQ(p->len(), 64u);
+    int flipped = 0;
+    for (uint32_t b = 0; b < 64; ++b) flipped += __builtin_popcount(p->data()[b] ^ 0x5a);
+    EXPECT_GE(flipped, 1);
+  }
+  for (uint32_t b = 0; b < 128; ++b) ASSERT_EQ(frames->data()[b], 0x5a) << "byte " << b;
+  EXPECT_EQ(frames->num_views(), 0u) << "the views were given back";
+  PacketPool::FreeBurst(out);
+  // No buffer for the copy: the packet is lost, as a corrupted one would be.
+  PacketPool none({.num_buffers = 0, .buffer_size = 256, .num_views = 1});
+  in = {none.AllocView(frames, 0, 64)};
+  out.clear();
+  corrupt.Process(in, &out);
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(frames->num_views(), 0u);
+  PacketPool::Free(frames);
+}
+
 TEST_F(LinkImpairmentTest, DelayHoldsUntilDueAndKeepsOrder) {
   ImpairmentConfig c;
   c.delay = absl::Milliseconds(5);

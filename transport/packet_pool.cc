@@ -1,6 +1,7 @@
 #include "transport/packet_pool.h"
 
 #include <cstdlib>
+#include <new>
 
 #include "base/log.h"
 
@@ -96,6 +97,23 @@ PacketBuffer* PacketPool::AllocView(PacketBuffer* parent, uint32_t offset, uint3
   return v;
 }
 
+PacketBuffer* PacketPool::NewHeapBuffer(uint32_t capacity) {
+  auto* b = new PacketBuffer;
+  b->data_ = static_cast<uint8_t*>(::operator new[](capacity, std::align_val_t{64}));
+  b->capacity_ = capacity;
+  b->in_pool_ = false;
+  return b;
+}
+
+namespace {
+
+void DeleteHeapBuffer(PacketBuffer* b) {
+  ::operator delete[](b->data(), std::align_val_t{64});
+  delete b;
+}
+
+}  // namespace
+
 void PacketPool::Release(PacketBuffer* p) {
   if (p->in_pool_) {
     NETFOLD_LOG(kError) << "PacketBuffer freed twice";
@@ -108,7 +126,11 @@ void PacketPool::Release(PacketBuffer* p) {
     free_views_.push_back(p);
     if (--parent->views_ == 0 && parent->freed_with_views_) {
       parent->freed_with_views_ = false;
-      parent->pool_->free_.push_back(parent);
+      if (parent->pool_ == nullptr) {
+        DeleteHeapBuffer(parent);
+      } else {
+        parent->pool_->free_.push_back(parent);
+      }
     }
     return;
   }
@@ -121,7 +143,22 @@ void PacketPool::Release(PacketBuffer* p) {
 }
 
 void PacketPool::Free(PacketBuffer* p) {
-  if (p != nullptr) p->pool_->Release(p);
+  if (p == nullptr) return;
+  if (p->pool_ != nullptr) {
+    p->pool_->Release(p);
+    return;
+  }
+  // A heap buffer: deleted now, or by its last view.
+  if (p->in_pool_) {
+    NETFOLD_LOG(kError) << "PacketBuffer freed twice";
+    std::abort();
+  }
+  p->in_pool_ = true;
+  if (p->views_ != 0) {
+    p->freed_with_views_ = true;
+    return;
+  }
+  DeleteHeapBuffer(p);
 }
 
 void PacketPool::FreeBurst(std::span<PacketBuffer* const> packets) {

@@ -57,10 +57,13 @@ class PacketBuffer {
   // else 0), for the ICRC check of ports that do not see the IPv4 header.
   uint16_t ip_id = 0;
 
+  // The pool it came from; nullptr for a heap buffer (NewHeapBuffer).
   PacketPool* pool() const { return pool_; }
   // A view (PacketPool::AllocView) shows part of another buffer, which
   // stays in use until every view of it is freed.
   bool is_view() const { return parent_ != nullptr; }
+  // Views of this buffer not freed yet.
+  uint32_t num_views() const { return views_; }
 
  private:
   friend class PacketPool;
@@ -100,8 +103,13 @@ class PacketPool {
   // it back in its pool only when the last view is freed. nullptr if no
   // view header is free (num_views) or the range is outside the parent.
   PacketBuffer* AllocView(PacketBuffer* parent, uint32_t offset, uint32_t len);
-  // Returns `p` to the pool it came from. nullptr is ignored. Freeing a buffer
-  // twice is a broken invariant and aborts.
+  // A buffer of `capacity` bytes of its own memory, outside every pool (no
+  // headroom): for a sender that keeps a message laid out as packets in it
+  // and sends views of them (AllocView of any pool) without copying.
+  // Free deletes it, or, while views of it live, the last of them does.
+  static PacketBuffer* NewHeapBuffer(uint32_t capacity);
+  // Returns `p` to the pool it came from (a heap buffer: deletes it). nullptr
+  // is ignored. Freeing a buffer twice is a broken invariant and aborts.
   static void Free(PacketBuffer* p);
   static void FreeBurst(std::span<PacketBuffer* const> packets);
 

@@ -118,5 +118,39 @@ TEST(PacketPool, ViewsHoldTheirBufferUntilTheLastIsFreed) {
   EXPECT_EQ(batches.num_free(), 1u);
 }
 
+// A heap buffer (a sender's message laid out as packets) lends views as a
+// pool buffer does; freed while they live, it is deleted with the last.
+TEST(PacketPool, AHeapBufferOutlivesItsOwnerWhileViewsOfItLive) {
+  PacketPool views({.num_buffers = 1, .buffer_size = 100, .num_views = 2});
+  PacketBuffer* frames = PacketPool::NewHeapBuffer(8192);
+  ASSERT_NE(frames, nullptr);
+  EXPECT_EQ(frames->pool(), nullptr);
+  EXPECT_EQ(frames->capacity(), 8192u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(frames->data()) % 64, 0u) << "cache-line aligned";
+  for (uint32_t i = 0; i < 8192; ++i) frames->data()[i] = static_cast<uint8_t>(i * 3);
+  frames->set_len(8192);
+  PacketBuffer* a = views.AllocView(frames, 4096, 100);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(frames->num_views(), 1u);
+  PacketPool::Free(frames);  // the owner lets go; the view still shows it
+  EXPECT_EQ(a->data()[0], static_cast<uint8_t>(4096 * 3));
+  EXPECT_EQ(a->data()[99], static_cast<uint8_t>(4195 * 3));
+  PacketPool::Free(a);  // deletes the heap buffer
+  EXPECT_EQ(views.num_free_views(), 2u);
+  // Without views, Free deletes it at once; twice is a broken invariant.
+  PacketBuffer* alone = PacketPool::NewHeapBuffer(64);
+  PacketPool::Free(alone);
+}
+
+TEST(PacketPoolDeathTest, AHeapBufferFreedTwiceWhileViewedAborts) {
+  PacketPool views({.num_buffers = 1, .buffer_size = 100, .num_views = 1});
+  PacketBuffer* frames = PacketPool::NewHeapBuffer(100);
+  frames->set_len(100);
+  PacketBuffer* v = views.AllocView(frames, 0, 10);
+  PacketPool::Free(frames);
+  EXPECT_DEATH(PacketPool::Free(frames), "freed twice");
+  PacketPool::Free(v);
+}
+
 }  // namespace
 }  // namespace netfold::transport

@@ -34,7 +34,33 @@ RcQueuePair::RcQueuePair(uint32_t qpn, const RcQpConfig& config, const Clock& cl
   wqe_storage_.reserve(config_.max_send_queue);
 }
 
-RcQueuePair::~RcQueuePair() { FreeHeldReceives(); }
+RcQueuePair::~RcQueuePair() {
+  FreeHeldReceives();
+  // Frames whose packets are still queued somewhere go with their last view.
+  for (const std::unique_ptr<SendWqe>& w : wqe_storage_) PacketPool::Free(w->frames);
+}
+
+namespace {
+
+// SendWqe::frames: each packet's payload starts a cache line into its
+// frame, after room for the largest RC SEND headers (BTH + ImmDt, 16
+// bytes); the frame holds the payload, up to 3 bytes of pad and the ICRC.
+constexpr size_t kFrameHeadroom = 64;
+static_assert(kFrameHeadroom >= proto::kBthSize + 4);
+
+size_t FrameStride(uint32_t mtu) {
+  return kFrameHeadroom + (size_t{mtu} + 3 + proto::kIcrcSize + 63) / 64 * 64;
+}
+
+}  // namespace
+
+size_t RcQueuePair::PayloadOffset(uint32_t k) const {
+  return static_cast<size_t>(k) * FrameStride(attrs_.path_mtu) + kFrameHeadroom;
+}
+
+size_t RcQueuePair::FramesBytes(uint32_t packets) const {
+  return static_cast<size_t>(packets) * FrameStride(attrs_.path_mtu);
+}
 
 void RcQueuePair::FreeHeldReceives() {
   for (RecvSlot& slot : rq_) {
@@ -196,10 +222,35 @@ absl::Status RcQueuePair::PostSendGather(std::span<const std::span<const uint8_t
     w = wqe_storage_.back().get();
   }
   w->wr_id = wr_id;
-  w->data.clear();  // keeps its capacity: the steady state allocates nothing
-  for (std::span<const uint8_t> piece : pieces) {
-    w->data.insert(w->data.end(), piece.begin(), piece.end());
+  const size_t frames_bytes = FramesBytes(packets);
+  if (w->frames != nullptr &&
+      (w->frames->num_views() > 0 || w->frames->capacity() < frames_bytes)) {
+    // Packets of its last message are still on their way out (a delaying
+    // impairment holds them), or it is too small: a buffer of its own.
+    PacketPool::Free(w->frames);
+    w->frames = nullptr;
   }
+  // Kept with the WQE: the steady state allocates nothing.
+  if (w->frames == nullptr) {
+    w->frames = PacketPool::NewHeapBuffer(static_cast<uint32_t>(frames_bytes));
+  }
+  w->frames->set_len(static_cast<uint32_t>(frames_bytes));
+  uint8_t* frames = w->frames->data();
+  uint32_t k = 0;
+  size_t in_packet = 0;
+  for (std::span<const uint8_t> piece : pieces) {
+    while (!piece.empty()) {
+      const size_t n = std::min<size_t>(piece.size(), mtu - in_packet);
+      std::memcpy(frames + PayloadOffset(k) + in_packet, piece.data(), n);
+      piece = piece.subspan(n);
+      in_packet += n;
+      if (in_packet == mtu) {
+        ++k;
+        in_packet = 0;
+      }
+    }
+  }
+  w->size = size;
   w->imm = imm;
   w->first_psn = next_post_psn_;
   w->num_packets = packets;
@@ -533,7 +584,7 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
   const uint32_t k = static_cast<uint32_t>(PsnDiff(send_psn_, w->first_psn));
   const uint32_t mtu = attrs_.path_mtu;
   const size_t offset = static_cast<size_t>(k) * mtu;
-  const size_t len = std::min<size_t>(mtu, w->data.size() - std::min(offset, w->data.size()));
+  const size_t len = std::min<size_t>(mtu, w->size - std::min(offset, w->size));
   const bool first = k == 0;
   const bool last = k + 1 == w->num_packets;
   BthOpcode op;
@@ -546,17 +597,6 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
   } else {
     op = BthOpcode::kRcSendMiddle;
   }
-  const size_t needed = proto::RocePacketSize(op, len);
-  PacketBuffer* p = sink.pool->Alloc();
-  if (p == nullptr || p->capacity() < needed) {
-    if (p != nullptr) {
-      NETFOLD_LOG(kError) << "packet buffers of " << p->capacity() << " bytes cannot hold "
-                          << needed << "-byte packets: use a larger pool buffer_size";
-      PacketPool::Free(p);
-    }
-    counters_.drops.Count(QpDropReason::kNoBuffer);
-    return false;
-  }
   bool ack_req = last || ++packets_since_ack_req_ >= config_.ack_req_interval ||
                  in_flight + 1 >= window;
   if (ack_req) packets_since_ack_req_ = 0;
@@ -568,16 +608,9 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
   spec.bth.psn = send_psn_;
   spec.bth.ack_req = ack_req;
   if (proto::OpcodeHasImm(op)) spec.imm = *w->imm;
-  std::memcpy(p->data() + proto::RoceHeadersSize(op), w->data.data() + offset, len);
   const proto::IcrcAddresses addrs{local.ip, attrs_.remote.ip, local.port, attrs_.remote.port};
-  auto n = proto::FinishRocePacketInPlace(spec, len, addrs, {p->data(), p->capacity()});
-  if (!n.ok()) {
-    NETFOLD_LOG(kError) << "building a SEND failed: " << n.status();
-    PacketPool::Free(p);
-    EnterError(absl::InternalError(n.status().ToString()));
-    return false;
-  }
-  p->set_len(static_cast<uint32_t>(*n));
+  PacketBuffer* p = BuildSend(spec, *w, k, len, addrs, sink.pool);
+  if (p == nullptr) return false;
   p->dst = attrs_.remote;
   sink.out->push_back(p);
 
@@ -595,6 +628,49 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
         clock_.NowNanos() + (absl::ToInt64Nanoseconds(attrs_.timeout) << backoff_);
   }
   return true;
+}
+
+PacketBuffer* RcQueuePair::BuildSend(const proto::RocePacketSpec& spec, const SendWqe& w,
+                                     uint32_t k, size_t len, const proto::IcrcAddresses& addrs,
+                                     PacketPool* pool) {
+  const BthOpcode op = spec.bth.opcode;
+  const size_t headers = proto::RoceHeadersSize(op);
+  const size_t needed = proto::RocePacketSize(op, len);
+  uint8_t* payload = w.frames->data() + PayloadOffset(k);
+  PacketBuffer* p = nullptr;
+  absl::StatusOr<size_t> n = absl::InternalError("not built");
+  if (!PsnLess(spec.bth.psn, max_sent_psn_)) {
+    // The first transmission: headers, pad and ICRC around the payload in
+    // its frame, and a view of it. A retransmission must not rewrite a
+    // frame whose earlier view may still wait in a queue: it copies.
+    n = proto::FinishRocePacketInPlace(spec, len, addrs, {payload - headers, needed});
+    if (n.ok()) {
+      p = pool->AllocView(w.frames, static_cast<uint32_t>(payload - headers - w.frames->data()),
+                          static_cast<uint32_t>(*n));
+    }
+  }
+  if (p == nullptr) {
+    p = pool->Alloc();
+    if (p == nullptr || p->capacity() < needed) {
+      if (p != nullptr) {
+        NETFOLD_LOG(kError) << "packet buffers of " << p->capacity() << " bytes cannot hold "
+                            << needed << "-byte packets: use a larger pool buffer_size";
+        PacketPool::Free(p);
+      }
+      counters_.drops.Count(QpDropReason::kNoBuffer);
+      return nullptr;
+    }
+    std::memcpy(p->data() + headers, payload, len);
+    n = proto::FinishRocePacketInPlace(spec, len, addrs, {p->data(), p->capacity()});
+    if (n.ok()) p->set_len(static_cast<uint32_t>(*n));
+  }
+  if (!n.ok()) {
+    NETFOLD_LOG(kError) << "building a SEND failed: " << n.status();
+    PacketPool::Free(p);
+    EnterError(absl::InternalError(n.status().ToString()));
+    return nullptr;
+  }
+  return p;
 }
 
 void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {

@@ -225,9 +225,15 @@ class RcQueuePair {
   uint32_t num_outstanding() const;
 
  private:
+  // A posted message, laid out as the packets it goes out in: packet k's
+  // payload at PayloadOffset(k) of `frames`, with room before it for the
+  // headers and after it for pad and ICRC. The first transmission of a
+  // packet writes them around the payload and sends a view of the frame
+  // (no copy); retransmissions copy the payload into a packet of their own.
   struct SendWqe {
     uint64_t wr_id = 0;
-    std::vector<uint8_t> data;
+    PacketBuffer* frames = nullptr;  // a heap buffer (PacketPool::NewHeapBuffer)
+    size_t size = 0;                 // message bytes
     std::optional<uint32_t> imm;
     uint32_t first_psn = 0;
     uint32_t num_packets = 0;
@@ -247,6 +253,15 @@ class RcQueuePair {
   void AckUpTo(uint32_t psn);  // PSNs up to and including psn are delivered
   void GoBackTo(uint32_t psn);
   bool TransmitOne(const Ipv4Endpoint& local, PacketSink sink);
+  // Where packet k of a message starts its payload in SendWqe::frames, and
+  // the frame bytes a message of `packets` packets needs.
+  size_t PayloadOffset(uint32_t k) const;
+  size_t FramesBytes(uint32_t packets) const;
+  // Packet k of `w` (`len` payload bytes) as `spec` describes it: a view of
+  // its frame, or a copy from `pool`; nullptr (counted, or the QP failed)
+  // if neither could be had.
+  PacketBuffer* BuildSend(const proto::RocePacketSpec& spec, const SendWqe& w, uint32_t k,
+                          size_t len, const proto::IcrcAddresses& addrs, PacketPool* pool);
   // Responder side.
   bool Receive(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
                PacketBuffer* buffer);

@@ -56,7 +56,9 @@ class RcPair {
   }
 
   ImpairedPort* MakePort(Ipv4Endpoint addr, ImpairmentConfig faults, uint64_t salt) {
-    auto port = *net_.CreatePort({.local = addr, .pool = {.num_buffers = 2048}});
+    // With view headers: first transmissions go out as views of the send
+    // queue's frames, through every impairment (held, duplicated, corrupted).
+    auto port = *net_.CreatePort({.local = addr, .pool = {.num_buffers = 2048, .num_views = 2048}});
     ImpairmentConfig send = faults, receive = faults;
     send.seed = faults.seed * 4 + salt;
     receive.seed = faults.seed * 4 + salt + 2;
@@ -594,6 +596,115 @@ TEST(RcQueuePair, LimitedRnrRetriesEndInError) {
   EXPECT_TRUE(sc.status.ok()) << "the first message was delivered";
   ASSERT_TRUE(pair.qa_->PollSendCompletion(&sc));
   EXPECT_FALSE(sc.status.ok());
+}
+
+// Two bare QPs and a hand-carried wire: what Poll emits is kept as long
+// as the test likes before it is delivered (or never).
+class BareRcPair {
+ public:
+  BareRcPair(uint32_t views) : pool_({.num_buffers = 64, .num_views = views}) {
+    RcQpAttributes attrs;
+    attrs.timeout = absl::Milliseconds(1);
+    RcPair::Connect(&a_, kAddrB, b_.qpn(), attrs, 100, 200);
+    RcPair::Connect(&b_, kAddrA, a_.qpn(), attrs, 200, 100);
+  }
+  ~BareRcPair() { PacketPool::FreeBurst(out_); }
+  // What `qp` sends now.
+  std::vector<PacketBuffer*> Poll(RcQueuePair& qp, Ipv4Endpoint local) {
+    out_.clear();
+    qp.Poll(local, {&pool_, &out_});
+    std::vector<PacketBuffer*> sent = out_;
+    out_.clear();
+    return sent;
+  }
+  // Hands a copy of `p` (its ICRC checked) to `to`, as if it crossed the wire.
+  void Deliver(const PacketBuffer& p, RcQueuePair& to, Ipv4Endpoint from, Ipv4Endpoint at) {
+    PacketBuffer* copy = pool_.Alloc();
+    ASSERT_NE(copy, nullptr);
+    std::memcpy(copy->data(), p.data(), p.len());
+    copy->set_len(p.len());
+    copy->src = from;
+    copy->dst = at;
+    const proto::IcrcAddresses addrs{from.ip, at.ip, from.port, at.port};
+    proto::RocePacketView view;
+    ASSERT_EQ(proto::ParseRocePacket(copy->bytes(), &addrs, &view), proto::RoceParseResult::kOk);
+    if (!to.OnPacket(view, copy)) PacketPool::Free(copy);
+  }
+  // Delivers `sent` to b and b's ACK back to a; frees neither.
+  void DeliverAndAck(const std::vector<PacketBuffer*>& sent) {
+    for (const PacketBuffer* p : sent) Deliver(*p, b_, kAddrA, kAddrB);
+    clock_.Advance(absl::Microseconds(10));
+    for (PacketBuffer* ack : Poll(b_, kAddrB)) {
+      Deliver(*ack, a_, kAddrB, kAddrA);
+      PacketPool::Free(ack);
+    }
+  }
+
+  FakeClock clock_;
+  PacketPool pool_;
+  RcQueuePair a_{0x300, {}, clock_};
+  RcQueuePair b_{0x400, {}, clock_};
+  std::vector<PacketBuffer*> out_;
+};
+
+std::vector<uint8_t> Bytes(const PacketBuffer* p) { return {p->data(), p->data() + p->len()}; }
+
+TEST(RcQueuePair, FirstTransmissionsAreViewsOfTheSendQueueAndNeverRewrittenWhileQueued) {
+  BareRcPair pair(/*views=*/64);
+  ASSERT_TRUE(pair.a_.PostSend(Message(1, 10000), 1).ok());
+  std::vector<PacketBuffer*> first = pair.Poll(pair.a_, kAddrA);
+  ASSERT_EQ(first.size(), 3u);
+  for (const PacketBuffer* p : first) EXPECT_TRUE(p->is_view());
+  // Delivered and acknowledged while the views are still held (as a
+  // delaying link holds them after a duplicate got through): the message
+  // completes and its WQE is used again.
+  pair.DeliverAndAck(first);
+  SendCompletion sc;
+  ASSERT_TRUE(pair.a_.PollSendCompletion(&sc));
+  EXPECT_EQ(sc.wr_id, 1u);
+  RecvMessage m;
+  ASSERT_TRUE(pair.b_.PeekRecv(&m));
+  EXPECT_EQ(std::vector<uint8_t>(m.data.begin(), m.data.end()), Message(1, 10000));
+  pair.b_.PopRecv();
+  std::vector<std::vector<uint8_t>> held;
+  for (const PacketBuffer* p : first) held.push_back(Bytes(p));
+  ASSERT_TRUE(pair.a_.PostSend(Message(2, 10000), 2).ok());
+  std::vector<PacketBuffer*> second = pair.Poll(pair.a_, kAddrA);
+  ASSERT_EQ(second.size(), 3u);
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(Bytes(first[i]), held[i]) << "a queued packet of message 1 was overwritten";
+  }
+  PacketPool::FreeBurst(first);  // the old frames go with their last view
+  // Message 2 is lost: its retransmission is a copy (the views may still
+  // be queued), and the receiver takes it whole.
+  PacketPool::FreeBurst(second);
+  pair.clock_.Advance(absl::Milliseconds(2));
+  std::vector<PacketBuffer*> again = pair.Poll(pair.a_, kAddrA);
+  ASSERT_FALSE(again.empty());
+  for (const PacketBuffer* p : again) EXPECT_FALSE(p->is_view());
+  // After a timeout the requester probes with one packet, then goes on.
+  for (int round = 0; round < 10 && !pair.b_.PeekRecv(&m); ++round) {
+    pair.DeliverAndAck(again);
+    PacketPool::FreeBurst(again);
+    again = pair.Poll(pair.a_, kAddrA);
+  }
+  PacketPool::FreeBurst(again);
+  ASSERT_TRUE(pair.b_.PeekRecv(&m));
+  EXPECT_EQ(std::vector<uint8_t>(m.data.begin(), m.data.end()), Message(2, 10000));
+  EXPECT_GT(pair.a_.counters().packets_retransmitted, 0u);
+}
+
+TEST(RcQueuePair, WithoutViewHeadersEveryPacketIsACopy) {
+  BareRcPair pair(/*views=*/0);
+  ASSERT_TRUE(pair.a_.PostSend(Message(3, 5000), 3).ok());
+  std::vector<PacketBuffer*> sent = pair.Poll(pair.a_, kAddrA);
+  ASSERT_EQ(sent.size(), 2u);
+  for (const PacketBuffer* p : sent) EXPECT_FALSE(p->is_view());
+  pair.DeliverAndAck(sent);
+  PacketPool::FreeBurst(sent);
+  RecvMessage m;
+  ASSERT_TRUE(pair.b_.PeekRecv(&m));
+  EXPECT_EQ(std::vector<uint8_t>(m.data.begin(), m.data.end()), Message(3, 5000));
 }
 
 TEST(RcQueuePair, ModifyFollowsTheVerbsStateMachine) {
