@@ -10,6 +10,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -45,21 +46,43 @@ const Point* Find(const Results& results, const std::string& variant, int ranks,
 
 }  // namespace
 
+namespace {
+
+constexpr std::string_view kInPlace = "_in_place";
+
+bool InPlace(const std::string& op) {
+  return op.size() > kInPlace.size() &&
+         op.compare(op.size() - kInPlace.size(), kInPlace.size(), kInPlace) == 0;
+}
+
+// The collective without its forms: "iallreduce_in_place" -> "allreduce".
+std::string BenchBase(const std::string& op) {
+  std::string base = op.size() > 1 && op[0] == 'i' ? op.substr(1) : op;
+  if (InPlace(base)) base.resize(base.size() - kInPlace.size());
+  return base;
+}
+
+}  // namespace
+
 absl::Status CheckBenchOp(const std::string& op) {
-  // "iallreduce", "ibcast", ...: the nonblocking form, waited for at once.
-  const std::string base = op.size() > 1 && op[0] == 'i' ? op.substr(1) : op;
+  // "iallreduce", "ibcast", ...: the nonblocking form, waited for at once;
+  // "allreduce_in_place", "reduce_in_place": MPI_IN_PLACE.
+  const std::string base = BenchBase(op);
   if (base != "allreduce" && base != "reduce" && base != "bcast" && base != "barrier" &&
       base != "allgather" && base != "reduce_scatter") {
     return absl::InvalidArgumentError(
         "the collective must be allreduce, reduce, bcast, barrier, allgather or reduce_scatter, "
-        "or one of them with an i in front (iallreduce: the nonblocking form)");
+        "or one of them with an i in front (iallreduce: the nonblocking form), or allreduce or "
+        "reduce with _in_place after it (MPI_IN_PLACE)");
+  }
+  if (InPlace(op) && base != "allreduce" && base != "reduce") {
+    return absl::InvalidArgumentError("only allreduce and reduce run in place (_in_place)");
   }
   return absl::OkStatus();
 }
 
 int RunBench(const BenchOptions& o) {
-  const bool nonblocking = o.op.size() > 1 && o.op[0] == 'i';
-  const std::string base = nonblocking ? o.op.substr(1) : o.op;
+  const std::string base = BenchBase(o.op);
   if (absl::Status s = CheckBenchOp(o.op); !s.ok()) {
     std::fprintf(stderr, "netfold bench: %s\n", std::string(s.message()).c_str());
     return 2;

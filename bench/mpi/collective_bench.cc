@@ -4,7 +4,9 @@
 // measurement, so the ratio compares the collectives and nothing else.
 //
 //   collective_bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter SIZES [SECONDS]
-//     (an `i` in front: the nonblocking form, then MPI_Wait at once)
+//     (an `i` in front: the nonblocking form, then MPI_Wait at once;
+//     `_in_place` after allreduce or reduce: MPI_IN_PLACE, as most
+//     applications call them, the result replacing the input)
 //     SIZES: comma-separated bytes, e.g. 4,4096,1048576: the whole vector
 //     (fp32; bcast: bytes). Allgather: each rank gives SIZE / p bytes and
 //     receives SIZE; reduce-scatter (MPI_Reduce_scatter_block): each rank
@@ -63,8 +65,19 @@ size_t BlockCount(long bytes, int size) {
 // One `op` on MPI_COMM_WORLD, or with `nonblocking` its I-form followed by
 // MPI_Wait: fp32 sums of `count` elements (allgather, reduce_scatter:
 // `count` per rank), bcast: `count` bytes of `recv` from rank 0.
+bool g_in_place = false;  // allreduce, reduce: send is MPI_IN_PLACE (at the root, for reduce)
+
 void Collective(const std::string& op, bool nonblocking, const void* send, void* recv, int count) {
   MPI_Comm w = MPI_COMM_WORLD;
+  if (g_in_place && (op == "allreduce" || op == "reduce")) {
+    // The input is where the result goes (a reduce's non-roots send as usual).
+    int rank = 0;
+    MPI_Comm_rank(w, &rank);
+    if (op == "allreduce" || rank == 0) {
+      if (send != recv) std::memcpy(recv, send, static_cast<size_t>(count) * sizeof(float));
+      send = MPI_IN_PLACE;
+    }
+  }
   MPI_Request r = MPI_REQUEST_NULL;
   MPI_Request* req = nonblocking ? &r : nullptr;
   if (op == "allreduce") {
@@ -173,6 +186,16 @@ int main(int argc, char** argv) {
                             op.substr(1) == "bcast" || op.substr(1) == "barrier" ||
                             op.substr(1) == "allgather" || op.substr(1) == "reduce_scatter");
   if (nonblocking) op = op.substr(1);
+  if (const std::string suffix = "_in_place";
+      op.size() > suffix.size() && op.compare(op.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    op = op.substr(0, op.size() - suffix.size());
+    g_in_place = true;
+    if (op != "allreduce" && op != "reduce") {
+      if (rank == 0) std::fprintf(stderr, "collective_bench: only allreduce and reduce run in place\n");
+      MPI_Finalize();
+      return 2;
+    }
+  }
   std::vector<long> sizes;
   for (char* p = argv[2]; *p;) {
     sizes.push_back(std::strtol(p, &p, 10));
@@ -185,7 +208,9 @@ int main(int argc, char** argv) {
     const int block = static_cast<int>(BlockCount(bytes, size));  // allgather, reduce_scatter
     std::vector<float> a(static_cast<size_t>(std::max(count, block * size)), 1.0f), b(a.size());
     const bool blocks = op == "allgather" || op == "reduce_scatter";
-    auto once = [&] { Collective(op, nonblocking, a.data(), op == "bcast" ? a.data() : b.data(),
+    // In place: the vector is its own input and output (b is not used).
+    auto once = [&] { Collective(op, nonblocking, a.data(),
+                                 op == "bcast" || g_in_place ? a.data() : b.data(),
                                  blocks ? block : count); };
     for (int i = 0; i < 5; ++i) once();
     MPI_Barrier(MPI_COMM_WORLD);

@@ -123,7 +123,8 @@ TEST_F(NetfoldBench, AllreduceRowsForEveryVariantWithInNetworkLinkBytes) {
 }
 
 TEST_F(NetfoldBench, BarrierBcastAllgatherReduceScatterAndNonblockingMeasureEveryVariant) {
-  for (const char* op : {"barrier", "bcast", "allgather", "reduce_scatter", "iallreduce"}) {
+  for (const char* op :
+       {"barrier", "bcast", "allgather", "reduce_scatter", "iallreduce", "allreduce_in_place"}) {
     const CliRun r = Netfold(
         absl::StrFormat("bench %s --ranks 2 --sizes 4096 --seconds 0.05 --out %s", op, dir_.string()),
         600);
@@ -187,6 +188,9 @@ TEST_F(NetfoldBench, BadArgumentsAreClearErrors) {
       << r.output;
   r = Netfold("bench i --ranks 2", 60);
   EXPECT_NE(r.exit_code, 0) << "an i alone is no collective";
+  r = Netfold("bench bcast_in_place --ranks 2", 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.output.find("only allreduce and reduce run in place"), std::string::npos) << r.output;
   r = Netfold("bench allreduce --poll-us -3", 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--poll-us"), std::string::npos) << r.output;
