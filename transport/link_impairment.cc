@@ -222,20 +222,30 @@ double LinkImpairment::Uniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
+namespace {
+
+// A copy of `p`'s bytes and addresses in a buffer of its pool; nullptr if
+// the pool has none free.
+PacketBuffer* CopyPacket(const PacketBuffer& p) {
+  PacketBuffer* copy = p.pool()->Alloc();
+  if (copy == nullptr) return nullptr;
+  std::memcpy(copy->data(), p.data(), p.len());
+  copy->set_len(p.len());
+  copy->src = p.src;
+  copy->dst = p.dst;
+  return copy;
+}
+
+}  // namespace
+
 PacketBuffer* LinkImpairment::Corrupt(PacketBuffer* p) {
   if (p->len() == 0) return p;
   if (p->is_view()) {
     // A view shares its bytes (a sender's frame it may send again, the rest
     // of a received batch): the flips go to a copy. Without a buffer for
     // it, the packet is lost instead (as a corrupted one would be).
-    PacketBuffer* copy = p->pool()->Alloc();
-    if (copy != nullptr) {
-      std::memcpy(copy->data(), p->data(), p->len());
-      copy->set_len(p->len());
-      copy->src = p->src;
-      copy->dst = p->dst;
-      copy->ip_id = p->ip_id;
-    }
+    PacketBuffer* copy = CopyPacket(*p);
+    if (copy != nullptr) copy->ip_id = p->ip_id;
     PacketPool::Free(p);
     if (copy == nullptr) return nullptr;
     p = copy;
@@ -327,14 +337,8 @@ void LinkImpairment::Process(std::span<PacketBuffer* const> in, std::vector<Pack
     }
     PacketBuffer* copy = nullptr;
     if (c.duplicate > 0 && Uniform() < c.duplicate) {
-      copy = p->pool()->Alloc();
-      if (copy != nullptr) {
-        std::memcpy(copy->data(), p->data(), p->len());
-        copy->set_len(p->len());
-        copy->src = p->src;
-        copy->dst = p->dst;
-        counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
-      }
+      copy = CopyPacket(*p);
+      if (copy != nullptr) counters_.duplicated.fetch_add(1, std::memory_order_relaxed);
     }
     if (c.delay > absl::ZeroDuration() || c.jitter > absl::ZeroDuration()) {
       due += absl::ToInt64Nanoseconds(c.delay) +

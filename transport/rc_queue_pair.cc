@@ -609,12 +609,13 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
   spec.bth.ack_req = ack_req;
   if (proto::OpcodeHasImm(op)) spec.imm = *w->imm;
   const proto::IcrcAddresses addrs{local.ip, attrs_.remote.ip, local.port, attrs_.remote.port};
-  PacketBuffer* p = BuildSend(spec, *w, k, len, addrs, sink.pool);
+  const bool retransmission = PsnLess(send_psn_, max_sent_psn_);
+  PacketBuffer* p = BuildSend(spec, *w, k, len, addrs, !retransmission, sink.pool);
   if (p == nullptr) return false;
   p->dst = attrs_.remote;
   sink.out->push_back(p);
 
-  if (PsnLess(send_psn_, max_sent_psn_)) {
+  if (retransmission) {
     BumpCounter(counters_.packets_retransmitted);
   } else {
     BumpCounter(counters_.packets_sent);
@@ -632,44 +633,45 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
 
 PacketBuffer* RcQueuePair::BuildSend(const proto::RocePacketSpec& spec, const SendWqe& w,
                                      uint32_t k, size_t len, const proto::IcrcAddresses& addrs,
-                                     PacketPool* pool) {
+                                     bool first_transmission, PacketPool* pool) {
   const BthOpcode op = spec.bth.opcode;
   const size_t headers = proto::RoceHeadersSize(op);
   const size_t needed = proto::RocePacketSize(op, len);
   uint8_t* payload = w.frames->data() + PayloadOffset(k);
-  PacketBuffer* p = nullptr;
-  absl::StatusOr<size_t> n = absl::InternalError("not built");
-  if (!PsnLess(spec.bth.psn, max_sent_psn_)) {
-    // The first transmission: headers, pad and ICRC around the payload in
-    // its frame, and a view of it. A retransmission must not rewrite a
-    // frame whose earlier view may still wait in a queue: it copies.
-    n = proto::FinishRocePacketInPlace(spec, len, addrs, {payload - headers, needed});
-    if (n.ok()) {
-      p = pool->AllocView(w.frames, static_cast<uint32_t>(payload - headers - w.frames->data()),
-                          static_cast<uint32_t>(*n));
+  auto failed = [&](const absl::Status& why, PacketBuffer* built) -> PacketBuffer* {
+    NETFOLD_LOG(kError) << "building a SEND failed: " << why;
+    PacketPool::Free(built);
+    EnterError(absl::InternalError(why.ToString()));
+    return nullptr;
+  };
+  if (first_transmission) {
+    // Headers, pad and ICRC around the payload in its frame, and a view of
+    // it. A retransmission must not rewrite a frame whose earlier view may
+    // still wait in a queue: it copies (below), as does a pool without a
+    // free view header.
+    absl::StatusOr<size_t> n =
+        proto::FinishRocePacketInPlace(spec, len, addrs, {payload - headers, needed});
+    if (!n.ok()) return failed(n.status(), nullptr);
+    const auto at = static_cast<uint32_t>(payload - headers - w.frames->data());
+    if (PacketBuffer* view = pool->AllocView(w.frames, at, static_cast<uint32_t>(*n))) {
+      return view;
     }
   }
-  if (p == nullptr) {
-    p = pool->Alloc();
-    if (p == nullptr || p->capacity() < needed) {
-      if (p != nullptr) {
-        NETFOLD_LOG(kError) << "packet buffers of " << p->capacity() << " bytes cannot hold "
-                            << needed << "-byte packets: use a larger pool buffer_size";
-        PacketPool::Free(p);
-      }
-      counters_.drops.Count(QpDropReason::kNoBuffer);
-      return nullptr;
+  PacketBuffer* p = pool->Alloc();
+  if (p == nullptr || p->capacity() < needed) {
+    if (p != nullptr) {
+      NETFOLD_LOG(kError) << "packet buffers of " << p->capacity() << " bytes cannot hold "
+                          << needed << "-byte packets: use a larger pool buffer_size";
+      PacketPool::Free(p);
     }
-    std::memcpy(p->data() + headers, payload, len);
-    n = proto::FinishRocePacketInPlace(spec, len, addrs, {p->data(), p->capacity()});
-    if (n.ok()) p->set_len(static_cast<uint32_t>(*n));
-  }
-  if (!n.ok()) {
-    NETFOLD_LOG(kError) << "building a SEND failed: " << n.status();
-    PacketPool::Free(p);
-    EnterError(absl::InternalError(n.status().ToString()));
+    counters_.drops.Count(QpDropReason::kNoBuffer);
     return nullptr;
   }
+  std::memcpy(p->data() + headers, payload, len);
+  absl::StatusOr<size_t> n =
+      proto::FinishRocePacketInPlace(spec, len, addrs, {p->data(), p->capacity()});
+  if (!n.ok()) return failed(n.status(), p);
+  p->set_len(static_cast<uint32_t>(*n));
   return p;
 }
 

@@ -257,11 +257,13 @@ class RcQueuePair {
   // the frame bytes a message of `packets` packets needs.
   size_t PayloadOffset(uint32_t k) const;
   size_t FramesBytes(uint32_t packets) const;
-  // Packet k of `w` (`len` payload bytes) as `spec` describes it: a view of
-  // its frame, or a copy from `pool`; nullptr (counted, or the QP failed)
-  // if neither could be had.
+  // Packet k of `w` (`len` payload bytes) as `spec` describes it: on its
+  // first transmission a view of its frame, else (or without a free view
+  // header) a copy from `pool`; nullptr (counted, or the QP failed) if
+  // neither could be had.
   PacketBuffer* BuildSend(const proto::RocePacketSpec& spec, const SendWqe& w, uint32_t k,
-                          size_t len, const proto::IcrcAddresses& addrs, PacketPool* pool);
+                          size_t len, const proto::IcrcAddresses& addrs, bool first_transmission,
+                          PacketPool* pool);
   // Responder side.
   bool Receive(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
                PacketBuffer* buffer);
