@@ -170,6 +170,9 @@ void Group::Settle() {
         ++completed_;
       } else {
         if (!engine_->Done(p.inner)) break;
+        // For the caller's failover (Wait): also when the operation itself
+        // succeeded, since Wait may still return an earlier reduce's error.
+        p.written = engine_->Written(p.inner);
         absl::Status s = engine_->Finish(p.inner);
         if (!s.ok() && host_ != nullptr && CanFailOver(s)) {
           Failover(s);
@@ -255,9 +258,12 @@ class Group::HostResyncExchange : public ResyncExchange {
  public:
   HostResyncExchange(Group& group, Pending* behind) : g_(group), behind_(behind) {}
 
-  absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) override {
-    all->assign(static_cast<size_t>(g_.size()), 0);
-    (*all)[static_cast<size_t>(g_.group_rank_)] = mine;
+  // A MAX over values to which each member contributes its own row.
+  absl::Status AllgatherCounts(std::span<const uint64_t> mine,
+                               std::vector<uint64_t>* all) override {
+    all->assign(static_cast<size_t>(g_.size()) * mine.size(), 0);
+    std::copy(mine.begin(), mine.end(),
+              all->begin() + static_cast<std::ptrdiff_t>(g_.group_rank_ * mine.size()));
     return g_.host_->Run({.collective = proto::CollectiveType::kAllreduce,
                           .dtype = proto::DataType::kUint64,
                           .op = proto::ReduceOp::kMax,
@@ -269,6 +275,10 @@ class Group::HostResyncExchange : public ResyncExchange {
   // An OR over bytes to which only `from` contributes.
   absl::Status Share(int from, std::span<uint8_t> bytes) override {
     if (g_.group_rank_ != from) std::fill(bytes.begin(), bytes.end(), 0);
+    return OrAll(bytes);
+  }
+
+  absl::Status OrAll(std::span<uint8_t> bytes) override {
     if (bytes.empty()) return absl::OkStatus();
     return g_.host_->Run({.collective = proto::CollectiveType::kAllreduce,
                           .dtype = proto::DataType::kUint8,
@@ -276,6 +286,17 @@ class Group::HostResyncExchange : public ResyncExchange {
                           .send = bytes.data(),
                           .recv = bytes.data(),
                           .count = bytes.size()});
+  }
+
+  absl::Status AllreduceAgain(const uint8_t* in, uint8_t* out, size_t bytes) override {
+    if (behind_ == nullptr) return absl::InternalError("resync: no operation to run again");
+    const CollectiveArgs& b = behind_->args;
+    return g_.host_->Run({.collective = proto::CollectiveType::kAllreduce,
+                          .dtype = b.dtype,
+                          .op = b.op,
+                          .send = in,
+                          .recv = out,
+                          .count = bytes / proto::DataTypeSize(b.dtype)});
   }
 
   absl::Status ReduceAgain(bool behind) override {
@@ -381,7 +402,7 @@ void Group::DrainDetached() {
   }
 }
 
-absl::Status Group::Wait(OpId id) {
+absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
   auto it = ops_.find(id);
   if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
   if (owner_ == nullptr && !it->second.outcome) {
@@ -418,6 +439,7 @@ absl::Status Group::Wait(OpId id) {
     }
   }
   absl::Status s = *it->second.outcome;
+  if (written != nullptr) *written = std::move(it->second.written);
   ops_.erase(it);
   // A released reduce that failed meanwhile is reported by the first call after.
   if (s.ok()) s = TakeDeferred();

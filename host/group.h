@@ -96,7 +96,10 @@ class Group {
   // is released as soon as its input has left (MPI allows it): Wait returns
   // OK once every chunk is posted, and the operation completes in the
   // background (below, "released reduces").
-  absl::Status Wait(OpId id);
+  // `written`, if given: for an allreduce that ran on the fabric, which
+  // chunks of its result had reached the buffer (GroupEngine::Written;
+  // nullopt if that is not known).
+  absl::Status Wait(OpId id, std::optional<WrittenChunks>* written = nullptr);
   // Collective over the members: waits for the released reduces, then
   // releases the group at the manager.
   absl::Status Destroy(Oob& group_oob);
@@ -141,6 +144,7 @@ class Group {
     bool released = false;
     bool detached = false;  // Wait returned; Settle forgets it once settled
     std::vector<uint8_t> owned_input;
+    std::optional<WrittenChunks> written;  // an allreduce's, once settled (Wait)
   };
   // What the ranks ahead hand to those behind in a failover (the last
   // operation completed on the fabric).

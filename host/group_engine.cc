@@ -67,6 +67,8 @@ struct GroupEngine::Op {
   std::vector<uint8_t> staged;
   uint8_t* keep_to = nullptr;
   size_t keep_from = 0, keep_bytes = 0;
+  // An allreduce's chunks whose result reached the caller's buffer (Written).
+  std::vector<bool> written;
   int64_t deadline_ns = 0;
   bool done = false;
   absl::Status status;
@@ -237,6 +239,7 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
     }
     const size_t per_chunk = ElementsPerChunk(*op);
     op->num_chunks = (op->args.count + per_chunk - 1) / per_chunk;
+    if (args.collective == CollectiveType::kAllreduce) op->written.assign(op->num_chunks, false);
   }
   op->id = next_op_id_++;
   op->deadline_ns = clock_.NowNanos() + absl::ToInt64Nanoseconds(params_.op_timeout);
@@ -390,6 +393,7 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
       } else {
         std::memcpy(c.recv, elements.data(), elements.size());
         stats_.bytes_received += elements.size();
+        if (slot.chunk < op.written.size()) op.written[slot.chunk] = true;
       }
     }
   }
@@ -499,6 +503,24 @@ std::optional<absl::Status> GroupEngine::Peek(OpId id) const {
   if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
   if (!it->second->done) return std::nullopt;
   return it->second->status;
+}
+
+std::optional<WrittenChunks> GroupEngine::Written(OpId id) const {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return std::nullopt;
+  const Op& op = *it->second;
+  if (op.args.collective != CollectiveType::kAllreduce || !op.args.blocks.empty()) {
+    return std::nullopt;
+  }
+  WrittenChunks w;
+  w.chunk_bytes = op.args.count > 0 ? ElementsPerChunk(op) * op.elem_size : 0;
+  const std::vector<bool>& done = op.written;
+  while (w.first_missing < done.size() && done[w.first_missing]) ++w.first_missing;
+  size_t end = done.size();
+  while (end > w.first_missing && !done[end - 1]) --end;
+  w.window.assign(done.begin() + static_cast<std::ptrdiff_t>(w.first_missing),
+                  done.begin() + static_cast<std::ptrdiff_t>(end));
+  return w;
 }
 
 absl::Status GroupEngine::Finish(OpId id) {

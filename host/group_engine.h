@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "host/resync.h"
 #include "proto/aggregation_header.h"
 #include "proto/aggregation_tag.h"
 
@@ -162,6 +163,10 @@ class GroupEngine {
   absl::Status Finish(OpId id);
   // The outcome without forgetting it; nullopt while pending.
   std::optional<absl::Status> Peek(OpId id) const;
+  // Which chunks of an allreduce's result reached the caller's buffer so
+  // far (for a failover, host/resync.h); nullopt for an unknown operation
+  // or another kind (a blocked one too).
+  std::optional<WrittenChunks> Written(OpId id) const;
 
   // Fails every pending operation with `why` and refuses new ones.
   void Fail(absl::Status why);

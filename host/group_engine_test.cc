@@ -90,6 +90,40 @@ TEST_F(GroupEngineTest, PostedOnlyOnceTheSenderTookEveryChunk) {
   EXPECT_TRUE(e.Posted(12345)) << "unknown operations hold no buffer";
 }
 
+// Written (the failover's view, host/resync.h): the chunks whose result
+// reached the buffer, whole, and no others, also after the op failed.
+TEST_F(GroupEngineTest, WrittenSaysWhichChunksReachedTheBuffer) {
+  GroupParams params = Params();
+  params.num_slots = 4;
+  GroupEngine e(params, &leaf_, clock_);
+  std::vector<int32_t> data(18, 7);  // 5 chunks: 4 x 4 + 2
+  auto op = e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = data.data(),
+                     .recv = data.data(), .count = data.size()});
+  ASSERT_TRUE(op.ok());
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 4u);
+  Answer(e, 0, {1, 1, 1, 1});
+  Answer(e, 2, {3, 3, 3, 3});
+  Answer(e, 3, {}, AggregationStatus::kAborted);  // an error writes nothing
+  std::optional<WrittenChunks> w = e.Written(*op);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_EQ(w->chunk_bytes, 16u);
+  EXPECT_EQ(w->first_missing, 1u);
+  EXPECT_EQ(w->window, std::vector<bool>({false, true}));
+  EXPECT_EQ(w->End(), 3u);
+  e.Fail(absl::UnavailableError("the leaf went away"));
+  ASSERT_TRUE(e.Done(*op));
+  w = e.Written(*op);
+  ASSERT_TRUE(w.has_value()) << "known until Finish";
+  EXPECT_EQ(w->first_missing, 1u);
+  EXPECT_EQ(data, std::vector<int32_t>({1, 1, 1, 1, 7, 7, 7, 7, 3, 3, 3, 3, 7, 7, 7, 7, 7, 7}));
+  EXPECT_FALSE(e.Finish(*op).ok());
+  EXPECT_FALSE(e.Written(*op).has_value());
+  auto bcast = e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32,
+                        .root = 3, .send = data.data(), .recv = data.data(), .count = 4});
+  EXPECT_FALSE(bcast.ok() && e.Written(*bcast).has_value()) << "allreduces only";
+}
+
 TEST_F(GroupEngineTest, ChunksStreamThroughTheWindowAndLandInPlace) {
   GroupEngine e(Params(), &leaf_, clock_);
   std::vector<int32_t> data = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10};  // 3 chunks: 4 + 4 + 2

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,8 @@ struct netfold_request {
   OpId id;
   bool done;
   int result;
+  // An allreduce's chunks the fabric wrote (netfold_request_written).
+  std::optional<netfold::host::WrittenChunks> written = std::nullopt;
 };
 
 namespace {
@@ -423,7 +426,7 @@ int netfold_request_test(netfold_request_t request) {
   if (request->done) return request->result;
   if (int rc = ForkedChild(request->group->pid); rc != NETFOLD_SUCCESS) return rc;
   if (!request->group->impl->Test(request->id)) return NETFOLD_ERR_IN_PROGRESS;
-  absl::Status s = request->group->impl->Wait(request->id);  // done: just collects it
+  absl::Status s = request->group->impl->Wait(request->id, &request->written);  // done: collects it
   request->done = true;
   request->result = s.ok() ? Ok() : Fail(s);
   return request->result;
@@ -433,7 +436,7 @@ int netfold_request_wait(netfold_request_t request) {
   if (request == nullptr) return Invalid("request is NULL");
   if (request->done) return request->result;
   if (int rc = ForkedChild(request->group->pid); rc != NETFOLD_SUCCESS) return rc;
-  absl::Status s = request->group->impl->Wait(request->id);
+  absl::Status s = request->group->impl->Wait(request->id, &request->written);
   request->done = true;
   request->result = s.ok() ? Ok() : Fail(s);
   return request->result;
@@ -445,6 +448,27 @@ int netfold_request_free(netfold_request_t request) {
   if (!request->done) rc = netfold_request_wait(request);
   delete request;
   return rc;
+}
+
+int netfold_request_written(netfold_request_t request, netfold_written_t* written) {
+  if (request == nullptr || written == nullptr) return Invalid("request or written is NULL");
+  if (!request->done) return Invalid("the request has not completed");
+  if (!request->written) {
+    return Invalid("the request is not an allreduce whose chunks the fabric knows");
+  }
+  const netfold::host::WrittenChunks& w = *request->written;
+  if (w.window.size() > NETFOLD_WRITTEN_WINDOW) {
+    g_last_error = absl::StrFormat("chunks were written up to %d past the first missing one",
+                                   w.window.size());
+    return NETFOLD_ERR_NOT_SUPPORTED;
+  }
+  *written = netfold_written_t{};
+  written->chunk_bytes = w.chunk_bytes;
+  written->first_missing = w.first_missing;
+  for (size_t i = 0; i < w.window.size(); ++i) {
+    if (w.window[i]) written->window[i / 64] |= uint64_t{1} << (i % 64);
+  }
+  return Ok();
 }
 
 int netfold_reduce_local(const void* const* inputs, int num_inputs, void* out, size_t count,

@@ -8,6 +8,7 @@
 //
 //   ResyncMember me{.rank = r, .size = n, .completed = completed};
 //   me.current = ResyncOp{kAllreduce, 0};  me.current_result = recv;  // if in one
+//   me.current_input = send;  me.current_written = written;        // allreduce
 //   me.last = last_op;  me.last_result_bytes = n;                   // if any
 //   me.last_result = KeptResult(last_result, num_slots, slot_bytes);
 //   absl::StatusOr<ResyncOutcome> out = Resync(exchange, me);        // collective
@@ -15,20 +16,28 @@
 //   // kInStep: no member completed `current`: run it again elsewhere.
 //
 // The protocol (collective over the members):
-// 1. The members learn every member's count of completed operations; lo
-//    and hi are the smallest and largest. Equal: in step. More than one
-//    apart: FailedPrecondition (each member waits for an operation before
-//    starting the next, so that cannot happen to a blocking caller).
-// 2. Otherwise operation lo completed on the members "ahead" only. The
+// 1. The members learn every member's count of completed operations (and
+//    what the fabric wrote of the allreduce each is in); lo and hi are the
+//    smallest and largest count. More than one apart: FailedPrecondition
+//    (each member waits for an operation before starting the next, so that
+//    cannot happen to a blocking caller).
+// 2. Equal, and every member in an allreduce whose written chunks it knows
+//    (WrittenChunks): the members complete it chunk by chunk
+//    (RecoverChunks): a chunk whose result reached some member is handed to
+//    the others, and only the chunks whose result reached no member, whose
+//    inputs are therefore still where the caller put them, are reduced
+//    again. So an in-place allreduce needs no copy of its input. Equal
+//    otherwise: in step; the callers run `current` again from its input.
+// 3. Otherwise operation lo completed on the members "ahead" only. The
 //    first of them shares its kind, root and result size.
-// 3. Allreduce and bcast (allgather too): it shares what it kept of the
+// 4. Allreduce and bcast (allgather too): it shares what it kept of the
 //    result, its last K x P bytes (KeptResult says why they suffice); the
 //    members "behind" write them at the end of their current operation's
 //    result, whose earlier bytes the fabric already wrote.
 //    Reduce: if the root is behind, the members reduce again at the root
 //    from their inputs (the ahead members kept theirs); reduce-scatter
 //    (every member a root) always reduces again. Barrier: nothing.
-// 4. The members behind count operation lo as completed.
+// 5. The members behind count operation lo as completed.
 //
 // Thread-safety: none; one thread per member runs it. Header-only (see
 // Resync below).
@@ -53,11 +62,20 @@ namespace netfold::host {
 class ResyncExchange {
  public:
   virtual ~ResyncExchange() = default;
-  // Every member's `mine`, in member order, into `all`.
-  virtual absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) = 0;
+  // Every member's `mine` (as many values at each member), member after
+  // member, into `all`.
+  virtual absl::Status AllgatherCounts(std::span<const uint64_t> mine,
+                                       std::vector<uint64_t>* all) = 0;
   // Member `from`'s `bytes` to every member; every member passes a buffer
   // of the same size.
   virtual absl::Status Share(int from, std::span<uint8_t> bytes) = 0;
+  // The bitwise OR of every member's `bytes` (the same size at each), into
+  // `bytes`.
+  virtual absl::Status OrAll(std::span<uint8_t> bytes) = 0;
+  // The allreduce this member is in (its type and op), run again over
+  // `bytes` bytes of its elements: from `in` into `out`; in == out is in
+  // place. Every member passes the same size.
+  virtual absl::Status AllreduceAgain(const uint8_t* in, uint8_t* out, size_t bytes) = 0;
   // Reduces the operation in doubt again, at its root, from every member's
   // input: a member `behind` takes it from the operation it is in, a member
   // ahead from its record of its last operation.
@@ -74,6 +92,28 @@ struct ResyncOp {
   uint32_t root = 0;  // member rank (reduce, bcast), or kEveryMember
 };
 
+// Which chunks of an allreduce's result the fabric had written into a
+// member's buffer when it failed (GroupEngine::Written): chunk i is bytes
+// [i x chunk_bytes, (i + 1) x chunk_bytes) of the vector (the last one
+// shorter). Every chunk before first_missing was written, and chunk
+// first_missing + i where window[i]. A chunk is written whole or not at all.
+struct WrittenChunks {
+  size_t chunk_bytes = 0;
+  size_t first_missing = 0;
+  std::vector<bool> window;
+
+  bool Has(size_t chunk) const {
+    return chunk < first_missing ||
+           (chunk - first_missing < window.size() && window[chunk - first_missing]);
+  }
+  // One past the last chunk written (0: none).
+  size_t End() const {
+    size_t end = window.size();
+    while (end > 0 && !window[end - 1]) --end;
+    return end > 0 ? first_missing + end : first_missing;
+  }
+};
+
 // One member's side.
 struct ResyncMember {
   int rank = 0;
@@ -83,6 +123,18 @@ struct ResyncMember {
   // any, and where its result goes (allreduce, bcast).
   std::optional<ResyncOp> current;
   std::span<uint8_t> current_result;
+  // An allreduce in `current`: where its input is (current_result itself
+  // when in place) and which chunks the fabric wrote of its result. Without
+  // them the caller must be able to run `current` again from its input.
+  std::span<const uint8_t> current_input;
+  std::optional<WrittenChunks> current_written;
+  // Without current_written: whether the fabric may have written part of
+  // `current`'s result over its input (in place), so that it cannot be run
+  // again from it.
+  bool current_input_unsure = false;
+  // Set when `current` was completed chunk by chunk: the bytes reduced
+  // again (the rest came from the fabric's results).
+  std::optional<size_t> reduced_again;
   // This member's last completed operation, the size of its result
   // (allreduce, bcast) and the end of that result it kept (KeptResult):
   // what it gives members behind.
@@ -113,22 +165,153 @@ enum class ResyncOutcome {
   kCurrentCompleted,  // this member was behind: `current` is now complete
 };
 
+// What each member tells the others first (Resync, step 1).
+struct ResyncCounts {
+  static constexpr size_t kValues = 5;
+  static constexpr uint64_t kUnknown = UINT64_MAX;  // no WrittenChunks
+  uint64_t completed = 0;
+  uint64_t first_missing = kUnknown;  // of current_written
+  uint64_t end = 0;  // WrittenChunks::End; without them 1 if current_input_unsure
+  uint64_t chunk_bytes = 0;
+  uint64_t total_bytes = 0;  // of current_result
+
+  static ResyncCounts Of(const ResyncMember& m) {
+    ResyncCounts c{.completed = m.completed};
+    if (!m.current_written && m.current_input_unsure) c.end = 1;  // counts as written
+    if (m.current_written) {
+      c.first_missing = m.current_written->first_missing;
+      c.end = m.current_written->End();
+      c.chunk_bytes = m.current_written->chunk_bytes;
+      c.total_bytes = m.current_result.size();
+    }
+    return c;
+  }
+  static ResyncCounts At(const std::vector<uint64_t>& all, size_t member) {
+    const uint64_t* v = all.data() + member * kValues;
+    return {v[0], v[1], v[2], v[3], v[4]};
+  }
+};
+
+// Resync, step 2: every member is in the same allreduce and knows which of
+// its chunks the fabric wrote. A chunk written anywhere was posted by every
+// member; a member posts chunk c only after the results of every chunk up to
+// c - K reached it, so every chunk written anywhere lies below lo + K, lo the
+// smallest first_missing, and every member has the chunks below lo. The
+// members OR together, for each chunk of [lo, hi) (hi: one past the last
+// chunk written anywhere), a bit saying it was written and its bytes from
+// those that have it (the same bits at each: the fabric's result is one);
+// the chunks no member has still hold their inputs everywhere and are
+// reduced again, those of [lo, hi) packed into one buffer, the rest of the
+// vector in place.
+inline absl::Status RecoverChunks(ResyncExchange& exchange, ResyncMember& member, size_t cb,
+                                  uint64_t lo, uint64_t hi) {
+  const WrittenChunks& mine = *member.current_written;
+  const size_t total = member.current_result.size();
+  const auto chunk = [&](size_t c) {
+    const size_t off = std::min(total, c * cb);
+    return std::pair<size_t, size_t>{off, std::min(cb, total - off)};
+  };
+  const size_t n = hi > lo ? static_cast<size_t>(hi - lo) : 0, flags = (n + 7) / 8;
+  std::vector<uint8_t> shared(flags + n * cb, 0);
+  for (size_t i = 0; i < n; ++i) {
+    if (!mine.Has(lo + i)) continue;
+    shared[i / 8] |= static_cast<uint8_t>(1u << (i % 8));
+    const auto [off, len] = chunk(lo + i);
+    std::memcpy(shared.data() + flags + i * cb, member.current_result.data() + off, len);
+  }
+  if (n > 0) NETFOLD_RETURN_IF_ERROR(exchange.OrAll(shared));
+  std::vector<size_t> nowhere;  // chunks of [lo, hi) no member has
+  for (size_t i = 0; i < n; ++i) {
+    const auto [off, len] = chunk(lo + i);
+    if ((shared[i / 8] >> (i % 8) & 1) == 0) {
+      nowhere.push_back(lo + i);
+    } else if (!mine.Has(lo + i)) {
+      std::memcpy(member.current_result.data() + off, shared.data() + flags + i * cb, len);
+    }
+  }
+  if (!nowhere.empty()) {
+    std::vector<uint8_t> packed;
+    packed.reserve(nowhere.size() * cb);
+    for (size_t c : nowhere) {
+      const auto [off, len] = chunk(c);
+      packed.insert(packed.end(), member.current_input.begin() + off,
+                    member.current_input.begin() + off + len);
+    }
+    NETFOLD_RETURN_IF_ERROR(exchange.AllreduceAgain(packed.data(), packed.data(), packed.size()));
+    size_t at = 0;
+    for (size_t c : nowhere) {
+      const auto [off, len] = chunk(c);
+      std::memcpy(member.current_result.data() + off, packed.data() + at, len);
+      at += len;
+    }
+  }
+  const size_t rest = chunk(static_cast<size_t>(std::max(hi, lo))).first;
+  if (rest < total) {
+    NETFOLD_RETURN_IF_ERROR(exchange.AllreduceAgain(member.current_input.data() + rest,
+                                                    member.current_result.data() + rest,
+                                                    total - rest));
+  }
+  size_t again = total - rest;
+  for (size_t c : nowhere) again += chunk(c).second;
+  member.reduced_again = again;
+  return absl::OkStatus();
+}
+
 // Header-only, so that the MPI interposer, which links libnetfold.so and
 // sees only its C API, runs the same code.
 inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMember& member) {
-  std::vector<uint64_t> all;
-  NETFOLD_RETURN_IF_ERROR(exchange.AllgatherCount(member.completed, &all));
-  if (all.size() != static_cast<size_t>(member.size)) {
+  if (member.current_written &&
+      (!member.current || member.current->collective != proto::CollectiveType::kAllreduce ||
+       (member.current_written->chunk_bytes == 0 && member.current_written->End() > 0) ||
+       member.current_input.size() != member.current_result.size())) {
+    member.current_written.reset();  // not usable: as if the caller had not said
+  }
+  const ResyncCounts counts = ResyncCounts::Of(member);
+  const uint64_t mine[ResyncCounts::kValues] = {counts.completed, counts.first_missing, counts.end,
+                                                counts.chunk_bytes, counts.total_bytes};
+  std::vector<uint64_t> values;
+  NETFOLD_RETURN_IF_ERROR(exchange.AllgatherCounts(mine, &values));
+  if (values.size() != static_cast<size_t>(member.size) * ResyncCounts::kValues) {
     return absl::InternalError("resync: the exchange returned a count per member of another group");
+  }
+  std::vector<uint64_t> all(static_cast<size_t>(member.size));
+  bool all_know = true, written_somewhere = false, same_shape = true;
+  uint64_t first_missing = UINT64_MAX, end = 0, chunk_bytes = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    const ResyncCounts c = ResyncCounts::At(values, i);
+    all[i] = c.completed;
+    if (c.first_missing == ResyncCounts::kUnknown) {
+      all_know = false;
+      written_somewhere = written_somewhere || c.end > 0;  // unsure
+      continue;
+    }
+    first_missing = std::min(first_missing, c.first_missing);
+    end = std::max(end, c.end);
+    const ResyncCounts first = ResyncCounts::At(values, 0);  // known when all are
+    same_shape = same_shape && c.total_bytes == first.total_bytes;
+    if (c.end == 0) continue;  // nothing written: its chunk size need not be known
+    same_shape = same_shape && (chunk_bytes == 0 || c.chunk_bytes == chunk_bytes);
+    written_somewhere = true;
+    chunk_bytes = c.chunk_bytes;
   }
   const auto hi_it = std::max_element(all.begin(), all.end());  // the first member ahead
   const uint64_t lo = *std::min_element(all.begin(), all.end()), hi = *hi_it;
-  if (hi == lo) return ResyncOutcome::kInStep;
-  if (hi > lo + 1) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the members completed between %d and %d operations: only one operation apart can be "
-        "recovered (wait for each operation before starting the next to fail over safely)",
-        lo, hi));
+  if (hi == lo) {
+    if (all_know) {
+      if (!same_shape) {
+        return absl::FailedPreconditionError(
+            "resync: the members are in allreduces of different sizes or chunks");
+      }
+      NETFOLD_RETURN_IF_ERROR(RecoverChunks(exchange, member, chunk_bytes, first_missing, end));
+      ++member.completed;
+      return ResyncOutcome::kCurrentCompleted;
+    }
+    if (written_somewhere) {
+      return absl::FailedPreconditionError(
+          "resync: the fabric wrote part of an allreduce's result at some members, and others "
+          "cannot say what it wrote of theirs: it cannot be run again");
+    }
+    return ResyncOutcome::kInStep;
   }
   // Operation lo completed on the members ahead only; the first of them
   // describes it.
@@ -180,7 +363,18 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
       NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind));
     }
   }
-  if (!behind) return ResyncOutcome::kInStep;
+  if (!behind) {
+    // Ahead, and already in the next operation: the caller runs it again
+    // from its input, which must still be whole.
+    if (member.current_written ? member.current_written->End() > 0
+                               : member.current_input_unsure) {
+      return absl::FailedPreconditionError(
+          "resync: this member's next allreduce was partly written by the fabric while other "
+          "members had not completed the one before: it cannot be run again (wait for each "
+          "operation before starting the next to fail over safely)");
+    }
+    return ResyncOutcome::kInStep;
+  }
   member.completed = hi;
   return ResyncOutcome::kCurrentCompleted;
 }

@@ -3,6 +3,7 @@
 // the end the members ahead kept, and what does not fit is refused.
 #include "host/resync.h"
 
+#include <cstring>
 #include <numeric>
 #include <span>
 #include <thread>
@@ -23,10 +24,11 @@ class ThreadExchange : public ResyncExchange {
  public:
   ThreadExchange(algorithms::ThreadOob& oob, int member, int size)
       : oob_(oob), member_(static_cast<uint32_t>(member)), size_(static_cast<size_t>(size)) {}
-  absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) override {
-    all->assign(size_, 0);
-    return oob_.Allgather(member_, {reinterpret_cast<const uint8_t*>(&mine), sizeof(mine)},
-                          {reinterpret_cast<uint8_t*>(all->data()), size_ * sizeof(uint64_t)});
+  absl::Status AllgatherCounts(std::span<const uint64_t> mine,
+                               std::vector<uint64_t>* all) override {
+    all->assign(size_ * mine.size(), 0);
+    return oob_.Allgather(member_, {reinterpret_cast<const uint8_t*>(mine.data()), mine.size_bytes()},
+                          {reinterpret_cast<uint8_t*>(all->data()), all->size() * sizeof(uint64_t)});
   }
   absl::Status Share(int from, std::span<uint8_t> bytes) override {
     std::vector<uint8_t> all(size_ * bytes.size());
@@ -36,7 +38,35 @@ class ThreadExchange : public ResyncExchange {
     std::copy(theirs.begin(), theirs.end(), bytes.begin());
     return absl::OkStatus();
   }
+  absl::Status OrAll(std::span<uint8_t> bytes) override {
+    std::vector<uint8_t> all(size_ * bytes.size());
+    NETFOLD_RETURN_IF_ERROR(oob_.Allgather(member_, bytes, all));
+    for (size_t m = 0; m < size_; ++m) {
+      for (size_t i = 0; i < bytes.size(); ++i) bytes[i] |= all[m * bytes.size() + i];
+    }
+    ++or_calls;
+    return absl::OkStatus();
+  }
+  // An int32 sum, in member order.
+  absl::Status AllreduceAgain(const uint8_t* in, uint8_t* out, size_t bytes) override {
+    std::vector<uint8_t> all(size_ * bytes);
+    NETFOLD_RETURN_IF_ERROR(oob_.Allgather(member_, {in, bytes}, all));
+    std::vector<int32_t> sum(bytes / 4, 0);
+    for (size_t m = 0; m < size_; ++m) {
+      for (size_t i = 0; i < sum.size(); ++i) {
+        int32_t v;
+        std::memcpy(&v, all.data() + m * bytes + 4 * i, 4);
+        sum[i] += v;
+      }
+    }
+    std::memcpy(out, sum.data(), bytes);
+    reduced_bytes += bytes;
+    return absl::OkStatus();
+  }
   absl::Status ReduceAgain(bool) override { return absl::UnimplementedError("not here"); }
+
+  int or_calls = 0;
+  size_t reduced_bytes = 0;  // what AllreduceAgain reduced
 
  private:
   algorithms::ThreadOob& oob_;
@@ -45,14 +75,18 @@ class ThreadExchange : public ResyncExchange {
 };
 
 // Runs Resync at every member at once; their outcomes, in member order.
-std::vector<absl::StatusOr<ResyncOutcome>> RunAll(std::vector<ResyncMember>& members) {
+// `reduced`, if given: the bytes each member's exchange reduced again.
+std::vector<absl::StatusOr<ResyncOutcome>> RunAll(std::vector<ResyncMember>& members,
+                                                  std::vector<size_t>* reduced = nullptr) {
   algorithms::ThreadOob oob(static_cast<uint32_t>(members.size()));
   std::vector<absl::StatusOr<ResyncOutcome>> out(members.size(), absl::UnknownError("not run"));
+  if (reduced != nullptr) reduced->assign(members.size(), 0);
   std::vector<std::thread> threads;
   for (size_t i = 0; i < members.size(); ++i) {
     threads.emplace_back([&, i] {
       ThreadExchange exchange(oob, static_cast<int>(i), static_cast<int>(members.size()));
       out[i] = Resync(exchange, members[i]);
+      if (reduced != nullptr) (*reduced)[i] = exchange.reduced_bytes;
     });
   }
   for (auto& t : threads) t.join();
@@ -123,6 +157,124 @@ TEST(Resync, AResultOfAnotherSizeIsRefusedNotWrittenInPart) {
       << out[0].status();
   EXPECT_TRUE(out[1].ok()) << "the member ahead took part in every exchange: " << out[1].status();
   EXPECT_EQ(behind_buffer, std::vector<uint8_t>(900, 0));
+}
+
+// An allreduce no member completed, in place, 4 members, int32 elements
+// in chunks of 4 (16 bytes), 38 elements (the last chunk 2). What the
+// fabric wrote is its result, marked here as the sum + 1000 so that a
+// chunk handed on can be told from one reduced again.
+struct ChunkedAllreduce {
+  static constexpr size_t kCount = 38, kChunk = 16;
+  static int32_t Input(size_t member, size_t i) {
+    return static_cast<int32_t>(member * 100 + i);
+  }
+  static int32_t Sum(size_t i) {
+    int32_t s = 0;
+    for (size_t m = 0; m < 4; ++m) s += Input(m, i);
+    return s;
+  }
+  static int32_t Fabric(size_t i) { return Sum(i) + 1000; }
+
+  // Member m's buffer holds the fabric's result for the chunks in
+  // written[m] (first_missing, window) and its input elsewhere.
+  explicit ChunkedAllreduce(const std::vector<WrittenChunks>& written) {
+    buffers.assign(4, std::vector<int32_t>(kCount));
+    members.resize(4);
+    for (size_t m = 0; m < 4; ++m) {
+      for (size_t i = 0; i < kCount; ++i) {
+        buffers[m][i] = written[m].Has(i * 4 / kChunk) ? Fabric(i) : Input(m, i);
+      }
+      ResyncMember& me = members[m];
+      me.rank = static_cast<int>(m);
+      me.size = 4;
+      me.completed = 9;
+      me.current = ResyncOp{CollectiveType::kAllreduce, 0};
+      me.current_result = {reinterpret_cast<uint8_t*>(buffers[m].data()), kCount * 4};
+      me.current_input = me.current_result;
+      me.current_written = written[m];
+    }
+  }
+  std::vector<std::vector<int32_t>> buffers;
+  std::vector<ResyncMember> members;
+};
+
+WrittenChunks Written(size_t first_missing, std::vector<bool> window,
+                      size_t chunk_bytes = ChunkedAllreduce::kChunk) {
+  return {.chunk_bytes = chunk_bytes, .first_missing = first_missing, .window = std::move(window)};
+}
+
+// Chunks 0-2 reached everyone; 3 reached members 0 and 3, 4 member 1, 6
+// member 0; 5, 7, 8 and 9 no one. Every member ends with the fabric's
+// result where it reached anyone and the sum of the inputs elsewhere, and
+// only the chunks no member had were reduced again.
+TEST(Resync, AnAllreduceNoMemberCompletedIsCompletedChunkByChunk) {
+  ChunkedAllreduce a({Written(4, {false, false, true}), Written(3, {false, true}), Written(3, {}),
+                      Written(4, {})});
+  std::vector<size_t> reduced;
+  const auto out = RunAll(a.members, &reduced);
+  for (size_t m = 0; m < 4; ++m) {
+    ASSERT_TRUE(out[m].ok()) << out[m].status();
+    EXPECT_EQ(*out[m], ResyncOutcome::kCurrentCompleted);
+    EXPECT_EQ(a.members[m].completed, 10u);
+    for (size_t i = 0; i < ChunkedAllreduce::kCount; ++i) {
+      const size_t chunk = i / 4;
+      const bool somewhere = chunk <= 4 || chunk == 6;
+      EXPECT_EQ(a.buffers[m][i], somewhere ? ChunkedAllreduce::Fabric(i) : ChunkedAllreduce::Sum(i))
+          << "member " << m << " element " << i;
+    }
+    // Chunk 5 (16 bytes) and 7-9 (16 + 16 + 8): 56 bytes, not all 152.
+    EXPECT_EQ(reduced[m], 56u);
+    EXPECT_EQ(a.members[m].reduced_again, std::optional<size_t>(56));
+  }
+}
+
+// Nothing written anywhere (the fabric failed before any result): the
+// whole vector is reduced again; a member not in place reads its input
+// from its own buffer.
+TEST(Resync, AnAllreduceWithNothingWrittenIsReducedAgainWhole) {
+  ChunkedAllreduce a({Written(0, {}, 0), Written(0, {}), Written(0, {}), Written(0, {}, 0)});
+  std::vector<int32_t> input(ChunkedAllreduce::kCount);
+  for (size_t i = 0; i < input.size(); ++i) input[i] = ChunkedAllreduce::Input(2, i);
+  std::fill(a.buffers[2].begin(), a.buffers[2].end(), -1);
+  a.members[2].current_input = {reinterpret_cast<const uint8_t*>(input.data()), input.size() * 4};
+  const auto out = RunAll(a.members);
+  for (size_t m = 0; m < 4; ++m) {
+    ASSERT_TRUE(out[m].ok()) << out[m].status();
+    for (size_t i = 0; i < ChunkedAllreduce::kCount; ++i) {
+      EXPECT_EQ(a.buffers[m][i], ChunkedAllreduce::Sum(i)) << "member " << m << " element " << i;
+    }
+  }
+}
+
+// A member that cannot say what the fabric wrote of its buffer, while it
+// wrote at others: no member runs it again from inputs some overwrote.
+TEST(Resync, AnAllreducePartlyWrittenWhereAMemberCannotSayIsRefusedEverywhere) {
+  ChunkedAllreduce a({Written(2, {}), Written(2, {}), Written(2, {}), Written(2, {})});
+  a.members[1].current_written.reset();
+  const std::vector<std::vector<int32_t>> before = a.buffers;
+  const auto out = RunAll(a.members);
+  for (size_t m = 0; m < 4; ++m) {
+    ASSERT_FALSE(out[m].ok()) << "member " << m;
+    EXPECT_TRUE(absl::IsFailedPrecondition(out[m].status())) << out[m].status();
+  }
+  EXPECT_EQ(a.buffers, before);
+}
+
+// Nothing written anywhere that the members know of, but one member is in
+// place and cannot say what the fabric wrote of its buffer: refused.
+TEST(Resync, AnInPlaceMemberUnsureOfItsBufferIsNotRunAgainFromIt) {
+  ChunkedAllreduce a({Written(0, {}), Written(0, {}), Written(0, {}), Written(0, {})});
+  for (ResyncMember& m : a.members) m.current_written.reset();
+  a.members[3].current_input_unsure = true;
+  const auto out = RunAll(a.members);
+  for (size_t m = 0; m < 4; ++m) {
+    EXPECT_TRUE(absl::IsFailedPrecondition(out[m].status())) << "member " << m;
+  }
+  a.members[3].current_input_unsure = false;
+  for (const auto& o : RunAll(a.members)) {
+    ASSERT_TRUE(o.ok()) << o.status();
+    EXPECT_EQ(*o, ResyncOutcome::kInStep) << "no member wrote: the callers run it again";
+  }
 }
 
 }  // namespace

@@ -106,6 +106,11 @@ struct Pending {
   std::vector<uint8_t> saved_input;  // in-place input, saved before the fabric wrote over it
   // Allgather: each rank's bytes; reduce-scatter: each rank's elements.
   std::vector<int> counts;
+  // An allreduce that failed: which chunks of its result the fabric wrote
+  // (NoteWritten); the failover runs again only the others, so no input is
+  // saved for it.
+  bool knows_written = false;
+  netfold_written_t written{};
 };
 
 struct NbOp;  // a nonblocking operation on the fabric (mpi_nonblocking.h)
@@ -141,6 +146,10 @@ struct Global {
   // Collectives that went through the node hierarchy (mpi_hierarchy.h), at
   // every rank; the leaders' share of them is also counted in `offloaded`.
   std::atomic<uint64_t> hierarchical[kNumKinds] = {};
+  // Allreduces the failover completed chunk by chunk (host/resync.h): the
+  // bytes whose result the fabric had delivered somewhere, and the bytes
+  // reduced again on MPI.
+  std::atomic<uint64_t> recovered_bytes{0}, reduced_again_bytes{0};
   std::mutex mu;  // guards the three below (several threads under MPI_THREAD_MULTIPLE)
   std::unordered_map<uintptr_t, std::unique_ptr<CommState>> comms;
   uint64_t next_seq = 0;
@@ -189,8 +198,12 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
 CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
                      bool has_op);
 // An in-place input (Bytes(p.type, p.count) of p.recvbuf), kept before the
-// fabric writes the result over it: the failover re-runs from it.
+// fabric writes the result over it: the failover re-runs from it. (Not for
+// an allreduce: NoteWritten.)
 void SaveInPlaceInput(Pending& p);
+// After an allreduce failed (rc, not SUCCESS): what the fabric wrote of its
+// result, from `request` (null: the operation never started, so nothing).
+void NoteWritten(Pending& p, netfold_request_t request);
 
 // Tell's bits for "offloaded to the fabric" and "through the node
 // hierarchy" (the other bits are Reasons).

@@ -405,6 +405,11 @@ void SaveInPlaceInput(Pending& p) {
   p.saved_input.assign(r, r + Bytes(p.type, p.count));
 }
 
+void NoteWritten(Pending& p, netfold_request_t request) {
+  p.written = netfold_written_t{};
+  p.knows_written = request == nullptr || netfold_request_written(request, &p.written) == 0;
+}
+
 }  // namespace netfold::mpi
 
 namespace {
@@ -476,11 +481,13 @@ int MPI_Finalize(void) {
     if (g.config.stats) {
       constexpr int kKinds = static_cast<int>(kNumKinds);
       constexpr int kReasons = static_cast<int>(kNumReasons);
-      constexpr int kAll = 2 * kKinds + kReasons;
+      constexpr int kAll = 2 * kKinds + kReasons + 2;
       uint64_t local[kAll], total[kAll];
       for (int k = 0; k < kKinds; ++k) local[k] = g.offloaded[k].load();
       for (int r = 0; r < kReasons; ++r) local[kKinds + r] = g.fallbacks[r].load();
       for (int k = 0; k < kKinds; ++k) local[kKinds + kReasons + k] = g.hierarchical[k].load();
+      local[kAll - 2] = g.recovered_bytes.load();
+      local[kAll - 1] = g.reduced_again_bytes.load();
       PMPI_Reduce(local, total, kAll, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
       if (g.world_rank == 0) {
         std::fprintf(stderr, "netfold-mpi: collectives summed over all ranks:\n");
@@ -500,6 +507,13 @@ int MPI_Finalize(void) {
             std::fprintf(stderr, "  fallback: %-35s %llu\n", kReasonNames[r],
                          static_cast<unsigned long long>(total[kKinds + r]));
           }
+        }
+        if (total[kAll - 2] + total[kAll - 1] > 0) {
+          std::fprintf(stderr,
+                       "  failover: allreduce bytes the fabric had delivered %llu, reduced "
+                       "again on MPI %llu\n",
+                       static_cast<unsigned long long>(total[kAll - 2]),
+                       static_cast<unsigned long long>(total[kAll - 1]));
         }
       }
     }
@@ -538,11 +552,20 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
   CommState* s = UsableNow(comm, kAllreduce, type, op, count, true);
   if (s == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
   Pending p{kAllreduce, sendbuf, recvbuf, count, type, op, 0, {}};
-  SaveInPlaceInput(p);
-  const int rc = netfold_allreduce(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
-                                   recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
-                                   *NetfoldOp(op));
-  if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
+  // Started and waited for as a request, which says after a failure what
+  // the fabric wrote: the failover needs no copy of an in-place input.
+  netfold_request_t request = nullptr;
+  int rc = netfold_allreduce_nb(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
+                                recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
+                                *NetfoldOp(op), &request);
+  if (rc == NETFOLD_SUCCESS) rc = netfold_request_wait(request);
+  if (rc != NETFOLD_SUCCESS) {
+    const std::string why = netfold_last_error();
+    NoteWritten(p, request);
+    if (request != nullptr) netfold_request_free(request);
+    return Recover(comm, s, p, rc, why);
+  }
+  netfold_request_free(request);
   Completed(s, p);
   return MPI_SUCCESS;
 }
@@ -633,7 +656,6 @@ int MPI_Iallreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype t
   CommState* s = Usable(comm, kAllreduce, type, op, count, true, /*nonblocking=*/true);
   if (s == nullptr) return PMPI_Iallreduce(sendbuf, recvbuf, count, type, op, comm, request);
   Pending p{kAllreduce, sendbuf, recvbuf, count, type, op, 0, {}};
-  SaveInPlaceInput(p);
   return StartNonblocking(comm, s, std::move(p), [&](netfold_request_t* r) {
     return netfold_allreduce_nb(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
                                 recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),

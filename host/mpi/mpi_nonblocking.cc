@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct NbOp {
   Pending p;
   netfold_request_t nr = nullptr;  // null once complete, or if it never started
   int start_rc = NETFOLD_SUCCESS;  // why it never started
+  std::string start_error;         // and libnetfold's message
   MPI_Request req = MPI_REQUEST_NULL;
   std::atomic<bool> done{false};
   int error = MPI_SUCCESS;  // the outcome the request reports
@@ -65,18 +67,23 @@ NbOp* Ours(MPI_Request request) {
 // libnetfold is done with it (`wait`: waits until it is). False: running.
 bool CompleteOldest(NbOp* op, bool wait) {
   int rc = op->start_rc;
+  std::string why = op->start_rc == NETFOLD_SUCCESS ? "" : op->start_error;
   if (op->nr != nullptr) {
     rc = wait ? netfold_request_wait(op->nr) : netfold_request_test(op->nr);
     if (rc == NETFOLD_ERR_IN_PROGRESS) return false;
+    if (rc != NETFOLD_SUCCESS) why = netfold_last_error();
+    if (rc != NETFOLD_SUCCESS && op->p.kind == kAllreduce) NoteWritten(op->p, op->nr);
     netfold_request_free(op->nr);
     op->nr = nullptr;
+  } else if (rc != NETFOLD_SUCCESS && op->p.kind == kAllreduce) {
+    NoteWritten(op->p, nullptr);  // it never started: nothing written
   }
   op->s->outstanding.pop_front();
   op->done = true;
   if (rc == NETFOLD_SUCCESS) {
     Completed(op->s, op->p);
   } else {
-    op->error = Recover(op->comm, op->s, op->p, rc);
+    op->error = Recover(op->comm, op->s, op->p, rc, why);
   }
   PMPI_Grequest_complete(op->req);
   return true;
@@ -138,6 +145,7 @@ int StartNonblocking(MPI_Comm comm, CommState* s, Pending p,
   op->s = s;
   op->p = std::move(p);
   const int rc = start(&op->nr);
+  if (rc != NETFOLD_SUCCESS) op->start_error = netfold_last_error();
   int err = PMPI_Grequest_start(QueryRequest, FreeRequest, CancelRequest, op.get(), request);
   if (err != MPI_SUCCESS) {
     if (rc == NETFOLD_SUCCESS) netfold_request_free(op->nr);  // waits for it

@@ -27,9 +27,8 @@ namespace {
 int RunOnPmpi(MPI_Comm comm, Pending& p) {
   switch (p.kind) {
     case kAllreduce:
-      if (p.sendbuf == MPI_IN_PLACE) {
-        std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
-      }
+      // No member knows of a chunk the fabric wrote (host/resync.h): the
+      // buffers are as the callers passed them.
       return PMPI_Allreduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, comm);
     case kReduce:
       if (p.sendbuf == MPI_IN_PLACE) {
@@ -70,10 +69,41 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
  public:
   MpiResyncExchange(CommState* s, Pending* current) : s_(s), current_(current) {}
 
-  absl::Status AllgatherCount(uint64_t mine, std::vector<uint64_t>* all) override {
-    all->assign(static_cast<size_t>(s_->size), 0);
-    return FromMpi(PMPI_Allgather(&mine, 1, MPI_UINT64_T, all->data(), 1, MPI_UINT64_T, s_->oob),
+  absl::Status AllgatherCounts(std::span<const uint64_t> mine,
+                               std::vector<uint64_t>* all) override {
+    const int n = static_cast<int>(mine.size());
+    all->assign(static_cast<size_t>(s_->size) * mine.size(), 0);
+    return FromMpi(PMPI_Allgather(mine.data(), n, MPI_UINT64_T, all->data(), n, MPI_UINT64_T,
+                                  s_->oob),
                    "MPI_Allgather");
+  }
+
+  absl::Status OrAll(std::span<uint8_t> bytes) override {
+    for (size_t done = 0; done < bytes.size();) {
+      const int n = static_cast<int>(std::min<size_t>(bytes.size() - done, INT32_MAX));
+      NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Allreduce(MPI_IN_PLACE, bytes.data() + done, n,
+                                                     MPI_BYTE, MPI_BOR, s_->oob),
+                                      "MPI_Allreduce"));
+      done += static_cast<size_t>(n);
+    }
+    return absl::OkStatus();
+  }
+
+  // On MPI itself, with the operation's type and op, in pieces MPI's int
+  // count can hold.
+  absl::Status AllreduceAgain(const uint8_t* in, uint8_t* out, size_t bytes) override {
+    const size_t elem = Bytes(current_->type, 1);
+    const size_t most = (size_t{INT32_MAX} / elem) * elem;
+    for (size_t done = 0; done < bytes;) {
+      const size_t part = std::min(bytes - done, most);
+      const void* from = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + done);
+      NETFOLD_RETURN_IF_ERROR(FromMpi(
+          PMPI_Allreduce(from, out + done, static_cast<int>(part / elem), current_->type,
+                         current_->op, s_->oob),
+          "MPI_Allreduce"));
+      done += part;
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Share(int from, std::span<uint8_t> bytes) override {
@@ -208,6 +238,25 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
       me.current_result = {static_cast<uint8_t*>(current->recvbuf),
                            Bytes(current->type, current->count)};
     }
+    // An in-place allreduce whose chunks libnetfold could not say may have
+    // been written over: it must not be run again from its buffer.
+    me.current_input_unsure = current->kind == kAllreduce && !current->knows_written &&
+                              current->sendbuf == MPI_IN_PLACE;
+    if (current->kind == kAllreduce && current->knows_written) {
+      const netfold_written_t& w = current->written;
+      netfold::host::WrittenChunks chunks{.chunk_bytes = w.chunk_bytes,
+                                          .first_missing = w.first_missing};
+      chunks.window.resize(NETFOLD_WRITTEN_WINDOW);
+      for (size_t i = 0; i < chunks.window.size(); ++i) {
+        chunks.window[i] = (w.window[i / 64] >> (i % 64) & 1) != 0;
+      }
+      me.current_written = std::move(chunks);
+      me.current_input = current->sendbuf == MPI_IN_PLACE
+                             ? std::span<const uint8_t>(me.current_result)
+                             : std::span<const uint8_t>(
+                                   static_cast<const uint8_t*>(current->sendbuf),
+                                   me.current_result.size());
+    }
   }
   me.last = AsResyncOp(s->last.kind, s->last.root);
   me.last_result_bytes = s->last.result_bytes;
@@ -223,6 +272,10 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
     return MPI_ERR_OTHER;
   }
   if (*outcome == netfold::host::ResyncOutcome::kCurrentCompleted) {
+    if (me.reduced_again) {
+      G().reduced_again_bytes += *me.reduced_again;
+      G().recovered_bytes += me.current_result.size() - *me.reduced_again;
+    }
     s->completed = me.completed;
     return MPI_SUCCESS;  // `current` was the operation some ranks missed, now complete
   }
@@ -233,11 +286,11 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
   return rc;
 }
 
-int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc) {
+int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc, const std::string& why) {
   Global& g = G();
   if (g.config.enable == Enable::kOn) {
     std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric: %s: %s\n", g.world_rank,
-                 kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
+                 kKindNames[p.kind], netfold_strerror(netfold_rc), why.c_str());
     // As MPI itself reports an error: through the communicator's error
     // handler (MPI_ERRORS_ARE_FATAL by default aborts the job), then the
     // code for handlers that return. A bare return code would let a
@@ -249,11 +302,11 @@ int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc) {
   ++g.fallbacks[kFabricError];
   s->pmpi_reason = kFabricError;
   s->pmpi_detail = absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
-                                   netfold_strerror(netfold_rc), netfold_last_error());
+                                   netfold_strerror(netfold_rc), why);
   Tell(comm, kFabricError, p.kind, [&] { return s->pmpi_detail; });
   if (std::getenv("NETFOLD_LOG_LEVEL") != nullptr) {
     std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric (%s: %s); re-running on MPI\n",
-                 g.world_rank, kKindNames[p.kind], netfold_strerror(netfold_rc), netfold_last_error());
+                 g.world_rank, kKindNames[p.kind], netfold_strerror(netfold_rc), why.c_str());
   }
   s->mode = CommState::Mode::kPmpi;
   return Resync(comm, s, &p);

@@ -18,6 +18,8 @@
 
 #include <mpi.h>
 
+#include <string>
+
 #include "host/mpi/interposer_state.h"
 
 namespace netfold::mpi {
@@ -34,7 +36,9 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current);
 // MPI_ERR_OTHER returned. Otherwise the failure is counted and told, the
 // communicator goes to PMPI for good, and Resync(comm, s, &p) completes `p`;
 // returns what Resync returns.
-int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc);
+// `why`: libnetfold's message for the failure (default: netfold_last_error()).
+int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc,
+            const std::string& why = netfold_last_error());
 
 }  // namespace netfold::mpi
 

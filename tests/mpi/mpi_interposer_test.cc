@@ -323,6 +323,26 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
 }
 
+// The switches killed while 4 MiB in-place allreduces run back to back:
+// the one the fabric fails in the middle is completed from the chunks the
+// fabric had written and the inputs it had not (no copy of the input is
+// kept), and every result is right.
+TEST(MpiInterposerOutage, AnInPlaceAllreduceCutShortIsCompletedFromWhatTheFabricWrote) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  tools::LocalFabricOptions o;
+  o.hosts = 4;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  MpiResult r = MpiRun(4, {"outage_inplace", "1048576", "30"}, **fabric,
+                       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}},
+                       absl::Minutes(5), "phase 1 done",
+                       [&] { EXPECT_TRUE((*fabric)->KillSwitches(SIGKILL).ok()); });
+  ExpectPassed(r, "outage_inplace");
+  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failover: allreduce bytes"), std::string::npos) << r.output;
+}
+
 // NETFOLD_MPI_ENABLE=1 and a fabric that dies: the failed collective goes
 // through the communicator's error handler, as an error inside MPI would.
 // The default handler aborts the job (a program that does not check return

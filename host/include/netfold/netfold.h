@@ -275,6 +275,27 @@ int netfold_request_wait(netfold_request_t request);
 /* Frees a request. A request still in progress is waited for first. */
 int netfold_request_free(netfold_request_t request);
 
+/* For a failover that runs again only what the fabric did not deliver (the
+ * MPI interposer's; docs/host.md, "Failover"): which chunks of a failed
+ * allreduce's result the fabric had written into recvbuf. Chunk i is bytes
+ * [i * chunk_bytes, (i + 1) * chunk_bytes) of recvbuf (the last one
+ * shorter), written whole or not at all; every chunk before first_missing
+ * was written, and chunk first_missing + i if bit i % 64 of window[i / 64]
+ * is set. The other chunks' bytes are as the caller left them. */
+#define NETFOLD_WRITTEN_WINDOW 1024
+typedef struct {
+  size_t chunk_bytes;
+  size_t first_missing;
+  uint64_t window[NETFOLD_WRITTEN_WINDOW / 64];
+} netfold_written_t;
+/* Fills `written` for a completed request of an allreduce that ran on the
+ * fabric (every chunk, if it succeeded). INVALID_ARGUMENT for a request not
+ * completed, of another kind, or whose chunks are not known (it ran on the
+ * hosts, or never settled on the fabric); NOT_SUPPORTED if a chunk beyond
+ * first_missing + NETFOLD_WRITTEN_WINDOW was written (never within the
+ * manager's limit of K <= 256 slots: chunks are written at most K apart). */
+int netfold_request_written(netfold_request_t request, netfold_written_t* written);
+
 /* Reduces on this process with the fabric's own arithmetic (deterministic,
  * bitwise the same on every machine): out = ((in[0] op in[1]) op in[2])
  * ... op in[n-1], element by element, left to right. `out` may be in[0]
