@@ -1,5 +1,6 @@
 #include "host/group.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <utility>
@@ -96,10 +97,18 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   if (mode_ == Mode::kHost) {
     NETFOLD_RETURN_IF_ERROR(StartOnHost(p));
   } else {
+    // An in-place input the hosts may have to reduce again is copied first.
+    // Not an allreduce that is the only operation in flight: a failover
+    // completes that one chunk by chunk (host/resync.h) from the chunks the
+    // fabric wrote and the inputs it did not touch. One started behind
+    // another may have to be run again whole (Failover).
+    const bool unsettled =
+        std::any_of(ops_.begin(), ops_.end(), [](const auto& e) { return !e.second.outcome; });
+    const bool keep =
+        args.collective == proto::CollectiveType::kReduce ||
+        (args.collective == proto::CollectiveType::kAllreduce && unsettled);
     NETFOLD_ASSIGN_OR_RETURN(p.inner, engine_->Start(args));
-    const bool reduces = args.collective == proto::CollectiveType::kAllreduce ||
-                         args.collective == proto::CollectiveType::kReduce;
-    if (host_ != nullptr && reduces && InPlace(args) && args.count > 0 && !p.released) {
+    if (host_ != nullptr && keep && InPlace(args) && args.count > 0 && !p.released) {
       const auto* in = static_cast<const uint8_t*>(args.recv);
       p.saved_input.assign(in, in + args.count * proto::DataTypeSize(args.dtype));
     }
@@ -234,12 +243,19 @@ void Group::Failover(const absl::Status& why) {
   engine_->Fail(WithErrorCode(absl::AbortedError("the group failed over to the hosts"),
                               NETFOLD_ERR_ABORTED));
   for (auto& [id, p] : ops_) {
-    if (!p.outcome && !p.on_host) (void)engine_->Finish(p.inner);
+    if (p.outcome || p.on_host) continue;
+    if (!p.written) p.written = engine_->Written(p.inner);
+    (void)engine_->Finish(p.inner);
   }
   // The members still on the fabric follow at once (Progress), whatever
   // the host algorithm's first messages reach: the resync needs them all.
   host_->AnnounceFailover();
-  absl::Status s = Resync();
+  // A second round when some members were behind: every member then
+  // stands at its next operation, which the fabric may have written in
+  // part at some of them.
+  absl::StatusOr<bool> again = Resync();
+  if (again.ok() && *again) again = Resync();
+  absl::Status s = again.status();
   for (auto& [id, p] : ops_) {
     if (p.outcome || p.on_host) continue;
     if (s.ok()) s = StartOnHost(p);
@@ -334,7 +350,7 @@ class Group::HostResyncExchange : public ResyncExchange {
   Pending* behind_;  // the first unsettled operation, if any
 };
 
-absl::Status Group::Resync() {
+absl::StatusOr<bool> Group::Resync() {
   Pending* first = nullptr;
   for (auto& [id, p] : ops_) {
     if (!p.outcome) {
@@ -350,7 +366,14 @@ absl::Status Group::Resync() {
         a.collective == proto::CollectiveType::kBcast) {
       me.current_result = {static_cast<uint8_t*>(a.recv), a.count * proto::DataTypeSize(a.dtype)};
     }
+    if (a.collective == proto::CollectiveType::kAllreduce && !first->on_host) {
+      me.current_written = first->written;
+      me.current_input = {static_cast<const uint8_t*>(InPlace(a) ? a.recv : a.send),
+                          me.current_result.size()};
+      me.current_input_unsure = InPlace(a) && first->saved_input.empty() && !first->written;
+    }
   }
+  me.second_round = true;
   me.last = ResyncOp{last_.collective, last_.blocks.empty() ? last_.group_root : kEveryMember};
   me.last_result_bytes = last_.result_bytes;
   me.last_result = last_.result;
@@ -360,7 +383,7 @@ absl::Status Group::Resync() {
     first->outcome = absl::OkStatus();
     completed_ = me.completed;
   }
-  return absl::OkStatus();
+  return me.another_round;
 }
 
 bool Group::Test(OpId id) {

@@ -174,7 +174,10 @@ class Group {
   void Settle();
   void Record(const Pending& p);
   void Failover(const absl::Status& why);
-  absl::Status Resync();
+  // One round of the failover's resync (host/resync.h) for the first
+  // unsettled operation; true if the members were not in step, so that
+  // another round is due.
+  absl::StatusOr<bool> Resync();
   // Fails over a group on the fabric whose engine failed (Progress, Start).
   void FailOverIfTheFabricFailed();
   absl::Status StartOnHost(Pending& p);

@@ -37,7 +37,9 @@
 //    Reduce: if the root is behind, the members reduce again at the root
 //    from their inputs (the ahead members kept theirs); reduce-scatter
 //    (every member a root) always reduces again. Barrier: nothing.
-// 5. The members behind count operation lo as completed.
+// 5. The members behind count operation lo as completed. Every member now
+//    stands at its next operation; a caller that can (ResyncMember::
+//    second_round) runs the protocol again, as members in step.
 //
 // Thread-safety: none; one thread per member runs it. Header-only (see
 // Resync below).
@@ -132,6 +134,15 @@ struct ResyncMember {
   // `current`'s result over its input (in place), so that it cannot be run
   // again from it.
   bool current_input_unsure = false;
+  // The caller runs Resync again at once, at every member, when it sets
+  // another_round (Group::Failover can; the MPI interposer, whose members
+  // return to the application, cannot).
+  bool second_round = false;
+  // Set by Resync when some members were behind: every member now stands
+  // at its next operation, which may have been written in part at some
+  // members (nonblocking callers start one before the last completes); a
+  // second round resolves it as members in step.
+  bool another_round = false;
   // Set when `current` was completed chunk by chunk: the bytes reduced
   // again (the rest came from the fabric's results).
   std::optional<size_t> reduced_again;
@@ -363,11 +374,12 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
       NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind));
     }
   }
+  member.another_round = true;
   if (!behind) {
-    // Ahead, and already in the next operation: the caller runs it again
-    // from its input, which must still be whole.
-    if (member.current_written ? member.current_written->End() > 0
-                               : member.current_input_unsure) {
+    // Ahead, and already in the next operation: without a second round the
+    // caller runs it again from its input, which must still be whole.
+    if (!member.second_round && (member.current_written ? member.current_written->End() > 0
+                                                        : member.current_input_unsure)) {
       return absl::FailedPreconditionError(
           "resync: this member's next allreduce was partly written by the fabric while other "
           "members had not completed the one before: it cannot be run again (wait for each "

@@ -277,5 +277,43 @@ TEST(Resync, AnInPlaceMemberUnsureOfItsBufferIsNotRunAgainFromIt) {
   }
 }
 
+// Members 1-3 completed operation 9 and stand in an allreduce the fabric
+// wrote in part; member 0 missed 9's end. The members ahead cannot run
+// their allreduce again from its input: refused, unless the caller runs a
+// second round (then every member is told so).
+TEST(Resync, AMemberAheadInAPartlyWrittenAllreduceNeedsASecondRound) {
+  for (const bool second_round : {false, true}) {
+    SCOPED_TRACE(second_round);
+    ChunkedAllreduce a({Written(1, {}), Written(1, {}), Written(1, {}), Written(1, {})});
+    std::vector<uint8_t> last(40, 5);
+    for (size_t m = 0; m < 4; ++m) {
+      ResyncMember& me = a.members[m];
+      me.second_round = second_round;
+      me.last = {CollectiveType::kAllreduce, 0};
+      me.last_result_bytes = last.size();
+      me.last_result = last;
+      me.completed = m == 0 ? 9 : 10;
+    }
+    std::vector<uint8_t> behind(40, 0);
+    a.members[0].current_written.reset();
+    a.members[0].current_result = behind;
+    a.members[0].current_input = behind;
+    const auto out = RunAll(a.members);
+    ASSERT_TRUE(out[0].ok()) << out[0].status();
+    EXPECT_EQ(*out[0], ResyncOutcome::kCurrentCompleted);
+    EXPECT_EQ(behind, last);
+    for (size_t m = 0; m < 4; ++m) {
+      EXPECT_TRUE(a.members[m].another_round) << "member " << m;
+      if (m == 0) continue;
+      if (second_round) {
+        ASSERT_TRUE(out[m].ok()) << out[m].status();
+        EXPECT_EQ(*out[m], ResyncOutcome::kInStep);
+      } else {
+        EXPECT_TRUE(absl::IsFailedPrecondition(out[m].status())) << "member " << m;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace netfold::host

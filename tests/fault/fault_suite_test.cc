@@ -198,6 +198,31 @@ TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
   }
 }
 
+// A switch killed while 4 MiB in-place allreduces run back to back: the
+// one cut short is completed from the chunks the fabric had written and
+// the inputs it had not (host/resync.h; no input is copied for a lone
+// in-place allreduce), and every element of every result is right.
+TEST(ProcessFaults, SwitchKilledDuringInPlaceAllreducesFailsOverWithExactResults) {
+  auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 4, 0, {"inplace", "40", "1048576"}, {{"NETFOLD_TIMEOUT_MS", "5000"}});
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // mid-stream
+  ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
+  auto results = ranks.Wait(absl::Minutes(4));
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    EXPECT_NE(results[r].output.find("inplace ok=40 errors=0 wrong=0"), std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
+        << "rank " << r << " never failed over (was the switch killed too late?):\n"
+        << results[r].output;
+  }
+}
+
 // "rank R: digest=XXXX" of every rank; they must agree.
 std::string Digest(const std::vector<RankResult>& results) {
   std::string digest;
