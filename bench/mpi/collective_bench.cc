@@ -42,12 +42,13 @@
 #include <string>
 #include <vector>
 
+#include "netfold/netfold.h"
+
 namespace {
 
-struct Stats {  // the prefix of netfold_stats_t that we read
-  uint64_t ops_completed, ops_failed, chunks_posted, repairs_sent, bytes_sent, bytes_received,
-      link_tx_bytes, link_rx_bytes, retransmissions, packets_dropped;
-};
+// The whole netfold_stats_t: the interposer writes all of it (a struct of
+// only the fields read here was overrun on the stack).
+using Stats = netfold_stats_t;
 using StatsFn = int (*)(Stats*);
 
 int64_t LinkBytes(StatsFn fn) {

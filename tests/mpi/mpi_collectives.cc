@@ -68,6 +68,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "netfold/netfold.h"
 #include "tests/mpi/mpi_checks.h"
 
 using namespace mpi_test;  // NOLINT: the scenarios' shared helpers (mpi_checks.h)
@@ -364,8 +365,8 @@ void Hierarchy(int per_host, bool quick) {
   }
   MPI_Comm_free(&cut_hosts);
   MPI_Comm_free(&whole_hosts);
-  struct Stats { uint64_t ops_completed, ops_failed, chunks_posted, repairs_sent, bytes_sent,
-                 bytes_received, link_tx_bytes, link_rx_bytes; };
+  // The whole netfold_stats_t: the interposer writes all of it.
+  using Stats = netfold_stats_t;
   using StatsFn = int (*)(Stats*);
   auto stats = reinterpret_cast<StatsFn>(dlsym(RTLD_DEFAULT, "netfold_mpi_stats"));
   if (stats == nullptr) {
