@@ -407,7 +407,8 @@ void SaveInPlaceInput(Pending& p) {
 
 void NoteWritten(Pending& p, netfold_request_t request) {
   p.written = netfold_written_t{};
-  p.knows_written = request == nullptr || netfold_request_written(request, &p.written) == 0;
+  p.knows_written =
+      request == nullptr || netfold_request_written(request, &p.written) == NETFOLD_SUCCESS;
 }
 
 }  // namespace netfold::mpi

@@ -90,6 +90,23 @@ void ExpectNoLeaks(const tools::LocalFabric& fabric) {
   }
 }
 
+// Until the fabric lists a group (the ranks are connected), at most 30 s.
+void WaitForAGroup(const tools::LocalFabric& fabric) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Status(fabric).groups_size() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+}
+
+// Every rank's stats line says it failed over to the hosts once.
+void ExpectEveryRankFailedOverOnce(const std::vector<RankResult>& results) {
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
+        << "rank " << r << " never failed over (was the switch killed too late?):\n"
+        << results[r].output;
+  }
+}
+
 // Every rank completed every operation with the right bits.
 void ExpectStreamClean(const std::vector<RankResult>& results) {
   testing::ExpectStreamExact(results, /*no_failover=*/false);
@@ -183,19 +200,12 @@ TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
   // The default policy (auto): the hosts take over and no operation fails.
   Launch ranks(*fabric, 4, 0, {"stream", Ops(3000)},
                {{"NETFOLD_TIMEOUT_MS", "5000"}});
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  WaitForAGroup(*fabric);
   absl::SleepFor(absl::Milliseconds(500));  // mid-stream
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
   auto results = ranks.Wait(absl::Minutes(4));
   ExpectStreamClean(results);
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
-        << "rank " << r << " never failed over (was the switch killed too late?):\n"
-        << results[r].output;
-  }
+  ExpectEveryRankFailedOverOnce(results);
 }
 
 // A switch killed while 4 MiB in-place allreduces run back to back: the
@@ -206,10 +216,7 @@ TEST(ProcessFaults, SwitchKilledDuringInPlaceAllreducesFailsOverWithExactResults
   auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
   ASSERT_NE(fabric, nullptr);
   Launch ranks(*fabric, 4, 0, {"inplace", "40", "1048576"}, {{"NETFOLD_TIMEOUT_MS", "5000"}});
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  WaitForAGroup(*fabric);
   absl::SleepFor(absl::Milliseconds(300));  // mid-stream
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
   auto results = ranks.Wait(absl::Minutes(4));
@@ -217,10 +224,8 @@ TEST(ProcessFaults, SwitchKilledDuringInPlaceAllreducesFailsOverWithExactResults
     EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
     EXPECT_NE(results[r].output.find("inplace ok=40 errors=0 wrong=0"), std::string::npos)
         << "rank " << r << ":\n" << results[r].output;
-    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
-        << "rank " << r << " never failed over (was the switch killed too late?):\n"
-        << results[r].output;
   }
+  ExpectEveryRankFailedOverOnce(results);
 }
 
 // "rank R: digest=XXXX" of every rank; they must agree.
@@ -253,19 +258,13 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
   ASSERT_NE(fabric, nullptr);
   Launch ranks(*fabric, 4, 0, {"digest", n},
                {{"NETFOLD_ALGORITHM", "treeorder"}, {"NETFOLD_TIMEOUT_MS", "5000"}});
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  WaitForAGroup(*fabric);
   absl::SleepFor(absl::Milliseconds(300));  // mid-stream
   ASSERT_TRUE(fabric->Kill("leaf1", SIGKILL).ok());
   auto results = ranks.Wait(absl::Minutes(4));
   EXPECT_EQ(Digest(results), healthy)
       << "the hosts did not reproduce the fabric's association order";
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
-        << "rank " << r << " never failed over:\n" << results[r].output;
-  }
+  ExpectEveryRankFailedOverOnce(results);
 }
 
 TEST(ProcessFaults, RankKilledMidOperationFailsTheOthersWithinTheirDeadline) {
@@ -330,10 +329,7 @@ TEST(LinkFaultsAtRunTime, NetfoldFaultChangesALiveSwitchAndTheJobStaysExact) {
   const std::string m = " --state-dir " + fabric->state_dir();
   Launch ranks(*fabric, 4, 0, {"stream", Ops(1500)});
   // Once the ranks are connected, so that the switch lists them as peers.
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  WaitForAGroup(*fabric);
   auto [rc, out] = Cli("fault leaf1 drop=0.03,reorder=0.05,seed=4" + m);
   EXPECT_EQ(rc, 0) << out;
   // Every peer it knows (the ranks, the root) and the default for later ones.
@@ -364,10 +360,7 @@ TEST(LinkFaultsAtRunTime, EveryLinkOfALeafDownThenUpDelaysButBreaksNothing) {
   // retransmission), not a failover to the hosts.
   Launch ranks(*fabric, 4, 0, {"stream", Ops(1500)},
                {{"NETFOLD_ALGORITHM", "innetwork"}});
-  const absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (Status(*fabric).groups_size() == 0 && absl::Now() < deadline) {
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  WaitForAGroup(*fabric);
   absl::SleepFor(absl::Milliseconds(200));  // mid-stream
   auto [rc, out] = Cli("fault leaf1 down=1" + m);  // every peer, both directions
   EXPECT_EQ(rc, 0) << out;

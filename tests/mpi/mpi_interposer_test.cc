@@ -151,6 +151,13 @@ class MpiInterposer : public ::testing::Test {
 tools::LocalFabric* MpiInterposer::fabric_ = nullptr;
 std::string MpiInterposer::start_error_;
 
+// A fabric of its own (4 hosts) for a test that stops or kills it.
+absl::StatusOr<std::unique_ptr<tools::LocalFabric>> FourHostFabric() {
+  tools::LocalFabricOptions o;
+  o.hosts = 4;
+  return tools::LocalFabric::Start(o);
+}
+
 void ExpectPassed(const MpiResult& r, const std::string& scenario) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("mpi_collectives " + scenario + ":"), std::string::npos) << r.output;
@@ -302,9 +309,7 @@ TEST(MpiInterposerPolling, EveryTypeAndOpOnFourPollingRanks) {
 TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
-  tools::LocalFabricOptions o;
-  o.hosts = 4;
-  auto fabric = tools::LocalFabric::Start(o);
+  auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   const std::string flag = (fs::temp_directory_path() /
                             absl::StrFormat("netfold-outage-%d", getpid())).string();
@@ -330,9 +335,7 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
 TEST(MpiInterposerOutage, AnInPlaceAllreduceCutShortIsCompletedFromWhatTheFabricWrote) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
-  tools::LocalFabricOptions o;
-  o.hosts = 4;
-  auto fabric = tools::LocalFabric::Start(o);
+  auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   MpiResult r = MpiRun(4, {"outage_inplace", "1048576", "30"}, **fabric,
                        {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}},
@@ -556,9 +559,7 @@ TEST(MpiStartup, NoManagerIsToldInOneLineWithinASecond) {
 TEST(MpiStartup, FinalizeDoesNotWaitForAStoppedFabric) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
-  tools::LocalFabricOptions o;
-  o.hosts = 4;
-  auto fabric = tools::LocalFabric::Start(o);
+  auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   MpiResult r = MpiRun(4, {"pause", "5", "100", "sleep"}, **fabric,
                        {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "5000"}},
