@@ -416,6 +416,7 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   params.delivery = info.delivery() == control::DELIVERY_RC_DOWN ? proto::DeliveryMode::kRcTree
                                                                  : proto::DeliveryMode::kMulticast;
   params.repair_after = options_.repair_after;
+  params.bcast_run = options_.bcast_run;
   params.op_timeout = options_.timeout;
   params.integrity_key = integrity_key_;
   for (int r : setup.world_ranks) params.members.push_back(static_cast<uint32_t>(r));

@@ -252,7 +252,8 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
 
 std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size_t chunk,
                                                              uint64_t seq,
-                                                             AggregationMessageType type) const {
+                                                             AggregationMessageType type,
+                                                             uint32_t repeat) const {
   const CollectiveArgs& a = op.args;
   AggregationHeader h;
   h.type = type;
@@ -277,6 +278,7 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
                     ? c.root
                     : 0;
   h.seq = seq;
+  h.repeat = repeat;
   h.count = static_cast<uint32_t>(c.n);
   const bool carries = type == AggregationMessageType::kRequest && c.n > 0 && c.send != nullptr;
   h.has_data = carries;
@@ -295,13 +297,35 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
   return r;
 }
 
+size_t GroupEngine::RunLength(const Op& op, size_t chunk) const {
+  if (op.args.collective != CollectiveType::kBcast) return 1;
+  const size_t k = params_.num_slots;
+  const size_t most = std::min<size_t>(
+      params_.bcast_run == 0 ? std::max<size_t>(k / 4, 1) : std::min<size_t>(params_.bcast_run, k),
+      size_t{proto::kMaxAggregationRepeat} + 1);
+  const ChunkSpan first = Locate(op, chunk);
+  if (first.send != nullptr) return 1;
+  size_t run = 1;
+  while (run < most && chunk + run < op.num_chunks) {
+    const ChunkSpan next = Locate(op, chunk + run);
+    if (next.send != nullptr || next.root != first.root || next.n != first.n) break;
+    ++run;
+  }
+  return run;
+}
+
 bool GroupEngine::PostNextChunk() {
   if (queue_.empty() || pending_request_.has_value()) return false;
   if (next_seq_ >= low_seq_ + params_.num_slots) return false;
   Op& op = *queue_.front();
   const size_t chunk = op.chunks_posted;
   const uint64_t seq = next_seq_;
-  std::optional<Request> request = BuildRequest(op, chunk, seq, AggregationMessageType::kRequest);
+  // A run waits until the window has room for all of it (a run is at most
+  // K long, and room reaches K once every result is in: no deadlock).
+  const size_t run = RunLength(op, chunk);
+  if (next_seq_ + run > low_seq_ + params_.num_slots) return false;
+  std::optional<Request> request = BuildRequest(op, chunk, seq, AggregationMessageType::kRequest,
+                                                static_cast<uint32_t>(run - 1));
   if (!request.has_value()) {
     Fail(absl::InternalError("could not encode a request"));
     return false;
@@ -315,17 +339,19 @@ bool GroupEngine::PostNextChunk() {
     return false;
   }
   const int64_t now = clock_.NowNanos();
-  InFlight& slot = window_[seq % window_.size()];
-  slot.used = true;
-  slot.seq = seq;
-  slot.op = &op;
-  slot.chunk = chunk;
-  slot.posted_ns = now;
-  slot.repair_backoff = params_.repair_after;
-  slot.repair_at_ns = now + absl::ToInt64Nanoseconds(params_.repair_after);
-  ++next_seq_;
-  ++op.chunks_posted;
-  ++stats_.chunks_posted;
+  for (size_t i = 0; i < run; ++i) {
+    InFlight& slot = window_[(seq + i) % window_.size()];
+    slot.used = true;
+    slot.seq = seq + i;
+    slot.op = &op;
+    slot.chunk = chunk + i;
+    slot.posted_ns = now;
+    slot.repair_backoff = params_.repair_after;
+    slot.repair_at_ns = now + absl::ToInt64Nanoseconds(params_.repair_after);
+  }
+  next_seq_ += run;
+  op.chunks_posted += run;
+  stats_.chunks_posted += run;
   stats_.bytes_sent += request->elements.size();
   if (op.chunks_posted == op.num_chunks) queue_.pop_front();
   return !pending_request_.has_value();
@@ -473,7 +499,11 @@ std::optional<int64_t> GroupEngine::NextTimerNs() const {
   if (!failure_.ok()) return std::nullopt;
   const int64_t now = clock_.NowNanos();
   if (pending_request_.has_value()) return now;
-  if (!queue_.empty() && next_seq_ < low_seq_ + params_.num_slots) return now;
+  if (!queue_.empty() &&
+      next_seq_ + RunLength(*queue_.front(), queue_.front()->chunks_posted) <=
+          low_seq_ + params_.num_slots) {
+    return now;
+  }
   std::optional<int64_t> next;
   auto consider = [&](int64_t t) { next = next ? std::min(*next, t) : t; };
   for (const InFlight& slot : window_) {

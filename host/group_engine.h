@@ -55,6 +55,12 @@ struct GroupParams {
   // A multicast result not seen this long after its request is asked for
   // again over RC (then again after twice as long, ...).
   absl::Duration repair_after = absl::Milliseconds(20);
+  // A bcast rank that carries no data for a run of chunks (every rank but
+  // the root) posts one request for up to this many of them
+  // (AggregationHeader::repeat): fewer messages for every rank and switch
+  // to handle, at the price of a window that moves in steps. 0: K / 4;
+  // 1: a request per chunk.
+  uint32_t bcast_run = 0;
   // An operation not complete this long after Start fails with DeadlineExceeded.
   absl::Duration op_timeout = absl::Seconds(30);
   // The job's integrity key (docs/security.md): requests are tagged, and a
@@ -207,8 +213,13 @@ class GroupEngine {
   };
 
   bool PostNextChunk();
+  // Chunks from `chunk` on that one request may stand for (1 unless a
+  // bcast rank without their data; then those alike, at most bcast_run).
+  size_t RunLength(const Op& op, size_t chunk) const;
+  // The request for `chunk` (seq), standing for `repeat` more after it.
   std::optional<Request> BuildRequest(const Op& op, size_t chunk, uint64_t seq,
-                                      proto::AggregationMessageType type) const;
+                                      proto::AggregationMessageType type,
+                                      uint32_t repeat = 0) const;
   absl::Status Send(const Request& r) {
     return sender_->SendRequest(r.header, r.elements, {r.tag.data(), r.tag_size});
   }

@@ -397,6 +397,111 @@ TEST_F(GroupEngineTest, AllgatherIsABcastPerBlockRootedAtItsRank) {
   EXPECT_EQ(all, (std::vector<int32_t>{1, 2, 3, 10, 11, 12, 13, 14, 15}));
 }
 
+// A bcast rank without the data posts one request for a run of chunks
+// (repeat), once the window has room for all of it; the root posts each
+// chunk with its data; results still come one per chunk and land in place.
+TEST_F(GroupEngineTest, BcastNonRootStandsForARunOfChunksInOneRequest) {
+  GroupParams params = Params();
+  params.num_slots = 8;
+  params.bcast_run = 4;
+  GroupEngine e(params, &leaf_, clock_);
+  std::vector<int32_t> out(46, -1);  // 12 chunks: 11 of four elements, one of two
+  auto op = *e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32, .root = 0,
+                      .recv = out.data(), .count = out.size()});
+  auto answer = [&](uint64_t seq) {
+    AggregationHeader h = leaf_.Header(0);
+    h.type = AggregationMessageType::kResult;
+    h.repeat = 0;
+    h.seq = seq;
+    h.count = seq == 11 ? 2 : 4;
+    h.has_data = true;
+    std::vector<int32_t> v(h.count, static_cast<int32_t>(seq));
+    e.OnMessage(h, {reinterpret_cast<const uint8_t*>(v.data()), v.size() * 4});
+  };
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 2u) << "chunks 0-3 and 4-7: the window is full";
+  for (size_t i = 0; i < 2; ++i) {
+    const AggregationHeader h = leaf_.Header(i);
+    EXPECT_EQ(h.seq, 4 * i);
+    EXPECT_EQ(h.repeat, 3u);
+    EXPECT_FALSE(h.has_data);
+    EXPECT_EQ(h.count, 4u);
+    EXPECT_EQ(leaf_.sent[i].size(), proto::kAggregationHeaderSize);
+  }
+  answer(0);
+  answer(1);
+  e.Poll();
+  EXPECT_EQ(leaf_.sent.size(), 2u) << "room for 2 of the next run of 3: wait";
+  EXPECT_GT(*e.NextTimerNs(), clock_.NowNanos()) << "waiting for room is not work to do now";
+  answer(2);
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 3u);
+  EXPECT_EQ(leaf_.Header(2).seq, 8u);
+  EXPECT_EQ(leaf_.Header(2).repeat, 2u) << "chunks 8-10; the last chunk is shorter";
+  answer(3);
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 4u);
+  EXPECT_EQ(leaf_.Header(3).seq, 11u);
+  EXPECT_EQ(leaf_.Header(3).repeat, 0u);
+  EXPECT_EQ(leaf_.Header(3).count, 2u);
+  EXPECT_EQ(e.stats().chunks_posted, 12u);
+  for (uint64_t s = 4; s < 12; ++s) {
+    EXPECT_FALSE(e.Done(op));
+    answer(s);
+  }
+  ASSERT_TRUE(e.Done(op));
+  EXPECT_TRUE(e.Finish(op).ok());
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], static_cast<int32_t>(i / 4)) << i;
+
+  // The root sends every chunk with its data; bcast_run 1 is a request per chunk.
+  leaf_.sent.clear();
+  auto root = *e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32,
+                        .root = 3, .send = out.data(), .recv = out.data(), .count = 16});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_TRUE(leaf_.Header(i).has_data);
+    EXPECT_EQ(leaf_.Header(i).repeat, 0u);
+  }
+  for (uint64_t s = 12; s < 16; ++s) answer(s);
+  EXPECT_TRUE(e.Finish(root).ok());
+  params.bcast_run = 1;
+  FakeLeaf one_each;
+  GroupEngine single(params, &one_each, clock_);
+  ASSERT_TRUE(single.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32,
+                            .root = 0, .recv = out.data(), .count = 16})
+                  .ok());
+  single.Poll();
+  ASSERT_EQ(one_each.sent.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(one_each.Header(i).repeat, 0u);
+}
+
+// An allgather's runs stop where a block (and its root) changes, and the
+// rank's own block goes chunk by chunk with its data.
+TEST_F(GroupEngineTest, AllgatherRunsStopAtEachBlock) {
+  GroupParams params = BlockedParams(Params());
+  params.num_slots = 16;
+  params.bcast_run = 8;
+  GroupEngine e(params, &leaf_, clock_);
+  std::vector<int32_t> mine(8, 7), all(24, -1);  // three blocks of two chunks
+  auto op = *e.Start({.collective = CollectiveType::kBcast, .dtype = DataType::kInt32,
+                      .send = mine.data(), .recv = all.data(), .count = 24,
+                      .blocks = {8, 8, 8}});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 4u);
+  EXPECT_EQ(leaf_.Header(0).root_rank, 5u);
+  EXPECT_EQ(leaf_.Header(0).repeat, 1u);
+  EXPECT_FALSE(leaf_.Header(0).has_data);
+  EXPECT_EQ(leaf_.Header(1).repeat, 0u);
+  EXPECT_TRUE(leaf_.Header(1).has_data) << "this rank's block";
+  EXPECT_EQ(leaf_.Header(2).repeat, 0u);
+  EXPECT_TRUE(leaf_.Header(2).has_data);
+  EXPECT_EQ(leaf_.Header(3).root_rank, 7u);
+  EXPECT_EQ(leaf_.Header(3).seq, 4u);
+  EXPECT_EQ(leaf_.Header(3).repeat, 1u);
+  EXPECT_FALSE(e.Done(op));
+}
+
 TEST_F(GroupEngineTest, ReduceScatterIsAReducePerBlockAndKeepsOnlyItsOwn) {
   GroupParams p = BlockedParams(Params());
   p.num_slots = 4;

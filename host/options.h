@@ -47,6 +47,10 @@ struct ContextOptions {
   uint32_t num_slots = 0;            // K requested for groups (0: the manager's default)
   uint32_t slot_bytes = 0;           // P requested (0: default)
   proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
+  // NETFOLD_BCAST_RUN: the most chunks of a bcast one request of a rank
+  // without their data stands for (GroupParams::bcast_run; 0: K / 4, 1: a
+  // request per chunk, as switches before the `repeat` field need).
+  uint32_t bcast_run = 0;
   absl::Duration repair_after = absl::Milliseconds(20);
   // NETFOLD_ALGORITHM (docs/algorithms.md): auto (the fabric, else the
   // hosts; failover), innetwork (the fabric only), ring, bidir, tree,

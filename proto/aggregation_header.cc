@@ -33,11 +33,12 @@ bool IsValidStatus(uint8_t code) {
 }
 
 // The field-level rules, on raw codes so that a value outside an enum is
-// never materialised as that enum. `reserved_zero` covers bytes 10..11 and
-// 28..31 (always true for a host-order header).
+// never materialised as that enum. `reserved_zero` covers bytes 10..11
+// (always true for a host-order header).
 AggregationParseResult Validate(uint8_t version, uint8_t type, uint8_t collective,
                                 uint8_t dtype, uint8_t op, uint8_t delivery, uint8_t status,
-                                uint8_t flags, bool reserved_zero, uint32_t count) {
+                                uint8_t flags, bool reserved_zero, uint32_t count,
+                                uint32_t repeat, uint64_t seq) {
   if (version != kAggregationVersion) return AggregationParseResult::kBadVersion;
   if (!IsValidType(type)) return AggregationParseResult::kBadType;
   if (!IsValidCollective(collective)) return AggregationParseResult::kBadCollective;
@@ -61,6 +62,14 @@ AggregationParseResult Validate(uint8_t version, uint8_t type, uint8_t collectiv
   if (!reserved_zero) return AggregationParseResult::kReservedNotZero;
   if (is_barrier && count != 0) return AggregationParseResult::kBarrierWithCount;
   if (count > kMaxAggregationCount) return AggregationParseResult::kCountTooLarge;
+  if (repeat != 0) {
+    const bool bare_bcast_request = type == static_cast<uint8_t>(AggregationMessageType::kRequest) &&
+                                    coll == CollectiveType::kBcast &&
+                                    (flags & kAggregationFlagHasData) == 0;
+    if (!bare_bcast_request || repeat > kMaxAggregationRepeat || seq > UINT64_MAX - repeat) {
+      return AggregationParseResult::kBadRepeat;
+    }
+  }
   return AggregationParseResult::kOk;
 }
 
@@ -163,6 +172,8 @@ std::string_view AggregationParseResultName(AggregationParseResult result) {
       return "count_too_large";
     case AggregationParseResult::kBadPayloadLength:
       return "bad_payload_length";
+    case AggregationParseResult::kBadRepeat:
+      return "bad_repeat";
   }
   return "invalid";
 }
@@ -171,7 +182,7 @@ AggregationParseResult ValidateAggregationHeader(const AggregationHeader& h) {
   return Validate(h.version, static_cast<uint8_t>(h.type), static_cast<uint8_t>(h.collective),
                   static_cast<uint8_t>(h.dtype), static_cast<uint8_t>(h.op),
                   static_cast<uint8_t>(h.delivery), static_cast<uint8_t>(h.status),
-                  Flags(h), /*reserved_zero=*/true, h.count);
+                  Flags(h), /*reserved_zero=*/true, h.count, h.repeat, h.seq);
 }
 
 size_t AggregationPayloadSize(const AggregationHeader& header) {
@@ -204,6 +215,7 @@ absl::StatusOr<size_t> EncodeAggregationHeader(const AggregationHeader& h,
   wire.epoch.set(h.epoch);
   wire.root_rank.set(h.root_rank);
   wire.count.set(h.count);
+  wire.repeat.set(h.repeat);
   wire.seq.set(h.seq);
   std::memcpy(out.data(), &wire, sizeof(wire));
   return kAggregationHeaderSize;
@@ -242,10 +254,11 @@ AggregationParseResult ParseAggregationHeader(std::span<const uint8_t> bytes,
   if (bytes.size() < kAggregationHeaderSize) return AggregationParseResult::kTruncated;
   AggregationHeaderWire wire;
   std::memcpy(&wire, bytes.data(), sizeof(wire));
-  const bool reserved_zero = wire.reserved0.get() == 0 && wire.reserved1.get() == 0;
+  const bool reserved_zero = wire.reserved0.get() == 0;
   const AggregationParseResult result =
       Validate(wire.version, wire.type, wire.collective, wire.dtype, wire.op, wire.delivery,
-               wire.status, wire.flags, reserved_zero, wire.count.get());
+               wire.status, wire.flags, reserved_zero, wire.count.get(), wire.repeat.get(),
+               wire.seq.get());
   if (result != AggregationParseResult::kOk) return result;
   out->version = wire.version;
   out->type = static_cast<AggregationMessageType>(wire.type);
@@ -261,6 +274,7 @@ AggregationParseResult ParseAggregationHeader(std::span<const uint8_t> bytes,
   out->epoch = wire.epoch.get();
   out->root_rank = wire.root_rank.get();
   out->count = wire.count.get();
+  out->repeat = wire.repeat.get();
   out->seq = wire.seq.get();
   return AggregationParseResult::kOk;
 }

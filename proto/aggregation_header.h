@@ -18,7 +18,8 @@
 //   16  4    epoch
 //   20  4    root_rank
 //   24  4    count (elements)
-//   28  4    reserved (0)
+//   28  4    repeat: a header-only bcast request also stands for the
+//            operations seq+1 .. seq+repeat (0 otherwise; below)
 //   32  8    seq
 //
 // The elements are in the sender's memory order (little-endian on x86-64),
@@ -66,6 +67,9 @@ inline constexpr size_t kAggregationHeaderSize = 40;
 // element (16 bytes) a message stays below 4 GiB, so count * size never
 // overflows, even in 32-bit arithmetic of a peer.
 inline constexpr uint32_t kMaxAggregationCount = 1u << 28;
+// The most further operations one request may stand for (`repeat`). A
+// switch accepts fewer: the run must fit the group's K slots.
+inline constexpr uint32_t kMaxAggregationRepeat = 0xffff;
 
 // Flag bits (byte 7).
 inline constexpr uint8_t kAggregationFlagHasData = 0x01;
@@ -132,6 +136,11 @@ struct AggregationHeader {
   uint32_t epoch = 0;
   uint32_t root_rank = 0;  // reduce/bcast root; 0 otherwise by convention
   uint32_t count = 0;      // elements of the operation (0 for barrier)
+  // A bcast rank that carries no data for a run of operations that look
+  // alike (same count and root) says so in one request: it stands for seq
+  // and the `repeat` operations after it. Only on a request of a bcast
+  // without data; 0 on every other message.
+  uint32_t repeat = 0;
   uint64_t seq = 0;        // operation sequence number within the group
 
   friend bool operator==(const AggregationHeader&, const AggregationHeader&) = default;
@@ -153,7 +162,7 @@ struct AggregationHeaderWire {
   Be32 epoch;
   Be32 root_rank;
   Be32 count;
-  Be32 reserved1;
+  Be32 repeat;
   Be64 seq;
 };
 static_assert(sizeof(AggregationHeaderWire) == kAggregationHeaderSize &&
@@ -174,17 +183,21 @@ enum class AggregationParseResult : uint8_t {
   kBadDelivery,        // delivery not a DeliveryMode, or to_root but not reduce
   kBadStatus,          // status not an AggregationStatus
   kBadFlags,           // a flag bit other than has_data and has_tag is set
-  kReservedNotZero,    // bytes 10..11 or 28..31 are not 0
+  kReservedNotZero,    // bytes 10..11 are not 0
   kBarrierWithCount,   // barrier with count != 0
   kCountTooLarge,      // count > kMaxAggregationCount
   kBadPayloadLength,   // message: bytes after the header != expected (below)
+  kBadRepeat,          // repeat on a message other than a bcast request without
+                       // data, above kMaxAggregationRepeat, or seq + repeat
+                       // overflows (checked after count_too_large, before
+                       // bad_payload_length: values keep their meaning)
 };
-inline constexpr size_t kNumAggregationParseResults = 15;
+inline constexpr size_t kNumAggregationParseResults = 16;
 
 // "ok", "truncated", "bad_version", "bad_type", "bad_collective",
 // "bad_dtype", "bad_op", "op_not_allowed", "bad_delivery", "bad_status",
 // "bad_flags", "reserved_not_zero", "barrier_with_count", "count_too_large",
-// "bad_payload_length"; "invalid" for other values.
+// "bad_payload_length", "bad_repeat"; "invalid" for other values.
 std::string_view AggregationParseResultName(AggregationParseResult result);
 
 // Checks every rule above except the payload length (and truncation) on a

@@ -62,7 +62,7 @@ TEST(AggregationHeader, WireStructMatchesTheTable) {
   EXPECT_EQ(offsetof(AggregationHeaderWire, epoch), 16u);
   EXPECT_EQ(offsetof(AggregationHeaderWire, root_rank), 20u);
   EXPECT_EQ(offsetof(AggregationHeaderWire, count), 24u);
-  EXPECT_EQ(offsetof(AggregationHeaderWire, reserved1), 28u);
+  EXPECT_EQ(offsetof(AggregationHeaderWire, repeat), 28u);
   EXPECT_EQ(offsetof(AggregationHeaderWire, seq), 32u);
 }
 
@@ -138,6 +138,18 @@ TEST(AggregationHeader, GoldenBytes) {
     cases.push_back({"bcast", h,
                      "01 01 03 09 00 02 06 01  0003 0000  00000102  00000007  00000001  "
                      "00000004  00000000  000000000000002a"});
+  }
+  {
+    // A bcast rank without the data stands for seq 42 and the 15 after it.
+    AggregationHeader h = AllreduceRequest();
+    h.collective = CollectiveType::kBcast;
+    h.op = kNoReduceOp;
+    h.has_data = false;
+    h.root_rank = 2;
+    h.repeat = 15;
+    cases.push_back({"bcast request standing for 16 operations", h,
+                     "01 01 03 0b 00 01 00 00  0003 0000  00000102  00000007  00000002  "
+                     "00000004  0000000f  000000000000002a"});
   }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -234,6 +246,14 @@ TEST(AggregationHeader, DecoderRejectsEveryBrokenRule) {
   AggregationHeader bcast = AllreduceRequest();
   bcast.collective = CollectiveType::kBcast;
   bcast.op = kNoReduceOp;
+  AggregationHeader bare_bcast = bcast;
+  bare_bcast.has_data = false;
+  AggregationHeader bare_bcast_result = bare_bcast;
+  bare_bcast_result.type = AggregationMessageType::kResult;
+  AggregationHeader bare_bcast_repair = bare_bcast;
+  bare_bcast_repair.type = AggregationMessageType::kRepairRequest;
+  AggregationHeader last_seq = bare_bcast;
+  last_seq.seq = UINT64_MAX - 1;
 
   struct Case {
     std::string name;
@@ -286,8 +306,20 @@ TEST(AggregationHeader, DecoderRejectsEveryBrokenRule) {
       {"flag 0x80", WithByte(ValidMessage(no_data), 7, 0x80), R::kBadFlags},
       {"reserved byte 10", WithByte(ValidMessage(), 10, 1), R::kReservedNotZero},
       {"reserved byte 11", WithByte(ValidMessage(), 11, 0x80), R::kReservedNotZero},
-      {"reserved byte 28", WithByte(ValidMessage(), 28, 1), R::kReservedNotZero},
-      {"reserved byte 31", WithByte(ValidMessage(), 31, 1), R::kReservedNotZero},
+      {"repeat on a bcast request without data", WithByte(ValidMessage(bare_bcast), 31, 7),
+       R::kOk},
+      {"repeat 65535", WithByte(WithByte(ValidMessage(bare_bcast), 30, 0xFF), 31, 0xFF),
+       R::kOk},
+      {"repeat 65536", WithByte(ValidMessage(bare_bcast), 29, 1), R::kBadRepeat},
+      {"repeat reaching the last seq", WithByte(ValidMessage(last_seq), 31, 1), R::kOk},
+      {"repeat past the last seq", WithByte(ValidMessage(last_seq), 31, 2), R::kBadRepeat},
+      {"repeat on an allreduce", WithByte(ValidMessage(no_data), 31, 1), R::kBadRepeat},
+      {"repeat on a bcast with data", WithByte(ValidMessage(bcast), 31, 1), R::kBadRepeat},
+      {"repeat on a bcast result", WithByte(ValidMessage(bare_bcast_result), 31, 1),
+       R::kBadRepeat},
+      {"repeat on a repair request", WithByte(ValidMessage(bare_bcast_repair), 28, 1),
+       R::kBadRepeat},
+      {"repeat on a barrier", WithByte(ValidMessage(Barrier()), 31, 1), R::kBadRepeat},
       {"barrier with count 1", WithByte(ValidMessage(Barrier()), 27, 1), R::kBarrierWithCount},
       {"count 2^28 + 1",
        WithByte(WithByte(ValidMessage(no_data), 24, 0x10), 27, 0x01), R::kCountTooLarge},
@@ -352,6 +384,11 @@ TEST(AggregationHeader, EncoderRejectsInvalidHeadersAndShortBuffers) {
   AggregationHeader odd_enum = AllreduceRequest();
   odd_enum.status = static_cast<AggregationStatus>(9);
   EXPECT_EQ(ValidateAggregationHeader(odd_enum), AggregationParseResult::kBadStatus);
+  AggregationHeader repeated_allreduce = AllreduceRequest();
+  repeated_allreduce.repeat = 3;
+  EXPECT_EQ(ValidateAggregationHeader(repeated_allreduce), AggregationParseResult::kBadRepeat);
+  EXPECT_EQ(EncodeAggregationHeader(repeated_allreduce, out).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   std::vector<uint8_t> small(39);
   EXPECT_EQ(EncodeAggregationHeader(AllreduceRequest(), small).status().code(),

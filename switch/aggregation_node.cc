@@ -202,6 +202,38 @@ void AggregationNode::OnChildMessage(size_t child, const AggregationHeader& h,
 void AggregationNode::HandleRequest(size_t child, const AggregationHeader& h,
                                     std::span<const uint8_t> elements) {
   BumpCounter(counters_.requests_received, 1);
+  if (h.repeat == 0) {
+    HandleOneRequest(child, h, elements);
+    return;
+  }
+  // A bcast child without the data stands for a run of operations (the
+  // parser allows repeat on nothing else): each goes through the same
+  // checks as a request of its own. The whole run must fit the window.
+  if (h.repeat >= config_.num_slots) {
+    Drop(NodeDropReason::kOutsideWindow);
+    return;
+  }
+  AggregationHeader one = h;
+  one.repeat = 0;
+  run_up_.reset();
+  collecting_run_ = true;
+  for (uint64_t i = 0; i <= h.repeat; ++i) {
+    one.seq = h.seq + i;
+    HandleOneRequest(child, one, {});
+  }
+  collecting_run_ = false;
+  SendRunUp();
+}
+
+void AggregationNode::SendRunUp() {
+  if (!run_up_.has_value()) return;
+  std::span<const uint8_t> msg = Frame(scratch_, *run_up_, 0);
+  if (!msg.empty()) output_->SendToParent(msg);
+  run_up_.reset();
+}
+
+void AggregationNode::HandleOneRequest(size_t child, const AggregationHeader& h,
+                                       std::span<const uint8_t> elements) {
   const uint32_t k = config_.num_slots;
   Slot& slot = *slots_[h.seq % k];
   switch (slot.state) {
@@ -345,9 +377,23 @@ void AggregationNode::Complete(Slot& slot) {
   slot.used = true;
   if (config_.has_parent) {
     r.type = AggregationMessageType::kRequest;
-    const size_t bytes = r.has_data ? proto::AggregationPayloadSize(r) : 0;
-    std::span<const uint8_t> msg = Frame(slot.acc, r, bytes);
-    if (!msg.empty()) output_->SendToParent(msg);
+    if (collecting_run_ && r.collective == CollectiveType::kBcast && !r.has_data &&
+        r.status == AggregationStatus::kOk) {
+      // A run of bcast operations none of this node's children holds the
+      // data for: one request up stands for all of them, as it came in.
+      if (run_up_.has_value() && run_up_->seq + run_up_->repeat + 1 == r.seq &&
+          SameOperation(*run_up_, r)) {
+        ++run_up_->repeat;
+      } else {
+        SendRunUp();
+        run_up_ = r;
+        run_up_->repeat = 0;
+      }
+    } else {
+      const size_t bytes = r.has_data ? proto::AggregationPayloadSize(r) : 0;
+      std::span<const uint8_t> msg = Frame(slot.acc, r, bytes);
+      if (!msg.empty()) output_->SendToParent(msg);
+    }
     // Results delivered over RC come back through this node; multicast
     // results go straight to the hosts.
     slot.state = r.delivery == DeliveryMode::kMulticast ? Slot::State::kFree

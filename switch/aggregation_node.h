@@ -25,6 +25,9 @@
 //                result (has_data = 0) to the others, so every rank learns
 //                that s completed (it may then post s + K).
 // - Bcast: the child holding root_rank carries the data, the others none.
+//   A child without the data may send one request for a run of operations
+//   (`repeat`, docs/protocol.md): the node takes it as a request for each,
+//   and sends the ones it completes without data up as one run too.
 //   Barrier: no data at all. Reduce (collective) aggregates like allreduce.
 // - The slot window: a child posts s + K only after it received result s,
 //   so when s + K completes at the root, result s is no longer needed. The
@@ -181,8 +184,14 @@ class AggregationNode {
   bool TagOk(const proto::AggregationHeader& h, std::span<const uint8_t> message);
   // Bytes a message buffer needs beyond header and elements: room for a tag.
   size_t TagRoom() const { return config_.integrity_key ? proto::kAggregationTagSize : 0; }
+  // A request, or a run of them (`repeat`): each operation of a run goes
+  // through HandleOneRequest.
   void HandleRequest(size_t child, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
+  void HandleOneRequest(size_t child, const proto::AggregationHeader& h,
+                        std::span<const uint8_t> elements);
+  // Sends run_up_ to the parent, if there is one.
+  void SendRunUp();
   void HandleRepair(size_t child, const proto::AggregationHeader& h);
   // Folds the contributions that are next in child order: buffered ones,
   // and child `in_hand`'s `elements` if it is among them.
@@ -217,6 +226,10 @@ class AggregationNode {
   std::vector<const void*> fold_inputs_;  // Advance's inputs of one Fold
   FrameBuffer scratch_;  // header-only and error messages
   FrameBuffer out_;      // full results sent down
+  // While a run of requests is handled: the operations it completed here
+  // that go up without data, as one request standing for them all.
+  bool collecting_run_ = false;
+  std::optional<proto::AggregationHeader> run_up_;
   NodeCounters counters_;
 };
 

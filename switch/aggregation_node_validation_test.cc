@@ -265,5 +265,93 @@ TEST_F(NodeValidation, BcastDataFromAChildNotHoldingTheRootIsAMismatch) {
   EXPECT_EQ(Parse(out_.multicast[0]).status, AggregationStatus::kMismatch);
 }
 
+AggregationHeader BareBcast(uint64_t seq, uint32_t repeat, uint32_t count = 8) {
+  AggregationHeader h = Header(seq, DataType::kUint8, count);
+  h.collective = CollectiveType::kBcast;
+  h.op = proto::kNoReduceOp;
+  h.root_rank = 1;
+  h.has_data = false;
+  h.repeat = repeat;
+  return h;
+}
+
+// A bcast child without the data stands for a run of operations in one
+// request: each one is checked as if it came alone (window, duplicates,
+// agreement), and a run longer than the window is dropped whole.
+TEST(AggregationNodeRuns, ARunStandsForEachOperationItNames) {
+  Recorder out;
+  FakeClock clock;
+  AggregationNodeConfig config{.tree_id = 1, .group_id = 2, .epoch = 3, .num_slots = 4,
+                               .slot_bytes = 64, .children = {{{0}}, {{1}}, {{2}}}};
+  auto node = std::move(*AggregationNode::Create(config, &out, clock));
+  auto data = [&](uint64_t seq, uint32_t count = 8) {
+    AggregationHeader h = BareBcast(seq, 0, count);
+    h.has_data = true;
+    Bytes bytes(count, static_cast<uint8_t>(seq + 1));
+    node->OnChildMessage(1, h, bytes);
+  };
+  node->OnChildMessage(0, BareBcast(0, 3), {});
+  node->OnChildMessage(2, BareBcast(0, 4), {});  // five operations: more than K
+  EXPECT_EQ(node->counters().Drops(NodeDropReason::kOutsideWindow), 1u);
+  node->OnChildMessage(2, BareBcast(0, 1), {});
+  node->OnChildMessage(2, BareBcast(2, 1), {});
+  node->OnChildMessage(0, BareBcast(3, 0), {});  // already named by the run
+  EXPECT_EQ(node->counters().Drops(NodeDropReason::kDuplicate), 1u);
+  EXPECT_TRUE(out.multicast.empty()) << "nothing completes before the root's data";
+  for (uint64_t s = 0; s < 4; ++s) data(s);
+  ASSERT_EQ(out.multicast.size(), 4u);
+  for (uint64_t s = 0; s < 4; ++s) {
+    const AggregationHeader r = Parse(out.multicast[s]);
+    EXPECT_EQ(r.seq, s);
+    EXPECT_EQ(r.status, AggregationStatus::kOk);
+    EXPECT_TRUE(r.has_data);
+    EXPECT_EQ(r.repeat, 0u) << "results are one per operation";
+    EXPECT_EQ(out.multicast[s].back(), s + 1) << "the root's data";
+  }
+  // A run whose second operation another child describes otherwise: that
+  // one completes with a mismatch, the first is fine.
+  node->OnChildMessage(0, BareBcast(4, 1), {});
+  node->OnChildMessage(2, BareBcast(4, 1), {});
+  data(4);
+  data(5, 7);
+  ASSERT_EQ(out.multicast.size(), 6u);
+  EXPECT_EQ(Parse(out.multicast[4]).status, AggregationStatus::kOk);
+  EXPECT_EQ(Parse(out.multicast[5]).status, AggregationStatus::kMismatch);
+  EXPECT_EQ(node->counters().Drops(NodeDropReason::kOutsideWindow), 1u);
+}
+
+// Below the root, the operations a run completes without data go up as one
+// run; an operation completed by data from below goes up on its own.
+TEST(AggregationNodeRuns, ASwitchSendsTheRunsItCompletesUpAsRuns) {
+  Recorder out;
+  FakeClock clock;
+  AggregationNodeConfig config{.tree_id = 1, .group_id = 2, .epoch = 3, .num_slots = 8,
+                               .slot_bytes = 64, .children = {{{0}}, {{2}}},
+                               .has_parent = true};
+  auto node = std::move(*AggregationNode::Create(config, &out, clock));
+  node->OnChildMessage(0, BareBcast(0, 5), {});
+  EXPECT_TRUE(out.to_parent.empty());
+  node->OnChildMessage(1, BareBcast(0, 1), {});
+  node->OnChildMessage(1, BareBcast(2, 3), {});
+  ASSERT_EQ(out.to_parent.size(), 2u);
+  AggregationHeader up = Parse(out.to_parent[0]);
+  EXPECT_EQ(up.seq, 0u);
+  EXPECT_EQ(up.repeat, 1u);
+  EXPECT_FALSE(up.has_data);
+  EXPECT_EQ(up.type, AggregationMessageType::kRequest);
+  up = Parse(out.to_parent[1]);
+  EXPECT_EQ(up.seq, 2u);
+  EXPECT_EQ(up.repeat, 3u);
+  // Operations of different counts do not share a run.
+  node->OnChildMessage(0, BareBcast(6, 0), {});
+  node->OnChildMessage(0, BareBcast(7, 0, 5), {});
+  node->OnChildMessage(1, BareBcast(6, 0), {});
+  node->OnChildMessage(1, BareBcast(7, 0, 5), {});
+  ASSERT_EQ(out.to_parent.size(), 4u);
+  EXPECT_EQ(Parse(out.to_parent[3]).count, 5u);
+  EXPECT_EQ(Parse(out.to_parent[3]).repeat, 0u);
+  EXPECT_EQ(node->counters().TotalDrops(), 0u);
+}
+
 }  // namespace
 }  // namespace netfold::sw

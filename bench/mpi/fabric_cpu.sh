@@ -7,7 +7,7 @@
 #   bench/mpi/fabric_cpu.sh [BUILD_DIR] [SIZE_BYTES] [SECONDS] [RANKS]
 #
 # Starts a private fabric of BUILD_DIR (netfold up, its state in a fresh
-# directory), runs collective_bench allreduce of SIZE bytes for SECONDS under
+# directory), runs collective_bench OP (env; default allreduce) of SIZE bytes for SECONDS under
 # mpirun with libnetfold_mpi.so preloaded, and prints one line:
 #   build=DIR size=N ops=N ranks_ms_per_op=X switches_ms_per_op=Y wall_us_per_op=Z
 # ranks: user+system CPU of all ranks (mpirun's children), switches: of
@@ -43,7 +43,8 @@ ticks() {  # utime + stime of the given pids, in clock ticks
 pids=$(switch_pids)
 # Library settings to try (e.g. NETFOLD_SLOTS=4 NETFOLD_SLOT_BYTES=1024) reach the ranks.
 extra=()
-for v in NETFOLD_SLOTS NETFOLD_SLOT_BYTES NETFOLD_PROGRESS_THREAD NETFOLD_ALGORITHM NETFOLD_DELIVERY; do
+for v in NETFOLD_SLOTS NETFOLD_SLOT_BYTES NETFOLD_PROGRESS_THREAD NETFOLD_ALGORITHM NETFOLD_DELIVERY \
+         NETFOLD_BCAST_RUN; do
   [ -n "${!v:-}" ] && extra+=(-x "$v=${!v}")
 done
 hz=$(getconf CLK_TCK)
@@ -56,7 +57,7 @@ run() {
     -np "$np" -x NETFOLD_MANAGER="$manager" -x NETFOLD_CREDENTIAL_FILE="$state/credential" \
     -x NETFOLD_TLS_CA="$state/ca.pem" \
     -x LD_PRELOAD="$build/host/mpi/libnetfold_mpi.so" \
-    -x NETFOLD_MPI_ENABLE=1 "${extra[@]}" "$build/bench/mpi/collective_bench" allreduce "$size" "$secs" \
+    -x NETFOLD_MPI_ENABLE=1 "${extra[@]}" "$build/bench/mpi/collective_bench" "${OP:-allreduce}" "$size" "$secs" \
     >"$out" 2>/dev/null
   after=$(ticks $pids)
   line=$(grep -E "^$size," "$out" | tail -1)
