@@ -417,7 +417,10 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
         chunk_status = absl::InternalError(
             absl::StrFormat("result %d carries no or wrong-sized data", h.seq));
       } else {
-        std::memcpy(c.recv, elements.data(), elements.size());
+        // A bcast root's result is its own input: in place, nothing to write.
+        if (a.collective != CollectiveType::kBcast || c.recv != c.send) {
+          std::memcpy(c.recv, elements.data(), elements.size());
+        }
         stats_.bytes_received += elements.size();
         if (slot.chunk < op.written.size()) op.written[slot.chunk] = true;
       }

@@ -465,6 +465,9 @@ TEST_F(GroupEngineTest, BcastNonRootStandsForARunOfChunksInOneRequest) {
   }
   for (uint64_t s = 12; s < 16; ++s) answer(s);
   EXPECT_TRUE(e.Finish(root).ok());
+  for (size_t i = 0; i < 16; ++i) {
+    EXPECT_EQ(out[i], static_cast<int32_t>(i / 4)) << "the root's buffer is its input: not rewritten";
+  }
   params.bcast_run = 1;
   FakeLeaf one_each;
   GroupEngine single(params, &one_each, clock_);
