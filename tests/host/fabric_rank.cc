@@ -24,6 +24,8 @@
 //                wrong=W"; exit 0 if every operation completed and W == 0
 //   inplace N COUNT   N in-place int32 allreduces of COUNT elements, every
 //                element checked; prints "rank R: inplace ok=K errors=E wrong=W"
+//   bcasts N COUNT    the same with bcasts from rank k mod size
+//                ("rank R: bcasts ok=...")
 //   digest N     N fp32 sums whose bits depend on the association order;
 //                prints "rank R: digest=<FNV-1a of every result>"
 //   until        checked operations (as stream) until $NETFOLD_TEST_RELEASE
@@ -591,33 +593,42 @@ int main(int argc, char** argv) {
                 r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
     Check(r.wrong == 0, "wrong results");
     Check(r.ok + r.errors == n, "operations unaccounted for");
-  } else if (scenario == "inplace") {
-    // In-place allreduces of COUNT int32, each checked element by element
-    // (a failover must not reduce what the fabric already wrote over the
-    // input again).
+  } else if (scenario == "inplace" || scenario == "bcasts") {
+    // In-place allreduces (bcasts from rank k mod size) of COUNT int32,
+    // each checked element by element: a failover must not reduce what the
+    // fabric already wrote over the input again, and must give the members
+    // behind in a bcast every chunk they lack.
+    const bool bcast = scenario == "bcasts";
     int n = 50, count = 1 << 20, wrong = 0, errors = 0;
     if (argc > 2) (void)absl::SimpleAtoi(argv[2], &n);
     if (argc > 3) (void)absl::SimpleAtoi(argv[3], &count);
     std::vector<int32_t> v(static_cast<size_t>(count));
     const int32_t ranks = g_size * (g_size + 1) / 2;
     for (int k = 0; k < n; ++k) {
-      for (size_t i = 0; i < v.size(); ++i) v[i] = (g_rank + 1) * (k + 1) + static_cast<int32_t>(i % 991);
-      const int rc = netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(), NETFOLD_DTYPE_INT32,
-                                       NETFOLD_OP_SUM);
+      const int root = k % g_size;
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = bcast && g_rank != root ? -1
+                                       : (g_rank + 1) * (k + 1) + static_cast<int32_t>(i % 991);
+      }
+      const int rc = bcast ? netfold_bcast(g, v.data(), v.size(), NETFOLD_DTYPE_INT32, root)
+                           : netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(),
+                                               NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM);
       if (rc != NETFOLD_SUCCESS) {
         ++errors;
         continue;
       }
       for (size_t i = 0; i < v.size(); ++i) {
-        if (v[i] != ranks * (k + 1) + g_size * static_cast<int32_t>(i % 991)) {
+        const int32_t expected = bcast ? (root + 1) * (k + 1) + static_cast<int32_t>(i % 991)
+                                       : ranks * (k + 1) + g_size * static_cast<int32_t>(i % 991);
+        if (v[i] != expected) {
           ++wrong;
           break;
         }
       }
     }
-    std::printf("rank %d: inplace ok=%d errors=%d wrong=%d\n", g_rank, n - errors - wrong, errors,
-                wrong);
-    Check(wrong == 0 && errors == 0, "in-place allreduces failed or wrong");
+    std::printf("rank %d: %s ok=%d errors=%d wrong=%d\n", g_rank, scenario.c_str(),
+                n - errors - wrong, errors, wrong);
+    Check(wrong == 0 && errors == 0, "operations failed or wrong");
   } else if (scenario == "digest") {
     int n = 1000;
     if (argc > 2) (void)absl::SimpleAtoi(argv[2], &n);
