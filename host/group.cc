@@ -216,6 +216,7 @@ void Group::Record(const Pending& p) {
   last_.blocks = a.blocks;
   last_.result_bytes = 0;
   last_.result.clear();
+  last_.input_bytes = 0;
   last_.input.clear();
   if (a.collective == proto::CollectiveType::kAllreduce ||
       a.collective == proto::CollectiveType::kBcast) {
@@ -225,12 +226,15 @@ void Group::Record(const Pending& p) {
     last_.result_bytes = bytes;
     last_.result.assign(kept.begin(), kept.end());
   } else if (a.collective == proto::CollectiveType::kReduce) {
-    if (!p.saved_input.empty()) {
-      last_.input = p.saved_input;
-    } else {
-      const auto* in = static_cast<const uint8_t*>(a.send);
-      last_.input.assign(in, in + bytes);
+    const auto* in = static_cast<const uint8_t*>(p.saved_input.empty() ? a.send
+                                                                        : p.saved_input.data());
+    std::span<const uint8_t> kept(in, bytes);
+    if (a.blocks.empty()) {
+      const GroupParams& params = engine_->params();
+      kept = KeptInput(kept, params.num_slots, params.slot_bytes, proto::DataTypeSize(a.dtype));
     }
+    last_.input_bytes = bytes;
+    last_.input.assign(kept.begin(), kept.end());
   }
 }
 
@@ -315,10 +319,10 @@ class Group::HostResyncExchange : public ResyncExchange {
                           .count = bytes / proto::DataTypeSize(b.dtype)});
   }
 
-  absl::Status ReduceAgain(bool behind) override {
+  absl::Status ReduceAgain(bool behind, size_t from) override {
     CollectiveArgs a;
     a.collective = proto::CollectiveType::kReduce;
-    std::vector<uint8_t> input;
+    std::span<const uint8_t> input;
     if (behind) {
       const CollectiveArgs& b = behind_->args;
       a.root = behind_->group_root;
@@ -329,10 +333,11 @@ class Group::HostResyncExchange : public ResyncExchange {
       const size_t bytes = a.count * proto::DataTypeSize(a.dtype);
       const auto* in = static_cast<const uint8_t*>(
           behind_->saved_input.empty() ? b.send : behind_->saved_input.data());
-      input.assign(in, in + bytes);
+      input = {in, bytes};
       a.recv = b.recv;
     } else {
-      // Ahead (so not the root): the recorded operation and input.
+      // Ahead (so not the root): the recorded operation and the end of its
+      // input (KeptInput).
       a.root = g_.last_.group_root;
       a.dtype = g_.last_.dtype;
       a.op = g_.last_.op;
@@ -341,6 +346,18 @@ class Group::HostResyncExchange : public ResyncExchange {
       input = g_.last_.input;
       a.recv = nullptr;
     }
+    // Only the bytes from `from` on: what the record starts at, or later.
+    const size_t whole = a.count * proto::DataTypeSize(a.dtype);
+    const size_t element = proto::DataTypeSize(a.dtype);
+    if (from > whole || from % element != 0 || input.size() < whole - from ||
+        (from > 0 && !a.blocks.empty())) {
+      return absl::InternalError(absl::StrFormat(
+          "resync: cannot reduce bytes %d.. of a %d-byte reduce from %d bytes of input", from,
+          whole, input.size()));
+    }
+    input = input.last(whole - from);
+    a.count = input.size() / element;
+    if (a.recv != nullptr) a.recv = static_cast<uint8_t*>(a.recv) + from;
     a.send = input.data();
     return g_.host_->Run(a);
   }
@@ -377,6 +394,8 @@ absl::StatusOr<bool> Group::Resync() {
   me.last = ResyncOp{last_.collective, last_.blocks.empty() ? last_.group_root : kEveryMember};
   me.last_result_bytes = last_.result_bytes;
   me.last_result = last_.result;
+  me.last_input_bytes = last_.input_bytes;
+  me.last_input_kept = last_.input.size();
   HostResyncExchange exchange(*this, first);
   NETFOLD_ASSIGN_OR_RETURN(ResyncOutcome outcome, netfold::host::Resync(exchange, me));
   if (outcome == ResyncOutcome::kCurrentCompleted) {

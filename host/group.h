@@ -157,7 +157,8 @@ class Group {
     std::vector<size_t> blocks;   // allgather, reduce-scatter
     size_t result_bytes = 0;      // allreduce, bcast: the result's size
     std::vector<uint8_t> result;  // and its end (KeptResult, host/resync.h)
-    std::vector<uint8_t> input;   // reduce
+    size_t input_bytes = 0;       // reduce: the input's size
+    std::vector<uint8_t> input;   // and its end (KeptInput; a reduce-scatter's all)
   };
   class HostResyncExchange;
 

@@ -35,8 +35,9 @@
 //    members "behind" write them at the end of their current operation's
 //    result, whose earlier bytes the fabric already wrote.
 //    Reduce: if the root is behind, the members reduce again at the root
-//    from their inputs (the ahead members kept theirs); reduce-scatter
-//    (every member a root) always reduces again. Barrier: nothing.
+//    the end of their inputs the root may lack (KeptInput: the members
+//    ahead kept that much of theirs); reduce-scatter (every member a root)
+//    always reduces again, all of it. Barrier: nothing.
 // 5. The members behind count operation lo as completed. Every member now
 //    stands at its next operation; a caller that can (ResyncMember::
 //    second_round) runs the protocol again, as members in step.
@@ -79,9 +80,11 @@ class ResyncExchange {
   // place. Every member passes the same size.
   virtual absl::Status AllreduceAgain(const uint8_t* in, uint8_t* out, size_t bytes) = 0;
   // Reduces the operation in doubt again, at its root, from every member's
-  // input: a member `behind` takes it from the operation it is in, a member
-  // ahead from its record of its last operation.
-  virtual absl::Status ReduceAgain(bool behind) = 0;
+  // input, its bytes from `from` to the end (the root already holds the
+  // results before them; a multiple of the element size): a member
+  // `behind` takes them from the operation it is in, a member ahead from
+  // its record of its last operation (KeptInput).
+  virtual absl::Status ReduceAgain(bool behind, size_t from) = 0;
 };
 
 // The root of an operation in blocks, each rooted at its member
@@ -152,6 +155,10 @@ struct ResyncMember {
   ResyncOp last;
   size_t last_result_bytes = 0;
   std::span<const uint8_t> last_result;
+  // A reduce: the size of its input and how many bytes of its end the
+  // member kept (KeptInput; all of a reduce-scatter's).
+  size_t last_input_bytes = 0;
+  size_t last_input_kept = 0;
 };
 
 // What a member keeps of each completed result for the members behind: its
@@ -169,6 +176,24 @@ inline std::span<const uint8_t> KeptResult(std::span<const uint8_t> result, uint
                                            uint32_t slot_bytes) {
   const size_t window = size_t{num_slots} * slot_bytes;
   return window == 0 ? result : result.last(std::min(result.size(), window));
+}
+
+// What a member keeps of a reduce's input for a root behind: its last
+// 2K x P bytes, rounded up to whole elements of `element_bytes`. A rank
+// other than the root may count a reduce complete once it posted the last
+// chunk L (the MPI interposer returns then). It posted L only after the
+// results of every chunk up to L - K reached it, so every member had posted
+// L - K, the root among them, which then held the results of every chunk up
+// to L - 2K: a root behind lacks only results among the last 2K chunks,
+// each at most P bytes. The members reduce those bytes again (ReduceAgain
+// from the input's size less what was kept); the root's buffer holds the
+// fabric's results before them. K, P or element_bytes 0 keeps everything.
+inline std::span<const uint8_t> KeptInput(std::span<const uint8_t> input, uint32_t num_slots,
+                                          uint32_t slot_bytes, size_t element_bytes) {
+  if (num_slots == 0 || slot_bytes == 0 || element_bytes == 0) return input;
+  const size_t window = 2 * size_t{num_slots} * slot_bytes;
+  const size_t whole = (window + element_bytes - 1) / element_bytes * element_bytes;
+  return input.last(std::min(input.size(), whole));
 }
 
 enum class ResyncOutcome {
@@ -331,8 +356,10 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
   if (behind && !member.current) {
     return absl::InternalError("resync: this member is behind but in no operation");
   }
+  const bool last_reduce = member.last.collective == proto::CollectiveType::kReduce;
   uint64_t desc[4] = {static_cast<uint64_t>(member.last.collective), member.last.root,
-                      member.last_result_bytes, member.last_result.size()};
+                      last_reduce ? member.last_input_bytes : member.last_result_bytes,
+                      last_reduce ? member.last_input_kept : member.last_result.size()};
   NETFOLD_RETURN_IF_ERROR(exchange.Share(
       ahead, std::span<uint8_t>(reinterpret_cast<uint8_t*>(desc), sizeof(desc))));
   const auto kind = static_cast<proto::CollectiveType>(desc[0]);
@@ -365,13 +392,21 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
       std::memcpy(member.current_result.data() + (whole - kept), tail.data(), tail.size());
     }
   } else if (kind == proto::CollectiveType::kReduce) {
-    // A reduce-scatter's roots are every member, some of them behind.
+    // The input's size and what the members ahead kept of its end
+    // (KeptInput): the root behind holds every result before it.
+    const uint64_t whole = desc[2], kept = desc[3];
+    if (kept > whole) {  // every member sees it
+      return absl::InternalError(absl::StrFormat(
+          "resync: the member ahead kept %d bytes of a %d-byte reduce input", kept, whole));
+    }
+    // A reduce-scatter's roots are every member, some of them behind; its
+    // members keep all of their input.
     if (root == kEveryMember) {
-      NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind));
+      NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind, whole - kept));
     } else if (root >= all.size()) {
       return absl::InternalError("resync: the reduce's root is no member");
     } else if (all[root] == lo) {
-      NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind));
+      NETFOLD_RETURN_IF_ERROR(exchange.ReduceAgain(behind, whole - kept));
     }
   }
   member.another_round = true;

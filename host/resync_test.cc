@@ -4,7 +4,9 @@
 #include "host/resync.h"
 
 #include <cstring>
+#include <functional>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
@@ -63,10 +65,38 @@ class ThreadExchange : public ResyncExchange {
     reduced_bytes += bytes;
     return absl::OkStatus();
   }
-  absl::Status ReduceAgain(bool) override { return absl::UnimplementedError("not here"); }
+  // An int32 sum at member `reduce_root` of every member's input from
+  // `from` on: the whole input behind (reduce_input), the kept end ahead
+  // (reduce_kept), written into reduce_out + from at the root.
+  absl::Status ReduceAgain(bool behind, size_t from) override {
+    std::span<const uint8_t> in = behind ? reduce_input : reduce_kept;
+    const size_t whole = behind ? reduce_input.size() : reduce_whole;
+    if (from > whole || in.size() < whole - from) return absl::InternalError("no such bytes");
+    in = in.last(whole - from);
+    reduce_from = from;
+    reduced_bytes += in.size();
+    std::vector<uint8_t> all(size_ * in.size());
+    NETFOLD_RETURN_IF_ERROR(oob_.Allgather(member_, in, all));
+    if (member_ != reduce_root) return absl::OkStatus();
+    for (size_t i = 0; i < in.size() / 4; ++i) {
+      int32_t sum = 0;
+      for (size_t m = 0; m < size_; ++m) {
+        int32_t v;
+        std::memcpy(&v, all.data() + m * in.size() + 4 * i, 4);
+        sum += v;
+      }
+      std::memcpy(reduce_out + from + 4 * i, &sum, 4);
+    }
+    return absl::OkStatus();
+  }
 
   int or_calls = 0;
-  size_t reduced_bytes = 0;  // what AllreduceAgain reduced
+  size_t reduced_bytes = 0;  // what AllreduceAgain or ReduceAgain reduced
+  uint32_t reduce_root = 0;
+  std::span<const uint8_t> reduce_input, reduce_kept;
+  size_t reduce_whole = 0;
+  uint8_t* reduce_out = nullptr;
+  std::optional<size_t> reduce_from;
 
  private:
   algorithms::ThreadOob& oob_;
@@ -76,8 +106,10 @@ class ThreadExchange : public ResyncExchange {
 
 // Runs Resync at every member at once; their outcomes, in member order.
 // `reduced`, if given: the bytes each member's exchange reduced again.
-std::vector<absl::StatusOr<ResyncOutcome>> RunAll(std::vector<ResyncMember>& members,
-                                                  std::vector<size_t>* reduced = nullptr) {
+// `setup`, if given: prepares each member's exchange (its reduce's inputs).
+std::vector<absl::StatusOr<ResyncOutcome>> RunAll(
+    std::vector<ResyncMember>& members, std::vector<size_t>* reduced = nullptr,
+    const std::function<void(size_t, ThreadExchange&)>& setup = nullptr) {
   algorithms::ThreadOob oob(static_cast<uint32_t>(members.size()));
   std::vector<absl::StatusOr<ResyncOutcome>> out(members.size(), absl::UnknownError("not run"));
   if (reduced != nullptr) reduced->assign(members.size(), 0);
@@ -85,6 +117,7 @@ std::vector<absl::StatusOr<ResyncOutcome>> RunAll(std::vector<ResyncMember>& mem
   for (size_t i = 0; i < members.size(); ++i) {
     threads.emplace_back([&, i] {
       ThreadExchange exchange(oob, static_cast<int>(i), static_cast<int>(members.size()));
+      if (setup) setup(i, exchange);
       out[i] = Resync(exchange, members[i]);
       if (reduced != nullptr) (*reduced)[i] = exchange.reduced_bytes;
     });
@@ -123,6 +156,63 @@ TEST(KeptResult, IsTheLastWindowOfTheResultOrAllOfIt) {
   EXPECT_EQ(kept.data(), r.data() + 744);
   EXPECT_EQ(KeptResult({r.data(), 100}, kSlots, kSlotBytes).size(), 100u);
   EXPECT_EQ(KeptResult(r, 0, kSlotBytes).size(), 1000u) << "an unknown window keeps it all";
+}
+
+TEST(KeptInput, IsTheLastTwoWindowsInWholeElementsOrAllOfIt) {
+  std::vector<uint8_t> in(2000);
+  EXPECT_EQ(KeptInput(in, kSlots, kSlotBytes, 4).size(), 512u);
+  EXPECT_EQ(KeptInput(in, kSlots, kSlotBytes, 4).data(), in.data() + 1488);
+  EXPECT_EQ(KeptInput(in, kSlots, kSlotBytes, 12).size(), 516u) << "rounded up to an element";
+  EXPECT_EQ(KeptInput({in.data(), 300}, kSlots, kSlotBytes, 4).size(), 300u);
+  EXPECT_EQ(KeptInput(in, 0, kSlotBytes, 4).size(), 2000u) << "an unknown window keeps it all";
+}
+
+// A reduce whose root is behind: the members ahead returned once their
+// input had left and kept only its end (KeptInput); the root holds the
+// fabric's results before its last 2K chunks, garbage after. Only the kept
+// end is reduced again, and the root ends with the whole exact result.
+TEST(Resync, AReduceWhoseRootIsBehindIsReducedAgainFromTheEndTheOthersKept) {
+  constexpr size_t kMembers = 4, kCount = 300, kBytes = 4 * kCount;
+  std::vector<std::vector<int32_t>> inputs(kMembers, std::vector<int32_t>(kCount));
+  std::vector<int32_t> sum(kCount, 0);
+  for (size_t m = 0; m < kMembers; ++m) {
+    for (size_t i = 0; i < kCount; ++i) {
+      inputs[m][i] = static_cast<int32_t>((m + 1) * 1000 + i);
+      sum[i] += inputs[m][i];
+    }
+  }
+  auto bytes = [&](size_t m) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(inputs[m].data()), kBytes);
+  };
+  const size_t kept = KeptInput(bytes(0), kSlots, kSlotBytes, 4).size();
+  ASSERT_EQ(kept, 512u);
+  std::vector<int32_t> root_buffer = sum;  // the fabric's results up to the kept end
+  std::fill(root_buffer.end() - static_cast<ptrdiff_t>(kept / 4), root_buffer.end(), -1);
+  std::vector<ResyncMember> m(kMembers);
+  for (size_t i = 0; i < kMembers; ++i) {
+    m[i].rank = static_cast<int>(i);
+    m[i].size = kMembers;
+    m[i].completed = i == 0 ? 5 : 6;
+    m[i].last = {CollectiveType::kReduce, 0};
+    m[i].last_input_bytes = kBytes;
+    m[i].last_input_kept = kept;
+  }
+  m[0].current = ResyncOp{CollectiveType::kReduce, 0};
+  std::vector<size_t> reduced;
+  const auto out = RunAll(m, &reduced, [&](size_t i, ThreadExchange& e) {
+    e.reduce_input = bytes(i);
+    e.reduce_kept = KeptInput(bytes(i), kSlots, kSlotBytes, 4);
+    e.reduce_whole = kBytes;
+    e.reduce_out = reinterpret_cast<uint8_t*>(root_buffer.data());
+  });
+  for (size_t i = 0; i < kMembers; ++i) {
+    ASSERT_TRUE(out[i].ok()) << out[i].status();
+    EXPECT_EQ(reduced[i], kept) << "member " << i << " reduced more than the kept end";
+  }
+  EXPECT_EQ(*out[0], ResyncOutcome::kCurrentCompleted);
+  EXPECT_EQ(m[0].completed, 6u);
+  EXPECT_EQ(*out[1], ResyncOutcome::kInStep);
+  EXPECT_EQ(root_buffer, sum);
 }
 
 // The member behind holds the fabric's results up to its last K chunks

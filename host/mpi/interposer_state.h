@@ -91,7 +91,8 @@ struct LastOp {
   int root = 0;
   size_t result_bytes = 0;      // allreduce/bcast/allgather: the result's size
   std::vector<uint8_t> result;  // and its end (KeptResult, host/resync.h)
-  std::vector<uint8_t> input;   // reduce/reduce-scatter: this rank's input
+  size_t input_bytes = 0;       // reduce/reduce-scatter: this rank's input's size
+  std::vector<uint8_t> input;   // and its end (KeptInput, host/resync.h; a reduce-scatter's all)
 };
 
 // An operation in progress, described enough to re-run it on PMPI.

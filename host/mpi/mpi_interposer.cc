@@ -120,6 +120,7 @@ void Completed(CommState* s, const Pending& p) {
   s->last.root = p.root;
   s->last.result_bytes = 0;
   s->last.result.clear();
+  s->last.input_bytes = 0;
   s->last.input.clear();
   const size_t bytes = p.kind == kBarrier ? 0 : Bytes(p.type, p.count);
   if (p.kind == kAllreduce || p.kind == kBcast || p.kind == kAllgather) {
@@ -129,12 +130,15 @@ void Completed(CommState* s, const Pending& p) {
     s->last.result_bytes = bytes;
     s->last.result.assign(kept.begin(), kept.end());
   } else if (p.kind == kReduce || p.kind == kReduceScatter) {
-    if (p.sendbuf == MPI_IN_PLACE) {
-      s->last.input = p.saved_input;
-    } else {
-      const uint8_t* in = static_cast<const uint8_t*>(p.sendbuf);
-      s->last.input.assign(in, in + bytes);
+    const uint8_t* in = static_cast<const uint8_t*>(
+        p.sendbuf == MPI_IN_PLACE ? p.saved_input.data() : p.sendbuf);
+    std::span<const uint8_t> kept(in, bytes);
+    if (p.kind == kReduce) {
+      kept = netfold::host::KeptInput(kept, G().caps.num_slots, G().caps.slot_bytes,
+                                      Bytes(p.type, 1));
     }
+    s->last.input_bytes = bytes;
+    s->last.input.assign(kept.begin(), kept.end());
   }
 }
 
@@ -511,8 +515,8 @@ int MPI_Finalize(void) {
         }
         if (total[kAll - 2] + total[kAll - 1] > 0) {
           std::fprintf(stderr,
-                       "  failover: allreduce bytes the fabric had delivered %llu, reduced "
-                       "again on MPI %llu\n",
+                       "  failover: bytes the fabric had delivered %llu, reduced again on "
+                       "MPI %llu\n",
                        static_cast<unsigned long long>(total[kAll - 2]),
                        static_cast<unsigned long long>(total[kAll - 1]));
         }

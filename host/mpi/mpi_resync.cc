@@ -116,25 +116,37 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
     return absl::OkStatus();
   }
 
-  // The root gathers every rank's input (the ranks ahead kept theirs) and
-  // reduces them itself, in rank order. A reduce-scatter's roots are every
-  // rank: each gets every input and those behind reduce their block.
-  absl::Status ReduceAgain(bool behind) override {
-    std::vector<uint8_t> in;
+  // The root gathers every rank's input from `from` on (the ranks ahead
+  // kept that end of theirs) and reduces them itself, in rank order. A
+  // reduce-scatter's roots are every rank: each gets every input and those
+  // behind reduce their block.
+  absl::Status ReduceAgain(bool behind, size_t from) override {
+    std::span<const uint8_t> in;
     int root = s_->last.root;
+    size_t whole = s_->last.input_bytes;
     if (behind) {
       root = current_->root;
-      if (current_->sendbuf == MPI_IN_PLACE) {
-        in = current_->saved_input;
-      } else {
-        const uint8_t* b = static_cast<const uint8_t*>(current_->sendbuf);
-        in.assign(b, b + Bytes(current_->type, current_->count));
-      }
+      whole = Bytes(current_->type, current_->count);
+      in = {static_cast<const uint8_t*>(current_->sendbuf == MPI_IN_PLACE
+                                            ? current_->saved_input.data()
+                                            : current_->sendbuf),
+            whole};
     } else {
       in = s_->last.input;
     }
-    if ((behind ? current_->kind : s_->last.kind) == kReduceScatter) {
-      return ReduceScatterAgain(in, behind);
+    const Kind kind = behind ? current_->kind : s_->last.kind;
+    const size_t elem = behind ? Bytes(current_->type, 1) : 1;  // the root (behind) reduces
+    if (from > whole || in.size() < whole - from || (behind && from % elem != 0) ||
+        (from > 0 && kind == kReduceScatter)) {
+      return absl::InternalError(absl::StrFormat(
+          "resync: cannot reduce bytes %d.. of a %d-byte reduce from %d bytes of input", from,
+          whole, in.size()));
+    }
+    in = in.last(whole - from);
+    if (kind == kReduceScatter) return ReduceScatterAgain(in, behind);
+    if (behind && s_->rank == root) {
+      delivered = from;  // the fabric's results before `from` stand
+      reduced = whole - from;
     }
     const int n = static_cast<int>(in.size());
     std::vector<int> sizes(static_cast<size_t>(s_->size));
@@ -157,18 +169,22 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
     const size_t last = static_cast<size_t>(s_->size - 1);
     std::vector<uint8_t> acc(gathered.begin() + displs[last],
                              gathered.begin() + displs[last] + sizes[last]);
+    const int count = static_cast<int>(in.size() / elem);
     for (int r = s_->size - 2; r >= 0; --r) {
       NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Reduce_local(gathered.data() + displs[r], acc.data(),
-                                                        current_->count, current_->type,
-                                                        current_->op),
+                                                        count, current_->type, current_->op),
                                       "MPI_Reduce_local"));
     }
-    std::memcpy(current_->recvbuf, acc.data(), acc.size());
+    std::memcpy(static_cast<uint8_t*>(current_->recvbuf) + from, acc.data(), acc.size());
     return absl::OkStatus();
   }
 
+  // At a reduce's root behind, after ReduceAgain: the bytes the fabric had
+  // delivered and the bytes reduced again.
+  size_t delivered = 0, reduced = 0;
+
  private:
-  absl::Status ReduceScatterAgain(const std::vector<uint8_t>& in, bool behind) {
+  absl::Status ReduceScatterAgain(std::span<const uint8_t> in, bool behind) {
     const int n = static_cast<int>(in.size());
     std::vector<int> sizes(static_cast<size_t>(s_->size));
     NETFOLD_RETURN_IF_ERROR(FromMpi(
@@ -261,6 +277,8 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
   me.last = AsResyncOp(s->last.kind, s->last.root);
   me.last_result_bytes = s->last.result_bytes;
   me.last_result = s->last.result;
+  me.last_input_bytes = s->last.input_bytes;
+  me.last_input_kept = s->last.input.size();
   MpiResyncExchange exchange(s, current);
   absl::StatusOr<netfold::host::ResyncOutcome> outcome = netfold::host::Resync(exchange, me);
   if (!outcome.ok()) {
@@ -276,6 +294,8 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
       G().reduced_again_bytes += *me.reduced_again;
       G().recovered_bytes += me.current_result.size() - *me.reduced_again;
     }
+    G().reduced_again_bytes += exchange.reduced;
+    G().recovered_bytes += exchange.delivered;
     s->completed = me.completed;
     return MPI_SUCCESS;  // `current` was the operation some ranks missed, now complete
   }

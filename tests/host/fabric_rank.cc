@@ -37,11 +37,12 @@
 //   fork         an allreduce, then fork(): the child's calls on the
 //                parent's context fail with UNAVAILABLE at once (its
 //                threads are the parent's), and the parent goes on
-//   behind ADDR  rank 0 takes the data address ADDR (the test cut the
-//                switch's sends to it) and drops every multicast: it fails
-//                over inside one allreduce whose result the others already
-//                have, while they are in netfold_group_destroy; every rank
-//                must end with the exact result
+//   behind ADDR [reduce]  rank 0 takes the data address ADDR (the test
+//                cut the switch's sends to it) and drops every multicast: it
+//                fails over inside one allreduce whose result the others
+//                already have (a reduce rooted at it that the others
+//                completed), while they are in netfold_group_destroy; every
+//                rank (the root) must end with the exact result
 //   outage N     a stream that stops at its first error (the test kills a
 //                switch), then waits for $NETFOLD_TEST_PHASE2 to exist,
 //                joins the fabric again and runs N more operations that
@@ -576,13 +577,18 @@ int main(int argc, char** argv) {
       Check(v[i] == want, absl::StrFormat("large allreduce element %d", i));
     }
   } else if (scenario == "behind") {
-    std::vector<int64_t> v(300);
-    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int64_t>(i) * (g_rank + 1);
-    CheckRc(netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(), NETFOLD_DTYPE_INT64,
-                              NETFOLD_OP_SUM),
-            "the allreduce rank 0 misses");
+    std::vector<int64_t> v(300), in(300);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = in[i] = static_cast<int64_t>(i) * (g_rank + 1);
+    // "behind ADDR reduce": a reduce rooted at rank 0, which the others
+    // complete once their input has left.
+    const bool reduce = argc > 3 && std::string(argv[3]) == "reduce";
+    CheckRc(reduce ? netfold_reduce(g, in.data(), v.data(), v.size(), NETFOLD_DTYPE_INT64,
+                                    NETFOLD_OP_SUM, 0)
+                   : netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(),
+                                       NETFOLD_DTYPE_INT64, NETFOLD_OP_SUM),
+            "the operation rank 0 misses");
     const int64_t ranks = g_size * (g_size + 1) / 2;
-    for (size_t i = 0; i < v.size() && g_failure.empty(); ++i) {
+    for (size_t i = 0; i < v.size() && g_failure.empty() && (!reduce || g_rank == 0); ++i) {
       Check(v[i] == static_cast<int64_t>(i) * ranks, absl::StrFormat("element %d", i));
     }
   } else if (scenario == "stream") {

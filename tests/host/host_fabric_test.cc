@@ -267,7 +267,7 @@ std::string FreeLoopbackAddress() {
 // the group take part in the failover of one that never got it: it gets
 // the result from them (host/resync.h), nobody waits for an operation's
 // deadline twice, and every rank ends with the exact result.
-TEST(HostFabric, AMemberBehindFailsOverWhileTheOthersDestroyTheGroup) {
+void RunWithRankZeroBehind(const std::string& operation) {
   const std::string behind = FreeLoopbackAddress();
   ASSERT_FALSE(behind.empty());
   tools::LocalFabricOptions o;
@@ -280,15 +280,26 @@ TEST(HostFabric, AMemberBehindFailsOverWhileTheOthersDestroyTheGroup) {
   auto fabric = tools::LocalFabric::Start(o);
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   const absl::Time start = absl::Now();
-  Launch ranks(**fabric, 3, 0, {"behind", behind}, {{"NETFOLD_TIMEOUT_MS", "3000"}});
+  Launch ranks(**fabric, 3, 0, {"behind", behind, operation}, {{"NETFOLD_TIMEOUT_MS", "3000"}});
   const std::vector<RankResult> results = ranks.Wait(absl::Seconds(90));
   ExpectAllOk(results);
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
         << "rank " << r << " did not go to the hosts with the others:\n" << results[r].output;
   }
-  // Rank 0's allreduce times out (3 s), then every rank fails over at once.
+  // Rank 0's operation times out (3 s), then every rank fails over at once.
   EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+}
+
+TEST(HostFabric, AMemberBehindFailsOverWhileTheOthersDestroyTheGroup) {
+  RunWithRankZeroBehind("allreduce");
+}
+
+// The same inside a reduce rooted at the member behind: the others
+// completed it once their input had left and kept its end (KeptInput,
+// host/resync.h), from which it is reduced again at the root.
+TEST(HostFabric, ARootBehindInAReduceGetsItReducedAgainFromWhatTheOthersKept) {
+  RunWithRankZeroBehind("reduce");
 }
 
 }  // namespace

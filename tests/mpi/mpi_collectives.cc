@@ -20,6 +20,8 @@
 //   mpi_collectives outage_inplace COUNT OPS   in-place int allreduces of
 //                             COUNT elements; the driver kills the switches
 //                             after the third ("phase 1 done")
+//   mpi_collectives outage_reduce COUNT OPS   the same with reduces to a
+//                             moving root
 //   mpi_collectives strict return|fatal   phase 1 of outage, then (with
 //                             NETFOLD_MPI_ENABLE=1) one allreduce on the dead
 //                             fabric: it must return an error under
@@ -559,21 +561,30 @@ void Outage() {
   for (int i = 0; i < 20; ++i) AllOps<double>(MPI_COMM_WORLD, MPI_DOUBLE, "double", {300}, seed);
 }
 
-// In-place allreduces of `count` ints, back to back, OPS of them; the
-// driver kills the switches once phase 1 (three of them) is done, so the
-// fabric fails one in the middle: the failover completes it from the
-// chunks the fabric wrote and the inputs it had not touched (it keeps no
-// copy of an in-place input). Every element of every result is checked.
-void OutageInPlace(int count, int ops) {
-  std::vector<int32_t> v(static_cast<size_t>(count));
+// In-place allreduces of `count` ints, back to back, OPS of them (with
+// `reduces`, reduces to a moving root instead); the driver kills the
+// switches once phase 1 (three of them) is done, so the fabric fails one in
+// the middle: the failover completes an allreduce from the chunks the
+// fabric wrote and the inputs it had not touched (it keeps no copy of an
+// in-place input), a reduce from the end of their inputs the ranks that
+// returned kept. Every element of every result is checked.
+void OutageInPlace(int count, int ops, bool reduces) {
+  std::vector<int32_t> v(static_cast<size_t>(count)), out;
   const int32_t ranks_sum = g_size * (g_size + 1) / 2;
   for (int op = 0; op < ops; ++op) {
+    const int root = op % g_size;
     for (size_t i = 0; i < v.size(); ++i) v[i] = (g_rank + 1) * (op + 1) + static_cast<int32_t>(i % 977);
-    MPI_Allreduce(MPI_IN_PLACE, v.data(), count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    if (reduces) {
+      out.assign(v.size(), -1);
+      MPI_Reduce(v.data(), out.data(), count, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
+      v.swap(out);
+    } else {
+      MPI_Allreduce(MPI_IN_PLACE, v.data(), count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    }
     ++g_checks;
-    for (size_t i = 0; i < v.size(); ++i) {
+    for (size_t i = 0; i < v.size() && (!reduces || g_rank == root); ++i) {
       if (v[i] != ranks_sum * (op + 1) + g_size * static_cast<int32_t>(i % 977)) {
-        Fail("in-place allreduce " + std::to_string(op) + " element " + std::to_string(i));
+        Fail("operation " + std::to_string(op) + " element " + std::to_string(i));
         break;
       }
     }
@@ -730,8 +741,9 @@ int main(int argc, char** argv) {
   else if (what == "hierarchy") Hierarchy(per_host, argc > 2 && std::string(argv[2]) == "quick");
   else if (what == "fallback") Fallback();
   else if (what == "outage") Outage();
-  else if (what == "outage_inplace") {
-    OutageInPlace(argc > 2 ? std::atoi(argv[2]) : 1 << 20, argc > 3 ? std::atoi(argv[3]) : 30);
+  else if (what == "outage_inplace" || what == "outage_reduce") {
+    OutageInPlace(argc > 2 ? std::atoi(argv[2]) : 1 << 20, argc > 3 ? std::atoi(argv[3]) : 30,
+                  what == "outage_reduce");
   }
   else if (what == "verbose") Verbose(argc > 2 ? std::atoi(argv[2]) : 0);
   else if (what == "threads") {
