@@ -208,24 +208,33 @@ TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
   ExpectEveryRankFailedOverOnce(results);
 }
 
+// fabric_rank `scenario` (`ops` operations of 1 Mi int32) on 4 ranks, leaf0
+// killed mid-stream: every rank fails over once and every operation is
+// exact ("SCENARIO ok=OPS errors=0 wrong=0").
+void KillALeafDuring(const std::string& scenario, int ops) {
+  auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 4, 0, {scenario, std::to_string(ops), "1048576"},
+               {{"NETFOLD_TIMEOUT_MS", "5000"}});
+  WaitForAGroup(*fabric);
+  absl::SleepFor(absl::Milliseconds(300));  // mid-stream
+  ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
+  auto results = ranks.Wait(absl::Minutes(4));
+  const std::string clean = absl::StrFormat("%s ok=%d errors=0 wrong=0", scenario, ops);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    EXPECT_NE(results[r].output.find(clean), std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+  }
+  ExpectEveryRankFailedOverOnce(results);
+}
+
 // A switch killed while 4 MiB in-place allreduces run back to back: the
 // one cut short is completed from the chunks the fabric had written and
 // the inputs it had not (host/resync.h; no input is copied for a lone
 // in-place allreduce), and every element of every result is right.
 TEST(ProcessFaults, SwitchKilledDuringInPlaceAllreducesFailsOverWithExactResults) {
-  auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
-  ASSERT_NE(fabric, nullptr);
-  Launch ranks(*fabric, 4, 0, {"inplace", "40", "1048576"}, {{"NETFOLD_TIMEOUT_MS", "5000"}});
-  WaitForAGroup(*fabric);
-  absl::SleepFor(absl::Milliseconds(300));  // mid-stream
-  ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
-  auto results = ranks.Wait(absl::Minutes(4));
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
-    EXPECT_NE(results[r].output.find("inplace ok=40 errors=0 wrong=0"), std::string::npos)
-        << "rank " << r << ":\n" << results[r].output;
-  }
-  ExpectEveryRankFailedOverOnce(results);
+  KillALeafDuring("inplace", 40);
 }
 
 // A switch killed while 4 MiB bcasts from every rank in turn run back to
@@ -236,19 +245,7 @@ TEST(ProcessFaults, SwitchKilledDuringInPlaceAllreducesFailsOverWithExactResults
 // mostly stand at the same operation, so this does not force the case
 // where the members ahead hand their kept result to the others.)
 TEST(ProcessFaults, SwitchKilledDuringBcastsFailsOverWithExactResults) {
-  auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
-  ASSERT_NE(fabric, nullptr);
-  Launch ranks(*fabric, 4, 0, {"bcasts", "60", "1048576"}, {{"NETFOLD_TIMEOUT_MS", "5000"}});
-  WaitForAGroup(*fabric);
-  absl::SleepFor(absl::Milliseconds(300));  // mid-stream
-  ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
-  auto results = ranks.Wait(absl::Minutes(4));
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
-    EXPECT_NE(results[r].output.find("bcasts ok=60 errors=0 wrong=0"), std::string::npos)
-        << "rank " << r << ":\n" << results[r].output;
-  }
-  ExpectEveryRankFailedOverOnce(results);
+  KillALeafDuring("bcasts", 60);
 }
 
 // "rank R: digest=XXXX" of every rank; they must agree.
