@@ -70,6 +70,10 @@ TEST(CApi, BadEnvironmentIsAClearError) {
   setenv("NETFOLD_DELIVERY", "carrier-pigeon", 1);
   EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
   unsetenv("NETFOLD_DELIVERY");
+  setenv("NETFOLD_REDUCE_DATA", "some", 1);
+  EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_REDUCE_DATA"), std::string::npos);
+  unsetenv("NETFOLD_REDUCE_DATA");
   for (const char* bad : {"fast", "-1", "1000001"}) {
     setenv("NETFOLD_POLL_US", bad, 1);
     EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT) << bad;

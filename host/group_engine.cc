@@ -250,6 +250,31 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
   return id;
 }
 
+DeliveryMode GroupEngine::DeliveryOf(const Op& op) const {
+  if (op.args.collective != CollectiveType::kReduce) return params_.delivery;
+  // A reduce's data goes to its root alone. With multicast, every rank
+  // gets the result's header by it (root_data), or, for switches that
+  // predate root_data, the whole result, which the others drop. Without
+  // multicast, or in a reduce-scatter, the others get a header over RC
+  // (to_root): a reduce-scatter's multicast would bring each rank all of
+  // V where it keeps V / p.
+  if (params_.delivery != DeliveryMode::kMulticast || !op.args.blocks.empty()) {
+    return DeliveryMode::kToRoot;
+  }
+  return params_.reduce_root_data ? DeliveryMode::kRootData : DeliveryMode::kMulticast;
+}
+
+bool GroupEngine::MayLose(const Op& op, size_t chunk) const {
+  switch (DeliveryOf(op)) {
+    case DeliveryMode::kMulticast:
+      return true;
+    case DeliveryMode::kRootData:
+      return Locate(op, chunk).recv == nullptr;  // the root's data comes over RC
+    default:
+      return false;  // RC is reliable
+  }
+}
+
 std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size_t chunk,
                                                              uint64_t seq,
                                                              AggregationMessageType type,
@@ -262,14 +287,7 @@ std::optional<GroupEngine::Request> GroupEngine::BuildRequest(const Op& op, size
   h.op = (a.collective == CollectiveType::kAllreduce || a.collective == CollectiveType::kReduce)
              ? a.op
              : proto::kNoReduceOp;
-  // A reduce rides the group's multicast like an allreduce (non-roots drop
-  // the data); without multicast its result goes to the root alone. A
-  // reduce-scatter's results go to their roots alone: each rank receives
-  // its block, V / p, where the multicast would bring it all of V.
-  h.delivery = a.collective == CollectiveType::kReduce &&
-                       (params_.delivery != DeliveryMode::kMulticast || !a.blocks.empty())
-                   ? DeliveryMode::kToRoot
-                   : params_.delivery;
+  h.delivery = DeliveryOf(op);
   h.tree_id = params_.tree_id;
   h.group_id = params_.group_id;
   h.epoch = params_.epoch;
@@ -399,6 +417,10 @@ void GroupEngine::OnMessage(const AggregationHeader& h, std::span<const uint8_t>
     }
     return;
   }
+  if (h.delivery == DeliveryMode::kRootData && !h.has_data && h.status == AggregationStatus::kOk &&
+      Locate(*slot.op, slot.chunk).recv != nullptr) {
+    return;  // the root's copy of the header: its data follows over RC
+  }
   CompleteChunk(slot, h, elements);
 }
 
@@ -469,8 +491,7 @@ void GroupEngine::Poll() {
   const int64_t now = clock_.NowNanos();
   for (InFlight& slot : window_) {
     if (!slot.used || slot.repair_at_ns > now) continue;
-    // Only a result that travels by multicast can be lost; RC is reliable.
-    if (params_.delivery != DeliveryMode::kMulticast) {
+    if (!MayLose(*slot.op, slot.chunk)) {
       slot.repair_at_ns = INT64_MAX;
       continue;
     }

@@ -61,6 +61,13 @@ struct GroupParams {
   // to handle, at the price of a window that moves in steps. 0: K / 4;
   // 1: a request per chunk.
   uint32_t bcast_run = 0;
+  // A reduce in a multicast group: true sends the result's data to the
+  // root alone, relayed down the tree over RC, and its header to every
+  // rank by multicast (delivery root_data), so the other ranks receive no
+  // data they would drop; false (the default, cheaper where the switches
+  // share the hosts' CPUs: docs/performance.md) multicasts the whole
+  // result and the others drop it.
+  bool reduce_root_data = false;
   // An operation not complete this long after Start fails with DeadlineExceeded.
   absl::Duration op_timeout = absl::Seconds(30);
   // The job's integrity key (docs/security.md): requests are tagged, and a
@@ -213,6 +220,11 @@ class GroupEngine {
   };
 
   bool PostNextChunk();
+  // How the switches deliver the operation's results.
+  proto::DeliveryMode DeliveryOf(const Op& op) const;
+  // Whether the result of `chunk` may be lost on the way (it travels by
+  // multicast) and so is asked for again when it is late.
+  bool MayLose(const Op& op, size_t chunk) const;
   // Chunks from `chunk` on that one request may stand for (1 unless a
   // bcast rank without their data; then those alike, at most bcast_run).
   size_t RunLength(const Op& op, size_t chunk) const;

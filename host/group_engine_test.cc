@@ -357,6 +357,53 @@ TEST_F(GroupEngineTest, ReduceNonRootsGetNoDataAndBcastRootSendsIt) {
   EXPECT_TRUE(e.Finish(b).ok());
 }
 
+// NETFOLD_REDUCE_DATA=root: a reduce's requests ask for root_data. The
+// root waits for its data over RC (the multicast header does not complete
+// its chunk, and it never asks for the data again: RC does not lose it);
+// another rank completes on the header and repairs a lost one.
+TEST_F(GroupEngineTest, RootDataReduceCompletesTheRootOnItsDataAndTheOthersOnTheHeader) {
+  GroupParams p = Params();
+  p.reduce_root_data = true;
+  GroupEngine e(p, &leaf_, clock_);
+  int32_t in[4] = {1, 2, 3, 4}, out[4] = {};
+  auto mine = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                        .op = ReduceOp::kSum, .root = 3, .send = in, .recv = out, .count = 4});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 1u);
+  EXPECT_EQ(leaf_.Header(0).delivery, DeliveryMode::kRootData);
+  Answer(e, 0, {});  // the multicast header: not the root's result
+  EXPECT_FALSE(e.Done(mine));
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(absl::Milliseconds(30));
+    e.Poll();
+  }
+  EXPECT_EQ(leaf_.sent.size(), 1u) << "the root's data comes over RC: no repair";
+  Answer(e, 0, {10, 20, 30, 40});
+  ASSERT_TRUE(e.Done(mine));
+  EXPECT_TRUE(e.Finish(mine).ok());
+  EXPECT_EQ(out[3], 40);
+  EXPECT_EQ(e.stats().unexpected_messages, 0u);
+
+  auto other = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                         .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 4});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 2u);
+  EXPECT_EQ(leaf_.Header(1).delivery, DeliveryMode::kRootData);
+  clock_.Advance(absl::Milliseconds(30));
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 3u) << "a lost header is asked for again";
+  EXPECT_EQ(leaf_.Header(2).type, AggregationMessageType::kRepairRequest);
+  Answer(e, 1, {});
+  EXPECT_TRUE(e.Finish(other).ok());
+  // An error result without data still completes the root.
+  auto failed = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                          .op = ReduceOp::kSum, .root = 3, .send = in, .recv = out, .count = 4});
+  e.Poll();
+  Answer(e, 3, {}, AggregationStatus::kMismatch);
+  ASSERT_TRUE(e.Done(failed));
+  EXPECT_FALSE(e.Finish(failed).ok());
+}
+
 // Allgather and reduce-scatter: a bcast (reduce) per block, block i
 // rooted at group rank i. This engine is job rank 3, group rank 1 of
 // members {5, 3, 7}.

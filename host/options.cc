@@ -67,6 +67,16 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
           absl::StrFormat("NETFOLD_DELIVERY='%s': use multicast or rc", v));
     }
   }
+  if (std::string v = Env("NETFOLD_REDUCE_DATA"); !v.empty()) {
+    if (v == "root") {
+      o->reduce_root_data = true;
+    } else if (v == "all") {
+      o->reduce_root_data = false;
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("NETFOLD_REDUCE_DATA='%s': use root or all", v));
+    }
+  }
   if (std::string v = Env("NETFOLD_ALGORITHM"); !v.empty()) {
     NETFOLD_ASSIGN_OR_RETURN(o->algorithm, algorithms::ParseAlgorithmPolicy(v));
   }

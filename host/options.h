@@ -51,6 +51,10 @@ struct ContextOptions {
   // without their data stands for (GroupParams::bcast_run; 0: K / 4, 1: a
   // request per chunk, as switches before the `repeat` field need).
   uint32_t bcast_run = 0;
+  // NETFOLD_REDUCE_DATA: all (the default: a reduce's whole result to
+  // every rank by multicast) or root (its data to the root alone, the
+  // header to all; GroupParams::reduce_root_data).
+  bool reduce_root_data = false;
   absl::Duration repair_after = absl::Milliseconds(20);
   // NETFOLD_ALGORITHM (docs/algorithms.md): auto (the fabric, else the
   // hosts; failover), innetwork (the fabric only), ring, bidir, tree,

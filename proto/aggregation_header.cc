@@ -20,7 +20,7 @@ bool IsValidCollective(uint8_t code) {
 
 bool IsValidDelivery(uint8_t code) {
   return code >= static_cast<uint8_t>(DeliveryMode::kMulticast) &&
-         code <= static_cast<uint8_t>(DeliveryMode::kToRoot);
+         code <= static_cast<uint8_t>(DeliveryMode::kRootData);
 }
 
 uint8_t Flags(const AggregationHeader& h) {
@@ -53,7 +53,8 @@ AggregationParseResult Validate(uint8_t version, uint8_t type, uint8_t collectiv
     return AggregationParseResult::kOpNotAllowed;
   }
   if (!IsValidDelivery(delivery) ||
-      (static_cast<DeliveryMode>(delivery) == DeliveryMode::kToRoot &&
+      ((static_cast<DeliveryMode>(delivery) == DeliveryMode::kToRoot ||
+        static_cast<DeliveryMode>(delivery) == DeliveryMode::kRootData) &&
        coll != CollectiveType::kReduce)) {
     return AggregationParseResult::kBadDelivery;
   }
@@ -116,6 +117,8 @@ std::string_view DeliveryModeName(DeliveryMode delivery) {
       return "rc_tree";
     case DeliveryMode::kToRoot:
       return "to_root";
+    case DeliveryMode::kRootData:
+      return "root_data";
   }
   return "invalid";
 }

@@ -101,6 +101,10 @@ enum class DeliveryMode : uint8_t {
   kMulticast = 1,  // UD SEND_ONLY to the group's multicast address
   kRcTree = 2,     // relayed down the tree over RC
   kToRoot = 3,     // to root_rank only (reduce)
+  // Reduce: the result's header to the group by multicast (every rank
+  // learns its chunk is done), its data to root_rank alone, relayed down
+  // the tree over RC. The other ranks do not receive data they would drop.
+  kRootData = 4,
 };
 
 enum class AggregationStatus : uint8_t {
@@ -180,7 +184,7 @@ enum class AggregationParseResult : uint8_t {
   kBadDataType,        // dtype not a DataType (0 is one only for barrier)
   kBadReduceOp,        // op not a ReduceOp (0 is one only for barrier/bcast)
   kOpNotAllowed,       // allreduce/reduce: CheckOpAllowed(dtype, op) fails
-  kBadDelivery,        // delivery not a DeliveryMode, or to_root but not reduce
+  kBadDelivery,        // delivery not a DeliveryMode, or to_root/root_data but not reduce
   kBadStatus,          // status not an AggregationStatus
   kBadFlags,           // a flag bit other than has_data and has_tag is set
   kReservedNotZero,    // bytes 10..11 are not 0

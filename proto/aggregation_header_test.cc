@@ -126,6 +126,12 @@ TEST(AggregationHeader, GoldenBytes) {
     cases.push_back({"reduce to root", h,
                      "01 01 02 05 07 03 00 01  0003 0000  00000102  00000007  00000003  "
                      "00000005  00000000  ffffffff00000001"});
+    h.delivery = DeliveryMode::kRootData;
+    h.type = AggregationMessageType::kResult;
+    h.has_data = false;
+    cases.push_back({"reduce result header, data to the root", h,
+                     "01 02 02 05 07 04 00 00  0003 0000  00000102  00000007  00000003  "
+                     "00000005  00000000  ffffffff00000001"});
   }
   {
     AggregationHeader h = AllreduceRequest();
@@ -288,9 +294,12 @@ TEST(AggregationHeader, DecoderRejectsEveryBrokenRule) {
       {"fp32 minloc", WithByte(ValidMessage(), 4, 11), R::kOpNotAllowed},
       {"reduce fp32 lxor", WithByte(WithByte(ValidMessage(), 2, 2), 4, 10), R::kOpNotAllowed},
       {"delivery 0", WithByte(ValidMessage(), 5, 0), R::kBadDelivery},
-      {"delivery 4", WithByte(ValidMessage(), 5, 4), R::kBadDelivery},
+      {"delivery 5", WithByte(WithByte(ValidMessage(), 2, 2), 5, 5), R::kBadDelivery},
       {"allreduce to_root", WithByte(ValidMessage(), 5, 3), R::kBadDelivery},
       {"barrier to_root", WithByte(ValidMessage(Barrier()), 5, 3), R::kBadDelivery},
+      {"allreduce root_data", WithByte(ValidMessage(), 5, 4), R::kBadDelivery},
+      {"bcast root_data", WithByte(ValidMessage(bcast), 5, 4), R::kBadDelivery},
+      {"reduce root_data", WithByte(WithByte(ValidMessage(), 2, 2), 5, 4), R::kOk},
       {"status 7", WithByte(ValidMessage(), 6, 7), R::kBadStatus},
       {"status 255", WithByte(ValidMessage(), 6, 255), R::kBadStatus},
       {"flags 0x07", WithByte(ValidMessage(), 7, 0x07), R::kBadFlags},
@@ -419,6 +428,8 @@ TEST(AggregationHeader, NamesAreDistinct) {
   EXPECT_EQ(AggregationMessageTypeName(AggregationMessageType::kRepairRequest), "repair_request");
   EXPECT_EQ(CollectiveTypeName(CollectiveType::kBarrier), "barrier");
   EXPECT_EQ(DeliveryModeName(DeliveryMode::kRcTree), "rc_tree");
+  EXPECT_EQ(DeliveryModeName(DeliveryMode::kRootData), "root_data");
+  EXPECT_EQ(DeliveryModeName(static_cast<DeliveryMode>(5)), "invalid");
   EXPECT_EQ(AggregationStatusName(AggregationStatus::kResultGone), "result_gone");
   EXPECT_EQ(AggregationStatusName(static_cast<AggregationStatus>(7)), "invalid");
   EXPECT_EQ(CollectiveTypeName(static_cast<CollectiveType>(0)), "invalid");

@@ -283,8 +283,9 @@ void AggregationNode::HandleOneRequest(size_t child, const AggregationHeader& h,
           config_.slot_bytes) {
         slot.status = AggregationStatus::kInvalidRequest;
       }
-      if (h.collective == CollectiveType::kBcast && !config_.has_parent &&
-          !ChildOfRank(h.root_rank).has_value()) {
+      const bool routed_to_root = h.collective == CollectiveType::kBcast ||
+                                  h.delivery == DeliveryMode::kRootData;
+      if (routed_to_root && !config_.has_parent && !ChildOfRank(h.root_rank).has_value()) {
         slot.status = AggregationStatus::kInvalidRequest;  // the root is not a member
       }
       break;
@@ -395,9 +396,13 @@ void AggregationNode::Complete(Slot& slot) {
       if (!msg.empty()) output_->SendToParent(msg);
     }
     // Results delivered over RC come back through this node; multicast
-    // results go straight to the hosts.
-    slot.state = r.delivery == DeliveryMode::kMulticast ? Slot::State::kFree
-                                                        : Slot::State::kWaitingParent;
+    // results go straight to the hosts. So does a root_data result's
+    // header: its ranks may post s + K before the data passes here on its
+    // way to the root, so the slot does not wait for it (OnParentMessage
+    // routes it by root_rank).
+    slot.state = r.delivery == DeliveryMode::kMulticast || r.delivery == DeliveryMode::kRootData
+                     ? Slot::State::kFree
+                     : Slot::State::kWaitingParent;
     return;
   }
   Distribute(slot);
@@ -406,7 +411,9 @@ void AggregationNode::Complete(Slot& slot) {
 void AggregationNode::Distribute(Slot& slot) {
   AggregationHeader r = slot.header;
   r.type = AggregationMessageType::kResult;
-  if (r.delivery == DeliveryMode::kMulticast && !config_.multicast) {
+  const bool multicast =
+      r.delivery == DeliveryMode::kMulticast || r.delivery == DeliveryMode::kRootData;
+  if (multicast && !config_.multicast) {
     r.status = AggregationStatus::kInvalidRequest;
     r.has_data = false;
     r.delivery = DeliveryMode::kRcTree;  // the error itself still has to arrive
@@ -424,6 +431,16 @@ void AggregationNode::Distribute(Slot& slot) {
   }
   if (r.delivery == DeliveryMode::kMulticast) {
     output_->Multicast(msg);
+  } else if (r.delivery == DeliveryMode::kRootData) {
+    // Every rank learns that s completed from the header; only the root
+    // receives the data (the full message, kept below for repair).
+    AggregationHeader bare = r;
+    bare.has_data = false;
+    std::span<const uint8_t> bare_msg = Frame(scratch_, bare, 0);
+    if (!bare_msg.empty()) output_->Multicast(bare_msg);
+    if (std::optional<size_t> c = ChildOfRank(r.root_rank); c.has_value()) {
+      output_->SendToChild(*c, msg);
+    }
   } else {
     SendResultDown(r, msg.subspan(kAggregationHeaderSize, bytes), /*relay=*/false);  // not the tag
   }
@@ -439,9 +456,12 @@ void AggregationNode::Distribute(Slot& slot) {
 void AggregationNode::SendResultDown(const AggregationHeader& result,
                                      std::span<const uint8_t> data, bool relay) {
   // The full message to the children that get the data, header-only to the
-  // others (to_root: all but the child holding root_rank).
+  // others (to_root: all but the child holding root_rank; root_data: none,
+  // the multicast told them).
   std::optional<size_t> data_child;
-  if (result.delivery == DeliveryMode::kToRoot) data_child = ChildOfRank(result.root_rank);
+  const bool to_root_alone = result.delivery == DeliveryMode::kToRoot ||
+                             result.delivery == DeliveryMode::kRootData;
+  if (to_root_alone) data_child = ChildOfRank(result.root_rank);
   AggregationHeader full = result;
   full.type = AggregationMessageType::kResult;
   AggregationHeader bare = full;
@@ -456,8 +476,10 @@ void AggregationNode::SendResultDown(const AggregationHeader& result,
   }
   std::span<const uint8_t> bare_msg = Frame(scratch_, bare, 0);
   for (size_t c = 0; c < config_.children.size(); ++c) {
-    const bool gets_data =
-        full.has_data && (result.delivery != DeliveryMode::kToRoot || data_child == c);
+    // root_data: the root's child gets even a result without data (an
+    // error), which its switch waits for; the others had it by multicast.
+    if (result.delivery == DeliveryMode::kRootData && data_child != c) continue;
+    const bool gets_data = full.has_data && (!to_root_alone || data_child == c);
     std::span<const uint8_t> msg = gets_data ? full_msg : bare_msg;
     if (!msg.empty()) output_->SendToChild(c, msg);
   }
@@ -528,22 +550,35 @@ void AggregationNode::OnParentMessage(const AggregationHeader& h,
         SendResultDown(h, elements, /*relay=*/true);
         return;
       }
-      // A repaired result: to the children that asked for it.
-      bool delivered = false;
-      for (size_t i = 0; i < pending_repairs_.size();) {
-        if (pending_repairs_[i].first == h.seq) {
-          const uint32_t c = pending_repairs_[i].second;
+      // A root_data result goes on toward its root; a repaired result to
+      // the children that asked for it.
+      std::span<const uint8_t> msg;
+      auto send = [&](size_t c) {
+        if (msg.empty()) {
           if (out_.size() < kAggregationHeaderSize + elements.size() + TagRoom()) {
             out_.resize(kAggregationHeaderSize + elements.size() + TagRoom());
           }
           std::memcpy(out_.data() + kAggregationHeaderSize, elements.data(), elements.size());
-          std::span<const uint8_t> msg = Frame(out_, h, elements.size());
-          if (!msg.empty()) output_->SendToChild(c, msg);
+          msg = Frame(out_, h, elements.size());
+        }
+        if (!msg.empty()) output_->SendToChild(c, msg);
+      };
+      std::optional<size_t> root_child;
+      if (h.delivery == DeliveryMode::kRootData) root_child = ChildOfRank(h.root_rank);
+      bool delivered = false;
+      for (size_t i = 0; i < pending_repairs_.size();) {
+        if (pending_repairs_[i].first == h.seq) {
+          const uint32_t c = pending_repairs_[i].second;
+          if (root_child != c) send(c);
           pending_repairs_.erase(pending_repairs_.begin() + static_cast<ptrdiff_t>(i));
           delivered = true;
         } else {
           ++i;
         }
+      }
+      if (root_child.has_value()) {
+        send(*root_child);
+        delivered = true;
       }
       if (delivered) {
         BumpCounter(counters_.results_relayed, 1);

@@ -24,6 +24,9 @@
 //     to_root    the data to the child holding root_rank, a header-only
 //                result (has_data = 0) to the others, so every rank learns
 //                that s completed (it may then post s + K).
+//     root_data  (reduce) a header-only result to the group by multicast,
+//                the data to the child holding root_rank over RC; child
+//                switches relay it toward that rank alone.
 // - Bcast: the child holding root_rank carries the data, the others none.
 //   A child without the data may send one request for a run of operations
 //   (`repeat`, docs/protocol.md): the node takes it as a request for each,

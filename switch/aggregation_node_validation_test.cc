@@ -2,7 +2,8 @@
 // configs refused; children that disagree (type, count, root, bcast data)
 // complete with a mismatch on every rank; stale epochs, duplicates and
 // window violations dropped and counted; repairs answered until a slot is
-// reused, and relayed below the root to the child that asked; aborts. The
+// reused, and relayed below the root to the child that asked; aborts;
+// root_data results routed toward their root. The
 // node inside whole trees is in aggregation_node_test.cc.
 #include "switch/aggregation_node.h"
 
@@ -263,6 +264,83 @@ TEST_F(NodeValidation, BcastDataFromAChildNotHoldingTheRootIsAMismatch) {
   Send(2, no_data);
   ASSERT_EQ(out_.multicast.size(), 1u);
   EXPECT_EQ(Parse(out_.multicast[0]).status, AggregationStatus::kMismatch);
+}
+
+AggregationHeader RootDataReduce(uint64_t seq, uint32_t root) {
+  AggregationHeader h = Header(seq);
+  h.collective = CollectiveType::kReduce;
+  h.delivery = proto::DeliveryMode::kRootData;
+  h.root_rank = root;
+  return h;
+}
+
+// root_data: the group root multicasts the header and sends the data to
+// the child holding root_rank alone; a root that is no member is an
+// invalid request.
+TEST_F(NodeValidation, ARootDataResultIsAHeaderToAllAndTheDataToTheRootsChild) {
+  for (size_t c = 0; c < 3; ++c) Send(c, RootDataReduce(0, 1));
+  ASSERT_EQ(out_.multicast.size(), 1u);
+  const AggregationHeader header = Parse(out_.multicast[0]);
+  EXPECT_EQ(header.status, AggregationStatus::kOk);
+  EXPECT_FALSE(header.has_data);
+  EXPECT_EQ(header.delivery, proto::DeliveryMode::kRootData);
+  ASSERT_EQ(out_.to_child[1].size(), 1u);
+  EXPECT_TRUE(Parse(out_.to_child[1][0]).has_data);
+  EXPECT_TRUE(out_.to_child[0].empty());
+  EXPECT_TRUE(out_.to_child[2].empty());
+  for (size_t c = 0; c < 3; ++c) Send(c, RootDataReduce(1, 7));
+  ASSERT_EQ(out_.multicast.size(), 2u);
+  EXPECT_EQ(Parse(out_.multicast[1]).status, AggregationStatus::kInvalidRequest);
+}
+
+// Below the group root the slot does not wait for the data (the ranks may
+// post s + K once the multicast header reached them); the data is routed
+// by root_rank, and to a child with a pending repair too.
+TEST(AggregationNodeRootData, ASwitchBelowTheRootRoutesTheDataWithoutHoldingItsSlot) {
+  FakeClock clock;
+  Recorder out;
+  AggregationNodeConfig config{.tree_id = 1, .group_id = 2, .epoch = 3, .num_slots = 2,
+                               .slot_bytes = 64,
+                               .children = {{{0}}, {{1}}, {{2, 3}}},
+                               .has_parent = true};
+  std::unique_ptr<AggregationNode> node = std::move(*AggregationNode::Create(config, &out, clock));
+  auto contribute = [&](uint64_t seq) {
+    for (size_t c = 0; c < 3; ++c) {
+      const AggregationHeader h = RootDataReduce(seq, 3);
+      const Bytes data(proto::AggregationPayloadSize(h), static_cast<uint8_t>(c + 1));
+      node->OnChildMessage(c, h, data);
+    }
+  };
+  contribute(0);
+  contribute(1);
+  EXPECT_EQ(node->num_busy_slots(), 0u);
+  contribute(2);  // slot 0 again, before result 0 came down
+  ASSERT_EQ(out.to_parent.size(), 3u);
+  EXPECT_EQ(node->counters().Drops(NodeDropReason::kOutsideWindow), 0u);
+
+  AggregationHeader result = RootDataReduce(0, 3);
+  result.type = AggregationMessageType::kResult;
+  const Bytes data(proto::AggregationPayloadSize(result), 0x06);
+  node->OnParentMessage(result, data);
+  ASSERT_EQ(out.to_child[2].size(), 1u);
+  EXPECT_TRUE(Parse(out.to_child[2][0]).has_data);
+  EXPECT_TRUE(out.to_child[0].empty());
+  EXPECT_TRUE(out.to_child[1].empty());
+
+  AggregationHeader repair = RootDataReduce(1, 3);
+  repair.type = AggregationMessageType::kRepairRequest;
+  repair.has_data = false;
+  node->OnChildMessage(0, repair, {});  // rank 0 lost the header of 1
+  result.seq = 1;
+  node->OnParentMessage(result, data);
+  EXPECT_EQ(out.to_child[0].size(), 1u);
+  EXPECT_EQ(out.to_child[2].size(), 2u);
+
+  result.seq = 2;
+  result.root_rank = 9;  // below no child, and nobody asked
+  node->OnParentMessage(result, data);
+  EXPECT_EQ(node->counters().Drops(NodeDropReason::kUnexpectedResult), 1u);
+  EXPECT_EQ(out.to_child[0].size() + out.to_child[1].size() + out.to_child[2].size(), 3u);
 }
 
 AggregationHeader BareBcast(uint64_t seq, uint32_t repeat, uint32_t count = 8) {

@@ -100,6 +100,29 @@ TEST(HostFabric, AReleasedReduceResendsWhatItSentNotWhatTheCallerWroteSince) {
   ExpectAllOk(ranks.Wait(absl::Minutes(3)));
 }
 
+// NETFOLD_REDUCE_DATA=root: a reduce's data reaches its root alone over
+// RC, the header every rank by multicast. The sweep's reduces (every root,
+// five ranks across two leaves, so the data is relayed down the tree) are
+// exact, and so are released reduces on lossy links.
+TEST(HostFabric, AReduceWithItsDataToTheRootAloneIsExact) {
+  {
+    auto fabric = StartFabric(5);
+    ASSERT_NE(fabric, nullptr);
+    Launch ranks(*fabric, 5, 0, {"sweep"}, {{"NETFOLD_REDUCE_DATA", "root"}});
+    auto results = ranks.Wait(absl::Minutes(4));
+    ExpectAllOk(results);
+    for (const auto& r : results) {
+      EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
+                                                                << r.output;
+    }
+  }
+  auto fabric = StartFabric(3, "drop=0.05,seed=7");
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 3, 0, {"release"},
+               {{"NETFOLD_ALGORITHM", "innetwork"}, {"NETFOLD_REDUCE_DATA", "root"}});
+  ExpectAllOk(ranks.Wait(absl::Minutes(3)));
+}
+
 TEST(HostFabric, AForkedChildCannotUseTheContextAndTheParentGoesOn) {
   auto fabric = StartFabric(2);
   ASSERT_NE(fabric, nullptr);

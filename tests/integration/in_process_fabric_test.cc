@@ -222,13 +222,18 @@ TEST(Fabric, HundredThousandOperationsStreamUnderFaults) {
   EXPECT_EQ(fabric.switch_plane(0).num_busy_slots(), 0u);
 }
 
-TEST(Fabric, ReduceBcastAndBarrierWithBothDeliveries) {
-  for (DeliveryMode mode : {DeliveryMode::kMulticast, DeliveryMode::kRcTree}) {
+// Multicast (a reduce's data to every rank, or to its root alone with
+// root_data) and rc_tree delivery, under faults.
+TEST(Fabric, ReduceBcastAndBarrierWithEveryDelivery) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const DeliveryMode mode = variant == 1 ? DeliveryMode::kRcTree : DeliveryMode::kMulticast;
+    SCOPED_TRACE(variant);
     const TreeShape shape = TreeShape::ThreeLevel();
     FabricOptions options;
     options.faults = kFaults;
     InProcessFabric fabric(shape, options);
-    fabric.CreateGroup(1, {.num_slots = 4, .slot_bytes = 256, .delivery = mode});
+    fabric.CreateGroup(1, {.num_slots = 4, .slot_bytes = 256, .delivery = mode,
+                           .reduce_root_data = variant == 2});
     const int n = shape.num_hosts();
     std::mt19937_64 rng(3);
     for (uint32_t root : {0u, 4u, 9u}) {
@@ -279,23 +284,28 @@ TEST(Fabric, ReduceBcastAndBarrierWithBothDeliveries) {
 
 // The integrity tag end to end: one group without tags and one with the
 // job's key, under loss, duplication, reordering and corruption, with
-// multicast (results repaired over RC) and rc_tree delivery (reduce goes
-// to_root there): allreduce and reduce give the tree-order reference bits
-// in both, and no tagged message is ever refused (bad_tags 0) - the tag
+// multicast (results repaired over RC; a reduce by root_data too) and
+// rc_tree delivery (reduce goes to_root there): allreduce and reduce give
+// the tree-order reference bits in each, and no tagged message is ever
+// refused (bad_tags 0) - the tag
 // changes the wire and the chunking (P - 16 bytes of elements), not one
 // result bit.
 TEST(Fabric, TheIntegrityTagGivesTheSameBitsOnEveryDeliveryUnderFaults) {
   proto::AggregationKey key;
   for (size_t i = 0; i < key.size(); ++i) key[i] = static_cast<uint8_t>(0xa0 + i);
-  for (DeliveryMode mode : {DeliveryMode::kMulticast, DeliveryMode::kRcTree}) {
+  for (int variant = 0; variant < 3; ++variant) {
+    const DeliveryMode mode = variant == 1 ? DeliveryMode::kRcTree : DeliveryMode::kMulticast;
+    const bool root_data = variant == 2;  // reduce: root_data
+    SCOPED_TRACE(variant);
     const TreeShape shape = TreeShape::TwoLevel(2, 4);
     FabricOptions options;
     options.faults = kFaults;
     options.seed = 11;
     InProcessFabric fabric(shape, options);
-    fabric.CreateGroup(1, {.num_slots = 4, .slot_bytes = 256, .delivery = mode});
+    fabric.CreateGroup(1, {.num_slots = 4, .slot_bytes = 256, .delivery = mode,
+                           .reduce_root_data = root_data});
     fabric.CreateGroup(2, {.num_slots = 4, .slot_bytes = 256, .delivery = mode,
-                           .integrity_key = key});
+                           .reduce_root_data = root_data, .integrity_key = key});
     const int n = shape.num_hosts();
     std::mt19937_64 rng(17);
     const size_t count = 301;  // fp32: 5 chunks of 64, or 6 of 60 with the tag
