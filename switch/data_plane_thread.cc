@@ -117,6 +117,11 @@ void DataPlaneThread::Loop() {
       if (version != version_) {
         members = members_;
         version = version_;
+        // Between passes, on this thread: the planes' in-process links
+        // follow the members (a removed plane is no longer reached).
+        std::vector<SwitchDataPlane*> planes;
+        for (const Member& m : members) planes.push_back(m.plane);
+        for (SwitchDataPlane* p : planes) p->SetInProcessPeers(planes);
       }
       ++passes_started_;
     }

@@ -12,6 +12,7 @@
 #include "base/clock.h"
 #include "gtest/gtest.h"
 #include "proto/aggregation_header.h"
+#include "transport/impaired_port.h"
 #include "transport/memory_port.h"
 #include "transport/roce_endpoint.h"
 #include "transport/udp_port.h"
@@ -44,11 +45,16 @@ class DataPlaneThreadTest : public ::testing::Test {
     transport::RcQueuePair* rc = nullptr;
   };
 
-  std::unique_ptr<SwitchDataPlane> Plane(const std::string& name) {
+  // A switch whose port can take link faults (as netfold-switchd's does).
+  std::unique_ptr<SwitchDataPlane> Plane(const std::string& name, bool in_process_links = false,
+                                         transport::ImpairedPort** port = nullptr) {
     SwitchConfig c;
     c.name = name;
     c.psn_seed = 7;
-    return std::make_unique<SwitchDataPlane>(Loopback(), RealClock(), c);
+    c.in_process_links = in_process_links;
+    auto impaired = std::make_unique<transport::ImpairedPort>(Loopback(), RealClock());
+    if (port != nullptr) *port = impaired.get();
+    return std::make_unique<SwitchDataPlane>(std::move(impaired), RealClock(), c);
   }
 
   // A host whose RC QP is connected to a new QP of `leaf`. Its ACK timeout
@@ -114,9 +120,18 @@ class DataPlaneThreadTest : public ::testing::Test {
 
 // Leaf and root on one thread: a request that causes nothing is
 // acknowledged by the leaf's ACK timer (not after the 30 s idle wait), and
-// the result climbs to the root and comes back down through both.
-TEST_F(DataPlaneThreadTest, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) {
-  std::unique_ptr<SwitchDataPlane> leaf = Plane("leaf"), root = Plane("root");
+// the result climbs to the root and comes back down through both. With
+// in-process links (the parameter) the tree link carries every message in
+// memory until a link fault is set on the leaf's port, then over RC, and
+// the results are the same.
+class DataPlaneThreadLinks : public DataPlaneThreadTest,
+                             public ::testing::WithParamInterface<bool> {};
+
+TEST_P(DataPlaneThreadLinks, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) {
+  const bool in_process = GetParam();
+  transport::ImpairedPort* leaf_port = nullptr;
+  std::unique_ptr<SwitchDataPlane> leaf = Plane("leaf", in_process, &leaf_port);
+  std::unique_ptr<SwitchDataPlane> root = Plane("root", in_process);
   DataPlaneThread thread({.idle_wait = kIdle, .name = "leaf+root"});
   ASSERT_TRUE(thread.Add(leaf.get(), [] {}).ok());
   ASSERT_TRUE(thread.Add(root.get(), [] {}).ok());
@@ -152,8 +167,14 @@ TEST_F(DataPlaneThreadTest, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) {
   ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
   ASSERT_TRUE(s.ok()) << s;
 
-  for (uint64_t seq = 0; seq < 8; ++seq) {
+  for (uint64_t seq = 0; seq < 16; ++seq) {
     SCOPED_TRACE(seq);
+    if (seq == 8) {
+      // In memory so far; a link fault (even none) puts the link on RC.
+      EXPECT_EQ(leaf->counters().in_process_messages, in_process ? 8u : 0u);
+      EXPECT_EQ(root->counters().in_process_messages, in_process ? 8u : 0u);
+      leaf_port->SetAllImpairment(transport::LinkDirection::kBoth, transport::ImpairmentConfig{});
+    }
     Request(*hosts_[0], seq, 2);
     const absl::Time sent = absl::Now();
     transport::SendCompletion sc;
@@ -174,11 +195,16 @@ TEST_F(DataPlaneThreadTest, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) {
       h->rc->PopRecv();
     }
   }
+  EXPECT_EQ(leaf->counters().in_process_messages, in_process ? 8u : 0u);
+  EXPECT_EQ(root->counters().in_process_messages, in_process ? 8u : 0u);
+  EXPECT_EQ(leaf->counters().messages_sent, 16u + 2 * 16u) << "up, and down to both hosts";
   ASSERT_TRUE(OnThread(*leaf, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
   ASSERT_TRUE(OnThread(*root, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
   thread.Remove(leaf.get());
   thread.Remove(root.get());
 }
+
+INSTANTIATE_TEST_SUITE_P(InProcess, DataPlaneThreadLinks, ::testing::Bool());
 
 // A removed plane is no longer run (its posted commands wait), the other
 // goes on; the thread ends with the last plane and starts with the next.

@@ -33,6 +33,10 @@ struct SwitchDataPlane::Qp {
   // The groups using this QP: group key -> child index, or -1 for the parent.
   absl::flat_hash_map<uint64_t, int> roles;
   bool failure_reported = false;
+  // An in-process link: the switch at the other end and its QP (SwitchConfig::
+  // in_process_links); null: RC through the socket, for good once it fell back.
+  SwitchDataPlane* in_process = nullptr;
+  uint32_t in_process_qpn = 0;
 };
 
 struct SwitchDataPlane::Group {
@@ -73,6 +77,7 @@ SwitchDataPlane::SwitchDataPlane(std::unique_ptr<transport::Port> port, const Cl
     : config_(config), clock_(clock), endpoint_(std::move(port), clock,
                 transport::RoceEndpointConfig{
                     .solve_ip_identification = config.solve_ip_identification}) {
+  impaired_port_ = dynamic_cast<transport::ImpairedPort*>(&endpoint_.port());
   if (config_.psn_seed != 0) {
     psn_state_ = config_.psn_seed;
   } else {
@@ -179,7 +184,69 @@ absl::Status SwitchDataPlane::ConnectQp(uint32_t qpn, const Ipv4Endpoint& remote
   attrs.retry_count = config_.retry_count;
   NETFOLD_RETURN_IF_ERROR(qp.rc->Modify(QpState::kRtr, attrs));
   NETFOLD_RETURN_IF_ERROR(qp.rc->Modify(QpState::kRts, attrs));
+  qp.in_process = nullptr;
+  if (config_.in_process_links) {
+    for (SwitchDataPlane* peer : in_process_peers_) {
+      if (peer->local() == remote && peer->config_.in_process_links &&
+          peer->qps_.contains(remote_qpn)) {
+        qp.in_process = peer;
+        qp.in_process_qpn = remote_qpn;
+        NETFOLD_LOG(kDebug) << absl::StrFormat(
+            "switch %s: QP 0x%06x to %s (%s) is in process", config_.name, qpn,
+            peer->config_.name, remote.ToString());
+      }
+    }
+  }
   return absl::OkStatus();
+}
+
+void SwitchDataPlane::SetInProcessPeers(const std::vector<SwitchDataPlane*>& peers) {
+  in_process_peers_.clear();
+  for (SwitchDataPlane* p : peers) {
+    if (p != this) in_process_peers_.push_back(p);
+  }
+  for (Qp* qp : qps_in_order_) {
+    if (qp->in_process != nullptr &&
+        std::find(in_process_peers_.begin(), in_process_peers_.end(), qp->in_process) ==
+            in_process_peers_.end()) {
+      qp->in_process = nullptr;  // that switch is gone: RC finds out
+    }
+  }
+}
+
+bool SwitchDataPlane::InProcessLinkUsable(const SwitchDataPlane& peer) const {
+  auto faulty = [](const SwitchDataPlane& dp) {
+    return dp.impaired_port_ != nullptr && dp.impaired_port_->ever_impaired();
+  };
+  return !faulty(*this) && !faulty(peer);
+}
+
+void SwitchDataPlane::Deliver(uint32_t qpn, std::span<const uint8_t> message) {
+  std::vector<uint8_t> bytes;
+  if (!spare_buffers_.empty()) {
+    bytes = std::move(spare_buffers_.back());
+    spare_buffers_.pop_back();
+  }
+  bytes.assign(message.begin(), message.end());
+  inbox_.push_back({qpn, std::move(bytes)});
+}
+
+void SwitchDataPlane::HandleInbox() {
+  // Only what is here now: what handling sends to this switch's own
+  // in-process peers waits for their turn, and anything sent back to this
+  // one for the next pass.
+  for (size_t n = inbox_.size(); n > 0; --n) {
+    InboxMessage m = std::move(inbox_.front());
+    inbox_.pop_front();
+    auto it = qps_.find(m.qpn);
+    if (it == qps_.end() || it->second->rc->state() == QpState::kError) {
+      counters_.drops[static_cast<size_t>(SwitchDropReason::kQpFailed)].fetch_add(
+          1, std::memory_order_relaxed);
+    } else {
+      HandleMessage(*it->second, m.bytes);
+    }
+    if (spare_buffers_.size() < 1024) spare_buffers_.push_back(std::move(m.bytes));
+  }
 }
 
 absl::Status SwitchDataPlane::DestroyQp(uint32_t qpn) {
@@ -368,6 +435,17 @@ void SwitchDataPlane::Send(uint32_t qpn, std::span<const uint8_t> message) {
   }
   Qp& qp = *it->second;
   counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+  if (qp.in_process != nullptr) {
+    if (InProcessLinkUsable(*qp.in_process) && qp.rc->state() != QpState::kError) {
+      qp.in_process->Deliver(qp.in_process_qpn, message);
+      counters_.in_process_messages.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    // A link fault was set on either side: the packets must cross the
+    // port. The peer handles its inbox before it receives, so what was
+    // handed over stays ahead of what follows over RC.
+    qp.in_process = nullptr;
+  }
   if (qp.backlog.empty()) {
     absl::Status s = qp.rc->PostSend(message, 0);
     if (s.ok()) return;
@@ -448,6 +526,12 @@ void SwitchDataPlane::CheckQpErrors() {
 }
 
 void SwitchDataPlane::RunOnce(absl::Duration timeout) {
+  // Messages from switches of this process first: they were sent before
+  // anything the same QP sends over RC later (Send).
+  if (!inbox_.empty()) {
+    HandleInbox();
+    timeout = absl::ZeroDuration();
+  }
   // The ACKs of what arrives leave with the messages it causes (Flush below).
   endpoint_.Receive(timeout);
   for (Qp* qp : qps_in_order_) {

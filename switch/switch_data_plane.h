@@ -41,6 +41,7 @@
 #include "base/clock.h"
 #include "proto/aggregation_header.h"
 #include "switch/aggregation_node.h"
+#include "transport/impaired_port.h"
 #include "transport/port.h"
 #include "transport/roce_endpoint.h"
 
@@ -81,6 +82,11 @@ struct SwitchConfig {
   bool solve_ip_identification = false;
   // Initial PSNs are random; a non-zero seed makes them reproducible (tests).
   uint64_t psn_seed = 0;
+  // Several switches on one data-plane thread (DataPlaneThread): a QP
+  // connected to another of them carries its messages in memory, not
+  // through the sockets (SetInProcessPeers). Off while either port has
+  // ever had a link fault set: faults need the packets.
+  bool in_process_links = false;
 };
 
 struct QpRequest {
@@ -140,6 +146,9 @@ struct SwitchCounters {
   std::atomic<uint64_t> messages_sent{0};
   std::atomic<uint64_t> multicasts_sent{0};
   std::atomic<uint64_t> backlogged{0};  // sends that waited for room in a send queue
+  // Messages to a switch of the same process handed over in memory (also
+  // in messages_sent; SwitchConfig::in_process_links).
+  std::atomic<uint64_t> in_process_messages{0};
   std::array<std::atomic<uint64_t>, proto::kNumAggregationParseResults> parse_drops{};
   std::array<std::atomic<uint64_t>, kNumSwitchDropReasons> drops{};
   // Integrity: messages the nodes of groups since removed dropped as
@@ -198,9 +207,19 @@ class SwitchDataPlane {
   // sleep on (-1: this plane's port cannot share a thread) and how long
   // this plane lets it sleep before the next RunOnce (RoceEndpoint::SleepBound).
   int wait_fd() { return endpoint_.port().wait_fd(); }
-  absl::Duration SleepBound(absl::Duration limit) { return endpoint_.SleepBound(limit); }
+  absl::Duration SleepBound(absl::Duration limit) {
+    return inbox_.empty() ? endpoint_.SleepBound(limit) : absl::ZeroDuration();
+  }
   // QPs that went to ERROR since the last call.
   std::vector<QpFailure> TakeQpFailures();
+  // The other switches this thread runs (DataPlaneThread, between passes,
+  // on the data-plane thread). With in_process_links on both sides, a QP
+  // connected afterwards to one of them hands its messages to that
+  // switch's inbox instead of its socket; a QP whose peer left this list
+  // goes back to RC. Messages are handed over in order and handled at the
+  // start of the peer's next RunOnce, before anything it receives, so a
+  // QP that has to fall back to RC (a link fault set) keeps its order.
+  void SetInProcessPeers(const std::vector<SwitchDataPlane*>& peers);
 
   // --- State -----------------------------------------------------------
   transport::Ipv4Endpoint local() const { return endpoint_.local(); }
@@ -233,6 +252,12 @@ class SwitchDataPlane {
   JobQuota QuotaOf(uint64_t job) const;
   void HandleMessage(Qp& qp, std::span<const uint8_t> message);
   void Send(uint32_t qpn, std::span<const uint8_t> message);
+  // In-process links: whether `peer`'s link to this switch may skip the
+  // sockets now; hands `message` to this switch's inbox for its QP `qpn`;
+  // handles the inbox.
+  bool InProcessLinkUsable(const SwitchDataPlane& peer) const;
+  void Deliver(uint32_t qpn, std::span<const uint8_t> message);
+  void HandleInbox();
   void FlushBacklogs();
   void CheckQpErrors();
   absl::StatusOr<transport::UdQueuePair*> MulticastQp(uint64_t job_id, uint16_t pkey,
@@ -259,6 +284,15 @@ class SwitchDataPlane {
   uint64_t psn_state_;
   std::vector<QpFailure> failures_;
   std::vector<uint32_t> with_backlog_;
+  // In-process links (SetInProcessPeers).
+  transport::ImpairedPort* impaired_port_ = nullptr;  // the port, if it can have faults
+  std::vector<SwitchDataPlane*> in_process_peers_;
+  struct InboxMessage {
+    uint32_t qpn = 0;
+    std::vector<uint8_t> bytes;
+  };
+  std::deque<InboxMessage> inbox_;
+  std::vector<std::vector<uint8_t>> spare_buffers_;  // the inbox's, for reuse
 
   absl::Mutex commands_mu_;
   std::deque<std::function<void(SwitchDataPlane&)>> commands_ ABSL_GUARDED_BY(commands_mu_);

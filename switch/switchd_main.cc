@@ -72,6 +72,10 @@ ABSL_FLAG(int, max_groups, -1, "capacity: groups held at once");
 ABSL_FLAG(int, max_slots, -1, "capacity: slots in total");
 ABSL_FLAG(int, slot_bytes, -1, "capacity: the largest slot (P), a multiple of 16");
 ABSL_FLAG(int, max_qps, -1, "capacity: RC queue pairs");
+ABSL_FLAG(bool, in_process_links, true,
+          "several switches in one process (--name A,B,..): messages between them are handed "
+          "over in memory, not through the sockets, while no link fault was ever set on their "
+          "ports (docs/switch.md)");
 ABSL_FLAG(int, poll_us, -1,
           "udp backend: read without sleeping this long after the last packet, 0..1000000 "
           "(default 0: sleep at once)");
@@ -197,6 +201,7 @@ absl::StatusOr<std::vector<SwitchdConfig>> SplitByName(const SwitchdConfig& conf
     }
     SwitchdConfig c = config;
     c.name = name;
+    c.data_plane.in_process_links = absl::GetFlag(FLAGS_in_process_links);
     c.data_port_file = absl::StrReplaceAll(c.data_port_file, {{"{name}", name}});
     c.admin_port_file = absl::StrReplaceAll(c.admin_port_file, {{"{name}", name}});
     out.push_back(std::move(c));

@@ -50,6 +50,7 @@ ImpairedPort::ImpairedPort(std::unique_ptr<Port> inner, const Clock& clock, size
 ImpairedPort::ImpairedPort(std::unique_ptr<Port> inner, const ImpairmentConfig& send,
                            const ImpairmentConfig& receive, const Clock& clock)
     : ImpairedPort(std::move(inner), clock, /*max_peers=*/1) {
+  ever_impaired_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
   default_send_ = send;
   default_receive_ = receive;
@@ -98,12 +99,14 @@ ImpairedPort::Peer* ImpairedPort::FindOrCreateLocked(const Ipv4Endpoint& address
 }
 
 void ImpairedPort::SetDefaultImpairment(LinkDirection direction, const ImpairmentConfig& config) {
+  ever_impaired_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
   if (direction != LinkDirection::kReceive) default_send_ = config;
   if (direction != LinkDirection::kSend) default_receive_ = config;
 }
 
 void ImpairedPort::SetAllImpairment(LinkDirection direction, const ImpairmentConfig& config) {
+  ever_impaired_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
   if (direction != LinkDirection::kReceive) default_send_ = config;
   if (direction != LinkDirection::kSend) default_receive_ = config;
@@ -115,6 +118,7 @@ void ImpairedPort::SetAllImpairment(LinkDirection direction, const ImpairmentCon
 
 absl::Status ImpairedPort::SetPeerImpairment(const Ipv4Endpoint& peer, LinkDirection direction,
                                              const ImpairmentConfig& config) {
+  ever_impaired_.store(true, std::memory_order_release);
   absl::MutexLock lock(&mu_);
   Peer* p = FindOrCreateLocked(peer);
   if (!(p->address == peer)) {

@@ -162,6 +162,9 @@ class ImpairedPort : public Port {
   // One peer, if tracked.
   std::optional<PeerLinkSnapshot> SnapshotPeer(const Ipv4Endpoint& peer) const;
   size_t num_peers() const;
+  // Whether any impairment was ever set on this port (Set*Impairment,
+  // even to none): what bypasses the port must stop doing so.
+  bool ever_impaired() const { return ever_impaired_.load(std::memory_order_acquire); }
   uint64_t num_tx_overflow() const { return tx_overflow_.load(std::memory_order_relaxed); }
   Port& inner() { return *inner_; }
 
@@ -204,6 +207,7 @@ class ImpairedPort : public Port {
   void RefreshDataPlanePeers();
 
   std::atomic<bool> woken_{false};  // Wake(): stop waiting
+  std::atomic<bool> ever_impaired_{false};
   std::unique_ptr<Port> inner_;
   const Clock& clock_;
   const size_t max_peers_;

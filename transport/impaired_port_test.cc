@@ -78,6 +78,28 @@ TEST(ImpairedPortPerPeer, IdentityByDefaultWithCountersPerPeer) {
   EXPECT_EQ(peers[0].receive_stage.packets_out, 3u);
 }
 
+// What bypasses the port (a switch's in-process links) asks whether a
+// fault was ever set; setting one, even none, says yes for good.
+TEST(ImpairedPortPerPeer, EverImpairedOnceAnyImpairmentIsSet) {
+  Fixture f;
+  EXPECT_FALSE(f.sw->ever_impaired());
+  EXPECT_TRUE(f.sw->SetPeerImpairment(kH1, LinkDirection::kSend, ImpairmentConfig{}).ok());
+  EXPECT_TRUE(f.sw->ever_impaired());
+  for (int how = 0; how < 2; ++how) {
+    const Ipv4Endpoint local{0x0a000009, static_cast<uint16_t>(9 + how)};
+    auto inner = f.net.CreatePort({.local = local});
+    ASSERT_TRUE(inner.ok());
+    ImpairedPort port(std::move(*inner), f.clock);
+    EXPECT_FALSE(port.ever_impaired());
+    if (how == 0) {
+      port.SetDefaultImpairment(LinkDirection::kReceive, ImpairmentConfig{});
+    } else {
+      port.SetAllImpairment(LinkDirection::kBoth, ImpairmentConfig{});
+    }
+    EXPECT_TRUE(port.ever_impaired());
+  }
+}
+
 TEST(ImpairedPortPerPeer, LinkDownOnOnePeerOnlyAffectsThatPeer) {
   Fixture f;
   ASSERT_TRUE(
