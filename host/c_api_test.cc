@@ -74,6 +74,10 @@ TEST(CApi, BadEnvironmentIsAClearError) {
   EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_REDUCE_DATA"), std::string::npos);
   unsetenv("NETFOLD_REDUCE_DATA");
+  setenv("NETFOLD_RELEASED_REDUCES", "9", 1);
+  EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_RELEASED_REDUCES"), std::string::npos);
+  unsetenv("NETFOLD_RELEASED_REDUCES");
   for (const char* bad : {"fast", "-1", "1000001"}) {
     setenv("NETFOLD_POLL_US", bad, 1);
     EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT) << bad;

@@ -320,6 +320,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
                           policy == alg::AlgorithmPolicy::kTreeScatter;
   const bool may_fall_back = policy != alg::AlgorithmPolicy::kInNetwork;
   GroupSetup setup;
+  setup.released_reduces = static_cast<int>(options_.released_reduces);
   setup.group_rank = group_oob.rank();
   setup.world_ranks = world_ranks;
   auto connect_hosts = [&](std::optional<alg::TreeSpec> fabric_tree) -> absl::Status {

@@ -77,8 +77,8 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   p.group_root = group_root;
   const size_t bytes =
       args.count == 0 ? 0 : args.count * proto::DataTypeSize(args.dtype);
-  if (mode_ == Mode::kFabric && args.collective == proto::CollectiveType::kReduce &&
-      args.blocks.empty() && args.count > 0 &&
+  if (mode_ == Mode::kFabric && max_released_ > 0 &&
+      args.collective == proto::CollectiveType::kReduce && args.blocks.empty() && args.count > 0 &&
       args.root != static_cast<uint32_t>(owner_->world_rank()) &&
       (host_ == nullptr || bytes <= kMaxDetachedBytes)) {
     p.released = true;
@@ -430,8 +430,11 @@ bool Group::CanDetach(const Pending& p) const {
   if (!p.released || p.on_host || mode_ != Mode::kFabric || !engine_->Posted(p.inner)) {
     return false;
   }
-  return detached_ == 0 ||
-         (detached_ < kMaxDetached && detached_bytes_ + p.owned_input.size() <= kMaxDetachedBytes);
+  // (A caller that fails over itself and counts a released reduce as done,
+  // the MPI interposer, allows one: its resync needs every member within
+  // one operation of the others.)
+  if (detached_ >= std::min(max_released_, kMaxDetached)) return false;
+  return detached_ == 0 || detached_bytes_ + p.owned_input.size() <= kMaxDetachedBytes;
 }
 
 void Group::DrainDetached() {

@@ -66,6 +66,9 @@ struct GroupSetup {
   std::unique_ptr<HostCollectives> host;   // null: no host fallback (policy innetwork)
   std::optional<transport::Ipv4Endpoint> multicast;  // joined for its results
   std::string description;
+  // Reduces this rank is not the root of that may complete in the
+  // background at once (Wait releases them; ContextOptions::released_reduces).
+  int released_reduces = 8;
 };
 
 class Group {
@@ -80,7 +83,8 @@ class Group {
         engine_(std::move(setup.engine)),
         host_(std::move(setup.host)),
         multicast_(setup.multicast),
-        description_(std::move(setup.description)) {}
+        description_(std::move(setup.description)),
+        max_released_(setup.released_reduces) {}
   ~Group();
   Group(const Group&) = delete;
   Group& operator=(const Group&) = delete;
@@ -204,6 +208,7 @@ class Group {
   // their owned bytes, and the first failure among them: the next Start
   // (or Destroy) of the group returns it.
   int detached_ = 0;
+  int max_released_ = 8;
   size_t detached_bytes_ = 0;
   absl::Status deferred_;
 };

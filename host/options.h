@@ -55,6 +55,11 @@ struct ContextOptions {
   // every rank by multicast) or root (its data to the root alone, the
   // header to all; GroupParams::reduce_root_data).
   bool reduce_root_data = false;
+  // NETFOLD_RELEASED_REDUCES (0..8): how many reduces this rank is not the
+  // root of may complete in the background at once, the caller already
+  // returned (docs/host.md, "Lifecycle"); 0: none, a reduce returns when
+  // it completes. The MPI interposer asks for 1 (its failover needs it).
+  uint32_t released_reduces = 8;
   absl::Duration repair_after = absl::Milliseconds(20);
   // NETFOLD_ALGORITHM (docs/algorithms.md): auto (the fabric, else the
   // hosts; failover), innetwork (the fabric only), ring, bidir, tree,

@@ -239,6 +239,11 @@ void JoinFabric() {
   // (the fallback above), not libnetfold's host algorithms: ask libnetfold
   // for in-network only, unless the user chose a policy.
   setenv("NETFOLD_ALGORITHM", "innetwork", /*overwrite=*/0);
+  // A reduce this rank is not the root of returns once its input has left,
+  // and the interposer counts it as done: the resync after a failure
+  // (mpi_resync.cc) needs every rank within one operation of the others,
+  // so one such reduce at a time.
+  setenv("NETFOLD_RELEASED_REDUCES", "1", /*overwrite=*/0);
   const int rc = netfold_init(&spec, &g.ctx);
   if (rc == NETFOLD_SUCCESS) {
     g.fabric = true;
@@ -385,7 +390,13 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
     s->mode = CommState::Mode::kFabric;
   }
   if (s->mode != CommState::Mode::kFabric) {
-    if (nonblocking && s->pmpi_reason == kFabricError && s->group != nullptr) return s;
+    if (s->pmpi_reason == kFabricError && s->group != nullptr) {
+      if (nonblocking) return s;
+      // Counted as the nonblocking ones are (by Resync): a rank that was
+      // behind when the fabric failed runs on MPI, as a new call, the
+      // operation the ranks ahead ran again in the resync and counted.
+      ++s->completed;
+    }
     return fallback(s->pmpi_reason);
   }
   Tell(comm, kOffloadedBit, kind);

@@ -112,6 +112,9 @@ void CheckGatherScatter(MPI_Comm comm, uint64_t& seed);
 void CheckGatherScatterOnce(MPI_Comm comm, uint64_t& seed);
 // Strided allgather, which goes to MPI itself.
 void CheckNonContiguousAllgather(MPI_Comm comm);
+// The root of a reduce behind the ranks that returned from it when the
+// switches die (mpi_outage_scenarios.cc).
+void RootLate();
 
 }  // namespace mpi_test
 

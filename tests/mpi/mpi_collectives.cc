@@ -22,6 +22,8 @@
 //                             after the third ("phase 1 done")
 //   mpi_collectives outage_reduce COUNT OPS   the same with reduces to a
 //                             moving root
+//   mpi_collectives root_late  a reduce's root behind the ranks that
+//                             returned from it when the switches die
 //   mpi_collectives strict return|fatal   phase 1 of outage, then (with
 //                             NETFOLD_MPI_ENABLE=1) one allreduce on the dead
 //                             fabric: it must return an error under
@@ -745,6 +747,7 @@ int main(int argc, char** argv) {
     OutageInPlace(argc > 2 ? std::atoi(argv[2]) : 1 << 20, argc > 3 ? std::atoi(argv[3]) : 30,
                   what == "outage_reduce");
   }
+  else if (what == "root_late") RootLate();
   else if (what == "verbose") Verbose(argc > 2 ? std::atoi(argv[2]) : 0);
   else if (what == "threads") {
     Threads(argc > 2 ? std::atoi(argv[2]) : 100);

@@ -369,6 +369,36 @@ TEST(MpiInterposerOutage, AReduceCutShortIsRunAgainAndEveryResultIsExact) {
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
 }
 
+// The root of a reduce starts it only after the switches died, while the
+// other ranks had returned from it (their input had left) and gone on to
+// the next: it is behind them, gets the reduce completed from what they
+// kept, and every collective after it (on MPI) and finalize find the ranks
+// in step. Until the ranks counted their collectives on MPI after a
+// failover, finalize aborted the job here ("behind but in no operation").
+TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  auto fabric = FourHostFabric();
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const std::string flag = (fs::temp_directory_path() /
+                            absl::StrFormat("netfold-root-late-%d", getpid())).string();
+  std::remove(flag.c_str());
+  auto kill_switches = [&] {
+    EXPECT_TRUE((*fabric)->KillSwitches(SIGKILL).ok());
+    std::FILE* f = std::fopen(flag.c_str(), "w");
+    if (f) std::fclose(f);
+  };
+  MpiResult r = MpiRun(4, {"root_late"}, **fabric,
+                       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"},
+                        {"NETFOLD_TEST_OUTAGE_FILE", flag}},
+                       absl::Minutes(3), "phase 1 done", kill_switches);
+  std::remove(flag.c_str());
+  ExpectPassed(r, "root_late");
+  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("cannot recover"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("reduced again on MPI"), std::string::npos) << r.output;
+}
+
 // NETFOLD_MPI_ENABLE=1 and a fabric that dies: the failed collective goes
 // through the communicator's error handler, as an error inside MPI would.
 // The default handler aborts the job (a program that does not check return

@@ -1,0 +1,62 @@
+// mpi_collectives' outage scenarios that need one rank to lag on purpose.
+#include <mpi.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "tests/mpi/mpi_checks.h"
+
+namespace mpi_test {
+
+// A reduce whose root is behind the ranks that returned from it: the ranks
+// other than rank 0 finish a reduce to rank 0 of fewer chunks than the
+// window (their input has left; the root has not started), tell rank 0 so
+// by point-to-point messages (which the interposer leaves to MPI), and go
+// on to the next reduce. Rank 0 prints "phase 1 done", waits until the
+// driver killed the switches (NETFOLD_TEST_OUTAGE_FILE), then starts the
+// reduce: it is behind the others, in it, and gets it reduced again from
+// what they kept. Every later collective runs on MPI, and finalize finds
+// the ranks in step.
+void RootLate() {
+  const int count = 2048;  // 8 KiB: 3 chunks of 4032 bytes
+  std::vector<int32_t> in(count), out(count);
+  auto check = [&](int op, int root) {
+    ++g_checks;
+    if (g_rank != root) return;
+    for (int i = 0; i < count; ++i) {
+      if (out[i] != g_size * (g_size + 1) / 2 * (op + 1) + g_size * i) {
+        Fail("reduce " + std::to_string(op) + " element " + std::to_string(i));
+        return;
+      }
+    }
+  };
+  auto reduce = [&](int op, int root) {
+    for (int i = 0; i < count; ++i) in[i] = (g_rank + 1) * (op + 1) + i;
+    out.assign(count, -1);
+    MPI_Reduce(in.data(), out.data(), count, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
+    check(op, root);
+  };
+  for (int op = 0; op < 3; ++op) reduce(op, op % g_size);
+  MPI_Barrier(MPI_COMM_WORLD);  // every earlier operation is complete everywhere
+  int token = 0;
+  if (g_rank != 0) {
+    reduce(3, 0);  // returns once the input has left
+    MPI_Send(&token, 1, MPI_INT, 0, 7, MPI_COMM_WORLD);
+  } else {
+    for (int r = 1; r < g_size; ++r) {
+      MPI_Recv(&token, 1, MPI_INT, r, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    std::printf("phase 1 done\n");
+    std::fflush(stdout);
+    const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
+    for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+    reduce(3, 0);
+  }
+  for (int op = 4; op < 8; ++op) reduce(op, op % g_size);
+}
+
+}  // namespace mpi_test
