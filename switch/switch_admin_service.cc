@@ -102,6 +102,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
   out->set_messages_sent(Load(sc.messages_sent));
   out->set_multicasts_sent(Load(sc.multicasts_sent));
   out->set_backlogged(Load(sc.backlogged));
+  out->set_in_process_messages(Load(sc.in_process_messages));
   const transport::RoceEndpointCounters& ec = dp.endpoint().counters();
   for (size_t r = 1; r < proto::kNumRoceParseResults; ++r) {
     const auto reason = static_cast<proto::RoceParseResult>(r);

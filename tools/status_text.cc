@@ -195,8 +195,12 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
   absl::StrAppendFormat(&out, "  port: rx %d packets %d bytes, tx %d packets %d bytes; drops:%s\n",
               r.port().rx_packets(), r.port().rx_bytes(), r.port().tx_packets(),
               r.port().tx_bytes(), Counts(r.port().drops()));
-  absl::StrAppendFormat(&out, "  aggregation messages: %d received, %d sent, %d multicasts; data-plane drops:%s\n",
-              r.messages_received(), r.messages_sent(), r.multicasts_sent(),
+  const std::string in_memory =
+      r.in_process_messages() == 0
+          ? std::string()
+          : absl::StrFormat(" (%d in memory to switches of this process)", r.in_process_messages());
+  absl::StrAppendFormat(&out, "  aggregation messages: %d received, %d sent%s, %d multicasts; data-plane drops:%s\n",
+              r.messages_received(), r.messages_sent(), in_memory, r.multicasts_sent(),
               Counts(r.drops()));
   absl::StrAppendFormat(&out, "  resources: %d groups, %d slots, %d QPs in use\n", r.usage().groups(),
               r.usage().slots(), r.usage().qps());

@@ -129,6 +129,12 @@ TEST(StatusText, SwitchCountersNameNonZeroCountsOnly) {
   EXPECT_NE(text.find("qp 0x000012 ERR"), std::string::npos) << text;
   EXPECT_NE(text.find(", error: retries exhausted"), std::string::npos) << text;
   EXPECT_EQ(text.find("backend:"), std::string::npos) << text;
+  EXPECT_EQ(text.find("in memory"), std::string::npos) << text;  // none handed over
+  r.set_messages_sent(9);
+  r.set_in_process_messages(4);
+  EXPECT_NE(FormatSwitchCounters(r, "127.0.0.1:9000")
+                .find("9 sent (4 in memory to switches of this process)"),
+            std::string::npos);
 }
 
 }  // namespace
