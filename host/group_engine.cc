@@ -253,8 +253,8 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
 DeliveryMode GroupEngine::DeliveryOf(const Op& op) const {
   if (op.args.collective != CollectiveType::kReduce) return params_.delivery;
   // A reduce's data goes to its root alone. With multicast, every rank
-  // gets the result's header by it (root_data), or, for switches that
-  // predate root_data, the whole result, which the others drop. Without
+  // gets the result's header by it (root_data, opt-in), or by default the
+  // whole result, which the others drop. Without
   // multicast, or in a reduce-scatter, the others get a header over RC
   // (to_root): a reduce-scatter's multicast would bring each rank all of
   // V where it keeps V / p.

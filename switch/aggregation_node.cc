@@ -416,7 +416,10 @@ void AggregationNode::Distribute(Slot& slot) {
   if (multicast && !config_.multicast) {
     r.status = AggregationStatus::kInvalidRequest;
     r.has_data = false;
-    r.delivery = DeliveryMode::kRcTree;  // the error itself still has to arrive
+    // The error itself still has to arrive: over RC to every child, or, for
+    // root_data, the way the data would have gone (the switches below route
+    // it to the root, which does not ask again; the others ask for it).
+    if (r.delivery == DeliveryMode::kMulticast) r.delivery = DeliveryMode::kRcTree;
   }
   const size_t bytes = r.has_data ? proto::AggregationPayloadSize(r) : 0;
   std::span<const uint8_t> msg = Frame(slot.acc, r, bytes);
@@ -437,7 +440,7 @@ void AggregationNode::Distribute(Slot& slot) {
     AggregationHeader bare = r;
     bare.has_data = false;
     std::span<const uint8_t> bare_msg = Frame(scratch_, bare, 0);
-    if (!bare_msg.empty()) output_->Multicast(bare_msg);
+    if (!bare_msg.empty() && config_.multicast) output_->Multicast(bare_msg);
     if (std::optional<size_t> c = ChildOfRank(r.root_rank); c.has_value()) {
       output_->SendToChild(*c, msg);
     }

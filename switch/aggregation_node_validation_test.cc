@@ -293,6 +293,28 @@ TEST_F(NodeValidation, ARootDataResultIsAHeaderToAllAndTheDataToTheRootsChild) {
   EXPECT_EQ(Parse(out_.multicast[1]).status, AggregationStatus::kInvalidRequest);
 }
 
+// A group root without multicast cannot serve root_data: the error goes
+// the way the data would have (the root does not ask again), not by a
+// multicast that does not exist.
+TEST(AggregationNodeRootData, WithoutMulticastTheErrorGoesToTheRootsChild) {
+  FakeClock clock;
+  Recorder out;
+  AggregationNodeConfig config{.tree_id = 1, .group_id = 2, .epoch = 3, .num_slots = 2,
+                               .slot_bytes = 64, .children = {{{0}}, {{1, 2}}},
+                               .multicast = false};
+  std::unique_ptr<AggregationNode> node = std::move(*AggregationNode::Create(config, &out, clock));
+  for (size_t c = 0; c < 2; ++c) {
+    const AggregationHeader h = RootDataReduce(0, 2);
+    const Bytes data(proto::AggregationPayloadSize(h), 1);
+    node->OnChildMessage(c, h, data);
+  }
+  EXPECT_TRUE(out.multicast.empty());
+  ASSERT_EQ(out.to_child[1].size(), 1u);
+  EXPECT_EQ(Parse(out.to_child[1][0]).status, AggregationStatus::kInvalidRequest);
+  EXPECT_EQ(Parse(out.to_child[1][0]).delivery, proto::DeliveryMode::kRootData);
+  EXPECT_TRUE(out.to_child[0].empty());
+}
+
 // Below the group root the slot does not wait for the data (the ranks may
 // post s + K once the multicast header reached them); the data is routed
 // by root_rank, and to a child with a pending repair too.

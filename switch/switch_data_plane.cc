@@ -214,11 +214,22 @@ void SwitchDataPlane::SetInProcessPeers(const std::vector<SwitchDataPlane*>& pee
   }
 }
 
-bool SwitchDataPlane::InProcessLinkUsable(const SwitchDataPlane& peer) const {
+bool SwitchDataPlane::InProcessLinkUsable(const Qp& qp) const {
+  const SwitchDataPlane& peer = *qp.in_process;
   auto faulty = [](const SwitchDataPlane& dp) {
     return dp.impaired_port_ != nullptr && dp.impaired_port_->ever_impaired();
   };
-  return !faulty(*this) && !faulty(peer);
+  if (faulty(*this) || faulty(peer) || qp.rc->state() == QpState::kError) return false;
+  // The peer's QP must still be there and, once connected, connected to
+  // this one: else RC finds out (a QP that times out is reported).
+  auto it = peer.qps_.find(qp.in_process_qpn);
+  if (it == peer.qps_.end()) return false;
+  const transport::RcQueuePair& theirs = *it->second->rc;
+  if (theirs.state() == QpState::kError) return false;
+  if (theirs.state() == QpState::kRts || theirs.state() == QpState::kRtr) {
+    return theirs.attributes().remote_qpn == qp.rc->qpn() && theirs.attributes().remote == local();
+  }
+  return true;
 }
 
 void SwitchDataPlane::Deliver(uint32_t qpn, std::span<const uint8_t> message) {
@@ -436,14 +447,14 @@ void SwitchDataPlane::Send(uint32_t qpn, std::span<const uint8_t> message) {
   Qp& qp = *it->second;
   counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
   if (qp.in_process != nullptr) {
-    if (InProcessLinkUsable(*qp.in_process) && qp.rc->state() != QpState::kError) {
+    if (InProcessLinkUsable(qp)) {
       qp.in_process->Deliver(qp.in_process_qpn, message);
       counters_.in_process_messages.fetch_add(1, std::memory_order_relaxed);
       return;
     }
-    // A link fault was set on either side: the packets must cross the
-    // port. The peer handles its inbox before it receives, so what was
-    // handed over stays ahead of what follows over RC.
+    // A link fault was set on either side, or the peer's QP is gone: the
+    // packets must cross the port. The peer handles its inbox before it
+    // receives, so what was handed over stays ahead of what follows over RC.
     qp.in_process = nullptr;
   }
   if (qp.backlog.empty()) {

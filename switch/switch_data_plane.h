@@ -255,7 +255,7 @@ class SwitchDataPlane {
   // In-process links: whether `peer`'s link to this switch may skip the
   // sockets now; hands `message` to this switch's inbox for its QP `qpn`;
   // handles the inbox.
-  bool InProcessLinkUsable(const SwitchDataPlane& peer) const;
+  bool InProcessLinkUsable(const Qp& qp) const;
   void Deliver(uint32_t qpn, std::span<const uint8_t> message);
   void HandleInbox();
   void FlushBacklogs();

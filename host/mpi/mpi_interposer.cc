@@ -243,7 +243,10 @@ void JoinFabric() {
   // and the interposer counts it as done: the resync after a failure
   // (mpi_resync.cc) needs every rank within one operation of the others,
   // so one such reduce at a time.
-  setenv("NETFOLD_RELEASED_REDUCES", "1", /*overwrite=*/0);
+  // More would break the failover; fewer (0) is the user's to choose.
+  if (const char* v = std::getenv("NETFOLD_RELEASED_REDUCES"); v == nullptr || std::strcmp(v, "0") != 0) {
+    setenv("NETFOLD_RELEASED_REDUCES", "1", /*overwrite=*/1);
+  }
   const int rc = netfold_init(&spec, &g.ctx);
   if (rc == NETFOLD_SUCCESS) {
     g.fabric = true;
