@@ -206,6 +206,52 @@ TEST_P(DataPlaneThreadLinks, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) 
 
 INSTANTIATE_TEST_SUITE_P(InProcess, DataPlaneThreadLinks, ::testing::Bool());
 
+// An in-process link is used only toward a QP connected back to it: a
+// leaf whose parent QP names a root QP that is connected to another QP
+// sends over RC (the root's QP then refuses it, as RC would).
+TEST_F(DataPlaneThreadTest, AnInProcessLinkNeedsThePeersQpConnectedBack) {
+  std::unique_ptr<SwitchDataPlane> leaf = Plane("leaf", true), root = Plane("root", true);
+  DataPlaneThread thread({.idle_wait = kIdle, .name = "leaf+root"});
+  ASSERT_TRUE(thread.Add(leaf.get(), [] {}).ok());
+  ASSERT_TRUE(thread.Add(root.get(), [] {}).ok());
+  absl::StatusOr<QpCreated> up, other, down;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
+    up = dp.CreateQp({.peer = "root"});
+    other = dp.CreateQp({.peer = "unused"});
+  }));
+  ASSERT_TRUE(up.ok() && other.ok());
+  const Ipv4Endpoint leaf_address = leaf->local(), root_address = root->local();
+  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) {
+    down = dp.CreateQp({.remote = leaf_address, .remote_qpn = other->qpn,
+                        .remote_psn = other->psn, .peer = "leaf"});
+  }));
+  ASSERT_TRUE(down.ok()) << down.status();
+  absl::Status s;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
+    s = dp.ConnectQp(up->qpn, root_address, down->qpn, down->psn);
+  }));
+  ASSERT_TRUE(s.ok()) << s;
+  AddHost(*leaf);
+  ASSERT_FALSE(HasFailure());
+  GroupSpec g{.job_id = 1, .tree_id = 1, .group_id = 5, .epoch = 1, .pkey = kPkey,
+              .num_slots = 4, .slot_bytes = 256};
+  g.children = {{host_qpns_[0], {0}}};
+  g.parent_qpn = up->qpn;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
+  ASSERT_TRUE(s.ok()) << s;
+  Request(*hosts_[0], 0, 2);
+  const absl::Time end = absl::Now() + kDeadline;
+  while (leaf->counters().messages_sent == 0 && absl::Now() < end) {
+    hosts_[0]->ep->Progress(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(leaf->counters().messages_sent, 1u) << "the request went up";
+  EXPECT_EQ(leaf->counters().in_process_messages, 0u) << "not in memory";
+  EXPECT_EQ(root->counters().messages_received, 0u);
+  ASSERT_TRUE(OnThread(*leaf, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
+  thread.Remove(leaf.get());
+  thread.Remove(root.get());
+}
+
 // A removed plane is no longer run (its posted commands wait), the other
 // goes on; the thread ends with the last plane and starts with the next.
 TEST_F(DataPlaneThreadTest, ARemovedPlaneIsNoLongerRun) {
