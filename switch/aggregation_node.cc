@@ -437,10 +437,12 @@ void AggregationNode::Distribute(Slot& slot) {
   } else if (r.delivery == DeliveryMode::kRootData) {
     // Every rank learns that s completed from the header; only the root
     // receives the data (the full message, kept below for repair).
-    AggregationHeader bare = r;
-    bare.has_data = false;
-    std::span<const uint8_t> bare_msg = Frame(scratch_, bare, 0);
-    if (!bare_msg.empty() && config_.multicast) output_->Multicast(bare_msg);
+    if (config_.multicast) {
+      AggregationHeader bare = r;
+      bare.has_data = false;
+      std::span<const uint8_t> bare_msg = Frame(scratch_, bare, 0);
+      if (!bare_msg.empty()) output_->Multicast(bare_msg);
+    }
     if (std::optional<size_t> c = ChildOfRank(r.root_rank); c.has_value()) {
       output_->SendToChild(*c, msg);
     }
@@ -459,11 +461,10 @@ void AggregationNode::Distribute(Slot& slot) {
 void AggregationNode::SendResultDown(const AggregationHeader& result,
                                      std::span<const uint8_t> data, bool relay) {
   // The full message to the children that get the data, header-only to the
-  // others (to_root: all but the child holding root_rank; root_data: none,
-  // the multicast told them).
+  // others (to_root: all but the child holding root_rank). Not root_data:
+  // Distribute and OnParentMessage route it to the root alone.
   std::optional<size_t> data_child;
-  const bool to_root_alone = result.delivery == DeliveryMode::kToRoot ||
-                             result.delivery == DeliveryMode::kRootData;
+  const bool to_root_alone = result.delivery == DeliveryMode::kToRoot;
   if (to_root_alone) data_child = ChildOfRank(result.root_rank);
   AggregationHeader full = result;
   full.type = AggregationMessageType::kResult;
@@ -479,9 +480,6 @@ void AggregationNode::SendResultDown(const AggregationHeader& result,
   }
   std::span<const uint8_t> bare_msg = Frame(scratch_, bare, 0);
   for (size_t c = 0; c < config_.children.size(); ++c) {
-    // root_data: the root's child gets even a result without data (an
-    // error), which its switch waits for; the others had it by multicast.
-    if (result.delivery == DeliveryMode::kRootData && data_child != c) continue;
     const bool gets_data = full.has_data && (!to_root_alone || data_child == c);
     std::span<const uint8_t> msg = gets_data ? full_msg : bare_msg;
     if (!msg.empty()) output_->SendToChild(c, msg);

@@ -194,6 +194,7 @@ absl::Status SwitchDataPlane::ConnectQp(uint32_t qpn, const Ipv4Endpoint& remote
         NETFOLD_LOG(kDebug) << absl::StrFormat(
             "switch %s: QP 0x%06x to %s (%s) is in process", config_.name, qpn,
             peer->config_.name, remote.ToString());
+        break;
       }
     }
   }

@@ -252,9 +252,10 @@ class SwitchDataPlane {
   JobQuota QuotaOf(uint64_t job) const;
   void HandleMessage(Qp& qp, std::span<const uint8_t> message);
   void Send(uint32_t qpn, std::span<const uint8_t> message);
-  // In-process links: whether `peer`'s link to this switch may skip the
-  // sockets now; hands `message` to this switch's inbox for its QP `qpn`;
-  // handles the inbox.
+  // In-process links: whether `qp` may hand its next message to its peer
+  // switch now (no link fault, the peer's QP there and connected back);
+  // hands `message` to this switch's inbox for its QP `qpn`; handles the
+  // inbox.
   bool InProcessLinkUsable(const Qp& qp) const;
   void Deliver(uint32_t qpn, std::span<const uint8_t> message);
   void HandleInbox();

@@ -306,24 +306,34 @@ TEST(MpiInterposerPolling, EveryTypeAndOpOnFourPollingRanks) {
   EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
 }
 
+// mpi_collectives `args` on `np` ranks of `fabric`, whose switches are
+// killed once "phase 1 done" is printed; then NETFOLD_TEST_OUTAGE_FILE
+// exists, for ranks that wait until the fabric is dead.
+MpiResult RunKillingTheSwitchesAtPhaseOne(tools::LocalFabric& fabric, int np,
+                                          const std::vector<std::string>& args,
+                                          std::map<std::string, std::string> env,
+                                          absl::Duration timeout) {
+  const std::string flag =
+      (fs::temp_directory_path() / absl::StrFormat("netfold-outage-%d", getpid())).string();
+  std::remove(flag.c_str());
+  env["NETFOLD_TEST_OUTAGE_FILE"] = flag;
+  MpiResult r = MpiRun(np, args, fabric, std::move(env), timeout, "phase 1 done", [&] {
+    EXPECT_TRUE(fabric.KillSwitches(SIGKILL).ok());
+    std::FILE* f = std::fopen(flag.c_str(), "w");
+    if (f) std::fclose(f);
+  });
+  std::remove(flag.c_str());
+  return r;
+}
+
 TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  const std::string flag = (fs::temp_directory_path() /
-                            absl::StrFormat("netfold-outage-%d", getpid())).string();
-  std::remove(flag.c_str());
-  auto kill_switches = [&] {
-    EXPECT_TRUE((*fabric)->KillSwitches(SIGKILL).ok());
-    std::FILE* f = std::fopen(flag.c_str(), "w");
-    if (f) std::fclose(f);
-  };
-  MpiResult r = MpiRun(4, {"outage"}, **fabric,
-                 {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"},
-                  {"NETFOLD_TEST_OUTAGE_FILE", flag}},
-                 absl::Minutes(5), "phase 1 done", kill_switches);
-  std::remove(flag.c_str());
+  MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+      **fabric, 4, {"outage"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}},
+      absl::Minutes(5));
   ExpectPassed(r, "outage");
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
 }
@@ -335,10 +345,9 @@ MpiResult RunKillingTheSwitches(const std::string& scenario) {
   auto fabric = FourHostFabric();
   EXPECT_TRUE(fabric.ok()) << fabric.status();
   if (!fabric.ok()) return {};
-  MpiResult r = MpiRun(4, {scenario, "1048576", "30"}, **fabric,
-                       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}},
-                       absl::Minutes(5), "phase 1 done",
-                       [&] { EXPECT_TRUE((*fabric)->KillSwitches(SIGKILL).ok()); });
+  MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+      **fabric, 4, {scenario, "1048576", "30"},
+      {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}}, absl::Minutes(5));
   ExpectPassed(r, scenario);
   return r;
 }
@@ -380,19 +389,9 @@ TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds)
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  const std::string flag = (fs::temp_directory_path() /
-                            absl::StrFormat("netfold-root-late-%d", getpid())).string();
-  std::remove(flag.c_str());
-  auto kill_switches = [&] {
-    EXPECT_TRUE((*fabric)->KillSwitches(SIGKILL).ok());
-    std::FILE* f = std::fopen(flag.c_str(), "w");
-    if (f) std::fclose(f);
-  };
-  MpiResult r = MpiRun(4, {"root_late"}, **fabric,
-                       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"},
-                        {"NETFOLD_TEST_OUTAGE_FILE", flag}},
-                       absl::Minutes(3), "phase 1 done", kill_switches);
-  std::remove(flag.c_str());
+  MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+      **fabric, 4, {"root_late"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}},
+      absl::Minutes(3));
   ExpectPassed(r, "root_late");
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("cannot recover"), std::string::npos) << r.output;
@@ -413,19 +412,9 @@ TEST(MpiInterposerOutage, UnderEnableOneAFabricFailureGoesThroughTheErrorHandler
     o.hosts = 2;
     auto fabric = tools::LocalFabric::Start(o);
     ASSERT_TRUE(fabric.ok()) << fabric.status();
-    const std::string flag = (fs::temp_directory_path() /
-                              absl::StrFormat("netfold-strict-%d", getpid())).string();
-    std::remove(flag.c_str());
-    auto kill_switches = [&] {
-      EXPECT_TRUE((*fabric)->KillSwitches(SIGKILL).ok());
-      std::FILE* f = std::fopen(flag.c_str(), "w");
-      if (f) std::fclose(f);
-    };
-    MpiResult r = MpiRun(2, {"strict", handler}, **fabric,
-                         {{"NETFOLD_MPI_ENABLE", "1"}, {"NETFOLD_TIMEOUT_MS", "2000"},
-                          {"NETFOLD_TEST_OUTAGE_FILE", flag}},
-                         absl::Minutes(3), "phase 1 done", kill_switches);
-    std::remove(flag.c_str());
+    MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+        **fabric, 2, {"strict", handler},
+        {{"NETFOLD_MPI_ENABLE", "1"}, {"NETFOLD_TIMEOUT_MS", "2000"}}, absl::Minutes(3));
     EXPECT_NE(r.output.find("allreduce failed on the fabric"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("[killed by the test"), std::string::npos) << r.output;
     if (handler == "return") {
