@@ -209,7 +209,7 @@ LinkImpairment::~LinkImpairment() { DropHeld(); }
 void LinkImpairment::SetConfig(const ImpairmentConfig& config) {
   absl::MutexLock lock(&mu_);
   config_ = config;
-  config_changed_ = true;
+  config_changed_.store(true, std::memory_order_release);
 }
 
 ImpairmentConfig LinkImpairment::config() const {
@@ -272,16 +272,14 @@ void LinkImpairment::Emit(PacketBuffer* p, int64_t due_ns, int64_t now_ns,
 }
 
 void LinkImpairment::Process(std::span<PacketBuffer* const> in, std::vector<PacketBuffer*>* out) {
-  {
+  if (config_changed_.load(std::memory_order_acquire)) {
     absl::MutexLock lock(&mu_);
-    if (config_changed_) {
-      if (config_.seed != active_.seed) {
-        rng_.seed(config_.seed);
-        burst_bad_ = false;
-      }
-      active_ = config_;
-      config_changed_ = false;
+    if (config_.seed != active_.seed) {
+      rng_.seed(config_.seed);
+      burst_bad_ = false;
     }
+    active_ = config_;
+    config_changed_.store(false, std::memory_order_relaxed);
   }
   const ImpairmentConfig& c = active_;
   const int64_t now = clock_.NowNanos();

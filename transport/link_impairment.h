@@ -138,7 +138,10 @@ class LinkImpairment {
   const Clock& clock_;
   mutable absl::Mutex mu_;
   ImpairmentConfig config_ ABSL_GUARDED_BY(mu_);
-  bool config_changed_ ABSL_GUARDED_BY(mu_) = false;
+  // Set under mu_ by SetConfig; the data plane reads it without the lock
+  // and takes the lock only when it is set (a Process per burst, even an
+  // empty one, would otherwise lock a mutex).
+  std::atomic<bool> config_changed_{false};
   ImpairmentConfig active_;  // data-plane copy, refreshed when changed
   std::mt19937_64 rng_;
   bool burst_bad_ = false;
