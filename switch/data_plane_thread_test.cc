@@ -252,6 +252,66 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkNeedsThePeersQpConnectedBack) {
   thread.Remove(root.get());
 }
 
+// An in-process link whose peer QP goes away falls back to RC for good:
+// nothing crosses the port toward the gone QP to time out otherwise. Over
+// RC it does time out, and the leaf reports its QP failed.
+TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFails) {
+  std::unique_ptr<SwitchDataPlane> leaf = Plane("leaf", true), root = Plane("root", true);
+  DataPlaneThread thread({.idle_wait = kIdle, .name = "leaf+root"});
+  ASSERT_TRUE(thread.Add(leaf.get(), [] {}).ok());
+  ASSERT_TRUE(thread.Add(root.get(), [] {}).ok());
+  absl::StatusOr<QpCreated> up, down;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { up = dp.CreateQp({.peer = "root"}); }));
+  ASSERT_TRUE(up.ok()) << up.status();
+  const Ipv4Endpoint leaf_address = leaf->local(), root_address = root->local();
+  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) {
+    down = dp.CreateQp({.remote = leaf_address, .remote_qpn = up->qpn, .remote_psn = up->psn,
+                        .peer = "leaf"});
+  }));
+  ASSERT_TRUE(down.ok()) << down.status();
+  absl::Status s;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
+    s = dp.ConnectQp(up->qpn, root_address, down->qpn, down->psn);
+  }));
+  ASSERT_TRUE(s.ok()) << s;
+  AddHost(*leaf);
+  ASSERT_FALSE(HasFailure());
+  GroupSpec g{.job_id = 1, .tree_id = 1, .group_id = 5, .epoch = 1, .pkey = kPkey,
+              .num_slots = 4, .slot_bytes = 256};
+  g.children = {{host_qpns_[0], {0}}};
+  g.parent_qpn = up->qpn;
+  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
+  ASSERT_TRUE(s.ok()) << s;
+  auto sent_up = [&](uint64_t n) {
+    const absl::Time end = absl::Now() + kDeadline;
+    while (leaf->counters().messages_sent < n && absl::Now() < end) {
+      hosts_[0]->ep->Progress(absl::Milliseconds(1));
+    }
+    return leaf->counters().messages_sent.load();
+  };
+  Request(*hosts_[0], 0, 2);
+  ASSERT_EQ(sent_up(1), 1u);
+  EXPECT_EQ(leaf->counters().in_process_messages, 1u) << "connected both ways: in memory";
+  // The root's QP goes (no group of the root uses it).
+  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) { s = dp.DestroyQp(down->qpn); }));
+  ASSERT_TRUE(s.ok()) << s;
+  Request(*hosts_[0], 1, 3);
+  ASSERT_EQ(sent_up(2), 2u);
+  EXPECT_EQ(leaf->counters().in_process_messages, 1u) << "the second request went over RC";
+  // No QP answers at the root's address: the leaf's QP runs out of retries.
+  std::vector<QpFailure> failures;
+  const absl::Time end = absl::Now() + kDeadline;
+  while (failures.empty() && absl::Now() < end) {
+    ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { failures = dp.TakeQpFailures(); }));
+    if (failures.empty()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(failures.size(), 1u);
+  EXPECT_EQ(failures[0].qpn, up->qpn);
+  ASSERT_TRUE(OnThread(*leaf, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
+  thread.Remove(leaf.get());
+  thread.Remove(root.get());
+}
+
 // A removed plane is no longer run (its posted commands wait), the other
 // goes on; the thread ends with the last plane and starts with the next.
 TEST_F(DataPlaneThreadTest, ARemovedPlaneIsNoLongerRun) {
