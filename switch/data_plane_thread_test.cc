@@ -257,10 +257,14 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkNeedsThePeersQpConnectedBack) {
 // RC it does time out, and the leaf reports its QP failed.
 TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFails) {
   std::unique_ptr<SwitchDataPlane> leaf = Plane("leaf", true), root = Plane("root", true);
+  // What the thread's commands write outlives the thread (joined first).
+  absl::StatusOr<QpCreated> up, down;
+  absl::Status s;
+  std::vector<QpFailure> failures;
+  uint64_t in_memory = 0;
   DataPlaneThread thread({.idle_wait = kIdle, .name = "leaf+root"});
   ASSERT_TRUE(thread.Add(leaf.get(), [] {}).ok());
   ASSERT_TRUE(thread.Add(root.get(), [] {}).ok());
-  absl::StatusOr<QpCreated> up, down;
   ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { up = dp.CreateQp({.peer = "root"}); }));
   ASSERT_TRUE(up.ok()) << up.status();
   const Ipv4Endpoint leaf_address = leaf->local(), root_address = root->local();
@@ -269,7 +273,6 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFail
                         .peer = "leaf"});
   }));
   ASSERT_TRUE(down.ok()) << down.status();
-  absl::Status s;
   ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
     s = dp.ConnectQp(up->qpn, root_address, down->qpn, down->psn);
   }));
@@ -282,6 +285,13 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFail
   g.parent_qpn = up->qpn;
   ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
   ASSERT_TRUE(s.ok()) << s;
+  // Read between two passes: a Send counts the message, then hands it over.
+  auto handed_over = [&] {
+    EXPECT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
+      in_memory = dp.counters().in_process_messages.load();
+    }));
+    return in_memory;
+  };
   auto sent_up = [&](uint64_t n) {
     const absl::Time end = absl::Now() + kDeadline;
     while (leaf->counters().messages_sent < n && absl::Now() < end) {
@@ -291,15 +301,15 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFail
   };
   Request(*hosts_[0], 0, 2);
   ASSERT_EQ(sent_up(1), 1u);
-  EXPECT_EQ(leaf->counters().in_process_messages, 1u) << "connected both ways: in memory";
+  EXPECT_EQ(handed_over(), 1u) << "connected both ways: in memory";
   // The root's QP goes (no group of the root uses it).
   ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) { s = dp.DestroyQp(down->qpn); }));
   ASSERT_TRUE(s.ok()) << s;
   Request(*hosts_[0], 1, 3);
   ASSERT_EQ(sent_up(2), 2u);
-  EXPECT_EQ(leaf->counters().in_process_messages, 1u) << "the second request went over RC";
-  // No QP answers at the root's address: the leaf's QP runs out of retries.
-  std::vector<QpFailure> failures;
+  EXPECT_EQ(handed_over(), 1u) << "the second request went over RC";
+  // No QP answers at the root's address: the leaf's QP runs out of retries
+  // (4 ms, doubling, 7 retries: under a second).
   const absl::Time end = absl::Now() + kDeadline;
   while (failures.empty() && absl::Now() < end) {
     ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { failures = dp.TakeQpFailures(); }));
@@ -307,6 +317,8 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFail
   }
   ASSERT_EQ(failures.size(), 1u);
   EXPECT_EQ(failures[0].qpn, up->qpn);
+  EXPECT_EQ(failures[0].peer, "root");
+  EXPECT_TRUE(absl::IsDeadlineExceeded(failures[0].reason)) << failures[0].reason;
   ASSERT_TRUE(OnThread(*leaf, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
   thread.Remove(leaf.get());
   thread.Remove(root.get());

@@ -140,7 +140,9 @@ class LinkImpairment {
   ImpairmentConfig config_ ABSL_GUARDED_BY(mu_);
   // Set under mu_ by SetConfig; the data plane reads it without the lock
   // and takes the lock only when it is set (a Process per burst, even an
-  // empty one, would otherwise lock a mutex).
+  // empty one, would otherwise lock a mutex). Cleared only under mu_, with
+  // the copy of config_: cleared outside it, a SetConfig in between would
+  // be lost.
   std::atomic<bool> config_changed_{false};
   ImpairmentConfig active_;  // data-plane copy, refreshed when changed
   std::mt19937_64 rng_;
