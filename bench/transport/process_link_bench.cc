@@ -29,6 +29,7 @@
 #include <linux/futex.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -132,13 +133,20 @@ Result RunPair(uint64_t packets, P producer, C consumer) {
   if (p == 0) _exit(producer());
   const pid_t c = p < 0 ? -1 : fork();
   if (c == 0) _exit(consumer(report));
+  int status_p = 0, status_c = 0;
   if (p < 0 || c < 0) {
     std::perror("process_link_bench: fork");
+    if (p > 0) {
+      kill(p, SIGKILL);
+      waitpid(p, &status_p, 0);
+    }
     std::exit(1);
   }
-  int status_p = 0, status_c = 0;
-  waitpid(p, &status_p, 0);
+  // The consumer first: a producer whose consumer failed would wait for
+  // room in the ring for ever, so it is stopped.
   waitpid(c, &status_c, 0);
+  if (!ExitedCleanly(status_c)) kill(p, SIGKILL);
+  waitpid(p, &status_p, 0);
   const double cpu = CpuOfChildren() - c0;
   if (!ExitedCleanly(status_p) || !ExitedCleanly(status_c) || report->received == 0) {
     std::fprintf(stderr, "process_link_bench: a side failed (producer status %d, consumer %d)\n",
