@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -104,6 +105,47 @@ class DataPlaneThreadTest : public ::testing::Test {
     ASSERT_TRUE(h.rc->PostSend(msg, seq).ok());
   }
 
+  // The tree link: a QP of `leaf` toward `root` (up) and one of `root`
+  // toward the leaf (down), connected both ways. With `down_names`, the
+  // root's QP names that QP of the leaf instead of `up` (up still names
+  // down). What runs on the thread writes only what it owns (a command
+  // that outlives a timed-out wait writes nothing of the test's).
+  struct TreeLink {
+    QpCreated up, down;
+  };
+  void LinkLeafToRoot(SwitchDataPlane& leaf, SwitchDataPlane& root, TreeLink* link,
+                      std::optional<QpCreated> down_names = std::nullopt) {
+    auto up = std::make_shared<absl::StatusOr<QpCreated>>();
+    ASSERT_TRUE(OnThread(leaf, [up](SwitchDataPlane& dp) { *up = dp.CreateQp({.peer = "root"}); }));
+    ASSERT_TRUE(up->ok()) << up->status();
+    const QpCreated named = down_names.value_or(**up);
+    const Ipv4Endpoint leaf_address = leaf.local(), root_address = root.local();
+    auto down = std::make_shared<absl::StatusOr<QpCreated>>();
+    ASSERT_TRUE(OnThread(root, [down, named, leaf_address](SwitchDataPlane& dp) {
+      *down = dp.CreateQp({.remote = leaf_address, .remote_qpn = named.qpn,
+                           .remote_psn = named.psn, .peer = "leaf"});
+    }));
+    ASSERT_TRUE(down->ok()) << down->status();
+    auto s = std::make_shared<absl::Status>();
+    ASSERT_TRUE(OnThread(leaf, [s, u = **up, d = **down, root_address](SwitchDataPlane& dp) {
+      *s = dp.ConnectQp(u.qpn, root_address, d.qpn, d.psn);
+    }));
+    ASSERT_TRUE(s->ok()) << *s;
+    *link = {**up, **down};
+  }
+
+  // Installs group 5 (tree 1, epoch 1, 4 slots of 256 bytes) on `dp`.
+  void InstallGroup(SwitchDataPlane& dp, std::vector<GroupChildSpec> children,
+                    std::optional<uint32_t> parent_qpn) {
+    GroupSpec g{.job_id = 1, .tree_id = 1, .group_id = 5, .epoch = 1, .pkey = kPkey,
+                .num_slots = 4, .slot_bytes = 256};
+    g.children = std::move(children);
+    g.parent_qpn = parent_qpn;
+    auto s = std::make_shared<absl::Status>();
+    ASSERT_TRUE(OnThread(dp, [s, g](SwitchDataPlane& p) { *s = p.InstallGroup(g); }));
+    ASSERT_TRUE(s->ok()) << *s;
+  }
+
   // Progresses every host until `done` or kDeadline.
   bool RunHosts(const std::function<bool()>& done) {
     const absl::Time end = absl::Now() + kDeadline;
@@ -137,35 +179,14 @@ TEST_P(DataPlaneThreadLinks, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) 
   ASSERT_TRUE(thread.Add(root.get(), [] {}).ok());
   EXPECT_EQ(thread.num_planes(), 2u);
 
-  // The tree link: leaf's QP toward root and root's toward leaf.
-  absl::StatusOr<QpCreated> up, down;
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { up = dp.CreateQp({.peer = "root"}); }));
-  ASSERT_TRUE(up.ok()) << up.status();
-  const Ipv4Endpoint leaf_address = leaf->local(), root_address = root->local();
-  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) {
-    down = dp.CreateQp({.remote = leaf_address, .remote_qpn = up->qpn, .remote_psn = up->psn,
-                        .peer = "leaf"});
-  }));
-  ASSERT_TRUE(down.ok()) << down.status();
-  absl::Status s;
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
-    s = dp.ConnectQp(up->qpn, root_address, down->qpn, down->psn);
-  }));
-  ASSERT_TRUE(s.ok()) << s;
+  TreeLink link;
+  ASSERT_NO_FATAL_FAILURE(LinkLeafToRoot(*leaf, *root, &link));
   AddHost(*leaf);
   AddHost(*leaf);
   ASSERT_FALSE(HasFailure());
-
-  GroupSpec g{.job_id = 1, .tree_id = 1, .group_id = 5, .epoch = 1, .pkey = kPkey,
-              .num_slots = 4, .slot_bytes = 256};
-  g.children = {{host_qpns_[0], {0}}, {host_qpns_[1], {1}}};
-  g.parent_qpn = up->qpn;
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
-  ASSERT_TRUE(s.ok()) << s;
-  g.children = {{down->qpn, {0, 1}}};
-  g.parent_qpn.reset();
-  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_NO_FATAL_FAILURE(
+      InstallGroup(*leaf, {{host_qpns_[0], {0}}, {host_qpns_[1], {1}}}, link.up.qpn));
+  ASSERT_NO_FATAL_FAILURE(InstallGroup(*root, {{link.down.qpn, {0, 1}}}, std::nullopt));
 
   for (uint64_t seq = 0; seq < 16; ++seq) {
     SCOPED_TRACE(seq);
@@ -214,31 +235,15 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkNeedsThePeersQpConnectedBack) {
   DataPlaneThread thread({.idle_wait = kIdle, .name = "leaf+root"});
   ASSERT_TRUE(thread.Add(leaf.get(), [] {}).ok());
   ASSERT_TRUE(thread.Add(root.get(), [] {}).ok());
-  absl::StatusOr<QpCreated> up, other, down;
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
-    up = dp.CreateQp({.peer = "root"});
-    other = dp.CreateQp({.peer = "unused"});
-  }));
-  ASSERT_TRUE(up.ok() && other.ok());
-  const Ipv4Endpoint leaf_address = leaf->local(), root_address = root->local();
-  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) {
-    down = dp.CreateQp({.remote = leaf_address, .remote_qpn = other->qpn,
-                        .remote_psn = other->psn, .peer = "leaf"});
-  }));
-  ASSERT_TRUE(down.ok()) << down.status();
-  absl::Status s;
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
-    s = dp.ConnectQp(up->qpn, root_address, down->qpn, down->psn);
-  }));
-  ASSERT_TRUE(s.ok()) << s;
+  auto other = std::make_shared<absl::StatusOr<QpCreated>>();
+  ASSERT_TRUE(
+      OnThread(*leaf, [other](SwitchDataPlane& dp) { *other = dp.CreateQp({.peer = "unused"}); }));
+  ASSERT_TRUE(other->ok()) << other->status();
+  TreeLink link;
+  ASSERT_NO_FATAL_FAILURE(LinkLeafToRoot(*leaf, *root, &link, **other));
   AddHost(*leaf);
   ASSERT_FALSE(HasFailure());
-  GroupSpec g{.job_id = 1, .tree_id = 1, .group_id = 5, .epoch = 1, .pkey = kPkey,
-              .num_slots = 4, .slot_bytes = 256};
-  g.children = {{host_qpns_[0], {0}}};
-  g.parent_qpn = up->qpn;
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_NO_FATAL_FAILURE(InstallGroup(*leaf, {{host_qpns_[0], {0}}}, link.up.qpn));
   Request(*hosts_[0], 0, 2);
   const absl::Time end = absl::Now() + kDeadline;
   while (leaf->counters().messages_sent == 0 && absl::Now() < end) {
@@ -258,33 +263,17 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkNeedsThePeersQpConnectedBack) {
 TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFails) {
   std::unique_ptr<SwitchDataPlane> leaf = Plane("leaf", true), root = Plane("root", true);
   // What the thread's commands write outlives the thread (joined first).
-  absl::StatusOr<QpCreated> up, down;
   absl::Status s;
   std::vector<QpFailure> failures;
   uint64_t in_memory = 0;
   DataPlaneThread thread({.idle_wait = kIdle, .name = "leaf+root"});
   ASSERT_TRUE(thread.Add(leaf.get(), [] {}).ok());
   ASSERT_TRUE(thread.Add(root.get(), [] {}).ok());
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { up = dp.CreateQp({.peer = "root"}); }));
-  ASSERT_TRUE(up.ok()) << up.status();
-  const Ipv4Endpoint leaf_address = leaf->local(), root_address = root->local();
-  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) {
-    down = dp.CreateQp({.remote = leaf_address, .remote_qpn = up->qpn, .remote_psn = up->psn,
-                        .peer = "leaf"});
-  }));
-  ASSERT_TRUE(down.ok()) << down.status();
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
-    s = dp.ConnectQp(up->qpn, root_address, down->qpn, down->psn);
-  }));
-  ASSERT_TRUE(s.ok()) << s;
+  TreeLink link;
+  ASSERT_NO_FATAL_FAILURE(LinkLeafToRoot(*leaf, *root, &link));
   AddHost(*leaf);
   ASSERT_FALSE(HasFailure());
-  GroupSpec g{.job_id = 1, .tree_id = 1, .group_id = 5, .epoch = 1, .pkey = kPkey,
-              .num_slots = 4, .slot_bytes = 256};
-  g.children = {{host_qpns_[0], {0}}};
-  g.parent_qpn = up->qpn;
-  ASSERT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) { s = dp.InstallGroup(g); }));
-  ASSERT_TRUE(s.ok()) << s;
+  ASSERT_NO_FATAL_FAILURE(InstallGroup(*leaf, {{host_qpns_[0], {0}}}, link.up.qpn));
   // Read between two passes: a Send counts the message, then hands it over.
   auto handed_over = [&] {
     EXPECT_TRUE(OnThread(*leaf, [&](SwitchDataPlane& dp) {
@@ -303,7 +292,7 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFail
   ASSERT_EQ(sent_up(1), 1u);
   EXPECT_EQ(handed_over(), 1u) << "connected both ways: in memory";
   // The root's QP goes (no group of the root uses it).
-  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) { s = dp.DestroyQp(down->qpn); }));
+  ASSERT_TRUE(OnThread(*root, [&](SwitchDataPlane& dp) { s = dp.DestroyQp(link.down.qpn); }));
   ASSERT_TRUE(s.ok()) << s;
   Request(*hosts_[0], 1, 3);
   ASSERT_EQ(sent_up(2), 2u);
@@ -316,7 +305,7 @@ TEST_F(DataPlaneThreadTest, AnInProcessLinkWhosePeerQpIsGoneFallsBackToRcAndFail
     if (failures.empty()) absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_EQ(failures.size(), 1u);
-  EXPECT_EQ(failures[0].qpn, up->qpn);
+  EXPECT_EQ(failures[0].qpn, link.up.qpn);
   EXPECT_EQ(failures[0].peer, "root");
   EXPECT_TRUE(absl::IsDeadlineExceeded(failures[0].reason)) << failures[0].reason;
   ASSERT_TRUE(OnThread(*leaf, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
