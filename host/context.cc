@@ -418,7 +418,7 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
                                                                  : proto::DeliveryMode::kMulticast;
   params.repair_after = options_.repair_after;
   params.bcast_run = options_.bcast_run;
-  params.reduce_root_data = options_.reduce_root_data;
+  params.reduce_data = options_.reduce_data;
   params.op_timeout = options_.timeout;
   params.integrity_key = integrity_key_;
   for (int r : setup.world_ranks) params.members.push_back(static_cast<uint32_t>(r));

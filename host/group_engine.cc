@@ -253,15 +253,24 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
 DeliveryMode GroupEngine::DeliveryOf(const Op& op) const {
   if (op.args.collective != CollectiveType::kReduce) return params_.delivery;
   // A reduce's data goes to its root alone. With multicast, every rank
-  // gets the result's header by it (root_data, opt-in), or by default the
-  // whole result, which the others drop. Without
-  // multicast, or in a reduce-scatter, the others get a header over RC
-  // (to_root): a reduce-scatter's multicast would bring each rank all of
-  // V where it keeps V / p.
+  // gets the result's header by it and the root its data over RC
+  // (root_data), or every rank gets the whole result, which the others
+  // drop (ReduceData says which). Without multicast, or in a
+  // reduce-scatter, the others get a header over RC (to_root): a
+  // reduce-scatter's multicast would bring each rank all of V where it
+  // keeps V / p.
   if (params_.delivery != DeliveryMode::kMulticast || !op.args.blocks.empty()) {
     return DeliveryMode::kToRoot;
   }
-  return params_.reduce_root_data ? DeliveryMode::kRootData : DeliveryMode::kMulticast;
+  switch (params_.reduce_data) {
+    case ReduceData::kAll:
+      return DeliveryMode::kMulticast;
+    case ReduceData::kRoot:
+      return DeliveryMode::kRootData;
+    case ReduceData::kAuto:
+      break;
+  }
+  return op.num_chunks > window_.size() ? DeliveryMode::kRootData : DeliveryMode::kMulticast;
 }
 
 bool GroupEngine::MayLose(const Op& op, size_t chunk) const {

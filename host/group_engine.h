@@ -41,6 +41,24 @@
 
 namespace netfold::host {
 
+// How a reduce in a multicast group delivers its result to the ranks.
+enum class ReduceData : uint8_t {
+  // The whole result by multicast to every rank; all but the root drop it
+  // (delivery multicast).
+  kAll,
+  // The data to the root alone, relayed down the tree over RC, and the
+  // header to every rank by multicast (delivery root_data): the other
+  // ranks receive no data, at the price of the switches' relay.
+  kRoot,
+  // kAll for a reduce of at most K chunks, kRoot for a longer one
+  // (docs/performance.md, "A long reduce's data to its root alone"):
+  // within the window the non-roots return at once and the root's result
+  // comes sooner by one multicast than through the relay; past it every
+  // rank waits for the root, and what the non-roots would receive and
+  // drop costs more than the relay.
+  kAuto,
+};
+
 struct GroupParams {
   uint16_t tree_id = 0;
   uint32_t group_id = 0;
@@ -61,13 +79,8 @@ struct GroupParams {
   // to handle, at the price of a window that moves in steps. 0: K / 4;
   // 1: a request per chunk.
   uint32_t bcast_run = 0;
-  // A reduce in a multicast group: true sends the result's data to the
-  // root alone, relayed down the tree over RC, and its header to every
-  // rank by multicast (delivery root_data), so the other ranks receive no
-  // data they would drop; false (the default, cheaper where the switches
-  // share the hosts' CPUs: docs/performance.md) multicasts the whole
-  // result and the others drop it.
-  bool reduce_root_data = false;
+  // How a reduce in a multicast group delivers its result (ReduceData).
+  ReduceData reduce_data = ReduceData::kAuto;
   // An operation not complete this long after Start fails with DeadlineExceeded.
   absl::Duration op_timeout = absl::Seconds(30);
   // The job's integrity key (docs/security.md): requests are tagged, and a

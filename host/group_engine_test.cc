@@ -357,13 +357,56 @@ TEST_F(GroupEngineTest, ReduceNonRootsGetNoDataAndBcastRootSendsIt) {
   EXPECT_TRUE(e.Finish(b).ok());
 }
 
+// NETFOLD_REDUCE_DATA=auto (the default): a reduce of at most K chunks is
+// multicast whole, a longer one asks for root_data on every chunk (every
+// rank of the group computes the same choice from the count, K and P).
+TEST_F(GroupEngineTest, AutoReduceDataSendsOnlyAReduceLongerThanTheWindowByRootData) {
+  GroupParams p = Params();  // K = 2, four int32 per chunk
+  ASSERT_EQ(p.reduce_data, ReduceData::kAuto);
+  GroupEngine e(p, &leaf_, clock_);
+  int32_t in[9] = {}, out[9] = {};
+  auto within = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                          .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 8});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 2u);
+  EXPECT_EQ(leaf_.Header(0).delivery, DeliveryMode::kMulticast);
+  EXPECT_EQ(leaf_.Header(1).delivery, DeliveryMode::kMulticast);
+  Answer(e, 0, {1, 2, 3, 4});
+  Answer(e, 1, {5, 6, 7, 8});
+  EXPECT_TRUE(e.Finish(within).ok());
+
+  auto beyond = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                          .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 9});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 4u);
+  Answer(e, 2, {});
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 5u);
+  for (size_t i = 2; i < 5; ++i) {
+    EXPECT_EQ(leaf_.Header(i).delivery, DeliveryMode::kRootData) << "request " << i;
+  }
+  Answer(e, 3, {});
+  Answer(e, 4, {});
+  EXPECT_TRUE(e.Finish(beyond).ok());
+  EXPECT_EQ(out[0], 0) << "a rank that is not the root keeps its buffer";
+
+  // NETFOLD_REDUCE_DATA=all multicasts the longer one whole too.
+  p.reduce_data = ReduceData::kAll;
+  GroupEngine all(p, &leaf_, clock_);
+  (void)*all.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                    .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 9});
+  all.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 7u);
+  EXPECT_EQ(leaf_.Header(5).delivery, DeliveryMode::kMulticast);
+}
+
 // NETFOLD_REDUCE_DATA=root: a reduce's requests ask for root_data. The
 // root waits for its data over RC (the multicast header does not complete
 // its chunk, and it never asks for the data again: RC does not lose it);
 // another rank completes on the header and repairs a lost one.
 TEST_F(GroupEngineTest, RootDataReduceCompletesTheRootOnItsDataAndTheOthersOnTheHeader) {
   GroupParams p = Params();
-  p.reduce_root_data = true;
+  p.reduce_data = ReduceData::kRoot;
   GroupEngine e(p, &leaf_, clock_);
   int32_t in[4] = {1, 2, 3, 4}, out[4] = {};
   auto mine = *e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,

@@ -69,12 +69,14 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
   }
   if (std::string v = Env("NETFOLD_REDUCE_DATA"); !v.empty()) {
     if (v == "root") {
-      o->reduce_root_data = true;
+      o->reduce_data = ReduceData::kRoot;
     } else if (v == "all") {
-      o->reduce_root_data = false;
+      o->reduce_data = ReduceData::kAll;
+    } else if (v == "auto") {
+      o->reduce_data = ReduceData::kAuto;
     } else {
       return absl::InvalidArgumentError(
-          absl::StrFormat("NETFOLD_REDUCE_DATA='%s': use root or all", v));
+          absl::StrFormat("NETFOLD_REDUCE_DATA='%s': use auto, root or all", v));
     }
   }
   if (std::string v = Env("NETFOLD_ALGORITHM"); !v.empty()) {

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "host/algorithms/selection.h"
+#include "host/group_engine.h"
 #include "proto/aggregation_header.h"
 
 namespace netfold::host {
@@ -51,10 +52,9 @@ struct ContextOptions {
   // without their data stands for (GroupParams::bcast_run; 0: K / 4, 1: a
   // request per chunk, as switches before the `repeat` field need).
   uint32_t bcast_run = 0;
-  // NETFOLD_REDUCE_DATA: all (the default: a reduce's whole result to
-  // every rank by multicast) or root (its data to the root alone, the
-  // header to all; GroupParams::reduce_root_data).
-  bool reduce_root_data = false;
+  // NETFOLD_REDUCE_DATA: auto (the default), all or root
+  // (GroupParams::reduce_data).
+  ReduceData reduce_data = ReduceData::kAuto;
   // NETFOLD_RELEASED_REDUCES (0..8): how many reduces this rank is not the
   // root of may complete in the background at once, the caller already
   // returned (docs/host.md, "Lifecycle"); 0: none, a reduce returns when

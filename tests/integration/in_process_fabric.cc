@@ -240,7 +240,7 @@ void InProcessFabric::CreateGroup(uint32_t group_id, const GroupOptions& options
     params.num_slots = options.num_slots;
     params.slot_bytes = options.slot_bytes;
     params.delivery = options.delivery;
-    params.reduce_root_data = options.reduce_root_data;
+    params.reduce_data = options.reduce_data;
     params.repair_after = options.repair_after;
     params.op_timeout = options.op_timeout;
     params.integrity_key = options.integrity_key;

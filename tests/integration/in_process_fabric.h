@@ -54,7 +54,7 @@ struct GroupOptions {
   uint32_t num_slots = 8;
   uint32_t slot_bytes = 1024;
   proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
-  bool reduce_root_data = false;  // GroupParams::reduce_root_data
+  host::ReduceData reduce_data = host::ReduceData::kAuto;  // GroupParams::reduce_data
   absl::Duration repair_after = absl::Milliseconds(2);
   absl::Duration op_timeout = absl::Seconds(10);
   // The job's integrity key on every switch and rank of the group
