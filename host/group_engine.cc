@@ -25,8 +25,8 @@ absl::Status StatusFromResult(AggregationStatus s, uint64_t seq) {
     case AggregationStatus::kMismatch:
       return WithErrorCode(
           absl::InvalidArgumentError(absl::StrFormat(
-              "the ranks of the group disagree on operation %d (collective, type, op, count or "
-              "root differ between ranks)",
+              "the ranks of the group disagree on operation %d (collective, type, op, count, "
+              "root or, for a reduce, NETFOLD_REDUCE_DATA differ between ranks)",
               seq)),
           NETFOLD_ERR_MISMATCH);
     case AggregationStatus::kInvalidRequest:

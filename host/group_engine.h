@@ -35,29 +35,12 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "base/clock.h"
+#include "host/reduce_data.h"
 #include "host/resync.h"
 #include "proto/aggregation_header.h"
 #include "proto/aggregation_tag.h"
 
 namespace netfold::host {
-
-// How a reduce in a multicast group delivers its result to the ranks.
-enum class ReduceData : uint8_t {
-  // The whole result by multicast to every rank; all but the root drop it
-  // (delivery multicast).
-  kAll,
-  // The data to the root alone, relayed down the tree over RC, and the
-  // header to every rank by multicast (delivery root_data): the other
-  // ranks receive no data, at the price of the switches' relay.
-  kRoot,
-  // kAll for a reduce of at most K chunks, kRoot for a longer one
-  // (docs/performance.md, "A long reduce's data to its root alone"):
-  // within the window the non-roots return at once and the root's result
-  // comes sooner by one multicast than through the relay; past it every
-  // rank waits for the root, and what the non-roots would receive and
-  // drop costs more than the relay.
-  kAuto,
-};
 
 struct GroupParams {
   uint16_t tree_id = 0;

@@ -393,8 +393,9 @@ TEST_F(GroupEngineTest, AutoReduceDataSendsOnlyAReduceLongerThanTheWindowByRootD
   // NETFOLD_REDUCE_DATA=all multicasts the longer one whole too.
   p.reduce_data = ReduceData::kAll;
   GroupEngine all(p, &leaf_, clock_);
-  (void)*all.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
-                    .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 9});
+  ASSERT_TRUE(all.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                         .op = ReduceOp::kSum, .root = 0, .send = in, .recv = out, .count = 9})
+                  .ok());
   all.Poll();
   ASSERT_EQ(leaf_.sent.size(), 7u);
   EXPECT_EQ(leaf_.Header(5).delivery, DeliveryMode::kMulticast);

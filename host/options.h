@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "host/algorithms/selection.h"
-#include "host/group_engine.h"
+#include "host/reduce_data.h"
 #include "proto/aggregation_header.h"
 
 namespace netfold::host {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -233,7 +234,8 @@ TEST(Fabric, ReduceBcastAndBarrierWithEveryDelivery) {
     options.faults = kFaults;
     InProcessFabric fabric(shape, options);
     fabric.CreateGroup(1, {.num_slots = 4, .slot_bytes = 256, .delivery = mode,
-                           .reduce_data = variant == 2 ? host::ReduceData::kRoot : host::ReduceData::kAll});
+                           .reduce_data = variant == 2 ? host::ReduceData::kRoot
+                                                       : host::ReduceData::kAll});
     const int n = shape.num_hosts();
     std::mt19937_64 rng(3);
     for (uint32_t root : {0u, 4u, 9u}) {
@@ -284,61 +286,76 @@ TEST(Fabric, ReduceBcastAndBarrierWithEveryDelivery) {
 
 // NETFOLD_REDUCE_DATA=auto, the default: reduces within the window (whole
 // by multicast) and longer ones (root_data) started back to back in one
-// group, under faults, each give the root the tree-order reference bits and
-// leave the other ranks' buffers alone.
+// group each give the root the tree-order reference bits and leave the
+// other ranks' buffers alone, under faults and without; without faults the
+// root's leaf relays exactly the long reduce's chunks (none with `all`).
 TEST(Fabric, ShortAndLongReducesInOneGroupTakeTheirOwnDelivery) {
-  const TreeShape shape = TreeShape::TwoLevel(2, 4);
-  FabricOptions options;
-  options.faults = kFaults;
-  options.seed = 5;
-  InProcessFabric fabric(shape, options);
-  fabric.CreateGroup(1, {.num_slots = 4, .slot_bytes = 256});  // reduce_data auto
-  const int n = shape.num_hosts();
-  std::mt19937_64 rng(23);
+  struct Setting {
+    const char* faults;
+    host::ReduceData reduce_data;
+    uint64_t relays;  // by the root's leaf per root, without faults
+  };
   // fp32, 64 per chunk: 3 chunks (within K = 4), 11 chunks, 1 chunk.
   const std::vector<size_t> counts = {190, 700, 5};
-  // Results the root's leaf relayed down over RC: the long reduce's 11
-  // chunks by root_data, and answers to repairs (7 and 8 with these seeds
-  // when every reduce is multicast whole).
-  auto relayed = [&](uint32_t root) {
-    uint64_t n = 0;
-    fabric.switch_plane(1 + static_cast<int>(root) / 4)
-        .ForEachNode([&](const sw::GroupSpec&, const sw::AggregationNode& node) {
-          n += node.counters().results_relayed.load();
-        });
-    return n;
-  };
-  for (uint32_t root : {0u, 6u}) {
-    const uint64_t relayed_before = relayed(root);
-    std::vector<std::vector<Bytes>> in(counts.size()), out(counts.size());
-    std::vector<std::vector<uint64_t>> ids;
-    for (size_t k = 0; k < counts.size(); ++k) {
-      std::vector<host::CollectiveArgs> args;
-      for (int r = 0; r < n; ++r) {
-        in[k].push_back(RandomElements(DataType::kFp32, counts[k], rng));
-        out[k].emplace_back(counts[k] * 4, 0);
+  for (const Setting& setting : {Setting{kFaults, host::ReduceData::kAuto, 0},
+                                 Setting{"none", host::ReduceData::kAuto, 11},
+                                 Setting{"none", host::ReduceData::kAll, 0}}) {
+    const bool faults = std::string(setting.faults) != "none";
+    SCOPED_TRACE(absl::StrFormat("faults %d, reduce_data %d", faults,
+                                 static_cast<int>(setting.reduce_data)));
+    const TreeShape shape = TreeShape::TwoLevel(2, 4);
+    FabricOptions options;
+    options.faults = setting.faults;
+    options.seed = 5;
+    InProcessFabric fabric(shape, options);
+    fabric.CreateGroup(1, {.num_slots = 4, .slot_bytes = 256, .reduce_data = setting.reduce_data});
+    const int n = shape.num_hosts();
+    std::mt19937_64 rng(23);
+    // Results the root's leaf relayed down over RC: the long reduce's
+    // chunks by root_data, and, under faults, answers to repairs.
+    auto relayed = [&](uint32_t root) {
+      uint64_t total = 0;
+      fabric.switch_plane(1 + static_cast<int>(root) / 4)
+          .ForEachNode([&](const sw::GroupSpec&, const sw::AggregationNode& node) {
+            total += node.counters().results_relayed.load();
+          });
+      return total;
+    };
+    for (uint32_t root : {0u, 6u}) {
+      const uint64_t relayed_before = relayed(root);
+      std::vector<std::vector<Bytes>> in(counts.size()), out(counts.size());
+      std::vector<std::vector<uint64_t>> ids;
+      for (size_t k = 0; k < counts.size(); ++k) {
+        std::vector<host::CollectiveArgs> args;
+        for (int r = 0; r < n; ++r) {
+          in[k].push_back(RandomElements(DataType::kFp32, counts[k], rng));
+          out[k].emplace_back(counts[k] * 4, 0);
+        }
+        for (int r = 0; r < n; ++r) {
+          args.push_back({.collective = CollectiveType::kReduce, .dtype = DataType::kFp32,
+                          .op = ReduceOp::kSum, .root = root, .send = in[k][r].data(),
+                          .recv = out[k][r].data(), .count = counts[k]});
+        }
+        ids.push_back(fabric.StartOnEveryRank(1, args));
       }
-      for (int r = 0; r < n; ++r) {
-        args.push_back({.collective = CollectiveType::kReduce, .dtype = DataType::kFp32,
-                        .op = ReduceOp::kSum, .root = root, .send = in[k][r].data(),
-                        .recv = out[k][r].data(), .count = counts[k]});
-      }
-      ids.push_back(fabric.StartOnEveryRank(1, args));
-    }
-    for (size_t k = 0; k < counts.size(); ++k) {
-      ASSERT_TRUE(fabric.RunUntilDone(1, ids[k])) << "reduce " << k << " root " << root;
-      const Bytes expected = Reference(shape, 0, DataType::kFp32, ReduceOp::kSum, counts[k], in[k]);
-      for (int r = 0; r < n; ++r) {
-        absl::Status st = fabric.engine(1, r).Finish(ids[k][r]);
-        ASSERT_TRUE(st.ok()) << st << " reduce " << k << " rank " << r << " root " << root;
-        if (static_cast<uint32_t>(r) == root) {
-          EXPECT_EQ(out[k][r], expected) << "reduce " << k << " at root " << root;
-        } else {
-          EXPECT_EQ(out[k][r], Bytes(counts[k] * 4, 0)) << "reduce " << k << " rank " << r;
+      for (size_t k = 0; k < counts.size(); ++k) {
+        ASSERT_TRUE(fabric.RunUntilDone(1, ids[k])) << "reduce " << k << " root " << root;
+        const Bytes expected =
+            Reference(shape, 0, DataType::kFp32, ReduceOp::kSum, counts[k], in[k]);
+        for (int r = 0; r < n; ++r) {
+          absl::Status st = fabric.engine(1, r).Finish(ids[k][r]);
+          ASSERT_TRUE(st.ok()) << st << " reduce " << k << " rank " << r << " root " << root;
+          if (static_cast<uint32_t>(r) == root) {
+            EXPECT_EQ(out[k][r], expected) << "reduce " << k << " at root " << root;
+          } else {
+            EXPECT_EQ(out[k][r], Bytes(counts[k] * 4, 0)) << "reduce " << k << " rank " << r;
+          }
         }
       }
+      if (!faults) {
+        EXPECT_EQ(relayed(root) - relayed_before, setting.relays) << "root " << root;
+      }
     }
-    EXPECT_GE(relayed(root) - relayed_before, 11u) << "the long reduce's data came by root_data";
   }
 }
 
