@@ -333,8 +333,17 @@ void RcQueuePair::RejectInvalidRequest(QpDropReason reason, absl::Status why) {
 }
 
 void RcQueuePair::RequestAck(absl::Duration delay) {
-  const int64_t due = clock_.NowNanos() + absl::ToInt64Nanoseconds(delay);
-  ack_due_ns_ = ack_pending_ ? std::min(ack_due_ns_, due) : due;
+  const int64_t delay_ns = absl::ToInt64Nanoseconds(delay);
+  // The pending ACK is due at the latest `ack_due_delay_ns_` after an
+  // earlier reading of the clock, so no later request with as long a
+  // delay can bring it forward: no need to read the clock (once per
+  // received message otherwise).
+  if (ack_pending_ && delay_ns >= ack_due_delay_ns_) return;
+  const int64_t due = clock_.NowNanos() + delay_ns;
+  if (!ack_pending_ || due < ack_due_ns_) {
+    ack_due_ns_ = due;
+    ack_due_delay_ns_ = delay_ns;
+  }
   ack_pending_ = true;
 }
 

@@ -323,6 +323,7 @@ class RcQueuePair {
   bool nak_outstanding_ = false;         // a sequence-error NAK was sent for this gap
   bool ack_pending_ = false;
   int64_t ack_due_ns_ = 0;               // when the pending ACK goes out
+  int64_t ack_due_delay_ns_ = 0;         // the delay ack_due_ns_ was set with
   uint32_t packets_unacked_ = 0;         // accepted since the last ACK or NAK
   bool nak_pending_ = false;
   std::optional<proto::Aeth> pending_nak_;
