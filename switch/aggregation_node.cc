@@ -324,6 +324,7 @@ void AggregationNode::HandleOneRequest(size_t child, const AggregationHeader& h,
   slot.child_data[child] = has_data;
   if (has_data && child != slot.next_fold) {
     // Out of order: wait in the slot until the children before it are in.
+    BumpCounter(counters_.contributions_buffered, 1);
     std::memcpy(slot.pending.data() + child * PendingStride(), elements.data(),
                 elements.size());
   }

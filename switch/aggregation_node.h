@@ -135,6 +135,10 @@ struct NodeCounters {
   std::atomic<uint64_t> repairs_answered{0};
   std::atomic<uint64_t> repairs_forwarded{0};
   std::atomic<uint64_t> results_relayed{0};
+  // Contributions that came before their turn in the reduction order and
+  // were copied to wait in the slot (the others are folded straight from
+  // the receive buffer).
+  std::atomic<uint64_t> contributions_buffered{0};
   std::array<std::atomic<uint64_t>, kNumNodeDropReasons> drops{};
   // Time from the first contribution to completion, log2 buckets of
   // microseconds: [0] < 1 us, [1] < 2 us, ... [19] >= 2^18 us.

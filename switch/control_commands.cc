@@ -50,6 +50,7 @@ absl::StatusOr<QpCreated> CreateQp(SwitchDataPlane& dp, const control::CreateQp&
   QpRequest req;
   if (cmd.peer().has_host()) {
     req.job_id = cmd.peer().host().job_id();
+    req.rank = cmd.peer().host().rank();
     req.peer = absl::StrFormat("job %d rank %d", cmd.peer().host().job_id(),
                                cmd.peer().host().rank());
     if (req.job_id == 0) return absl::InvalidArgumentError("a host QP needs a job id");

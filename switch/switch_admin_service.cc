@@ -212,6 +212,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
     gc.set_repairs_answered(Load(c.repairs_answered));
     gc.set_repairs_forwarded(Load(c.repairs_forwarded));
     gc.set_results_relayed(Load(c.results_relayed));
+    gc.set_contributions_buffered(Load(c.contributions_buffered));
     for (size_t r = 0; r < kNumNodeDropReasons; ++r) {
       AddCount(gc.mutable_drops(), NodeDropReasonName(static_cast<NodeDropReason>(r)),
                c.Drops(static_cast<NodeDropReason>(r)), true);

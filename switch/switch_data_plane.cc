@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <tuple>
 
 #include "absl/random/random.h"
 #include "absl/strings/str_format.h"
@@ -27,6 +28,7 @@ std::string_view SwitchDropReasonName(SwitchDropReason reason) {
 struct SwitchDataPlane::Qp {
   transport::RcQueuePair* rc = nullptr;
   uint64_t job_id = 0;
+  uint32_t rank = 0;  // a host QP's job rank
   uint32_t local_psn = 0;
   std::string peer;
   std::deque<std::vector<uint8_t>> backlog;
@@ -139,6 +141,7 @@ absl::StatusOr<QpCreated> SwitchDataPlane::CreateQp(const QpRequest& request) {
   auto qp = std::make_unique<Qp>();
   qp->rc = rc;
   qp->job_id = request.job_id;
+  qp->rank = request.rank;
   qp->peer = request.peer;
   // splitmix64: a fresh, well-spread 24-bit PSN per QP.
   psn_state_ += 0x9e3779b97f4a7c15ull;
@@ -147,9 +150,12 @@ absl::StatusOr<QpCreated> SwitchDataPlane::CreateQp(const QpRequest& request) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   qp->local_psn = request.psn ? *request.psn : static_cast<uint32_t>((z ^ (z >> 31)) & 0xffffff);
   const QpCreated created{rc->qpn(), qp->local_psn};
+  auto order = [](const Qp* q) {
+    return std::make_tuple(q->job_id == 0, q->job_id, q->rank, q->rc->qpn());
+  };
   qps_in_order_.insert(std::upper_bound(qps_in_order_.begin(), qps_in_order_.end(), qp.get(),
-                                        [](const Qp* a, const Qp* b) {
-                                          return a->rc->qpn() < b->rc->qpn();
+                                        [&](const Qp* a, const Qp* b) {
+                                          return order(a) < order(b);
                                         }),
                        qp.get());
   qps_[rc->qpn()] = std::move(qp);

@@ -97,6 +97,9 @@ struct QpRequest {
   uint32_t remote_qpn = 0;
   uint32_t remote_psn = 0;
   std::string peer;         // for logs and counters: "job 7 rank 3", "s2"
+  // A host QP: the job rank it serves. Passes handle a job's QPs in rank
+  // order, the order its groups fold their host children in.
+  uint32_t rank = 0;
   // Fixed numbers for statically configured peers (netfold-switchd's static
   // mode); unset: the switch picks. A taken QPN fails with AlreadyExists.
   std::optional<uint32_t> qpn;
@@ -269,10 +272,14 @@ class SwitchDataPlane {
   const Clock& clock_;
   transport::RoceEndpoint endpoint_;
   absl::flat_hash_map<uint32_t, std::unique_ptr<Qp>> qps_;
-  // The same QPs sorted by QPN. Every pass over all of them (receiving,
-  // error checks) goes in this order, never in hash order: messages are
-  // handled, and so answered, in the same order in every process, so that
-  // seeded link faults hit the same packets in every run.
+  // The same QPs in a fixed order: host QPs by job and rank, then the
+  // QPs between switches, each by QPN. Every pass over all of them
+  // (receiving, error checks) goes in this order, never in hash order:
+  // messages are handled, and so answered, in the same order in every
+  // process, so that seeded link faults hit the same packets in every
+  // run. Rank order is the order a group folds its host children in, so
+  // the contributions of one pass are mostly folded as they are handled
+  // instead of waiting in the slot (a copy).
   std::vector<Qp*> qps_in_order_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<Group>> groups_;
   absl::flat_hash_map<uint64_t, JobQuota> quotas_;

@@ -45,8 +45,9 @@ class DataPlaneTest : public ::testing::Test {
     dp_ = std::make_unique<SwitchDataPlane>(std::move(*port), clock_, config);
   }
 
-  // A host whose RC QP is connected to a new switch QP of `job`.
-  Host& AddHost(uint64_t job = 1, uint16_t pkey = kPkey) {
+  // A host whose RC QP is connected to a new switch QP of `job`, for job
+  // rank `rank`.
+  Host& AddHost(uint64_t job = 1, uint16_t pkey = kPkey, uint32_t rank = 0) {
     auto h = std::make_unique<Host>();
     const int i = static_cast<int>(hosts_.size());
     h->ep = std::make_unique<transport::RoceEndpoint>(
@@ -59,7 +60,8 @@ class DataPlaneTest : public ::testing::Test {
     const uint32_t host_psn = 100 + static_cast<uint32_t>(i);
     absl::StatusOr<QpCreated> qp =
         dp_->CreateQp({.job_id = job, .pkey = pkey, .remote = HostAddress(i),
-                       .remote_qpn = h->rc->qpn(), .remote_psn = host_psn, .peer = "host"});
+                       .remote_qpn = h->rc->qpn(), .remote_psn = host_psn, .peer = "host",
+                       .rank = rank});
     EXPECT_TRUE(qp.ok()) << qp.status();
     attrs.remote = kSwitch;
     attrs.remote_qpn = qp->qpn;
@@ -340,6 +342,33 @@ TEST_F(DataPlaneTest, RemoveGroupAbortsInFlightOperationsAndFreesEverySlot) {
   Run(20);
   EXPECT_EQ(dp_->counters().drops[static_cast<size_t>(SwitchDropReason::kUnknownGroup)].load(), 1u);
   ASSERT_TRUE(dp_->DestroyQp(h0.switch_qpn).ok());
+}
+
+// A pass handles a job's QPs in rank order, the order a group folds its
+// host children in: contributions that arrive together are folded as they
+// are handled, none waits in the slot, though the QPs were created (and
+// numbered) in the opposite order.
+TEST_F(DataPlaneTest, APassHandlesHostQpsInRankOrderSoArrivalsAreFoldedInPlace) {
+  MakeSwitch();
+  std::vector<Host*> by_rank(4);
+  for (uint32_t rank : {3u, 2u, 1u, 0u}) by_rank[rank] = &AddHost(1, kPkey, rank);
+  ASSERT_GT(by_rank[0]->switch_qpn, by_rank[3]->switch_qpn);
+  GroupSpec g = Spec(4, {by_rank[0]->switch_qpn, by_rank[1]->switch_qpn, by_rank[2]->switch_qpn,
+                         by_rank[3]->switch_qpn});
+  g.multicast = Ipv4Endpoint{0xef010004, 4791};
+  ASSERT_TRUE(dp_->InstallGroup(g).ok());
+  for (uint64_t s = 0; s < 4; ++s) {
+    for (Host* h : by_rank) Request(*h, 4, s);
+  }
+  for (Host* h : by_rank) h->ep->Progress(absl::ZeroDuration());
+  dp_->RunOnce(absl::ZeroDuration());
+  uint64_t completed = 0, buffered = 0;
+  dp_->ForEachNode([&](const GroupSpec&, const AggregationNode& node) {
+    completed += node.counters().operations_completed.load();
+    buffered += node.counters().contributions_buffered.load();
+  });
+  EXPECT_EQ(completed, 4u) << "every contribution arrived in the one pass";
+  EXPECT_EQ(buffered, 0u);
 }
 
 // Integrity at the switch (docs/security.md): a group installed with the
