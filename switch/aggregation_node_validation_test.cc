@@ -252,6 +252,51 @@ TEST_F(NodeValidation, AbortTellsEveryChildAndFreesTheSlots) {
   }
 }
 
+// Contributions that arrive before their turn wait in the slot: with the
+// children in reverse order two wait per operation, slots come round again
+// and again, and every result is still its own operation's sum (a waiting
+// contribution read from another child's or another operation's place
+// would show here), also after an abort that left two waiting.
+TEST_F(NodeValidation, ContributionsThatWaitKeepTheirOwnDataAcrossSlotsAndAborts) {
+  auto bytes = [](size_t child, uint64_t seq) {
+    Bytes b(16);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(child * 31 + seq * 7 + i);
+    return b;
+  };
+  auto run = [&](uint64_t seq) {
+    for (size_t c : {2, 1, 0}) node_->OnChildMessage(c, Header(seq), bytes(c, seq));
+  };
+  for (uint64_t seq = 0; seq < 40; ++seq) {
+    run(seq);
+    ASSERT_EQ(out_.multicast.size(), seq + 1);
+    auto h = proto::DecodeAggregationMessage(out_.multicast.back());
+    ASSERT_TRUE(h.ok());
+    const Bytes& m = out_.multicast.back();
+    const uint8_t* got = m.data() + proto::kAggregationHeaderSize;
+    for (size_t e = 0; e < 4; ++e) {
+      int32_t want = 0;
+      for (size_t c = 0; c < 3; ++c) {
+        int32_t v;
+        std::memcpy(&v, bytes(c, seq).data() + 4 * e, 4);
+        want += v;
+      }
+      int32_t v;
+      std::memcpy(&v, got + 4 * e, 4);
+      ASSERT_EQ(v, want) << "seq " << seq << " element " << e;
+    }
+  }
+  EXPECT_EQ(node_->counters().contributions_buffered.load(), 80u);
+
+  // Abandoned while two wait; the slots start again from sequence 0.
+  node_->OnChildMessage(2, Header(40), bytes(2, 40));
+  node_->OnChildMessage(1, Header(41), bytes(1, 41));
+  node_->Abort(AggregationStatus::kAborted);
+  for (uint64_t seq = 0; seq < 4; ++seq) run(seq);
+  ASSERT_EQ(out_.multicast.size(), 44u);
+  EXPECT_EQ(out_.multicast.back(), out_.multicast[3]) << "seq 3 again, the same inputs";
+  EXPECT_EQ(node_->counters().TotalDrops(), 0u);
+}
+
 TEST_F(NodeValidation, BcastDataFromAChildNotHoldingTheRootIsAMismatch) {
   AggregationHeader h = Header(0, DataType::kUint8, 8);
   h.collective = CollectiveType::kBcast;
