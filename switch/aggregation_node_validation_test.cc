@@ -253,47 +253,61 @@ TEST_F(NodeValidation, AbortTellsEveryChildAndFreesTheSlots) {
 }
 
 // Contributions that arrive before their turn wait in the slot: with the
-// children in reverse order two wait per operation, slots come round again
-// and again, and every result is still its own operation's sum (a waiting
-// contribution read from another child's or another operation's place
-// would show here), also after an abort that left two waiting.
+// children in reverse order two wait per operation, both slots hold
+// waiting contributions at once, slots come round again and again, and
+// every result is still its own operation's sum (a waiting contribution
+// read from another child's or another operation's place would show
+// here), also after an abort that left two waiting.
 TEST_F(NodeValidation, ContributionsThatWaitKeepTheirOwnDataAcrossSlotsAndAborts) {
   auto bytes = [](size_t child, uint64_t seq) {
     Bytes b(16);
     for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(child * 31 + seq * 7 + i);
     return b;
   };
-  auto run = [&](uint64_t seq) {
-    for (size_t c : {2, 1, 0}) node_->OnChildMessage(c, Header(seq), bytes(c, seq));
-  };
-  for (uint64_t seq = 0; seq < 40; ++seq) {
-    run(seq);
-    ASSERT_EQ(out_.multicast.size(), seq + 1);
-    auto h = proto::DecodeAggregationMessage(out_.multicast.back());
-    ASSERT_TRUE(h.ok());
-    const Bytes& m = out_.multicast.back();
-    const uint8_t* got = m.data() + proto::kAggregationHeaderSize;
+  auto send = [&](size_t c, uint64_t seq) { node_->OnChildMessage(c, Header(seq), bytes(c, seq)); };
+  auto expect_sum = [&](const Bytes& m, uint64_t seq) {
+    ASSERT_EQ(m.size(), proto::kAggregationHeaderSize + 16u) << "seq " << seq;
+    const AggregationHeader h = Parse(m);
+    EXPECT_EQ(h.seq, seq);
+    EXPECT_EQ(h.status, AggregationStatus::kOk);
+    EXPECT_TRUE(h.has_data);
     for (size_t e = 0; e < 4; ++e) {
-      int32_t want = 0;
+      uint32_t want = 0;  // int32 sums wrap, as the ALU's do
       for (size_t c = 0; c < 3; ++c) {
-        int32_t v;
+        uint32_t v;
         std::memcpy(&v, bytes(c, seq).data() + 4 * e, 4);
         want += v;
       }
-      int32_t v;
-      std::memcpy(&v, got + 4 * e, 4);
-      ASSERT_EQ(v, want) << "seq " << seq << " element " << e;
+      uint32_t got;
+      std::memcpy(&got, m.data() + proto::kAggregationHeaderSize + 4 * e, 4);
+      EXPECT_EQ(got, want) << "seq " << seq << " element " << e;
     }
+  };
+  // Two operations in flight, both slots waiting for child 0.
+  for (uint64_t seq = 0; seq < 40; seq += 2) {
+    for (size_t c : {2, 1}) {
+      send(c, seq);
+      send(c, seq + 1);
+    }
+    send(0, seq);
+    send(0, seq + 1);
+    ASSERT_EQ(out_.multicast.size(), seq + 2);
+    expect_sum(out_.multicast[seq], seq);
+    expect_sum(out_.multicast[seq + 1], seq + 1);
   }
   EXPECT_EQ(node_->counters().contributions_buffered.load(), 80u);
 
   // Abandoned while two wait; the slots start again from sequence 0.
-  node_->OnChildMessage(2, Header(40), bytes(2, 40));
-  node_->OnChildMessage(1, Header(41), bytes(1, 41));
+  send(2, 40);
+  send(1, 41);
   node_->Abort(AggregationStatus::kAborted);
-  for (uint64_t seq = 0; seq < 4; ++seq) run(seq);
+  for (uint64_t seq = 0; seq < 4; ++seq) {
+    for (size_t c : {2, 1, 0}) send(c, seq);
+  }
   ASSERT_EQ(out_.multicast.size(), 44u);
-  EXPECT_EQ(out_.multicast.back(), out_.multicast[3]) << "seq 3 again, the same inputs";
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(out_.multicast[40 + i], out_.multicast[i]) << "seq " << i << " again, same inputs";
+  }
   EXPECT_EQ(node_->counters().TotalDrops(), 0u);
 }
 
