@@ -9,6 +9,7 @@ link_rate_bps column) testbed_vs_rate.png (time against the link rate, and
 in-network over the ring against the bound).
 """
 import csv
+import statistics
 import sys
 from collections import defaultdict
 
@@ -71,9 +72,14 @@ def main(path, out_dir):
     if "link_rate_bps" in rows[0]:
         return plot_testbed(rows, out_dir)
     op = rows[0]["op"]
-    data = defaultdict(dict)  # (variant, ranks) -> size -> avg_us
+    # (variant, ranks) -> size -> avg_us; with --rounds, the median of the
+    # rounds' averages, as the table gives it.
+    rounds = defaultdict(list)
     for r in rows:
-        data[(r["variant"], int(r["ranks"]))][int(r["size_bytes"])] = float(r["avg_us"])
+        rounds[(r["variant"], int(r["ranks"]), int(r["size_bytes"]))].append(float(r["avg_us"]))
+    data = defaultdict(dict)
+    for (variant, ranks_, size), avgs in rounds.items():
+        data[(variant, ranks_)][size] = statistics.median(avgs)
     ranks = sorted({k[1] for k in data})
     # In-network and Open MPI first, then libnetfold's host algorithms
     # (dashed) when the run measured them.

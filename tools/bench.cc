@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -33,15 +34,42 @@ struct Variant {
   bool netfold = false;
 };
 
-// results[variant][ranks] = points
-using Results = std::map<std::string, std::map<int, std::vector<Point>>>;
+// results[variant][ranks] = a collective_bench run's points per round
+using Results = std::map<std::string, std::map<int, Rounds>>;
 
-// The point of `variant` at `ranks` and `size`, or nullptr if it was not measured.
-const Point* Find(const Results& results, const std::string& variant, int ranks, long size) {
+const Rounds& RoundsOf(const Results& results, const std::string& variant, int ranks) {
+  static const Rounds kNone;
   auto v = results.find(variant);
-  if (v == results.end()) return nullptr;
+  if (v == results.end()) return kNone;
   auto r = v->second.find(ranks);
-  return r == v->second.end() ? nullptr : PointOf(r->second, size);
+  return r == v->second.end() ? kNone : r->second;
+}
+
+// The point of `variant` at `ranks` and `size` over its rounds (medians),
+// or nullopt if it was not measured.
+std::optional<Point> Find(const Results& results, const std::string& variant, int ranks,
+                          long size) {
+  return MedianPoint(RoundsOf(results, variant, ranks), size);
+}
+
+// "1.23x": the median over rounds of a / b, each round's pair measured
+// next to each other; "-" if no round measured both.
+std::string Ratio(const Results& results, const std::string& a, const std::string& b, int ranks,
+                  long size) {
+  const std::vector<double> r =
+      RoundRatios(RoundsOf(results, a, ranks), RoundsOf(results, b, ranks), size);
+  return r.empty() ? "-" : absl::StrFormat("%.2fx", Median(r));
+}
+
+// "1.10-1.35": the least and greatest of a / b over rounds; "-" if fewer
+// than two rounds measured both.
+std::string RatioRange(const Results& results, const std::string& a, const std::string& b,
+                       int ranks, long size) {
+  const std::vector<double> r =
+      RoundRatios(RoundsOf(results, a, ranks), RoundsOf(results, b, ranks), size);
+  if (r.size() < 2) return "-";
+  const auto [lo, hi] = std::minmax_element(r.begin(), r.end());
+  return absl::StrFormat("%.2f-%.2f", *lo, *hi);
 }
 
 }  // namespace
@@ -109,9 +137,13 @@ int RunBench(const BenchOptions& o) {
   if (log.empty()) return 2;
   std::error_code ec;
 
-  std::printf("netfold bench %s: ranks %s, sizes %s .. %s, %.2f s per point; machine: %ld cores\n",
+  std::printf("netfold bench %s: ranks %s, sizes %s .. %s, %.2f s per point%s; machine: %ld "
+              "cores\n",
               o.op.c_str(), absl::StrJoin(ranks, ",").c_str(), HumanSize(sizes.front()).c_str(),
-              HumanSize(sizes.back()).c_str(), o.seconds_per_size, sysconf(_SC_NPROCESSORS_ONLN));
+              HumanSize(sizes.back()).c_str(), o.seconds_per_size,
+              o.rounds > 1 ? absl::StrFormat(", %d rounds in alternating order", o.rounds).c_str()
+                           : "",
+              sysconf(_SC_NPROCESSORS_ONLN));
   LocalFabricOptions fo;
   fo.hosts = max_ranks;
   fo.switch_poll_us = o.poll_us;
@@ -160,10 +192,12 @@ int RunBench(const BenchOptions& o) {
     netfold_options.insert(netfold_options.end(), {"-x", "NETFOLD_INTEGRITY=0"});
     tag_options.insert(tag_options.end(), {"-x", "NETFOLD_INTEGRITY=1"});
   }
+  // In the order they run (the tables have their own): netfold next to
+  // Open MPI over TCP, the ratio the goals are set in.
   std::vector<Variant> variants = {
       {"netfold", netfold_options, true},
-      {"ompi-sm", {"--mca", "btl", "self,vader"}, false},
       {"ompi-tcp", {"--mca", "btl", "self,tcp", "--mca", "btl_tcp_if_include", "lo"}, false},
+      {"ompi-sm", {"--mca", "btl", "self,vader"}, false},
   };
   if (with_tag) variants.insert(variants.begin() + 1, {"netfold+tag", tag_options, true});
   // libnetfold's host algorithms (docs/algorithms.md) over the same
@@ -180,74 +214,97 @@ int RunBench(const BenchOptions& o) {
 
   Results results;
   std::vector<std::string> failed;  // "variant on N ranks"
-  for (int p : ranks) {
-    for (const Variant& v : variants) {
-      std::fprintf(stderr, "  measuring %s on %d ranks ...\n", v.name.c_str(), p);
-      std::vector<std::string> argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
-                                       std::to_string(p)};
-      argv.insert(argv.end(), v.mpirun_options.begin(), v.mpirun_options.end());
-      argv.insert(argv.end(),
-                  {bench, o.op, size_list, absl::StrFormat("%.3f", o.seconds_per_size)});
-      CommandOptions run;
-      run.timeout = absl::Seconds(120 + static_cast<int>(sizes.size() *
-                                                         (o.seconds_per_size * 4 + 20)));
-      run.stderr_path = log;
-      const uintmax_t log_before = fs::exists(log, ec) ? fs::file_size(log, ec) : 0;
-      absl::StatusOr<CommandResult> ran = RunCommand(argv, run);
-      std::string out = ran.ok() ? ran->output : "";
-      if (!ran.ok() || !ran->Succeeded()) {
-        if (!ran.ok()) std::fprintf(stderr, "  %s\n", ran.status().ToString().c_str());
-        std::fprintf(stderr, "  %s on %d ranks failed or timed out (see %s)\n", v.name.c_str(), p,
-                     log.c_str());
-        failed.push_back(absl::StrFormat("%s on %d ranks", v.name, p));
-        // collective_bench checks one result per size and aborts on a
-        // wrong one: say so here, the row stays empty.
-        std::ifstream in(log);
-        in.seekg(static_cast<std::streamoff>(log_before));
-        for (std::string line; std::getline(in, line);) {
-          if (line.find("WRONG RESULT") != std::string::npos) {
-            std::fprintf(stderr, "  %s\n", line.c_str());
-          }
+  auto measure = [&](const Variant& v, int p, int round) {
+    const std::string in_round =
+        o.rounds > 1 ? absl::StrFormat(" (round %d of %d)", round + 1, o.rounds) : "";
+    std::fprintf(stderr, "  measuring %s on %d ranks%s ...\n", v.name.c_str(), p,
+                 in_round.c_str());
+    std::vector<std::string> argv = {"mpirun", "--allow-run-as-root", "--oversubscribe", "-np",
+                                     std::to_string(p)};
+    argv.insert(argv.end(), v.mpirun_options.begin(), v.mpirun_options.end());
+    argv.insert(argv.end(), {bench, o.op, size_list, absl::StrFormat("%.3f", o.seconds_per_size)});
+    CommandOptions run;
+    run.timeout =
+        absl::Seconds(120 + static_cast<int>(sizes.size() * (o.seconds_per_size * 4 + 20)));
+    run.stderr_path = log;
+    const uintmax_t log_before = fs::exists(log, ec) ? fs::file_size(log, ec) : 0;
+    absl::StatusOr<CommandResult> ran = RunCommand(argv, run);
+    std::string out = ran.ok() ? ran->output : "";
+    if (!ran.ok() || !ran->Succeeded()) {
+      if (!ran.ok()) std::fprintf(stderr, "  %s\n", ran.status().ToString().c_str());
+      std::fprintf(stderr, "  %s on %d ranks%s failed or timed out (see %s)\n", v.name.c_str(), p,
+                   in_round.c_str(), log.c_str());
+      failed.push_back(absl::StrFormat("%s on %d ranks%s", v.name, p, in_round));
+      // collective_bench checks one result per size and aborts on a
+      // wrong one: say so here, the row stays empty.
+      std::ifstream in(log);
+      in.seekg(static_cast<std::streamoff>(log_before));
+      for (std::string line; std::getline(in, line);) {
+        if (line.find("WRONG RESULT") != std::string::npos) {
+          std::fprintf(stderr, "  %s\n", line.c_str());
         }
       }
-      results[v.name][p] = ParsePoints(out);
+    }
+    results[v.name][p].push_back(ParsePoints(out));
+  };
+  // Rounds alternate the order (forward, then backward, ...): when the
+  // machine's speed drifts during a run, no variant is always measured
+  // first, and each round's ratios come from runs next to each other.
+  for (int p : ranks) {
+    for (int round = 0; round < o.rounds; ++round) {
+      for (size_t i = 0; i < variants.size(); ++i) {
+        measure(variants[round % 2 == 0 ? i : variants.size() - 1 - i], p, round);
+      }
     }
   }
   (void)(*fabric)->Stop();
 
-  // The table, and the CSV with every column.
+  // The table (medians over rounds), and the CSV with every round.
   const std::string csv_path = out_dir + "/results.csv";
   std::ofstream csv(csv_path);
-  csv << "op,ranks,size_bytes,variant,iterations,avg_us,p50_us,p99_us,link_bytes_per_op\n";
-  std::printf("%-5s %9s  %11s %11s %11s  %11s %11s  %9s %9s  %12s %12s\n", "ranks", "size",
+  csv << "op,ranks,size_bytes,variant,iterations,avg_us,p50_us,p99_us,link_bytes_per_op,round\n";
+  for (int p : ranks) {
+    for (const Variant& v : variants) {
+      const Rounds& rounds = RoundsOf(results, v.name, p);
+      for (size_t r = 0; r < rounds.size(); ++r) {
+        for (const Point& pt : rounds[r]) {
+          csv << absl::StrFormat("%s,%d,%d,%s,%d,%.3f,%.3f,%.3f,%.1f,%d\n", o.op, p, pt.size,
+                                 v.name, pt.iterations, pt.avg, pt.p50, pt.p99, pt.link_bytes,
+                                 r + 1);
+        }
+      }
+    }
+  }
+  // With rounds, the ratio columns are the median of each round's ratio
+  // and "range" their least and greatest.
+  const bool ranges = o.rounds > 1;
+  std::printf("%-5s %9s  %11s %11s %11s  %11s %11s  %9s %9s%s  %12s %12s\n", "ranks", "size",
               "netfold avg", "p50", "p99", "ompi-sm avg", "ompi-tcp", "nf/sm", "nf/tcp",
-              "nf link B/op", "ring B/op");
+              ranges ? absl::StrFormat(" %11s", "range").c_str() : "", "nf link B/op",
+              "ring B/op");
   for (int p : ranks) {
     for (long size : sizes) {
       auto get = [&](const std::string& variant) { return Find(results, variant, p, size); };
-      const Point* nf = get("netfold");
-      const Point* sm = get("ompi-sm");
-      const Point* tcp = get("ompi-tcp");
-      for (const Variant& v : variants) {
-        if (const Point* pt = get(v.name)) {
-          csv << absl::StrFormat("%s,%d,%d,%s,%d,%.3f,%.3f,%.3f,%.1f\n", o.op, p, size, v.name,
-                                 pt->iterations, pt->avg, pt->p50, pt->p99, pt->link_bytes);
-        }
-      }
+      const std::optional<Point> nf = get("netfold");
+      const std::optional<Point> sm = get("ompi-sm");
+      const std::optional<Point> tcp = get("ompi-tcp");
       // What a ring sends and receives (allgather and reduce-scatter: half
       // of an allreduce's).
       const double ring =
           base == "allreduce" ? 2.0 * (p - 1) * static_cast<double>(size) / p
           : base == "allgather" || base == "reduce_scatter"
               ? 2.0 * (p - 1) * static_cast<double>(size / p) : -1;
-      std::printf("%-5d %9s  %11s %11s %11s  %11s %11s  %9s %9s  %12s %12s\n", p,
-                  HumanSize(size).c_str(), Us(nf ? nf->avg : -1).c_str(),
-                  Us(nf ? nf->p50 : -1).c_str(), Us(nf ? nf->p99 : -1).c_str(),
-                  Us(sm ? sm->avg : -1).c_str(), Us(tcp ? tcp->avg : -1).c_str(),
-                  nf && sm ? absl::StrFormat("%.2fx", nf->avg / sm->avg).c_str() : "-",
-                  nf && tcp ? absl::StrFormat("%.2fx", nf->avg / tcp->avg).c_str() : "-",
-                  nf && nf->link_bytes >= 0 ? absl::StrFormat("%.0f", nf->link_bytes).c_str() : "-",
-                  ring >= 0 ? absl::StrFormat("%.0f", ring).c_str() : "-");
+      std::printf(
+          "%-5d %9s  %11s %11s %11s  %11s %11s  %9s %9s%s  %12s %12s\n", p,
+          HumanSize(size).c_str(), Us(nf ? nf->avg : -1).c_str(), Us(nf ? nf->p50 : -1).c_str(),
+          Us(nf ? nf->p99 : -1).c_str(), Us(sm ? sm->avg : -1).c_str(),
+          Us(tcp ? tcp->avg : -1).c_str(), Ratio(results, "netfold", "ompi-sm", p, size).c_str(),
+          Ratio(results, "netfold", "ompi-tcp", p, size).c_str(),
+          ranges ? absl::StrFormat(" %11s", RatioRange(results, "netfold", "ompi-tcp", p, size))
+                       .c_str()
+                 : "",
+          nf && nf->link_bytes >= 0 ? absl::StrFormat("%.0f", nf->link_bytes).c_str() : "-",
+          ring >= 0 ? absl::StrFormat("%.0f", ring).c_str() : "-");
     }
   }
   if (o.op == "allreduce") {
@@ -260,11 +317,11 @@ int RunBench(const BenchOptions& o) {
     for (int p : ranks) {
       for (long size : sizes) {
         auto get = [&](const std::string& variant) { return Find(results, variant, p, size); };
-        std::vector<const Point*> row = {get("netfold")};
+        std::vector<std::optional<Point>> row = {get("netfold")};
         for (const std::string& a : host_algorithms) row.push_back(get(a));
         std::string times, bytes;
-        for (const Point* pt : row) times += absl::StrFormat(" %11s", Us(pt ? pt->avg : -1));
-        for (const Point* pt : row) {
+        for (const auto& pt : row) times += absl::StrFormat(" %11s", Us(pt ? pt->avg : -1));
+        for (const auto& pt : row) {
           bytes += absl::StrFormat(
               " %12s", pt && pt->link_bytes >= 0 ? absl::StrFormat("%.0f", pt->link_bytes) : "-");
         }
@@ -278,11 +335,11 @@ int RunBench(const BenchOptions& o) {
                 "+tag avg", "tag/none", "netfold p99", "+tag p99");
     for (int p : ranks) {
       for (long size : sizes) {
-        const Point* nf = Find(results, "netfold", p, size);
-        const Point* tag = Find(results, "netfold+tag", p, size);
+        const std::optional<Point> nf = Find(results, "netfold", p, size);
+        const std::optional<Point> tag = Find(results, "netfold+tag", p, size);
         std::printf("%-5d %9s  %11s %11s %9s  %11s %11s\n", p, HumanSize(size).c_str(),
                     Us(nf ? nf->avg : -1).c_str(), Us(tag ? tag->avg : -1).c_str(),
-                    nf && tag ? absl::StrFormat("%.2fx", tag->avg / nf->avg).c_str() : "-",
+                    Ratio(results, "netfold+tag", "netfold", p, size).c_str(),
                     Us(nf ? nf->p99 : -1).c_str(), Us(tag ? tag->p99 : -1).c_str());
       }
     }
@@ -291,7 +348,13 @@ int RunBench(const BenchOptions& o) {
   std::printf("\nratios are netfold / Open MPI (below 1: netfold is faster). Link bytes: RoCE bytes "
               "on one rank's link (both directions) per operation, against what a ring must send and "
               "receive (allreduce 2(p-1)V/p; allgather and reduce-scatter (p-1)V/p each way, V the "
-              "whole vector).\nCSV: %s\n", csv_path.c_str());
+              "whole vector).%s\nCSV: %s\n",
+              ranges ? absl::StrFormat(" Over %d rounds: times are medians, a ratio is the median "
+                                       "of the rounds' ratios (each round's runs next to each "
+                                       "other) and range its least and greatest.",
+                                       o.rounds).c_str()
+                     : "",
+              csv_path.c_str());
   Plot(o.self, csv_path, out_dir);
   if (!failed.empty()) {
     // The rows of a failed run are missing ('-'), not guessed.

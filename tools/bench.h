@@ -19,6 +19,10 @@ struct BenchOptions {
   std::vector<int> ranks = {2, 4, 8, 16};
   std::vector<long> sizes;               // bytes; empty: 4 B .. 64 MiB
   double seconds_per_size = 0.5;         // measurement budget per point
+  // Every variant measured this many times, in alternating order (the
+  // first variant first, then last, ...); the table gives medians and the
+  // ratios' range over rounds. Loopback runs only.
+  int rounds = 1;
   std::string out_dir;                   // CSV and plots; empty: ./netfold-bench-<op>
   bool quick = false;
   // Opt-in polling for netfold's runs: the switches' --poll_us and the

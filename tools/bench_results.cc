@@ -1,5 +1,7 @@
 #include "tools/bench_results.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 
@@ -32,6 +34,44 @@ const Point* PointOf(const std::vector<Point>& points, long size) {
     if (p.size == size) return &p;
   }
   return nullptr;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return std::nan("");
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+std::optional<Point> MedianPoint(const Rounds& rounds, long size) {
+  std::vector<double> avg, p50, p99, link;
+  Point m;
+  m.size = size;
+  for (const std::vector<Point>& round : rounds) {
+    const Point* p = PointOf(round, size);
+    if (p == nullptr) continue;
+    m.iterations += p->iterations;
+    avg.push_back(p->avg);
+    p50.push_back(p->p50);
+    p99.push_back(p->p99);
+    link.push_back(p->link_bytes);
+  }
+  if (avg.empty()) return std::nullopt;
+  m.avg = Median(avg);
+  m.p50 = Median(p50);
+  m.p99 = Median(p99);
+  m.link_bytes = Median(link);
+  return m;
+}
+
+std::vector<double> RoundRatios(const Rounds& a, const Rounds& b, long size) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < a.size() && r < b.size(); ++r) {
+    const Point* x = PointOf(a[r], size);
+    const Point* y = PointOf(b[r], size);
+    if (x != nullptr && y != nullptr && y->avg > 0) ratios.push_back(x->avg / y->avg);
+  }
+  return ratios;
 }
 
 std::string FindBeside(const std::string& self, const std::vector<std::string>& relative) {

@@ -4,6 +4,7 @@
 #ifndef NETFOLD_TOOLS_BENCH_RESULTS_H_
 #define NETFOLD_TOOLS_BENCH_RESULTS_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,18 @@ struct Point {
 std::vector<Point> ParsePoints(const std::string& output);
 // The point of `size`, or nullptr.
 const Point* PointOf(const std::vector<Point>& points, long size);
+
+// `netfold bench --rounds N` measures every variant N times, in alternating
+// order; these combine a variant's rounds, each a collective_bench run.
+using Rounds = std::vector<std::vector<Point>>;
+// The point of `size` over the rounds that measured it: the median of each
+// of avg, p50, p99 and link bytes, the iterations summed; nullopt if none did.
+std::optional<Point> MedianPoint(const Rounds& rounds, long size);
+// a.avg / b.avg at `size` in each round both measured, in round order.
+std::vector<double> RoundRatios(const Rounds& a, const Rounds& b, long size);
+// The median of `values` (the mean of the middle two for an even count);
+// NaN if empty.
+double Median(std::vector<double> values);
 
 // The file `relative` to the directory of `self` (this program) that
 // exists first, canonical; "" if none does.

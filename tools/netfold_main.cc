@@ -7,7 +7,7 @@
 //   netfold explain --job ID [--ranks LIST] | --hosts H0,H1,.. [--slots K] [--slot-bytes P]
 //   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
 //   netfold certs --out DIR [--hosts ADDR,...] [--days N] [--force]
-//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--quick] [--poll-us N] [--testbed RATES]
+//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--rounds N] [--quick] [--poll-us N] [--testbed RATES]
 //   netfold help [COMMAND]      (also: netfold --help, netfold COMMAND --help)
 //   netfold completion bash
 //
@@ -525,6 +525,10 @@ int Bench(int argc, char** argv) {
                               o.seconds_per_size <= 0)) {
     return Fail("--seconds must be a positive number");
   }
+  if (args.Has("rounds") && (!absl::SimpleAtoi(args.Get("rounds"), &o.rounds) || o.rounds < 1 ||
+                             o.rounds > 100)) {
+    return Fail("--rounds must be a number from 1 to 100");
+  }
   if (args.Has("poll-us") && (!absl::SimpleAtoi(args.Get("poll-us"), &o.poll_us) ||
                               o.poll_us < 0 || o.poll_us > 1000000)) {
     return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
@@ -539,6 +543,7 @@ int Bench(int argc, char** argv) {
     }
     if (o.testbed_rates.empty()) return Fail("--testbed is a comma-separated list of link rates");
     if (!args.Has("ranks")) o.ranks = {8};
+    if (args.Has("rounds")) return Fail("--rounds is for loopback runs, not --testbed");
   } else if (args.Has("topology")) {
     return Fail("--topology is for --testbed runs");
   }
@@ -709,7 +714,7 @@ const std::vector<Command>& Commands() {
        .run = Certs},
       {.name = "bench",
        .synopsis = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] "
-                   "[--sizes ..] [--seconds S] "
+                   "[--sizes ..] [--seconds S] [--rounds N] "
                    "[--out DIR] [--quick] [--poll-us N] [--testbed RATES [--topology FILE]]",
        .summary = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter: the fabric against\n"
                   "Open MPI (shared memory and TCP) in the same run: a table of ratios, a CSV\n"
@@ -718,13 +723,15 @@ const std::vector<Command>& Commands() {
                   "nonblocking form, waited for at once.\n"
                   "--ranks 2,4,8,16  --sizes 4,4096,...  --seconds S (per point)  --out DIR  "
                   "--quick\n"
+                  "--rounds N: every variant N times in alternating order; medians and the\n"
+                  "ratio's range over rounds (loopback runs)\n"
                   "--poll-us N: netfold's switches and ranks poll N us after each packet "
                   "(opt-in)\n"
                   "--testbed 250mbit,1gbit: on the namespace testbed (root), every link shaped\n"
                   "to each rate in turn: in-network, libnetfold's ring and Open MPI over TCP\n"
                   "through the same links (--ranks: one count, default 8; --topology FILE)",
        .flags = {"quick"},
-       .valued = {"ranks", "sizes", "seconds", "out", "poll-us", "testbed", "topology"},
+       .valued = {"ranks", "sizes", "seconds", "rounds", "out", "poll-us", "testbed", "topology"},
        .max_positional = 1,
        .words = {"allreduce", "reduce", "bcast", "barrier"},
        .run = Bench},

@@ -51,27 +51,38 @@ struct Row {
   long size = 0;
   int iterations = 0;
   double avg_us = 0, p50_us = 0, p99_us = 0, link_bytes = 0;
+  int round = 0;
 };
 
-// results.csv as {variant -> {size -> row}}.
-std::map<std::string, std::map<long, Row>> ReadCsv(const fs::path& path) {
+// results.csv as {variant -> {size -> row}}, of round `round` (1 unless
+// the run had --rounds).
+std::map<std::string, std::map<long, Row>> ReadCsv(const fs::path& path, int round = 1) {
   std::map<std::string, std::map<long, Row>> rows;
   std::ifstream in(path);
   std::string line;
   std::getline(in, line);  // header
+  EXPECT_EQ(line, "op,ranks,size_bytes,variant,iterations,avg_us,p50_us,p99_us,"
+                  "link_bytes_per_op,round");
   while (std::getline(in, line)) {
     std::vector<std::string> f = absl::StrSplit(line, ',');
     Row r;
-    if (f.size() != 9 || !absl::SimpleAtoi(f[1], &r.ranks) || !absl::SimpleAtoi(f[2], &r.size) ||
+    if (f.size() != 10 || !absl::SimpleAtoi(f[1], &r.ranks) || !absl::SimpleAtoi(f[2], &r.size) ||
         !absl::SimpleAtoi(f[4], &r.iterations) || !absl::SimpleAtod(f[5], &r.avg_us) ||
         !absl::SimpleAtod(f[6], &r.p50_us) || !absl::SimpleAtod(f[7], &r.p99_us) ||
-        !absl::SimpleAtod(f[8], &r.link_bytes)) {
+        !absl::SimpleAtod(f[8], &r.link_bytes) || !absl::SimpleAtoi(f[9], &r.round)) {
       ADD_FAILURE() << "bad CSV line: " << line;
       continue;
     }
-    rows[f[3]][r.size] = r;
+    if (r.round == round) rows[f[3]][r.size] = r;
   }
   return rows;
+}
+
+// Where `text` first occurs in `output`; npos-safe for EXPECT_LT.
+size_t At(const std::string& output, const std::string& text) {
+  const size_t at = output.find(text);
+  EXPECT_NE(at, std::string::npos) << "no \"" << text << "\" in\n" << output;
+  return at;
 }
 
 class NetfoldBench : public ::testing::Test {
@@ -88,27 +99,45 @@ class NetfoldBench : public ::testing::Test {
   fs::path dir_;
 };
 
-TEST_F(NetfoldBench, AllreduceRowsForEveryVariantWithInNetworkLinkBytes) {
+// Two rounds: every variant measured twice, the second round in the
+// opposite order, a CSV row per round and the ratio's range in the table.
+TEST_F(NetfoldBench, AllreduceRowsForEveryVariantAndRoundWithInNetworkLinkBytes) {
   constexpr long kBig = 8192;
-  const CliRun r = Netfold(absl::StrFormat("bench allreduce --ranks 2 --sizes 8,%d --seconds 0.05 --out %s",
-                                        kBig, dir_.string()),
-                        600);
+  const CliRun r = Netfold(
+      absl::StrFormat("bench allreduce --ranks 2 --sizes 8,%d --seconds 0.05 --rounds 2 --out %s",
+                      kBig, dir_.string()),
+      600);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("nf/tcp"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("range"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("failed or timed out"), std::string::npos) << r.output;
+  EXPECT_LT(At(r.output, "measuring netfold on 2 ranks (round 1 of 2)"),
+            At(r.output, "measuring ompi-tcp on 2 ranks (round 1 of 2)"));
+  EXPECT_LT(At(r.output, "measuring ompi-tcp on 2 ranks (round 1 of 2)"),
+            At(r.output, "measuring tree on 2 ranks (round 1 of 2)"));
+  EXPECT_LT(At(r.output, "measuring tree on 2 ranks (round 1 of 2)"),
+            At(r.output, "measuring tree on 2 ranks (round 2 of 2)"));
+  EXPECT_LT(At(r.output, "measuring tree on 2 ranks (round 2 of 2)"),
+            At(r.output, "measuring ompi-tcp on 2 ranks (round 2 of 2)"));
+  EXPECT_LT(At(r.output, "measuring ompi-tcp on 2 ranks (round 2 of 2)"),
+            At(r.output, "measuring netfold on 2 ranks (round 2 of 2)"));
   const auto rows = ReadCsv(dir_ / "results.csv");
+  const auto second = ReadCsv(dir_ / "results.csv", 2);
   for (const char* variant : {"netfold", "ompi-sm", "ompi-tcp", "ring", "bidir", "tree"}) {
-    auto v = rows.find(variant);
-    ASSERT_NE(v, rows.end()) << "no rows for " << variant << "\n" << r.output;
-    for (long size : {8l, kBig}) {
-      auto row = v->second.find(size);
-      ASSERT_NE(row, v->second.end()) << variant << " " << size << " B\n" << r.output;
-      EXPECT_EQ(row->second.ranks, 2);
-      EXPECT_GE(row->second.iterations, 5) << variant;
-      EXPECT_GT(row->second.avg_us, 0) << variant;
-      EXPECT_LE(row->second.p50_us, row->second.p99_us) << variant;
+    for (const auto* round : {&rows, &second}) {
+      auto v = round->find(variant);
+      ASSERT_NE(v, round->end()) << "no rows for " << variant << "\n" << r.output;
+      for (long size : {8l, kBig}) {
+        auto row = v->second.find(size);
+        ASSERT_NE(row, v->second.end()) << variant << " " << size << " B\n" << r.output;
+        EXPECT_EQ(row->second.ranks, 2);
+        EXPECT_GE(row->second.iterations, 5) << variant;
+        EXPECT_GT(row->second.avg_us, 0) << variant;
+        EXPECT_LE(row->second.p50_us, row->second.p99_us) << variant;
+      }
     }
   }
+  EXPECT_TRUE(ReadCsv(dir_ / "results.csv", 3).empty());
   // Open MPI alone has no netfold counters; every netfold variant has them.
   EXPECT_EQ(rows.at("ompi-tcp").at(kBig).link_bytes, -1);
   // In-network: V up and V down on the rank's link, plus RoCE and
@@ -200,6 +229,12 @@ TEST_F(NetfoldBench, BadArgumentsAreClearErrors) {
   r = Netfold("bench allreduce --topology x.yaml", 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--testbed"), std::string::npos) << r.output;
+  r = Netfold("bench allreduce --rounds 0", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--rounds"), std::string::npos) << r.output;
+  r = Netfold("bench allreduce --testbed 1gbit --rounds 2", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--rounds is for loopback"), std::string::npos) << r.output;
   r = Netfold("bench allreduce --seconds 0", 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--seconds"), std::string::npos) << r.output;
