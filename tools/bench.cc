@@ -162,8 +162,8 @@ int RunBench(const BenchOptions& o) {
   const int on_leaf0 = (max_ranks + 1) / 2;
   std::vector<int> one_leaf, three;
   for (int p : ranks) (p <= on_leaf0 ? one_leaf : three).push_back(p);
-  std::printf("placement: rank r is host h<r>; h0..h%d on leaf0, the rest on leaf1.%s%s\n\n",
-              on_leaf0 - 1,
+  std::printf("placement: rank r is host h<r>; %s on leaf0, the rest on leaf1.%s%s\n\n",
+              on_leaf0 == 1 ? "h0" : absl::StrFormat("h0..h%d", on_leaf0 - 1).c_str(),
               one_leaf.empty() ? ""
                                : absl::StrFormat(" Ranks %s: leaf0 alone (one switch).",
                                                  absl::StrJoin(one_leaf, ",")).c_str(),
@@ -353,7 +353,8 @@ int RunBench(const BenchOptions& o) {
                                        "of the rounds' ratios (each round's runs next to each "
                                        "other) and range its least and greatest.",
                                        o.rounds).c_str()
-                     : "",
+                     : " One round: each ratio carries whatever the machine did while it ran; "
+                       "--rounds 3 gives the median and range of three.",
               csv_path.c_str());
   Plot(o.self, csv_path, out_dir);
   if (!failed.empty()) {
