@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "manager/manager_options.h"
 #include "tools/bench_results.h"
 #include "tools/local_fabric.h"
 #include "tools/run_command.h"
@@ -152,8 +153,12 @@ int RunBench(const BenchOptions& o) {
     std::fprintf(stderr, "netfold bench: %s\n", fabric.status().ToString().c_str());
     return 2;
   }
-  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=64 slots of P=4032 bytes; %s\n",
-              (*fabric)->manager_address().c_str(),
+  // The window every netfold rank gets: the manager's defaults (LocalFabric
+  // sets none), what `netfold up` users get too.
+  const manager::JobLimits defaults;
+  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=%u slots of P=%u bytes; %s\n",
+              (*fabric)->manager_address().c_str(), defaults.default_slots_per_group,
+              defaults.default_slot_bytes,
               o.poll_us > 0 ? absl::StrFormat("switches and netfold ranks poll %d us after each packet",
                                               o.poll_us).c_str()
                             : "netfold sleeps in epoll (no polling; --poll-us N to poll)");
