@@ -13,6 +13,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "switch/control_commands.h"
+#include "transport/multi_queue_udp_port.h"
 #include "transport/udp_port.h"
 #ifdef NETFOLD_HAVE_DPDK
 #include "transport/dpdk/dpdk_port.h"
@@ -34,6 +35,18 @@ absl::StatusOr<std::unique_ptr<transport::Port>> CreateBackendPort(const Switchd
     udp.local = config.data_address;
     udp.poll_window = config.poll_window;
     udp.pool.num_buffers = config.packet_buffers;
+    if (config.receive_queues > 0) {
+      absl::StatusOr<std::unique_ptr<transport::MultiQueueUdpPort>> port =
+          transport::MultiQueueUdpPort::Create(
+              {.port = udp, .queues = static_cast<int>(config.receive_queues)});
+      if (!port.ok()) {
+        return absl::Status(port.status().code(),
+                            absl::StrFormat("data plane on %s: %s",
+                                            config.data_address.ToString(),
+                                            port.status().message()));
+      }
+      return std::unique_ptr<transport::Port>(std::move(*port));
+    }
     absl::StatusOr<std::unique_ptr<transport::UdpPort>> port = transport::UdpPort::Create(udp);
     if (!port.ok()) {
       return absl::Status(port.status().code(),

@@ -266,7 +266,8 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
         t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "ack_delay_us", "retry_count",
-            "idle_wait_us", "poll_us", "packet_buffers", "ip_identification", "scheduling"},
+            "idle_wait_us", "poll_us", "packet_buffers", "receive_queues", "ip_identification",
+            "scheduling"},
         "transport"));
     NETFOLD_RETURN_IF_ERROR(
         ReadOptionalUint(t, "path_mtu", "transport", 4096, &c.data_plane.path_mtu));
@@ -289,6 +290,8 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
         ReadOptionalDuration(t, "poll_us", "transport", us, 1000000, &c.poll_window));
     NETFOLD_RETURN_IF_ERROR(
         ReadOptionalUint(t, "packet_buffers", "transport", 1u << 20, &c.packet_buffers));
+    NETFOLD_RETURN_IF_ERROR(
+        ReadOptionalUint(t, "receive_queues", "transport", 16, &c.receive_queues));
     std::string id = c.data_plane.solve_ip_identification ? "solve" : "zero";
     NETFOLD_RETURN_IF_ERROR(ReadOptionalString(t, "ip_identification", "transport", &id));
     if (id != "zero" && id != "solve") {
@@ -513,6 +516,13 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {
   }
   if (d.retry_count > 7) return invalid("transport.retry_count must be 0..7");
   if (c.packet_buffers < 256) return invalid("transport.packet_buffers must be at least 256");
+  if (c.receive_queues > 0 && c.backend != "udp") {
+    return invalid("transport.receive_queues is for the udp backend (DPDK has queues of its own)");
+  }
+  if (c.receive_queues > 0 && c.poll_window > absl::ZeroDuration()) {
+    return invalid("transport.receive_queues and transport.poll_us do not go together: the "
+                   "queues' threads sleep until a packet comes");
+  }
   if (c.idle_wait && *c.idle_wait < absl::ZeroDuration()) {
     return invalid("transport.idle_wait_us must not be negative");
   }

@@ -37,7 +37,7 @@
 //   job_quota: {groups: 64, slots: 1024, qps: 256}
 //   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 1000, retry_count: 7,
 //               idle_wait_us: (automatic), poll_us: 0, packet_buffers: 8192,
-//               scheduling: batch}
+//               receive_queues: 0, scheduling: batch}
 //   link_faults:
 //     - {peer: default, direction: both, impairment: "drop=0.01,seed=3"}
 //     - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
@@ -157,6 +157,12 @@ struct SwitchdConfig {
   // epoll at once (the default; polling is opt-in).
   absl::Duration poll_window = absl::ZeroDuration();
   uint32_t packet_buffers = 8192;
+  // udp backend: receive queues (transport.receive_queues), each a thread
+  // reading a socket of the data port's SO_REUSEPORT group, steered by the
+  // sender's port (transport/multi_queue_udp_port.h; docs/switch.md,
+  // "Receive queues"). 0 (the default): the data-plane thread reads the one
+  // socket itself. Opt-in: the threads take cores the ranks may need.
+  uint32_t receive_queues = 0;
   // The data-plane thread runs as SCHED_BATCH (transport.scheduling: batch,
   // the default) or SCHED_OTHER (normal). Batch: its wakeups do not preempt
   // the thread running on that core (an MPI rank on a shared machine); it

@@ -44,6 +44,15 @@ static:
        children: [{qpn: 0x100, ranks: [0]}, {qpn: 0x101, ranks: [1, 2]}]}
 )";
 
+TEST(SwitchdConfig, ReceiveQueuesAreOptIn) {
+  EXPECT_EQ(SwitchdConfig{}.receive_queues, 0u);
+  absl::StatusOr<SwitchdConfig> c =
+      ParseSwitchdConfig("name: a\ntransport: {receive_queues: 3}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->receive_queues, 3u);
+  EXPECT_TRUE(ValidateSwitchdConfig(*c).ok());
+}
+
 TEST(SwitchdConfig, ParsesEveryKey) {
   absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig(kFull);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -207,6 +216,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"transport: {ack_delay_us: 1001}\n", "transport.ack_delay_us"},
         BadCase{"transport: {poll_us: 1000001}\n", "transport.poll_us"},
         BadCase{"transport: {poll_us: -5}\n", "transport.poll_us"},
+        BadCase{"transport: {receive_queues: 17}\n", "transport.receive_queues"},
         BadCase{"data_address: localhost\n", "not an ip:port address"},
         BadCase{"link_faults: {peer: all}\n", "expected a list"},
         BadCase{"link_faults:\n  - {peer: all, impairment: \"drop=2\"}\n",
@@ -272,6 +282,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "path_mtu 1000"},
         InvalidCase{"name: a\ncapacity: {groups: 0}\n", absl::StatusCode::kInvalidArgument,
                     "must be positive"},
+        InvalidCase{"name: a\ntransport: {receive_queues: 2, poll_us: 100}\n",
+                    absl::StatusCode::kInvalidArgument, "do not go together"},
         InvalidCase{"name: a\nlog_level: loud\n", absl::StatusCode::kInvalidArgument,
                     "log_level 'loud'"},
         InvalidCase{"name: a\nadmin_address: nowhere\n", absl::StatusCode::kInvalidArgument,

@@ -76,6 +76,9 @@ ABSL_FLAG(bool, in_process_links, true,
           "several switches in one process (--name A,B,..): messages between them are handed "
           "over in memory, not through the sockets, while no link fault was ever set on their "
           "ports (docs/switch.md)");
+ABSL_FLAG(int, receive_queues, -1,
+          "udp backend: threads that read the data port, 0..16 (default 0: the data-plane "
+          "thread reads it; docs/switch.md, \"Receive queues\")");
 ABSL_FLAG(int, poll_us, -1,
           "udp backend: read without sleeping this long after the last packet, 0..1000000 "
           "(default 0: sleep at once)");
@@ -168,6 +171,13 @@ absl::StatusOr<SwitchdConfig> BuildConfig() {
     return s;
   }
   if (poll_us >= 0) config.poll_window = absl::Microseconds(poll_us);
+  int64_t receive_queues = -1;
+  if (absl::Status s =
+          set_int(absl::GetFlag(FLAGS_receive_queues), "receive_queues", 16, &receive_queues);
+      !s.ok()) {
+    return s;
+  }
+  if (receive_queues >= 0) config.receive_queues = static_cast<uint32_t>(receive_queues);
   return config;
 }
 

@@ -350,6 +350,9 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
     if (options.switch_poll_us > 0) {
       argv.push_back(absl::StrFormat("--poll_us=%d", options.switch_poll_us));
     }
+    if (options.switch_receive_queues > 0) {
+      argv.push_back(absl::StrFormat("--receive_queues=%d", options.switch_receive_queues));
+    }
     NETFOLD_ASSIGN_OR_RETURN(pid_t pid, Spawn(name, argv, options.detach));
     (void)pid;
     daemons_.back().switches = names;
@@ -420,6 +423,14 @@ std::vector<std::string> LocalFabric::switch_admin_addresses() const {
   for (const std::string& name : switch_names_) {
     auto it = switch_admin_.find(name);
     out.push_back(it == switch_admin_.end() ? "" : it->second);
+  }
+  return out;
+}
+
+std::vector<pid_t> LocalFabric::switch_pids() const {
+  std::vector<pid_t> out;
+  for (const Daemon& d : daemons_) {
+    if (d.name != "manager" && d.pid > 0) out.push_back(d.pid);
   }
   return out;
 }

@@ -58,6 +58,7 @@ struct LocalFabricOptions {
   uint32_t default_slot_bytes = 0;  // manager's default P (0: its own default)
   uint32_t default_slots = 0;       // manager's default K
   int switch_poll_us = 0;           // switches' --poll_us (0: they sleep in epoll at once)
+  int switch_receive_queues = 0;    // switches' --receive_queues (0: none)
   // kOne: every switch in one netfold-switchd process, on one data-plane
   // thread (fewer processes, no wakeup between leaf and root:
   // docs/switch.md). kEach: a process per switch (fault tests that kill one
@@ -101,6 +102,8 @@ class LocalFabric {
   std::vector<std::string> host_names() const { return host_names_; }
   // The admin address of each switch ("" if unknown), same order as switch_names().
   std::vector<std::string> switch_admin_addresses() const;
+  // The processes that run switches (one, or one per switch), while running.
+  std::vector<pid_t> switch_pids() const;
 
   // SIGTERM every daemon, SIGKILL what is left after `grace`; reaps them.
   absl::Status Stop(absl::Duration grace = absl::Seconds(5));

@@ -230,6 +230,15 @@ int Up(int argc, char** argv) {
                               o.switch_poll_us < 0 || o.switch_poll_us > 1000000)) {
     return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
   }
+  if (args.Has("receive-queues") &&
+      (!absl::SimpleAtoi(args.Get("receive-queues"), &o.switch_receive_queues) ||
+       o.switch_receive_queues < 0 || o.switch_receive_queues > 16)) {
+    return Fail("--receive-queues must be a number from 0 to 16");
+  }
+  if (o.switch_receive_queues > 0 && o.switch_poll_us > 0) {
+    return Fail("--receive-queues and --poll-us do not go together: the queues sleep until a "
+                "packet comes");
+  }
   auto fabric = LocalFabric::Start(o);
   if (!fabric.ok()) return Fail(std::string(fabric.status().message()));
   (*fabric)->Release();
@@ -654,7 +663,8 @@ const std::vector<Command>& Commands() {
        .run = Demo},
       {.name = "up",
        .synopsis = "[--topology FILE | --hosts N] [--state-dir DIR] [--faults IMPAIRMENT] "
-                   "[--poll-us N] [--switch-processes auto|one|each] [--plaintext]",
+                   "[--poll-us N] [--switch-processes auto|one|each] [--receive-queues N] "
+                   "[--plaintext]",
        .summary = "start a manager and the switches of a topology in the background and print\n"
                   "what to export.   --topology FILE | --hosts N (8)   --state-dir DIR\n"
                   "--faults IMPAIRMENT (on every switch port, e.g. drop=0.01,seed=3)\n"
@@ -663,10 +673,13 @@ const std::vector<Command>& Commands() {
                   "--switch-processes: one netfold-switchd for all switches (one thread), or\n"
                   "each its own; auto (default): one when this machine has fewer CPUs than\n"
                   "switches and hosts (kill one switch alone with each)\n"
+                  "--receive-queues N: each switch reads its port with N threads (opt-in;\n"
+                  "docs/switch.md, \"Receive queues\")\n"
                   "--plaintext: no TLS on the control plane (the credential crosses loopback\n"
                   "in clear; the default is TLS with a new CA per fabric)",
        .flags = {"plaintext"},
-       .valued = {"topology", "hosts", "state-dir", "faults", "poll-us", "switch-processes"},
+       .valued = {"topology", "hosts", "state-dir", "faults", "poll-us", "switch-processes",
+                  "receive-queues"},
        .run = Up},
       {.name = "down",
        .synopsis = "[--state-dir DIR]",

@@ -1,5 +1,7 @@
 #include "transport/link_impairment.h"
 
+#include <algorithm>
+
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -225,9 +227,14 @@ double LinkImpairment::Uniform() {
 namespace {
 
 // A copy of `p`'s bytes and addresses in a buffer of its pool; nullptr if
-// the pool has none free.
+// the pool has none free. A packet of a pool that another thread allocates
+// from (a receive queue's, MultiQueueUdpPort) is copied into a buffer of
+// its own instead.
 PacketBuffer* CopyPacket(const PacketBuffer& p) {
-  PacketBuffer* copy = p.pool()->Alloc();
+  PacketPool* pool = p.pool();
+  PacketBuffer* copy = pool != nullptr && !pool->returns_from_any_thread()
+                           ? pool->Alloc()
+                           : PacketPool::NewHeapBuffer(std::max<uint32_t>(p.len(), 1));
   if (copy == nullptr) return nullptr;
   std::memcpy(copy->data(), p.data(), p.len());
   copy->set_len(p.len());

@@ -202,6 +202,31 @@ TEST_F(LinkImpairmentTest, DuplicateCopiesAndCorruptFlipsBits) {
   FreeAll(out);
 }
 
+// A receive queue's pool (returns_from_any_thread) is allocated from on
+// the queue's thread alone: a duplicate of its packet is a buffer of its
+// own, and freeing it leaves the pool as it was.
+TEST_F(LinkImpairmentTest, ADuplicateOfAReceiveQueuesPacketTakesNothingFromItsPool) {
+  PacketPool queue_pool({.num_buffers = 4, .buffer_size = 128, .returns_from_any_thread = true});
+  ImpairmentConfig c;
+  c.duplicate = 1.0;
+  LinkImpairment dup(c, clock_);
+  PacketBuffer* p = queue_pool.Alloc();
+  std::memset(p->data(), 0x5c, 100);
+  p->set_len(100);
+  p->src = {0x7f000001, 7};
+  std::vector<PacketBuffer*> out;
+  dup.Process({&p, 1}, &out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(queue_pool.num_free(), 3u) << "the copy came from the queue's pool";
+  EXPECT_EQ(out[1]->pool(), nullptr);
+  EXPECT_EQ(out[1]->len(), 100u);
+  EXPECT_EQ(out[1]->src, p->src);
+  EXPECT_EQ(0, std::memcmp(out[0]->data(), out[1]->data(), 100));
+  FreeAll(out);
+  queue_pool.Reclaim();
+  EXPECT_EQ(queue_pool.num_free(), 4u);
+}
+
 // A view shares its bytes with a buffer that someone may send again (an RC
 // send queue's frame): corruption flips bits of a copy, never of those.
 TEST_F(LinkImpairmentTest, CorruptionOfAViewLeavesTheBufferItShowsIntact) {

@@ -16,6 +16,10 @@ void PacketBuffer::set_len(uint32_t n) {
 }
 
 PacketPool::PacketPool(const PacketPoolConfig& config) : config_(config) {
+  if (config_.returns_from_any_thread && config_.num_views != 0) {
+    NETFOLD_LOG(kError) << "a PacketPool with returns_from_any_thread has no view headers";
+    std::abort();
+  }
   const size_t stride = static_cast<size_t>(config_.headroom) + config_.buffer_size;
   // Round each buffer up to a cache line so buffers never share one.
   const size_t aligned_stride = (stride + 63) / 64 * 64;
@@ -43,13 +47,39 @@ PacketPool::PacketPool(const PacketPoolConfig& config) : config_(config) {
 }
 
 PacketPool::~PacketPool() {
+  Reclaim();
   if (num_in_use() != 0 || free_views_.size() != views_.size()) {
     NETFOLD_LOG(kWarning) << "PacketPool destroyed with " << num_in_use()
                           << " buffers still in use (leak)";
   }
 }
 
+void PacketPool::Reclaim() {
+  if (!config_.returns_from_any_thread) return;
+  // The whole list at once: no ABA, whatever other threads push meanwhile.
+  PacketBuffer* p = returned_.exchange(nullptr, std::memory_order_acquire);
+  while (p != nullptr) {
+    PacketBuffer* next = p->returned_next_;
+    p->returned_next_ = nullptr;
+    free_.push_back(p);
+    p = next;
+  }
+}
+
+void PacketPool::PutBack(PacketBuffer* p) {
+  if (!config_.returns_from_any_thread) {
+    free_.push_back(p);
+    return;
+  }
+  PacketBuffer* head = returned_.load(std::memory_order_relaxed);
+  do {
+    p->returned_next_ = head;
+  } while (!returned_.compare_exchange_weak(head, p, std::memory_order_release,
+                                            std::memory_order_relaxed));
+}
+
 PacketBuffer* PacketPool::Alloc() {
+  if (free_.empty()) Reclaim();
   if (free_.empty()) {
     ++alloc_failures_;
     return nullptr;
@@ -129,7 +159,7 @@ void PacketPool::Release(PacketBuffer* p) {
       if (parent->pool_ == nullptr) {
         DeleteHeapBuffer(parent);
       } else {
-        parent->pool_->free_.push_back(parent);
+        parent->pool_->PutBack(parent);
       }
     }
     return;
@@ -139,7 +169,7 @@ void PacketPool::Release(PacketBuffer* p) {
     p->freed_with_views_ = true;
     return;
   }
-  free_.push_back(p);
+  PutBack(p);
 }
 
 void PacketPool::Free(PacketBuffer* p) {

@@ -14,10 +14,17 @@
 // holds the pointer; whoever holds it frees it or hands it on.
 //
 // Thread-safety: a pool and its buffers belong to one thread (the data-plane
-// loop that owns them). Not thread-safe.
+// loop that owns them). Not thread-safe, with one exception: a pool made
+// with `returns_from_any_thread` takes its buffers back from any thread
+// (Free pushes them on a lock-free list that Alloc drains), so that a
+// receive thread can hand what it read to another thread, which frees it
+// when done (transport/multi_queue_udp_port.h). Everything else about
+// such a pool stays with its owner thread, and a buffer belongs to
+// whichever thread holds it.
 #ifndef NETFOLD_TRANSPORT_PACKET_POOL_H_
 #define NETFOLD_TRANSPORT_PACKET_POOL_H_
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -76,6 +83,7 @@ class PacketBuffer {
   PacketBuffer* parent_ = nullptr;  // views: the buffer shown
   uint32_t views_ = 0;              // buffers: live views of it
   bool freed_with_views_ = false;   // freed, back in the pool with its last view
+  PacketBuffer* returned_next_ = nullptr;  // returns_from_any_thread: the list
 };
 
 struct PacketPoolConfig {
@@ -83,6 +91,9 @@ struct PacketPoolConfig {
   uint32_t buffer_size = 4096 + 256;  // a 4096-byte MTU payload plus headers
   uint32_t headroom = 64;             // room for Ethernet + IPv4 + UDP
   uint32_t num_views = 0;             // view headers (AllocView)
+  // Buffers may be freed on any thread (see Thread-safety above); the pool
+  // must have no view headers (num_views 0).
+  bool returns_from_any_thread = false;
 };
 
 class PacketPool {
@@ -114,14 +125,21 @@ class PacketPool {
   static void FreeBurst(std::span<PacketBuffer* const> packets);
 
   uint32_t buffer_size() const { return config_.buffer_size; }
+  bool returns_from_any_thread() const { return config_.returns_from_any_thread; }
   uint32_t num_buffers() const { return config_.num_buffers; }
+  // Owner thread only. With returns_from_any_thread, buffers freed on
+  // other threads count once Alloc or Reclaim has taken them back.
   uint32_t num_free() const { return static_cast<uint32_t>(free_.size()); }
+  // With returns_from_any_thread: takes back what other threads freed.
+  void Reclaim();
   uint32_t num_free_views() const { return static_cast<uint32_t>(free_views_.size()); }
   uint32_t num_in_use() const { return num_buffers() - num_free(); }
   uint64_t num_alloc_failures() const { return alloc_failures_; }
 
  private:
   void Release(PacketBuffer* p);
+  // Back on the free list (returns_from_any_thread: on the shared one).
+  void PutBack(PacketBuffer* p);
 
   PacketPoolConfig config_;
   std::unique_ptr<uint8_t[]> memory_;
@@ -130,6 +148,7 @@ class PacketPool {
   std::vector<PacketBuffer> views_;
   std::vector<PacketBuffer*> free_views_;
   uint64_t alloc_failures_ = 0;
+  std::atomic<PacketBuffer*> returned_{nullptr};  // freed, not yet reclaimed
 };
 
 // Frees every buffer it holds when it goes out of scope, so that early

@@ -1,5 +1,8 @@
 #include "transport/packet_pool.h"
 
+#include <thread>
+#include <vector>
+
 #include <cstdint>
 #include <set>
 
@@ -150,6 +153,41 @@ TEST(PacketPoolDeathTest, AHeapBufferFreedTwiceWhileViewedAborts) {
   PacketPool::Free(frames);
   EXPECT_DEATH(PacketPool::Free(frames), "freed twice");
   PacketPool::Free(v);
+}
+
+// returns_from_any_thread: buffers freed on other threads, while the owner
+// keeps allocating, all come back exactly once; a view of one (from a
+// pool of the freeing thread) returns it with its last view.
+TEST(PacketPool, BuffersFreedOnOtherThreadsReturnToTheirPool) {
+  PacketPool pool({.num_buffers = 64, .buffer_size = 128, .returns_from_any_thread = true});
+  PacketPool views({.num_buffers = 1, .buffer_size = 16, .num_views = 8});
+  std::vector<PacketBuffer*> handed;
+  for (int round = 0; round < 200; ++round) {
+    handed.clear();
+    while (PacketBuffer* p = pool.Alloc()) handed.push_back(p);
+    ASSERT_EQ(handed.size(), 64u) << "round " << round;
+    std::vector<std::thread> freers;
+    for (int t = 0; t < 4; ++t) {
+      freers.emplace_back([&, t] {
+        for (size_t i = static_cast<size_t>(t); i < handed.size(); i += 4) {
+          PacketPool::Free(handed[i]);
+        }
+      });
+    }
+    for (std::thread& t : freers) t.join();
+  }
+  pool.Reclaim();
+  EXPECT_EQ(pool.num_free(), 64u);
+  PacketBuffer* p = pool.Alloc();
+  p->set_len(100);
+  PacketBuffer* v = views.AllocView(p, 10, 20);
+  ASSERT_NE(v, nullptr);
+  PacketPool::Free(p);
+  pool.Reclaim();
+  EXPECT_EQ(pool.num_free(), 63u) << "held by its view";
+  std::thread([v] { PacketPool::Free(v); }).join();
+  pool.Reclaim();
+  EXPECT_EQ(pool.num_free(), 64u);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "transport/udp_port.h"
 
 #include <arpa/inet.h>
+#include <linux/filter.h>
 #include <sched.h>
 #include <netinet/in.h>
 #include <sys/epoll.h>
@@ -139,9 +140,28 @@ absl::Status UdpPort::Open() {
       config_.gro = false;
     }
   }
+  if (config_.reuse_port) {
+    NETFOLD_RETURN_IF_ERROR(SetOpt(fd, SOL_SOCKET, SO_REUSEPORT, 1, "SO_REUSEPORT"));
+  }
   sockaddr_in sa = ToSockaddr(local_);
   if (bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
     return ErrnoToStatus(errno, absl::StrFormat("bind %s", local_.ToString()));
+  }
+  if (config_.reuse_port && config_.steer_queues > 0) {
+    // The sender's UDP port, read from the IPv4 header on (the kernel picks
+    // one socket for a whole GSO batch, so the sender, not the QP, is what
+    // every datagram of a batch has in common); modulo the queues, past
+    // this socket.
+    sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, static_cast<uint32_t>(SKF_NET_OFF + 20)),
+        BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, static_cast<uint32_t>(config_.steer_queues)),
+        BPF_STMT(BPF_ALU | BPF_ADD | BPF_K, 1),
+        BPF_STMT(BPF_RET | BPF_A, 0),
+    };
+    sock_fprog prog{static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), code};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof(prog)) != 0) {
+      return ErrnoToStatus(errno, "setsockopt SO_ATTACH_REUSEPORT_CBPF");
+    }
   }
   socklen_t len = sizeof(sa);
   if (getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {

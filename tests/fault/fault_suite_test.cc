@@ -248,23 +248,6 @@ TEST(ProcessFaults, SwitchKilledDuringBcastsFailsOverWithExactResults) {
   KillALeafDuring("bcasts", 60);
 }
 
-// "rank R: digest=XXXX" of every rank; they must agree.
-std::string Digest(const std::vector<RankResult>& results) {
-  std::string digest;
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
-    const size_t at = results[r].output.find("digest=");
-    if (at == std::string::npos || results[r].output.size() < at + 7 + 16) {
-      ADD_FAILURE() << "rank " << r << " printed no digest:\n" << results[r].output;
-      return "";
-    }
-    const std::string d = results[r].output.substr(at + 7, 16);
-    if (digest.empty()) digest = d;
-    EXPECT_EQ(d, digest) << "ranks disagree on the bits";
-  }
-  return digest;
-}
-
 TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
   const std::string n = Ops(2000);
   std::string healthy;
@@ -272,7 +255,7 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
     auto fabric = StartFabric(4);
     ASSERT_NE(fabric, nullptr);
     Launch ranks(*fabric, 4, 0, {"digest", n}, {{"NETFOLD_ALGORITHM", "treeorder"}});
-    healthy = Digest(ranks.Wait(absl::Minutes(4)));
+    healthy = testing::AgreedDigest(ranks.Wait(absl::Minutes(4)));
   }
   auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
   ASSERT_NE(fabric, nullptr);
@@ -282,7 +265,7 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
   absl::SleepFor(absl::Milliseconds(300));  // mid-stream
   ASSERT_TRUE(fabric->Kill("leaf1", SIGKILL).ok());
   auto results = ranks.Wait(absl::Minutes(4));
-  EXPECT_EQ(Digest(results), healthy)
+  EXPECT_EQ(testing::AgreedDigest(results), healthy)
       << "the hosts did not reproduce the fabric's association order";
   ExpectEveryRankFailedOverOnce(results);
 }

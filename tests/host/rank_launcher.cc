@@ -131,4 +131,20 @@ void ExpectStreamExact(const std::vector<RankResult>& results, bool no_failover)
   }
 }
 
+std::string AgreedDigest(const std::vector<RankResult>& results) {
+  std::string digest;
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    const size_t at = results[r].output.find("digest=");
+    if (at == std::string::npos || results[r].output.size() < at + 7 + 16) {
+      ADD_FAILURE() << "rank " << r << " printed no digest:\n" << results[r].output;
+      return "";
+    }
+    const std::string d = results[r].output.substr(at + 7, 16);
+    if (digest.empty()) digest = d;
+    EXPECT_EQ(d, digest) << "ranks disagree on the bits";
+  }
+  return digest;
+}
+
 }  // namespace netfold::testing

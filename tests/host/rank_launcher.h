@@ -48,6 +48,10 @@ struct ReleaseFlag {
 // exited 0 with every operation exact ("errors=0 wrong=0"); with
 // `no_failover`, none handed to the hosts ("failovers=0"). gtest failures.
 void ExpectStreamExact(const std::vector<RankResult>& results, bool no_failover);
+// The digest every rank of fabric_rank's digest scenario printed ("rank R:
+// digest=XXXX"); gtest failures if a rank failed, printed none or
+// disagrees; "" then.
+std::string AgreedDigest(const std::vector<RankResult>& results);
 
 class Launch {
  public:
