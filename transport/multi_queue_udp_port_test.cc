@@ -117,7 +117,7 @@ TEST(MultiQueueUdpPort, EachSendersPacketsArriveOnceInOrderThroughTheQueueItsPor
 
 TEST(MultiQueueUdpPort, BuffersFreedByTheOwnerAreReadIntoAgain) {
   // A queue pool of 256 buffers, 2000 packets through it: they can only
-  // arrive if the owner's frees reach the queue's pool.
+  // all arrive if the owner's frees reach the queue's pool.
   MultiQueueUdpPortConfig c;
   c.port.local = {kLoopback, 0};
   c.port.pool.num_buffers = 256;
@@ -149,8 +149,10 @@ TEST(MultiQueueUdpPort, BuffersFreedByTheOwnerAreReadIntoAgain) {
     PacketPool::FreeBurst({burst, n});
   }
   sender.join();
+  // In order and complete. (When the queue outran the owner it found its
+  // pool empty and left datagrams in the socket until buffers came back:
+  // rx_no_buffer counts those reads, under load it is not 0.)
   EXPECT_EQ(next, 2000u);
-  EXPECT_EQ(rx->counters().rx_no_buffer.load(), 0u);
 }
 
 TEST(MultiQueueUdpPort, AQueuesPacketWakesAnOwnerAsleepInRecvBurst) {
