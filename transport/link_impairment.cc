@@ -240,6 +240,7 @@ PacketBuffer* CopyPacket(const PacketBuffer& p) {
   copy->set_len(p.len());
   copy->src = p.src;
   copy->dst = p.dst;
+  copy->ip_id = p.ip_id;  // the identification its ICRC was computed with
   return copy;
 }
 
@@ -252,7 +253,6 @@ PacketBuffer* LinkImpairment::Corrupt(PacketBuffer* p) {
     // of a received batch): the flips go to a copy. Without a buffer for
     // it, the packet is lost instead (as a corrupted one would be).
     PacketBuffer* copy = CopyPacket(*p);
-    if (copy != nullptr) copy->ip_id = p->ip_id;
     PacketPool::Free(p);
     if (copy == nullptr) return nullptr;
     p = copy;

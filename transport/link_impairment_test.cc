@@ -170,12 +170,15 @@ TEST_F(LinkImpairmentTest, DuplicateCopiesAndCorruptFlipsBits) {
   c.duplicate = 1.0;
   LinkImpairment dup(c, clock_);
   auto in = Make(10);
+  // Segment i of a received GSO batch: its ICRC holds with identification i.
+  for (uint32_t i = 0; i < 10; ++i) in[i]->ip_id = static_cast<uint16_t>(i + 1);
   std::vector<PacketBuffer*> out;
   dup.Process(in, &out);
   ASSERT_EQ(out.size(), 20u);
   for (uint32_t i = 0; i < 10; ++i) {
     EXPECT_EQ(Index(out[2 * i]), i);
     EXPECT_EQ(Index(out[2 * i + 1]), i);
+    EXPECT_EQ(out[2 * i + 1]->ip_id, i + 1) << "the duplicate lost its identification";
     EXPECT_EQ(0, std::memcmp(out[2 * i]->data(), out[2 * i + 1]->data(), 64));
   }
   EXPECT_EQ(dup.counters().duplicated, 10u);
@@ -214,6 +217,7 @@ TEST_F(LinkImpairmentTest, ADuplicateOfAReceiveQueuesPacketTakesNothingFromItsPo
   std::memset(p->data(), 0x5c, 100);
   p->set_len(100);
   p->src = {0x7f000001, 7};
+  p->ip_id = 3;
   std::vector<PacketBuffer*> out;
   dup.Process({&p, 1}, &out);
   ASSERT_EQ(out.size(), 2u);
@@ -221,6 +225,7 @@ TEST_F(LinkImpairmentTest, ADuplicateOfAReceiveQueuesPacketTakesNothingFromItsPo
   EXPECT_EQ(out[1]->pool(), nullptr);
   EXPECT_EQ(out[1]->len(), 100u);
   EXPECT_EQ(out[1]->src, p->src);
+  EXPECT_EQ(out[1]->ip_id, 3u);
   EXPECT_EQ(0, std::memcmp(out[0]->data(), out[1]->data(), 100));
   FreeAll(out);
   queue_pool.Reclaim();

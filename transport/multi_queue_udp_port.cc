@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -13,10 +14,14 @@ namespace {
 
 constexpr int kMaxQueues = 16;
 // How long a queue thread sleeps in epoll before it looks at stop_ again
-// (the destructor wakes it sooner), and how long it waits for buffers when
-// its pool is empty (everything it read is still held by the owner).
+// (the destructor wakes it sooner).
 constexpr absl::Duration kQueueWait = absl::Milliseconds(100);
-constexpr absl::Duration kNoBufferWait = absl::Microseconds(50);
+// How long it waits for buffers when its pool is empty (everything it read
+// is still held by the owner): doubling from the first to the last, so that
+// a queue starved for long looks a thousand times a second, not twenty
+// thousand. What arrives meanwhile waits in the socket's buffer.
+constexpr absl::Duration kFirstNoBufferWait = absl::Microseconds(50);
+constexpr absl::Duration kLastNoBufferWait = absl::Milliseconds(1);
 constexpr size_t kQueueBurst = 64;
 
 }  // namespace
@@ -30,18 +35,25 @@ absl::StatusOr<std::unique_ptr<MultiQueueUdpPort>> MultiQueueUdpPort::Create(
   if (config.port.busy_poll || config.port.poll_window > absl::ZeroDuration()) {
     return absl::InvalidArgumentError("receive queues sleep in epoll: no busy_poll or poll window");
   }
+  // The inner socket gets what the program steers nowhere (datagrams too
+  // short for it) and multicast, if the owner joins groups: no GRO, whose
+  // batch buffers would wait for nothing.
   UdpPortConfig inner = config.port;
   inner.reuse_port = true;
-  inner.steer_queues = config.queues;
+  inner.steer_queues = 0;
+  inner.gro = false;
   NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<UdpPort> first, UdpPort::Create(inner));
   std::unique_ptr<MultiQueueUdpPort> port(new MultiQueueUdpPort(std::move(first)));
   // Bound after the first, in order: queue i is the group's socket i + 1,
-  // where the program steers senders whose port is i modulo the queues.
+  // where the program steers senders whose port is i modulo the queues. The
+  // last one attaches the program: until then the kernel spreads by hash,
+  // and a packet that reaches the inner socket is read on the owner's
+  // thread, as any other.
   for (int i = 0; i < config.queues; ++i) {
     UdpPortConfig qc = config.port;
     qc.local = port->inner_->local();
     qc.reuse_port = true;
-    qc.steer_queues = 0;
+    qc.steer_queues = i + 1 == config.queues ? config.queues : 0;
     qc.gro = false;
     qc.pool.num_views = 0;
     qc.pool.returns_from_any_thread = true;
@@ -57,6 +69,9 @@ absl::StatusOr<std::unique_ptr<MultiQueueUdpPort>> MultiQueueUdpPort::Create(
   for (auto& q : port->queues_) {
     Queue* raw = q.get();
     q->thread = std::thread([p = port.get(), raw] { p->Run(raw); });
+    // Named here, not by the thread, so that it has its name once Create
+    // returns (top -H, the tests).
+    pthread_setname_np(q->thread.native_handle(), "netfold-rxq");
   }
   return port;
 }
@@ -69,22 +84,28 @@ MultiQueueUdpPort::~MultiQueueUdpPort() {
   }
   for (auto& q : queues_) {
     absl::MutexLock lock(&q->mu);
-    PacketPool::FreeBurst(q->ready);
+    for (PacketBuffer* p : q->ready) PacketPool::Free(p);
     q->ready.clear();
   }
 }
 
 void MultiQueueUdpPort::Run(Queue* q) {
-  pthread_setname_np(pthread_self(), "netfold-rxq");  // for top -H and the tests
+  PacketPool& pool = q->port->pool();
   PacketBuffer* burst[kQueueBurst];
+  absl::Duration no_buffer_wait = kFirstNoBufferWait;
   while (!stop_.load(std::memory_order_relaxed)) {
-    const size_t n = q->port->RecvBurst(burst, kQueueWait);
-    if (n == 0) {
-      // Nothing, or no buffer to read into: what it read is still held.
-      q->port->pool().Reclaim();
-      if (q->port->pool().num_free() == 0) absl::SleepFor(kNoBufferWait);
+    if (pool.num_free() == 0) pool.Reclaim();
+    if (pool.num_free() == 0) {
+      if (no_buffer_wait == kFirstNoBufferWait) {
+        q->starved.fetch_add(1, std::memory_order_relaxed);
+      }
+      absl::SleepFor(no_buffer_wait);
+      no_buffer_wait = std::min(2 * no_buffer_wait, kLastNoBufferWait);
       continue;
     }
+    no_buffer_wait = kFirstNoBufferWait;
+    const size_t n = q->port->RecvBurst(burst, kQueueWait);
+    if (n == 0) continue;
     bool was_empty;
     {
       absl::MutexLock lock(&q->mu);
@@ -105,8 +126,9 @@ size_t MultiQueueUdpPort::TakeReady(std::span<PacketBuffer*> out) {
     if (!q.has_ready.load(std::memory_order_acquire)) continue;
     absl::MutexLock lock(&q.mu);
     const size_t take = std::min(out.size() - n, q.ready.size());
-    std::copy_n(q.ready.begin(), take, out.begin() + static_cast<ptrdiff_t>(n));
-    q.ready.erase(q.ready.begin(), q.ready.begin() + static_cast<ptrdiff_t>(take));
+    const auto end = q.ready.begin() + static_cast<ptrdiff_t>(take);
+    std::copy(q.ready.begin(), end, out.begin() + static_cast<ptrdiff_t>(n));
+    q.ready.erase(q.ready.begin(), end);
     q.has_ready.store(!q.ready.empty(), std::memory_order_relaxed);
     n += take;
   }
@@ -122,14 +144,11 @@ size_t MultiQueueUdpPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration
   }
   // A queue that got packets while the inner port waited woke it.
   if (n < out.size()) n += TakeReady(out.subspan(n));
-  SumCounters();
   return n;
 }
 
 size_t MultiQueueUdpPort::SendBurst(std::span<PacketBuffer* const> packets) {
-  const size_t n = inner_->SendBurst(packets);
-  SumCounters();
-  return n;
+  return inner_->SendBurst(packets);
 }
 
 absl::Status MultiQueueUdpPort::JoinMulticast(const Ipv4Endpoint& group) {
@@ -152,9 +171,25 @@ uint64_t MultiQueueUdpPort::queue_packets(int queue) const {
       std::memory_order_relaxed);
 }
 
-void MultiQueueUdpPort::SumCounters() {
-  auto sum = [&](std::atomic<uint64_t> PortCounters::*field) {
-    uint64_t total = (inner_->counters().*field).load(std::memory_order_relaxed);
+void MultiQueueUdpPort::ForEachCounter(
+    const std::function<void(std::string_view, uint64_t)>& fn) const {
+  for (size_t i = 0; i < queues_.size(); ++i) {
+    fn(absl::StrFormat("rx_queue.%d.packets", i), queue_packets(static_cast<int>(i)));
+    fn(absl::StrFormat("rx_queue.%d.starved", i),
+       queues_[i]->starved.load(std::memory_order_relaxed));
+  }
+}
+
+const PortCounters& MultiQueueUdpPort::counters() const {
+  SumCounters();
+  return counters_;
+}
+
+void MultiQueueUdpPort::SumCounters() const {
+  uint64_t starved = 0;
+  for (const auto& q : queues_) starved += q->starved.load(std::memory_order_relaxed);
+  auto sum = [&](std::atomic<uint64_t> PortCounters::*field, uint64_t extra = 0) {
+    uint64_t total = (inner_->counters().*field).load(std::memory_order_relaxed) + extra;
     for (const auto& q : queues_) {
       total += (q->port->counters().*field).load(std::memory_order_relaxed);
     }
@@ -164,7 +199,7 @@ void MultiQueueUdpPort::SumCounters() {
   sum(&PortCounters::rx_bytes);
   sum(&PortCounters::tx_packets);
   sum(&PortCounters::tx_bytes);
-  sum(&PortCounters::rx_no_buffer);
+  sum(&PortCounters::rx_no_buffer, starved);
   sum(&PortCounters::rx_truncated);
   sum(&PortCounters::rx_errors);
   sum(&PortCounters::tx_errors);

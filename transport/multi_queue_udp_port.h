@@ -16,7 +16,7 @@
 // Sending, multicast groups, Wake, wait_fd and the pool senders allocate
 // from are the inner UdpPort's (the group's first socket, to which the
 // program steers nothing; the multicast groups it joins are sockets of its
-// own, read on the owner's thread). A queue reads without GRO: a
+// own, read on the owner's thread, without GRO). A queue reads without GRO: a
 // GSO batch arrives as its datagrams, each then with ip_id 0, which the
 // endpoint's ICRC check accepts by the segment identifications.
 //
@@ -28,7 +28,10 @@
 #define NETFOLD_TRANSPORT_MULTI_QUEUE_UDP_PORT_H_
 
 #include <atomic>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -41,7 +44,7 @@ namespace netfold::transport {
 
 struct MultiQueueUdpPortConfig {
   // The port: address, pool (each queue gets a pool of the same size),
-  // socket buffers, GSO and GRO of the inner port. reuse_port and
+  // socket buffers (each queue's socket too) and GSO. gro, reuse_port and
   // steer_queues are set here.
   UdpPortConfig port;
   int queues = 2;  // receive threads, 1..16
@@ -49,6 +52,10 @@ struct MultiQueueUdpPortConfig {
 
 class MultiQueueUdpPort : public Port {
  public:
+  // Binds the inner socket and then each queue's, in that order (the
+  // program's numbering), attaches the steering program from the last one,
+  // so that it holds only once every socket it names exists, and starts the
+  // queue threads, named "netfold-rxq".
   static absl::StatusOr<std::unique_ptr<MultiQueueUdpPort>> Create(
       const MultiQueueUdpPortConfig& config);
   // Stops the queue threads and frees what waits in the queues. Buffers
@@ -65,8 +72,10 @@ class MultiQueueUdpPort : public Port {
   absl::Status LeaveMulticast(const Ipv4Endpoint& group) override;
   Ipv4Endpoint local() const override { return inner_->local(); }
   PacketPool& pool() override { return inner_->pool(); }
-  // The inner port's and every queue's, summed after each RecvBurst.
-  const PortCounters& counters() const override { return counters_; }
+  // The inner port's and every queue's, summed when asked. rx_no_buffer
+  // also counts each stretch a queue waited for buffers (its pool empty,
+  // everything it read still held).
+  const PortCounters& counters() const override;
   void Wake() override { inner_->Wake(); }
   bool CanWake() const override { return true; }
   int wait_fd() const override { return inner_->wait_fd(); }
@@ -75,27 +84,32 @@ class MultiQueueUdpPort : public Port {
   int num_queues() const { return static_cast<int>(queues_.size()); }
   // Packets a queue has read (all of them, owner thread or not).
   uint64_t queue_packets(int queue) const;
+  // Each queue's "rx_queue.<i>.packets" and "rx_queue.<i>.starved" (the
+  // stretches it waited for buffers), for the switch's admin API. Any
+  // thread.
+  void ForEachCounter(const std::function<void(std::string_view, uint64_t)>& fn) const;
 
  private:
   struct Queue {
     std::unique_ptr<UdpPort> port;  // its socket of the group, its pool
     std::thread thread;
     absl::Mutex mu;
-    std::vector<PacketBuffer*> ready ABSL_GUARDED_BY(mu);  // read, not yet taken
+    std::deque<PacketBuffer*> ready ABSL_GUARDED_BY(mu);  // read, not yet taken
     std::atomic<bool> has_ready{false};
+    std::atomic<uint64_t> starved{0};  // stretches with an empty pool
   };
 
   explicit MultiQueueUdpPort(std::unique_ptr<UdpPort> inner) : inner_(std::move(inner)) {}
   void Run(Queue* q);
   // Moves what the queues hold into `out`, round robin; returns how many.
   size_t TakeReady(std::span<PacketBuffer*> out);
-  void SumCounters();
+  void SumCounters() const;
 
   std::unique_ptr<UdpPort> inner_;
   std::vector<std::unique_ptr<Queue>> queues_;
   std::atomic<bool> stop_{false};
   size_t next_queue_ = 0;
-  PortCounters counters_;
+  mutable PortCounters counters_;  // the sums, refreshed by counters()
 };
 
 }  // namespace netfold::transport

@@ -1,12 +1,22 @@
 // MultiQueueUdpPort over real sockets on loopback: every datagram arrives
-// once, each sender's in order, through the queue its port steers it to;
+// once, each sender's in order, through the queue its port steers it to
+// (IPv4 options or not);
 // buffers freed on the owner's thread go back to the queues' pools; a
-// queue's packet wakes an owner asleep in RecvBurst; the port stops with
-// packets still queued.
+// queue whose buffers are all held waits for them and counts the wait
+// once; a queue's packet wakes an owner asleep in RecvBurst; the port stops
+// with packets still queued.
 #include "transport/multi_queue_udp_port.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/ip.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <map>
 #include <memory>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -115,6 +125,57 @@ TEST(MultiQueueUdpPort, EachSendersPacketsArriveOnceInOrderThroughTheQueueItsPor
   EXPECT_EQ(rx->RecvBurst(burst, absl::Milliseconds(20)), 0u);
 }
 
+// A datagram whose IPv4 header carries options (24 bytes, not 20) is
+// steered by its sender's port too: the program reads the header's length.
+TEST(MultiQueueUdpPort, ADatagramWithIpOptionsIsSteeredByItsSendersPort) {
+  constexpr int kQueues = 2;
+  auto rx = Receiver(kQueues);
+  ASSERT_NE(rx, nullptr);
+  // A plain socket on an even port, with three no-ops and an end of list:
+  // a program that took the header for 20 bytes would read the options
+  // (0x0101, odd) as the port and pick queue 1.
+  int fd = -1;
+  for (int tries = 0; tries < 64 && fd < 0; ++tries) {
+    fd = socket(AF_INET, SOCK_DGRAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(kLoopback);
+    socklen_t len = sizeof(sa);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+    if (ntohs(sa.sin_port) % 2 != 0) {
+      close(fd);
+      fd = -1;
+    }
+  }
+  ASSERT_GE(fd, 0) << "no even port among 64";
+  const uint8_t options[4] = {IPOPT_NOOP, IPOPT_NOOP, IPOPT_NOOP, IPOPT_END};
+  ASSERT_EQ(setsockopt(fd, IPPROTO_IP, IP_OPTIONS, options, sizeof(options)), 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(rx->local().ip);
+  to.sin_port = htons(rx->local().port);
+  constexpr int kDatagrams = 20;
+  const uint8_t payload[64] = {};
+  for (int i = 0; i < kDatagrams; ++i) {
+    ASSERT_EQ(sendto(fd, payload, sizeof(payload), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+              static_cast<ssize_t>(sizeof(payload)));
+  }
+  close(fd);
+  size_t received = 0;
+  PacketBuffer* burst[32];
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  while (received < kDatagrams && !deadline.Expired()) {
+    const size_t n = rx->RecvBurst(burst, absl::Milliseconds(50));
+    received += n;
+    PacketPool::FreeBurst({burst, n});
+  }
+  EXPECT_EQ(received, static_cast<size_t>(kDatagrams));
+  EXPECT_EQ(rx->queue_packets(0), static_cast<uint64_t>(kDatagrams));
+  EXPECT_EQ(rx->queue_packets(1), 0u);
+}
+
 TEST(MultiQueueUdpPort, BuffersFreedByTheOwnerAreReadIntoAgain) {
   // A queue pool of 256 buffers, 2000 packets through it: they can only
   // all arrive if the owner's frees reach the queue's pool.
@@ -155,6 +216,52 @@ TEST(MultiQueueUdpPort, BuffersFreedByTheOwnerAreReadIntoAgain) {
   EXPECT_EQ(next, 2000u);
 }
 
+// A queue whose every buffer the owner holds waits for them, without
+// reading, and counts the wait once however long it lasts; the datagrams
+// wait in the socket and all arrive, in order, once the owner frees.
+TEST(MultiQueueUdpPort, AStarvedQueueWaitsForBuffersAndCountsTheWaitOnce) {
+  MultiQueueUdpPortConfig c;
+  c.port.local = {kLoopback, 0};
+  c.port.pool.num_buffers = 8;
+  c.queues = 1;
+  auto made = MultiQueueUdpPort::Create(c);
+  ASSERT_TRUE(made.ok()) << made.status();
+  auto& rx = *made;
+  auto tx = Sender();
+  ASSERT_NE(tx, nullptr);
+  std::vector<PacketBuffer*> burst;
+  for (uint32_t k = 0; k < 48; ++k) burst.push_back(TaggedPacket(*tx, rx->local(), k, 200));
+  SendAll(*tx, std::move(burst));
+  std::vector<PacketBuffer*> held;
+  PacketBuffer* got[8];
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  while (held.size() < 8 && !deadline.Expired()) {
+    const size_t n = rx->RecvBurst({got, 8 - held.size()}, absl::Milliseconds(50));
+    held.insert(held.end(), got, got + n);
+  }
+  ASSERT_EQ(held.size(), 8u);
+  // Long enough for thousands of looks at a 50 us interval.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  std::map<std::string, uint64_t> counts;
+  rx->ForEachCounter([&](std::string_view name, uint64_t n) { counts[std::string(name)] = n; });
+  EXPECT_EQ(counts["rx_queue.0.packets"], 8u) << "read with no buffer";
+  EXPECT_EQ(counts["rx_queue.0.starved"], 1u);
+  EXPECT_EQ(rx->counters().rx_no_buffer.load(), 1u);
+  EXPECT_EQ(rx->RecvBurst(got, absl::Milliseconds(10)), 0u);
+  for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(Tag(held[i]), i);
+  PacketPool::FreeBurst(held);
+  uint32_t next = 8;
+  while (next < 48 && !deadline.Expired()) {
+    const size_t n = rx->RecvBurst(got, absl::Milliseconds(50));
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_EQ(Tag(got[i]), next);
+      ++next;
+    }
+    PacketPool::FreeBurst({got, n});
+  }
+  EXPECT_EQ(next, 48u);
+}
+
 TEST(MultiQueueUdpPort, AQueuesPacketWakesAnOwnerAsleepInRecvBurst) {
   auto rx = Receiver(2);
   auto tx = Sender();
@@ -185,8 +292,7 @@ TEST(MultiQueueUdpPort, StopsWithPacketsStillQueued) {
   SendAll(*tx, std::move(burst));
   Deadline deadline(RealClock(), absl::Seconds(5));
   while (rx->counters().rx_packets.load() < 100 && !deadline.Expired()) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    rx->SendBurst({});  // sums the counters, takes no packet
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // counters() takes no packet
   }
   EXPECT_EQ(rx->counters().rx_packets.load(), 100u);
   EXPECT_EQ(rx->SleepBound(absl::Seconds(1)), absl::ZeroDuration()) << "packets wait";

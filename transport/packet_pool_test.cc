@@ -156,8 +156,8 @@ TEST(PacketPoolDeathTest, AHeapBufferFreedTwiceWhileViewedAborts) {
 }
 
 // returns_from_any_thread: buffers freed on other threads, while the owner
-// keeps allocating, all come back exactly once; a view of one (from a
-// pool of the freeing thread) returns it with its last view.
+// keeps allocating, all come back exactly once; a view of one (a header of
+// another pool), freed on another thread, returns it with its last view.
 TEST(PacketPool, BuffersFreedOnOtherThreadsReturnToTheirPool) {
   PacketPool pool({.num_buffers = 64, .buffer_size = 128, .returns_from_any_thread = true});
   PacketPool views({.num_buffers = 1, .buffer_size = 16, .num_views = 8});

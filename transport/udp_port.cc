@@ -148,12 +148,17 @@ absl::Status UdpPort::Open() {
     return ErrnoToStatus(errno, absl::StrFormat("bind %s", local_.ToString()));
   }
   if (config_.reuse_port && config_.steer_queues > 0) {
-    // The sender's UDP port, read from the IPv4 header on (the kernel picks
-    // one socket for a whole GSO batch, so the sender, not the QP, is what
-    // every datagram of a batch has in common); modulo the queues, past
-    // this socket.
+    // The sender's UDP port, read past the IPv4 header, whatever its length
+    // (the kernel picks one socket for a whole GSO batch, so the sender, not
+    // the QP, is what every datagram of a batch has in common); modulo the
+    // queues, past the group's first socket. The program runs with the
+    // packet's data at the UDP payload: the headers are reached from
+    // SKF_NET_OFF.
     sock_filter code[] = {
-        BPF_STMT(BPF_LD | BPF_H | BPF_ABS, static_cast<uint32_t>(SKF_NET_OFF + 20)),
+        // X = the IPv4 header's length (4 x IHL).
+        BPF_STMT(BPF_LDX | BPF_B | BPF_MSH, static_cast<uint32_t>(SKF_NET_OFF)),
+        // A = the UDP source port, the first half-word after it.
+        BPF_STMT(BPF_LD | BPF_H | BPF_IND, static_cast<uint32_t>(SKF_NET_OFF)),
         BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, static_cast<uint32_t>(config_.steer_queues)),
         BPF_STMT(BPF_ALU | BPF_ADD | BPF_K, 1),
         BPF_STMT(BPF_RET | BPF_A, 0),

@@ -60,13 +60,15 @@ struct UdpPortConfig {
   // UDP receive offload (UDP_GRO): a batch that arrives whole is read in
   // one go and split here into its packets, packet i with ip_id i.
   bool gro = true;
-  // SO_REUSEPORT on the unicast socket: other sockets of this user may bind
-  // the same address and share what arrives (MultiQueueUdpPort's receive
-  // queues). With `steer_queues` N > 0 the group gets a classic BPF program
-  // that gives each datagram to the group's socket 1 + (the sender's UDP
-  // port mod N): a sender's packets, and so each of its QPs', always reach
-  // the same socket, in order, and socket 0 (this one, bound first) none.
-  // Without it the kernel spreads by a hash of the addresses.
+  // SO_REUSEPORT on the unicast socket: other sockets of this user (the
+  // kernel refuses other users) may bind the same address and share what
+  // arrives (MultiQueueUdpPort's receive queues). With `steer_queues` N > 0
+  // this socket attaches to its group a classic BPF program that gives each
+  // datagram to the group's socket 1 + (the sender's UDP port mod N), in
+  // the order they were bound: a sender's packets, and so each of its QPs',
+  // always reach the same socket, in order, and the group's first socket
+  // none. Attach it from the last socket bound: until then the kernel
+  // spreads by a hash of the addresses.
   bool reuse_port = false;
   int steer_queues = 0;
 };
