@@ -55,8 +55,9 @@ struct SwitchIdentity {
   // unless the operator turns it on (admin_detail, loopback only). The seam
   // for an authenticated admin API: it decides this per caller.
   bool allow_detail = false;
-  // The backend's own counters (the DPDK port's links, bridge, ARP), any
-  // thread; empty for the socket backend.
+  // The backend's own counters (the DPDK port's links, bridge, ARP; the
+  // receive queues' packets and waits), any thread; empty for the socket
+  // backend without receive queues.
   std::function<void(const std::function<void(std::string_view, uint64_t)>&)> backend_counters;
 };
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <functional>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -99,10 +101,17 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
 
   NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Port> backend, CreateBackendPort(config));
   d->data_address_ = backend->local();
+  // The backend's own counters for the admin API (the DPDK port's, the
+  // receive queues'); the daemon keeps the port (inside port_) as long as
+  // the admin service.
+  std::function<void(const std::function<void(std::string_view, uint64_t)>&)> backend_counters;
+  if (auto* queues = dynamic_cast<transport::MultiQueueUdpPort*>(backend.get())) {
+    backend_counters = [queues](const auto& fn) { queues->ForEachCounter(fn); };
+  }
 #ifdef NETFOLD_HAVE_DPDK
-  // The DPDK port's own counters for the admin API; the daemon keeps the
-  // port (inside port_) as long as the admin service.
-  auto* frame_port = dynamic_cast<transport::dpdk::FramePort*>(backend.get());
+  if (auto* frame_port = dynamic_cast<transport::dpdk::FramePort*>(backend.get())) {
+    backend_counters = [frame_port](const auto& fn) { frame_port->ForEachCounter(fn); };
+  }
 #endif
   auto port = std::make_unique<transport::ImpairedPort>(std::move(backend), RealClock());
   for (const LinkFaultSpec& f : config.link_faults) {
@@ -144,12 +153,8 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
                             .started = absl::Now(),
                             .capacity = capacity,
                             .backend = config.backend,
-                            .allow_detail = config.admin_detail};
-#ifdef NETFOLD_HAVE_DPDK
-    if (frame_port != nullptr) {
-      identity.backend_counters = [frame_port](const auto& fn) { frame_port->ForEachCounter(fn); };
-    }
-#endif
+                            .allow_detail = config.admin_detail,
+                            .backend_counters = std::move(backend_counters)};
     d->admin_service_ =
         std::make_unique<SwitchAdminService>(d->dp_.get(), d->port_, std::move(identity),
                                              config.credential);
