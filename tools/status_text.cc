@@ -212,9 +212,17 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
                  Counts(p.receive_stage().drops()));
   }
   for (const control::QpCounters& q : r.qps()) {
-    absl::StrAppendFormat(&out, "  qp 0x%06x %-5s %-24s sent %d (%d retransmitted), received %d, timeouts %d%s%s\n",
+    // NAKs and the QP's drops (out of sequence, duplicate, ...) only when
+    // there are any: what an operator chasing retransmissions looks for.
+    std::string repairs;
+    if (q.naks_sent() != 0 || q.naks_received() != 0) {
+      repairs += absl::StrFormat(", NAKs sent %d received %d", q.naks_sent(), q.naks_received());
+    }
+    const std::string drops = Counts(q.drops());
+    if (drops != " none") repairs += "; drops:" + drops;
+    absl::StrAppendFormat(&out, "  qp 0x%06x %-5s %-24s sent %d (%d retransmitted), received %d, timeouts %d%s%s%s\n",
                 q.qpn(), q.state(), q.peer(), q.packets_sent(),
-                q.packets_retransmitted(), q.packets_received(), q.timeouts(),
+                q.packets_retransmitted(), q.packets_received(), q.timeouts(), repairs,
                 q.error().empty() ? "" : ", error: ", q.error());
   }
   for (const control::GroupCounters& g : r.groups()) {

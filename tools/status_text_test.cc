@@ -128,6 +128,22 @@ TEST(StatusText, SwitchCountersNameNonZeroCountsOnly) {
   EXPECT_EQ(text.find("not_a_member"), std::string::npos) << text;
   EXPECT_NE(text.find("qp 0x000012 ERR"), std::string::npos) << text;
   EXPECT_NE(text.find(", error: retries exhausted"), std::string::npos) << text;
+  EXPECT_EQ(text.find("NAKs"), std::string::npos) << text;  // none sent or received
+  // A QP that NAKed and dropped packets ahead of its PSN says so.
+  control::QpCounters* ahead = r.add_qps();
+  ahead->set_qpn(0x13);
+  ahead->set_state("RTS");
+  ahead->set_naks_sent(2);
+  c = ahead->add_drops();
+  c->set_name("out_of_sequence");
+  c->set_count(16);
+  c = ahead->add_drops();
+  c->set_name("duplicate");
+  c->set_count(0);
+  EXPECT_NE(FormatSwitchCounters(r, "127.0.0.1:9000")
+                .find("timeouts 0, NAKs sent 2 received 0; drops: out_of_sequence=16\n"),
+            std::string::npos)
+      << FormatSwitchCounters(r, "127.0.0.1:9000");
   EXPECT_EQ(text.find("backend:"), std::string::npos) << text;
   EXPECT_EQ(text.find("in memory"), std::string::npos) << text;  // none handed over
   r.set_messages_sent(9);
