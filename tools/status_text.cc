@@ -177,6 +177,13 @@ std::string FormatStatus(const control::GetStatusResponse& st) {
 namespace {
 
 // " name=count" for every non-zero count, " none" if there is none.
+bool AnyNonZero(const google::protobuf::RepeatedPtrField<control::NamedCount>& counts) {
+  for (const control::NamedCount& c : counts) {
+    if (c.count() != 0) return true;
+  }
+  return false;
+}
+
 std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>& counts) {
   std::string out;
   for (const control::NamedCount& c : counts) {
@@ -218,8 +225,7 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
     if (q.naks_sent() != 0 || q.naks_received() != 0) {
       repairs += absl::StrFormat(", NAKs sent %d received %d", q.naks_sent(), q.naks_received());
     }
-    const std::string drops = Counts(q.drops());
-    if (drops != " none") repairs += "; drops:" + drops;
+    if (AnyNonZero(q.drops())) repairs += "; drops:" + Counts(q.drops());
     absl::StrAppendFormat(&out, "  qp 0x%06x %-5s %-24s sent %d (%d retransmitted), received %d, timeouts %d%s%s%s\n",
                 q.qpn(), q.state(), q.peer(), q.packets_sent(),
                 q.packets_retransmitted(), q.packets_received(), q.timeouts(), repairs,

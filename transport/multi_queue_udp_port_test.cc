@@ -35,13 +35,33 @@ std::unique_ptr<UdpPort> Sender() {
   return port.ok() ? std::move(*port) : nullptr;
 }
 
-std::unique_ptr<MultiQueueUdpPort> Receiver(int queues) {
+// `num_buffers` 0: the pool's default size (each queue's pool too).
+std::unique_ptr<MultiQueueUdpPort> Receiver(int queues, uint32_t num_buffers = 0) {
   MultiQueueUdpPortConfig c;
   c.port.local = {kLoopback, 0};
+  if (num_buffers > 0) c.port.pool.num_buffers = num_buffers;
   c.queues = queues;
   auto port = MultiQueueUdpPort::Create(c);
   EXPECT_TRUE(port.ok()) << port.status();
   return port.ok() ? std::move(*port) : nullptr;
+}
+
+// Receives tags `next`, next + 1, ... up to `end` in order, freeing each;
+// returns the tag it expects next (`end` when all came, in order).
+uint32_t ReceiveInOrder(Port& rx, uint32_t next, uint32_t end, const Deadline& deadline) {
+  PacketBuffer* burst[32];
+  while (next < end && !deadline.Expired()) {
+    const size_t n = rx.RecvBurst(burst, absl::Milliseconds(50));
+    bool in_order = true;
+    for (size_t i = 0; i < n; ++i) {
+      in_order = in_order && Tag(burst[i]) == next;
+      EXPECT_EQ(Tag(burst[i]), next);
+      if (in_order) ++next;
+    }
+    PacketPool::FreeBurst({burst, n});
+    if (!in_order) break;
+  }
+  return next;
 }
 
 // Sends every packet, retrying what the socket did not take yet.
@@ -179,15 +199,9 @@ TEST(MultiQueueUdpPort, ADatagramWithIpOptionsIsSteeredByItsSendersPort) {
 TEST(MultiQueueUdpPort, BuffersFreedByTheOwnerAreReadIntoAgain) {
   // A queue pool of 256 buffers, 2000 packets through it: they can only
   // all arrive if the owner's frees reach the queue's pool.
-  MultiQueueUdpPortConfig c;
-  c.port.local = {kLoopback, 0};
-  c.port.pool.num_buffers = 256;
-  c.queues = 1;
-  auto made = MultiQueueUdpPort::Create(c);
-  ASSERT_TRUE(made.ok()) << made.status();
-  auto& rx = *made;
+  auto rx = Receiver(1, 256);
   auto tx = Sender();
-  ASSERT_NE(tx, nullptr);
+  ASSERT_TRUE(rx && tx);
   std::thread sender([&] {
     for (uint32_t seq = 0; seq < 2000; seq += 40) {
       std::vector<PacketBuffer*> burst;
@@ -198,21 +212,11 @@ TEST(MultiQueueUdpPort, BuffersFreedByTheOwnerAreReadIntoAgain) {
       std::this_thread::sleep_for(std::chrono::microseconds(300));
     }
   });
-  uint32_t next = 0;
-  Deadline deadline(RealClock(), absl::Seconds(10));
-  PacketBuffer* burst[32];
-  while (next < 2000 && !deadline.Expired()) {
-    const size_t n = rx->RecvBurst(burst, absl::Milliseconds(50));
-    for (size_t i = 0; i < n; ++i) {
-      ASSERT_EQ(Tag(burst[i]), next);
-      ++next;
-    }
-    PacketPool::FreeBurst({burst, n});
-  }
+  const uint32_t next = ReceiveInOrder(*rx, 0, 2000, Deadline(RealClock(), absl::Seconds(10)));
   sender.join();
   // In order and complete. (When the queue outran the owner it found its
   // pool empty and left datagrams in the socket until buffers came back:
-  // rx_no_buffer counts those reads, under load it is not 0.)
+  // rx_no_buffer counts those waits, under load it is not 0.)
   EXPECT_EQ(next, 2000u);
 }
 
@@ -220,15 +224,9 @@ TEST(MultiQueueUdpPort, BuffersFreedByTheOwnerAreReadIntoAgain) {
 // reading, and counts the wait once however long it lasts; the datagrams
 // wait in the socket and all arrive, in order, once the owner frees.
 TEST(MultiQueueUdpPort, AStarvedQueueWaitsForBuffersAndCountsTheWaitOnce) {
-  MultiQueueUdpPortConfig c;
-  c.port.local = {kLoopback, 0};
-  c.port.pool.num_buffers = 8;
-  c.queues = 1;
-  auto made = MultiQueueUdpPort::Create(c);
-  ASSERT_TRUE(made.ok()) << made.status();
-  auto& rx = *made;
+  auto rx = Receiver(1, 8);
   auto tx = Sender();
-  ASSERT_NE(tx, nullptr);
+  ASSERT_TRUE(rx && tx);
   std::vector<PacketBuffer*> burst;
   for (uint32_t k = 0; k < 48; ++k) burst.push_back(TaggedPacket(*tx, rx->local(), k, 200));
   SendAll(*tx, std::move(burst));
@@ -250,16 +248,7 @@ TEST(MultiQueueUdpPort, AStarvedQueueWaitsForBuffersAndCountsTheWaitOnce) {
   EXPECT_EQ(rx->RecvBurst(got, absl::Milliseconds(10)), 0u);
   for (uint32_t i = 0; i < 8; ++i) EXPECT_EQ(Tag(held[i]), i);
   PacketPool::FreeBurst(held);
-  uint32_t next = 8;
-  while (next < 48 && !deadline.Expired()) {
-    const size_t n = rx->RecvBurst(got, absl::Milliseconds(50));
-    for (size_t i = 0; i < n; ++i) {
-      EXPECT_EQ(Tag(got[i]), next);
-      ++next;
-    }
-    PacketPool::FreeBurst({got, n});
-  }
-  EXPECT_EQ(next, 48u);
+  EXPECT_EQ(ReceiveInOrder(*rx, 8, 48, deadline), 48u);
 }
 
 TEST(MultiQueueUdpPort, AQueuesPacketWakesAnOwnerAsleepInRecvBurst) {
