@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "base/clock.h"
 #include "gtest/gtest.h"
+#include "proto/roce_packet.h"
 #include "switch/switch_admin_service.h"
 #include "transport/impaired_port.h"
 #include "transport/memory_port.h"
@@ -401,6 +402,67 @@ TEST_F(CommandsTest, TheAdminServiceShowsAggregatesOnlyUnlessItsDetailIsAllowed)
   loop.join();  // before any ASSERT: the loop reads the data plane
   ASSERT_EQ(full_groups.groups_size(), 1);
   EXPECT_EQ(full_groups.groups(0).pkey(), kPkey);
+}
+
+// A job's QPs go with the job, but what they counted does not: the drops
+// summed without the detail, and every QP's totals with it, keep the
+// counts of destroyed QPs, so they only grow.
+TEST_F(CommandsTest, TheQpTotalsKeepWhatADestroyedQpCounted) {
+  const uint32_t q0 = HostQp(0);  // expects PSN 0 from 10.0.2.1:4791
+  auto rank0 = net_.CreatePort({.local = Ipv4Endpoint{0x0a000201, 4791}});
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  // Three sends ahead of the expected PSN: one NAK, three out_of_sequence.
+  for (uint32_t psn = 5; psn < 8; ++psn) {
+    proto::RocePacketSpec spec;
+    spec.bth.opcode = proto::BthOpcode::kRcSendOnly;
+    spec.bth.pkey = kPkey;
+    spec.bth.dest_qp = q0;
+    spec.bth.psn = psn;
+    const std::vector<uint8_t> payload(64, 0x42);
+    transport::PacketBuffer* p = (*rank0)->pool().Alloc();
+    ASSERT_NE(p, nullptr);
+    auto n = proto::BuildRocePacket(spec, payload,
+                                    {(*rank0)->local().ip, kSwitch.ip, 4791, kSwitch.port},
+                                    {p->data(), p->capacity()});
+    ASSERT_TRUE(n.ok()) << n.status();
+    p->set_len(static_cast<uint32_t>(*n));
+    p->dst = kSwitch;
+    ASSERT_EQ((*rank0)->SendBurst({&p, 1}), 1u);
+  }
+  dp_->RunOnce(absl::ZeroDuration());
+
+  auto psn_mismatch = [&] {
+    control::GetCountersResponse c;
+    FillCounters(*dp_, port_, &c, /*detail=*/false);
+    for (const auto& d : c.drops()) {
+      if (d.name() == "qp.psn_mismatch") return d.count();
+    }
+    return uint64_t{0};
+  };
+  control::GetCountersResponse before;
+  FillCounters(*dp_, port_, &before);
+  ASSERT_EQ(before.qps_size(), 1);
+  EXPECT_EQ(before.qps(0).naks_sent(), 1u);
+  EXPECT_EQ(before.all_qps().naks_sent(), 1u);
+  EXPECT_EQ(before.all_qps().acks_sent(), before.qps(0).acks_sent());
+  EXPECT_EQ(psn_mismatch(), 3u);
+
+  control::ManagerMessage d;
+  d.mutable_destroy_qp()->set_qpn(q0);
+  ASSERT_EQ(Run(d).code(), 0);
+  control::GetCountersResponse after;
+  FillCounters(*dp_, port_, &after);
+  EXPECT_EQ(after.qps_size(), 0);
+  EXPECT_EQ(after.all_qps().naks_sent(), 1u);
+  ASSERT_EQ(after.all_qps().drops_size(), 1);
+  EXPECT_EQ(after.all_qps().drops(0).name(), "out_of_sequence");
+  EXPECT_EQ(after.all_qps().drops(0).count(), 3u);
+  EXPECT_EQ(psn_mismatch(), 3u);
+  // A new QP adds to them.
+  HostQp(1);
+  FillCounters(*dp_, port_, &after);
+  EXPECT_EQ(after.all_qps().naks_sent(), 1u);
+  EXPECT_EQ(psn_mismatch(), 3u);
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 #include "switch/switch_admin_service.h"
 
 #include <algorithm>
-#include <array>
 #include <map>
 #include <utility>
 #include <vector>
@@ -49,6 +48,24 @@ void FillQpDrops(const transport::QpDropCounters& drops,
     AddCount(out, absl::StrFormat("%s%s", prefix, transport::QpDropReasonName(reason)),
              drops.Get(reason), skip_zero);
   }
+}
+
+void FillQpCounts(const transport::RcQpCounters& c, control::QpCounters* q) {
+  q->set_messages_sent(Load(c.messages_sent));
+  q->set_messages_received(Load(c.messages_received));
+  q->set_packets_sent(Load(c.packets_sent));
+  q->set_packets_retransmitted(Load(c.packets_retransmitted));
+  q->set_bytes_sent(Load(c.bytes_sent));
+  q->set_packets_received(Load(c.packets_received));
+  q->set_bytes_received(Load(c.bytes_received));
+  q->set_acks_sent(Load(c.acks_sent));
+  q->set_acks_received(Load(c.acks_received));
+  q->set_naks_sent(Load(c.naks_sent));
+  q->set_naks_received(Load(c.naks_received));
+  q->set_rnr_naks_sent(Load(c.rnr_naks_sent));
+  q->set_rnr_naks_received(Load(c.rnr_naks_received));
+  q->set_timeouts(Load(c.timeouts));
+  FillQpDrops(c.drops, q->mutable_drops(), "", true);
 }
 
 // Waits for `fn` to run on the data-plane thread, at most `timeout`.
@@ -129,16 +146,12 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
   out->set_detailed(detail);
   *out->mutable_usage() = UsageOf(dp);
   if (!detail) {
-    // The QPs' drops summed by reason. Whether a probe was ahead of or
-    // behind a QP's expected PSN is not told apart: that would find the
-    // PSN in 24 probes.
-    std::array<uint64_t, transport::kNumQpDropReasons> sum{};
-    dp.ForEachQp([&](const std::string&, const transport::RcQueuePair& rc) {
-      for (size_t r = 0; r < transport::kNumQpDropReasons; ++r) {
-        sum[r] += rc.counters().drops.Get(static_cast<transport::QpDropReason>(r));
-      }
-    });
-    auto at = [&](transport::QpDropReason r) { return sum[static_cast<size_t>(r)]; };
+    // The drops of every QP the switch has had (so the sums only grow),
+    // by reason. Whether a probe was ahead of or behind a QP's expected PSN
+    // is not told apart: that would find the PSN in 24 probes.
+    transport::RcQpCounters all;
+    dp.SumQpCounters(all);
+    auto at = [&](transport::QpDropReason r) { return all.drops.Get(r); };
     for (size_t r = 0; r < transport::kNumQpDropReasons; ++r) {
       const auto reason = static_cast<transport::QpDropReason>(r);
       if (reason == transport::QpDropReason::kOutOfSequence ||
@@ -147,7 +160,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
         continue;  // the first two below; unknown_qp is the endpoint's
       }
       AddCount(out->mutable_drops(), absl::StrFormat("qp.%s", transport::QpDropReasonName(reason)),
-               sum[r], false);
+               at(reason), false);
     }
     AddCount(out->mutable_drops(), "qp.psn_mismatch",
              at(transport::QpDropReason::kOutOfSequence) + at(transport::QpDropReason::kDuplicate),
@@ -160,7 +173,6 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
   absl::flat_hash_map<Ipv4Endpoint, std::string> names;
   dp.ForEachQp([&](const std::string& peer, const transport::RcQueuePair& rc) {
     control::QpCounters q;
-    const transport::RcQpCounters& c = rc.counters();
     q.set_qpn(rc.qpn());
     q.set_peer(peer);
     q.set_job_id(dp.QpJobId(rc.qpn()));
@@ -175,25 +187,14 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
         n = n.empty() ? peer : absl::StrFormat("%s, %s", n, peer);
       }
     }
-    q.set_messages_sent(Load(c.messages_sent));
-    q.set_messages_received(Load(c.messages_received));
-    q.set_packets_sent(Load(c.packets_sent));
-    q.set_packets_retransmitted(Load(c.packets_retransmitted));
-    q.set_bytes_sent(Load(c.bytes_sent));
-    q.set_packets_received(Load(c.packets_received));
-    q.set_bytes_received(Load(c.bytes_received));
-    q.set_acks_sent(Load(c.acks_sent));
-    q.set_acks_received(Load(c.acks_received));
-    q.set_naks_sent(Load(c.naks_sent));
-    q.set_naks_received(Load(c.naks_received));
-    q.set_rnr_naks_sent(Load(c.rnr_naks_sent));
-    q.set_rnr_naks_received(Load(c.rnr_naks_received));
-    q.set_timeouts(Load(c.timeouts));
-    FillQpDrops(c.drops, q.mutable_drops(), "", true);
+    FillQpCounts(rc.counters(), &q);
     q.set_send_queued(static_cast<uint32_t>(rc.num_send_queued()));
     qps[rc.qpn()] = std::move(q);
   });
   for (auto& kv : qps) *out->add_qps() = std::move(kv.second);
+  transport::RcQpCounters all;
+  dp.SumQpCounters(all);
+  FillQpCounts(all, out->mutable_all_qps());
 
   // Groups, ordered by (tree, group).
   std::map<std::pair<uint16_t, uint32_t>, control::GroupCounters> groups;

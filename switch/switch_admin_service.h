@@ -63,7 +63,9 @@ struct SwitchIdentity {
 
 // Every counter (data-plane thread). `port` may be null (no per-peer data).
 // Without `detail`, aggregates only: the port, the switch's drops and the
-// QPs' drops summed by reason, usage; no QPN, PSN counter, P_Key or peer.
+// drops of every QP it has had (destroyed ones too) summed by reason, usage;
+// no QPN, PSN counter, P_Key or peer. With it, each QP, peer and group, and
+// every QP's counts summed (all_qps).
 void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
                   control::GetCountersResponse* out, bool detail = true);
 // The installed groups (data-plane thread); without `detail`, usage and

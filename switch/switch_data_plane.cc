@@ -279,6 +279,7 @@ absl::Status SwitchDataPlane::DestroyQp(uint32_t qpn) {
   }
   const uint64_t job = it->second->job_id;
   if (job != 0 && usage_[job].qps > 0) --usage_[job].qps;
+  it->second->rc->counters().AddTo(destroyed_qp_counters_);
   qps_in_order_.erase(std::find(qps_in_order_.begin(), qps_in_order_.end(), it->second.get()));
   qps_.erase(it);
   with_backlog_.erase(std::remove(with_backlog_.begin(), with_backlog_.end(), qpn),
@@ -625,6 +626,11 @@ void SwitchDataPlane::ForEachQp(
 uint64_t SwitchDataPlane::QpJobId(uint32_t qpn) const {
   auto it = qps_.find(qpn);
   return it == qps_.end() ? 0 : it->second->job_id;
+}
+
+void SwitchDataPlane::SumQpCounters(transport::RcQpCounters& into) const {
+  destroyed_qp_counters_.AddTo(into);
+  for (const auto& [qpn, qp] : qps_) qp->rc->counters().AddTo(into);
 }
 
 }  // namespace netfold::sw

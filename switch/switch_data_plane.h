@@ -43,6 +43,7 @@
 #include "switch/aggregation_node.h"
 #include "transport/impaired_port.h"
 #include "transport/port.h"
+#include "transport/rc_queue_pair.h"
 #include "transport/roce_endpoint.h"
 
 namespace netfold::sw {
@@ -243,6 +244,10 @@ class SwitchDataPlane {
                                           const transport::RcQueuePair&)>& fn) const;
   // The job a QP is charged to (0: a switch-to-switch QP or no such QP).
   uint64_t QpJobId(uint32_t qpn) const;
+  // Adds the counters of every QP this switch has had, destroyed ones
+  // included, to `into`: totals that only grow, where a job's own QPs
+  // (ForEachQp) leave with the job.
+  void SumQpCounters(transport::RcQpCounters& into) const;
 
  private:
   struct Qp;
@@ -306,6 +311,8 @@ class SwitchDataPlane {
   std::deque<std::function<void(SwitchDataPlane&)>> commands_ ABSL_GUARDED_BY(commands_mu_);
 
   SwitchCounters counters_;
+  // What the QPs destroyed so far counted (SumQpCounters).
+  transport::RcQpCounters destroyed_qp_counters_;
 };
 
 }  // namespace netfold::sw

@@ -192,6 +192,20 @@ std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>
   return out.empty() ? " none" : out;
 }
 
+// "sent N (N retransmitted), received N, timeouts N", then NAKs and drops
+// (out of sequence, duplicate, ...) only when there are any: what an
+// operator chasing retransmissions looks for.
+std::string QpCounts(const control::QpCounters& q) {
+  std::string out = absl::StrFormat("sent %d (%d retransmitted), received %d, timeouts %d",
+                                    q.packets_sent(), q.packets_retransmitted(),
+                                    q.packets_received(), q.timeouts());
+  if (q.naks_sent() != 0 || q.naks_received() != 0) {
+    out += absl::StrFormat(", NAKs sent %d received %d", q.naks_sent(), q.naks_received());
+  }
+  if (AnyNonZero(q.drops())) out += "; drops:" + Counts(q.drops());
+  return out;
+}
+
 }  // namespace
 
 std::string FormatSwitchCounters(const control::GetCountersResponse& r, const std::string& admin) {
@@ -219,17 +233,12 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
                  Counts(p.receive_stage().drops()));
   }
   for (const control::QpCounters& q : r.qps()) {
-    // NAKs and the QP's drops (out of sequence, duplicate, ...) only when
-    // there are any: what an operator chasing retransmissions looks for.
-    std::string repairs;
-    if (q.naks_sent() != 0 || q.naks_received() != 0) {
-      repairs += absl::StrFormat(", NAKs sent %d received %d", q.naks_sent(), q.naks_received());
-    }
-    if (AnyNonZero(q.drops())) repairs += "; drops:" + Counts(q.drops());
-    absl::StrAppendFormat(&out, "  qp 0x%06x %-5s %-24s sent %d (%d retransmitted), received %d, timeouts %d%s%s%s\n",
-                q.qpn(), q.state(), q.peer(), q.packets_sent(),
-                q.packets_retransmitted(), q.packets_received(), q.timeouts(), repairs,
-                q.error().empty() ? "" : ", error: ", q.error());
+    absl::StrAppendFormat(&out, "  qp 0x%06x %-5s %-24s %s%s%s\n", q.qpn(), q.state(), q.peer(),
+                          QpCounts(q), q.error().empty() ? "" : ", error: ", q.error());
+  }
+  if (r.has_all_qps()) {
+    absl::StrAppendFormat(&out, "  every QP since start (destroyed ones too): %s\n",
+                          QpCounts(r.all_qps()));
   }
   for (const control::GroupCounters& g : r.groups()) {
     absl::StrAppendFormat(&out, "  group %d (tree %d, epoch %d, job %d): %d requests, %d completed, %d results, "

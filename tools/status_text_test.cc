@@ -153,5 +153,23 @@ TEST(StatusText, SwitchCountersNameNonZeroCountsOnly) {
             std::string::npos);
 }
 
+TEST(StatusText, SwitchCountersGiveEveryQpsTotalsWhenDetailed) {
+  control::GetCountersResponse r;
+  r.set_name("root");
+  EXPECT_EQ(FormatSwitchCounters(r, "a").find("every QP"), std::string::npos);
+  control::QpCounters* all = r.mutable_all_qps();
+  all->set_packets_sent(500);
+  all->set_packets_retransmitted(12);
+  all->set_naks_received(3);
+  control::NamedCount* c = all->add_drops();
+  c->set_name("duplicate");
+  c->set_count(7);
+  const std::string text = FormatSwitchCounters(r, "a");
+  EXPECT_NE(text.find("  every QP since start (destroyed ones too): sent 500 (12 retransmitted), "
+                      "received 0, timeouts 0, NAKs sent 0 received 3; drops: duplicate=7\n"),
+            std::string::npos)
+      << text;
+}
+
 }  // namespace
 }  // namespace netfold::tools

@@ -54,4 +54,11 @@ uint64_t QpDropCounters::Total() const {
   return total;
 }
 
+void QpDropCounters::AddTo(QpDropCounters& into) const {
+  for (size_t r = 0; r < by_reason.size(); ++r) {
+    into.by_reason[r].fetch_add(by_reason[r].load(std::memory_order_relaxed),
+                                std::memory_order_relaxed);
+  }
+}
+
 }  // namespace netfold::transport

@@ -66,6 +66,8 @@ struct QpDropCounters {
     return by_reason[static_cast<size_t>(r)].load(std::memory_order_relaxed);
   }
   uint64_t Total() const;
+  // Adds every reason's count to `into`'s.
+  void AddTo(QpDropCounters& into) const;
 };
 
 // Where a queue pair puts the packets it wants sent: buffers from `pool`,

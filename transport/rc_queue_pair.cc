@@ -28,6 +28,27 @@ bool IsValidRemoteQpn(uint32_t qpn) {
 
 }  // namespace
 
+void RcQpCounters::AddTo(RcQpCounters& into) const {
+  auto add = [](const std::atomic<uint64_t>& from, std::atomic<uint64_t>& to) {
+    to.fetch_add(from.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  };
+  add(messages_sent, into.messages_sent);
+  add(messages_received, into.messages_received);
+  add(packets_sent, into.packets_sent);
+  add(packets_retransmitted, into.packets_retransmitted);
+  add(bytes_sent, into.bytes_sent);
+  add(packets_received, into.packets_received);
+  add(bytes_received, into.bytes_received);
+  add(acks_sent, into.acks_sent);
+  add(acks_received, into.acks_received);
+  add(naks_sent, into.naks_sent);
+  add(naks_received, into.naks_received);
+  add(rnr_naks_sent, into.rnr_naks_sent);
+  add(rnr_naks_received, into.rnr_naks_received);
+  add(timeouts, into.timeouts);
+  drops.AddTo(into.drops);
+}
+
 RcQueuePair::RcQueuePair(uint32_t qpn, const RcQpConfig& config, const Clock& clock)
     : qpn_(qpn), config_(config), clock_(clock) {
   rq_.resize(std::max<uint32_t>(config_.max_recv_queue, 1));

@@ -137,6 +137,9 @@ struct RcQpCounters {
   std::atomic<uint64_t> rnr_naks_received{0};
   std::atomic<uint64_t> timeouts{0};
   QpDropCounters drops;
+
+  // Adds every count to `into`'s (a switch's total over the QPs it has had).
+  void AddTo(RcQpCounters& into) const;
 };
 
 class RcQueuePair {

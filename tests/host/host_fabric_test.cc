@@ -11,12 +11,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -285,50 +282,25 @@ control::GetCountersResponse SwitchCounters(const tools::LocalFabric& fabric,
   return counters;
 }
 
-// What the switches' QPs received while a job ran, sampled every 20 ms
-// (a job's QPs, and their counters, go with it): per QP the most it had
-// received, sent NAKs for, and dropped as ahead of its PSN, summed.
-class QpOrderWatch {
- public:
-  struct Most {
-    uint64_t received = 0, naks = 0, ahead = 0;
-  };
-
-  explicit QpOrderWatch(const tools::LocalFabric& fabric)
-      : thread_([this, &fabric] {
-          const std::vector<std::string> admins = fabric.switch_admin_addresses();
-          const absl::Time deadline = absl::Now() + absl::Minutes(5);
-          while (!stop_.load() && absl::Now() < deadline) {
-            for (size_t i = 0; i < admins.size(); ++i) {
-              const control::GetCountersResponse counters = SwitchCounters(fabric, admins[i]);
-              for (const control::QpCounters& qp : counters.qps()) {
-                Most& m = most_[{i, qp.qpn()}];
-                m.received = std::max(m.received, qp.packets_received());
-                m.naks = std::max(m.naks, qp.naks_sent());
-                for (const control::NamedCount& d : qp.drops()) {
-                  if (d.name() == "out_of_sequence") m.ahead = std::max(m.ahead, d.count());
-                }
-              }
-            }
-            absl::SleepFor(absl::Milliseconds(20));
-          }
-        }) {}
-  ~QpOrderWatch() { Stop(); }
-  void Stop() {
-    stop_.store(true);
-    if (thread_.joinable()) thread_.join();
-  }
-  uint64_t Sum(uint64_t Most::*field) const {
-    uint64_t n = 0;
-    for (const auto& [qp, m] : most_) n += m.*field;
-    return n;
-  }
-
- private:
-  std::map<std::pair<size_t, uint32_t>, Most> most_;  // (switch, QPN); the thread's until Stop
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
+// What the QPs of the fabric's switches counted since the switches
+// started, those destroyed with their jobs included (GetCounters' all_qps),
+// summed over the switches: packets received in order, NAKs sent, and
+// packets dropped as ahead of a QP's PSN.
+struct QpTotals {
+  uint64_t received = 0, naks = 0, ahead = 0;
 };
+QpTotals EveryQp(const tools::LocalFabric& fabric) {
+  QpTotals t;
+  for (const std::string& admin : fabric.switch_admin_addresses()) {
+    const control::QpCounters all = SwitchCounters(fabric, admin).all_qps();
+    t.received += all.packets_received();
+    t.naks += all.naks_sent();
+    for (const control::NamedCount& d : all.drops()) {
+      if (d.name() == "out_of_sequence") t.ahead += d.count();
+    }
+  }
+  return t;
+}
 
 // Every packet a switch's port read came through one of its receive queues.
 void ExpectEveryPacketThroughTheQueues(const tools::LocalFabric& fabric, int queues) {
@@ -367,13 +339,13 @@ TEST(HostFabric, ReceiveQueuesGiveTheSameBitsAsTheDataPlaneThreadAlone) {
     Launch ranks(*fabric, 5, 0, {"digest", "300"});
     digests[queues > 0] = testing::AgreedDigest(ranks.Wait(absl::Minutes(3)));
     if (queues > 0) {
-      QpOrderWatch watch(*fabric);
+      const QpTotals before = EveryQp(*fabric);
       Launch large(*fabric, 5, 0, {"large", std::to_string(16u << 20)});
       ExpectAllOk(large.Wait(absl::Minutes(3)));
-      watch.Stop();
-      EXPECT_GT(watch.Sum(&QpOrderWatch::Most::received), 4096u) << "the job's QPs not seen";
-      EXPECT_EQ(watch.Sum(&QpOrderWatch::Most::naks), 0u);
-      EXPECT_EQ(watch.Sum(&QpOrderWatch::Most::ahead), 0u);
+      const QpTotals after = EveryQp(*fabric);  // the job's QPs are gone, not their counts
+      EXPECT_GT(after.received - before.received, 4096u) << "the job's QPs not counted";
+      EXPECT_EQ(after.naks - before.naks, 0u);
+      EXPECT_EQ(after.ahead - before.ahead, 0u);
       ExpectEveryPacketThroughTheQueues(*fabric, queues);
     }
   }
