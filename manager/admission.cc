@@ -133,16 +133,10 @@ absl::Status CheckJobRequest(const FabricState& state, const control::CreateJobR
 
   *quota = req.quota();
   if (quota->max_groups() == 0) quota->set_max_groups(lim.default_groups_per_job);
-  if (quota->num_slots() == 0) quota->set_num_slots(lim.default_slots_per_group);
-  if (quota->slot_bytes() == 0) {
-    // Left to the manager: the default, but no larger than every switch
-    // holds, so that a topology of small slots still gets groups.
-    uint32_t fits = lim.default_slot_bytes;
-    for (int s = 0; s < topo.num_switches(); ++s) {
-      fits = std::min(fits, topo.switch_at(s).capacity.slot_bytes);
-    }
-    quota->set_slot_bytes(std::max<uint32_t>(fits, 1));
-  }
+  // Left to the manager: the default window, within what the switches hold.
+  const DefaultWindow window = DefaultWindowFor(lim, topo);
+  if (quota->num_slots() == 0) quota->set_num_slots(window.num_slots);
+  if (quota->slot_bytes() == 0) quota->set_slot_bytes(window.slot_bytes);
   if (quota->slot_bytes() % proto::kSlotAlignment != 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "slot_bytes %d is not a multiple of %d (a slot holds whole elements of every data type)",

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "manager/allocator.h"
+#include "manager/default_window.h"
 #include "manager/fabric_state.h"
 #include "manager/manager_options.h"
 #include "manager/topology.h"

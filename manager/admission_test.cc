@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "manager/default_window.h"
 #include "manager/testing/manager_test_fixture.h"
 
 namespace netfold::manager {
@@ -195,7 +197,12 @@ TEST_F(ManagerTest, JobQuotaAndPolicyLimits) {
   EXPECT_NE(s.message().find("num_slots 16 exceeds the per-group limit of 8"), std::string::npos);
 }
 
-TEST_F(ManagerTest, UnsetSlotBytesFitTheSmallestSwitch) {
+// A job that leaves K and P to the manager gets the defaults (K = 128,
+// P = 4032) within what the switches hold: P no larger than the smallest
+// slot, K no more than a quarter of the fewest slots, so that four groups
+// of the default size fit every switch. What a job asks for is refused
+// when it does not fit, never lowered.
+TEST_F(ManagerTest, UnsetSlotsAndSlotBytesFitTheSmallestSwitch) {
   absl::StatusOr<Topology> t = Topology::Parse(
       "name: small\n"
       "defaults: {capacity: {trees: 4, groups: 4, slots: 64, slot_bytes: 1024, qps: 8}}\n"
@@ -208,7 +215,7 @@ TEST_F(ManagerTest, UnsetSlotBytesFitTheSmallestSwitch) {
   RegisterAll();
   control::CreateJobResponse job = CreateJob({"h0"});
   EXPECT_EQ(job.quota().slot_bytes(), 1024u);  // not the default 4032
-  EXPECT_EQ(job.quota().num_slots(), 64u);
+  EXPECT_EQ(job.quota().num_slots(), 16u);     // a quarter of 64, not the default 128
   control::JobQuota quota;
   quota.set_slot_bytes(2048);  // asked for: refused, not lowered
   control::CreateJobRequest req;
@@ -216,6 +223,44 @@ TEST_F(ManagerTest, UnsetSlotBytesFitTheSmallestSwitch) {
   req.add_ranks()->set_host("h0");
   *req.mutable_quota() = quota;
   EXPECT_EQ(am_->CreateJob(req).status().code(), absl::StatusCode::kResourceExhausted);
+  quota.set_slot_bytes(0);
+  quota.set_num_slots(64);  // the whole switch, asked for: granted
+  *req.mutable_quota() = quota;
+  absl::StatusOr<control::CreateJobResponse> whole = am_->CreateJob(req);
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  EXPECT_EQ(whole->quota().num_slots(), 64u);
+}
+
+TEST(DefaultWindow, IsTheManagersDefaultWhereTheSwitchesHaveRoom) {
+  auto topology = [](int slots, int slot_bytes) {
+    absl::StatusOr<Topology> t = Topology::Parse(absl::StrFormat(
+        "name: t\n"
+        "defaults: {capacity: {trees: 4, groups: 64, slots: 4096, slot_bytes: 4048, qps: 8}}\n"
+        "switches:\n"
+        "  - {name: root, tier: 1}\n"
+        "  - {name: leaf, tier: 0, capacity: {slots: %d, slot_bytes: %d}}\n"
+        "links:\n"
+        "  - [leaf, root]\n"
+        "hosts:\n"
+        "  - {name: h0, switch: leaf}\n",
+        slots, slot_bytes));
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *std::move(t);
+  };
+  const JobLimits limits;
+  DefaultWindow w = DefaultWindowFor(limits, topology(4096, 4048));
+  EXPECT_EQ(w.num_slots, 128u);
+  EXPECT_EQ(w.slot_bytes, 4032u);
+  w = DefaultWindowFor(limits, topology(512, 4048));
+  EXPECT_EQ(w.num_slots, 128u);
+  w = DefaultWindowFor(limits, topology(256, 2048));  // the smaller switch of the two decides
+  EXPECT_EQ(w.num_slots, 64u);
+  EXPECT_EQ(w.slot_bytes, 2048u);
+  w = DefaultWindowFor(limits, topology(2, 4048));
+  EXPECT_EQ(w.num_slots, 1u);
+  JobLimits small = limits;
+  small.default_slots_per_group = 32;
+  EXPECT_EQ(DefaultWindowFor(small, topology(4096, 4048)).num_slots, 32u);
 }
 
 // A slot size the switches' ALU could not use is refused when the job or

@@ -50,7 +50,9 @@ namespace netfold::sw {
 
 struct JobQuota {
   uint32_t max_groups = 64;
-  uint32_t max_slots = 1024;  // summed over the job's groups on this switch
+  // Summed over the job's groups on this switch: by default room for the
+  // manager's default job (16 groups of K = 128).
+  uint32_t max_slots = 2048;
   uint32_t max_qps = 256;
 };
 

@@ -34,7 +34,7 @@
 //   tls: required                       # or none: plaintext, loudly
 //   log_level: info
 //   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
-//   job_quota: {groups: 64, slots: 1024, qps: 256}
+//   job_quota: {groups: 64, slots: 2048, qps: 256}
 //   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 1000, retry_count: 7,
 //               idle_wait_us: (automatic), poll_us: 0, packet_buffers: 8192,
 //               receive_queues: 0, scheduling: batch}

@@ -18,7 +18,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "manager/default_window.h"
 #include "manager/manager_options.h"
+#include "manager/topology.h"
 #include "tools/bench_results.h"
 #include "tools/local_fabric.h"
 #include "tools/run_command.h"
@@ -154,11 +156,27 @@ int RunBench(const BenchOptions& o) {
     return 2;
   }
   // The window every netfold rank gets: the manager's defaults (LocalFabric
-  // sets none), what `netfold up` users get too.
-  const manager::JobLimits defaults;
-  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=%u slots of P=%u bytes; %s\n",
-              (*fabric)->manager_address().c_str(), defaults.default_slots_per_group,
-              defaults.default_slot_bytes,
+  // sets none) within what the fabric's switches hold, what `netfold up`
+  // users get too.
+  auto topology = manager::Topology::LoadFile((*fabric)->topology_file());
+  if (!topology.ok()) {
+    std::fprintf(stderr, "netfold bench: %s\n", topology.status().ToString().c_str());
+    return 2;
+  }
+  manager::DefaultWindow window = manager::DefaultWindowFor(manager::JobLimits{}, *topology);
+  // Unless this environment, which the ranks inherit, asks for its own.
+  std::string asked;
+  for (auto [name, field] : {std::pair{"NETFOLD_SLOTS", &window.num_slots},
+                             std::pair{"NETFOLD_SLOT_BYTES", &window.slot_bytes}}) {
+    uint32_t v = 0;
+    if (const char* e = std::getenv(name); e != nullptr && absl::SimpleAtoi(e, &v) && v > 0) {
+      *field = v;
+      asked += absl::StrFormat(" (%s=%d)", name, v);
+    }
+  }
+  std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=%u slots of P=%u bytes%s; %s\n",
+              (*fabric)->manager_address().c_str(), window.num_slots, window.slot_bytes,
+              asked.c_str(),
               o.poll_us > 0 ? absl::StrFormat("switches and netfold ranks poll %d us after each packet",
                                               o.poll_us).c_str()
                             : "netfold sleeps in epoll (no polling; --poll-us N to poll)");
