@@ -1,6 +1,7 @@
 #include "host/group_engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
@@ -373,8 +374,9 @@ bool GroupEngine::PostNextChunk() {
     slot.op = &op;
     slot.chunk = chunk + i;
     slot.posted_ns = now;
-    slot.repair_backoff = params_.repair_after;
-    slot.repair_at_ns = now + absl::ToInt64Nanoseconds(params_.repair_after);
+    slot.repaired = false;
+    slot.repair_backoff = RepairAfter();
+    slot.repair_at_ns = now + absl::ToInt64Nanoseconds(slot.repair_backoff);
   }
   next_seq_ += run;
   op.chunks_posted += run;
@@ -458,12 +460,30 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
     }
   }
   if (!chunk_status.ok() && op.status.ok()) op.status = chunk_status;
+  if (!slot.repaired) {
+    // RFC 6298's estimator, in nanoseconds.
+    const int64_t sample = std::max<int64_t>(0, clock_.NowNanos() - slot.posted_ns);
+    if (!have_rtt_) {
+      srtt_ns_ = sample;
+      rttvar_ns_ = sample / 2;
+      have_rtt_ = true;
+    } else {
+      rttvar_ns_ += (std::abs(srtt_ns_ - sample) - rttvar_ns_) / 4;
+      srtt_ns_ += (sample - srtt_ns_) / 8;
+    }
+  }
   ++stats_.results_received;
   slot.used = false;
   slot.op = nullptr;
   while (low_seq_ < next_seq_ && !window_[low_seq_ % window_.size()].used) ++low_seq_;
   ++op.chunks_done;
   FinishOpIfDone(op);
+}
+
+absl::Duration GroupEngine::RepairAfter() const {
+  if (!have_rtt_) return params_.repair_after;
+  const absl::Duration rto = absl::Nanoseconds(srtt_ns_ + 4 * rttvar_ns_);
+  return std::clamp(rto, params_.repair_after, std::max(params_.repair_after, kMaxRepairAfter));
 }
 
 void GroupEngine::FinishOpIfDone(Op& op) {
@@ -513,6 +533,7 @@ void GroupEngine::Poll() {
       return;
     }
     if (s.ok()) ++stats_.repairs_sent;
+    slot.repaired = true;
     slot.repair_backoff = std::min(slot.repair_backoff * 2, absl::Seconds(1));
     slot.repair_at_ns = now + absl::ToInt64Nanoseconds(slot.repair_backoff);
   }

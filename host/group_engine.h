@@ -42,6 +42,10 @@
 
 namespace netfold::host {
 
+// The longest a late multicast result waits before it is first asked for
+// again, whatever its round trip (GroupParams::repair_after).
+inline constexpr absl::Duration kMaxRepairAfter = absl::Seconds(1);
+
 struct GroupParams {
   uint16_t tree_id = 0;
   uint32_t group_id = 0;
@@ -54,7 +58,9 @@ struct GroupParams {
   // (CollectiveArgs::blocks). Empty: blocked operations are refused.
   std::vector<uint32_t> members;
   // A multicast result not seen this long after its request is asked for
-  // again over RC (then again after twice as long, ...).
+  // again over RC (then again after twice as long, ...): the least wait;
+  // where results take longer, the smoothed time they take plus four times
+  // its variation (at most kMaxRepairAfter), as TCP's retransmission timer.
   absl::Duration repair_after = absl::Milliseconds(20);
   // A bcast rank that carries no data for a run of chunks (every rank but
   // the root) posts one request for up to this many of them
@@ -195,6 +201,7 @@ class GroupEngine {
     int64_t posted_ns = 0;
     int64_t repair_at_ns = 0;
     absl::Duration repair_backoff;
+    bool repaired = false;  // asked for again: its time says nothing of the round trip
   };
 
   // Where one chunk of an operation comes from and goes to.
@@ -234,6 +241,9 @@ class GroupEngine {
   void CompleteChunk(InFlight& slot, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
   void FinishOpIfDone(Op& op);
+  // How long a multicast result may take before it is asked for again:
+  // repair_after, or more where results take longer (RepairTimer).
+  absl::Duration RepairAfter() const;
   size_t ElementsPerChunk(const Op& op) const;
   // Element bytes one chunk may carry: P, less the tag's room with integrity.
   size_t ChunkBytes() const {
@@ -256,6 +266,14 @@ class GroupEngine {
   std::vector<InFlight> window_;           // K entries, indexed by seq mod K
   std::optional<Request> pending_request_;  // a request the sender refused, to retry
   OpId pending_op_ = 0;                     // the operation it belongs to
+  // A chunk's time from its request to its result, smoothed as TCP smooths
+  // its round trip (RFC 6298: srtt and rttvar, gains 1/8 and 1/4), from
+  // chunks never asked for again. Where ranks and switches share cores the
+  // scheduler sets it, and a deep window waits its turn: repairs at a fixed
+  // 20 ms asked for results that were only late.
+  bool have_rtt_ = false;
+  int64_t srtt_ns_ = 0;
+  int64_t rttvar_ns_ = 0;
   GroupEngineStats stats_;
 };
 

@@ -252,6 +252,38 @@ TEST_F(GroupEngineTest, LostMulticastResultIsRepairedWithBackoff) {
   EXPECT_EQ(e.stats().repairs_sent, 2u);
 }
 
+// A result that takes longer than repair_after is not asked for again as
+// long as results take that long: the wait follows their smoothed time
+// from request to result (RFC 6298's srtt + 4 rttvar); one that is really
+// lost is still asked for once that wait is over.
+TEST_F(GroupEngineTest, TheRepairWaitFollowsHowLongResultsTake) {
+  GroupEngine e(Params(), &leaf_, clock_);  // repair_after 10 ms, K = 2
+  std::vector<int32_t> data(4 * 8, 1);      // 8 chunks
+  auto op = *e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = data.data(),
+                      .recv = data.data(), .count = data.size()});
+  size_t answered = 0;
+  for (int round = 0; round < 3; ++round) {  // 6 results, each 50 ms after its request
+    e.Poll();
+    clock_.Advance(absl::Milliseconds(50));
+    Answer(e, answered++, {2, 2, 2, 2});
+    Answer(e, answered++, {2, 2, 2, 2});
+  }
+  e.Poll();  // chunks 6 and 7; srtt 50 ms, rttvar ~6 ms: a wait of ~74 ms
+  ASSERT_EQ(leaf_.sent.size(), 8u);
+  clock_.Advance(absl::Milliseconds(60));
+  e.Poll();
+  EXPECT_EQ(e.stats().repairs_sent, 0u) << "late by the 10 ms floor, not by their usual time";
+  Answer(e, 6, {2, 2, 2, 2});
+  clock_.Advance(absl::Milliseconds(20));  // chunk 7's result was lost
+  e.Poll();
+  ASSERT_EQ(e.stats().repairs_sent, 1u);
+  EXPECT_EQ(leaf_.Header(8).type, AggregationMessageType::kRepairRequest);
+  EXPECT_EQ(leaf_.Header(8).seq, 7u);
+  Answer(e, 7, {2, 2, 2, 2});
+  EXPECT_TRUE(e.Finish(op).ok());
+  EXPECT_EQ(data, std::vector<int32_t>(32, 2));
+}
+
 TEST_F(GroupEngineTest, ReduceWithoutMulticastGoesToTheRootAlone) {
   GroupParams p = Params();
   p.delivery = DeliveryMode::kRcTree;
@@ -433,7 +465,12 @@ TEST_F(GroupEngineTest, RootDataReduceCompletesTheRootOnItsDataAndTheOthersOnThe
   e.Poll();
   ASSERT_EQ(leaf_.sent.size(), 2u);
   EXPECT_EQ(leaf_.Header(1).delivery, DeliveryMode::kRootData);
-  clock_.Advance(absl::Milliseconds(30));
+  // The first result took 150 ms: the wait before a repair is now
+  // srtt + 4 rttvar = 150 + 4 x 75 ms, not repair_after.
+  clock_.Advance(absl::Milliseconds(440));
+  e.Poll();
+  ASSERT_EQ(leaf_.sent.size(), 2u);
+  clock_.Advance(absl::Milliseconds(20));
   e.Poll();
   ASSERT_EQ(leaf_.sent.size(), 3u) << "a lost header is asked for again";
   EXPECT_EQ(leaf_.Header(2).type, AggregationMessageType::kRepairRequest);

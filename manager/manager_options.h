@@ -29,12 +29,13 @@ struct JobLimits {
   // What a job gets when it asks for nothing: K and P that keep a 4096-byte
   // path busy (docs/performance.md; issue 22), lowered to what the
   // topology's switches hold (DefaultWindowFor). P is the largest payload a
-  // multicast result carries in a 4096-byte RoCE MTU. K = 128 (504 KiB in
-  // flight per rank): on 2 shared cores a chunk's round trip is set by the
-  // scheduler, and 128 measured 10-35 % faster than 64 for allreduce, bcast
-  // and reduce from 512 KiB to 16 MiB, and a reduce of 256 KiB (65 chunks)
-  // 2.7x ("A window of 128").
-  uint32_t default_slots_per_group = 128;
+  // multicast result carries in a 4096-byte RoCE MTU. K = 64 (252 KiB in
+  // flight per rank): bcast and reduce are bound by the window on loopback
+  // and measured 15-30 % faster than with 32 ("A deeper window"). 128 was
+  // faster still at 8 ranks, but at 16 ranks on 2 cores the ranks' RC
+  // timers fired while the switches waited for a CPU and resent up to 128
+  // requests each, +30-38 % bytes and 2x the time ("A window of 128").
+  uint32_t default_slots_per_group = 64;
   uint32_t max_slot_bytes = 65536;
   uint32_t default_slot_bytes = 4032;
 };

@@ -51,7 +51,7 @@ namespace netfold::sw {
 struct JobQuota {
   uint32_t max_groups = 64;
   // Summed over the job's groups on this switch: by default room for the
-  // manager's default job (16 groups of K = 128).
+  // manager's default job of 16 groups at K = 128 (twice the default K).
   uint32_t max_slots = 2048;
   uint32_t max_qps = 256;
 };

@@ -359,14 +359,14 @@ int Main(int argc, char** argv) {
       print(Measure(type, root, reverse, kChildren, seconds, reps));
     }
   }
-  // With a window of K = 64 (the manager's default is 128) a slot comes round every 64
+  // With the manager's default window (K = 64) a slot comes round every 64
   // operations: what it touches per operation is no longer in the cache
   // unless it is shared between slots.
   for (bool reverse : {false, true}) {
     print(Measure(DataType::kFp32, true, reverse, kChildren, seconds, reps, 64));
   }
   std::printf("\n\"reversed\": children arrive 7..0, so seven contributions wait (a copy each)\n"
-              "before the in-order fold can start. K=64: a window of 64 slots (the default is 128).\n");
+              "before the in-order fold can start. K=64: the manager's default window.\n");
   // As the group grows: the fan-in of one node (its children: ranks on a
   // leaf, or child switches), fp32 sum at the group root, in order.
   std::printf("\nfan-in (children of one node), fp32 sum, root, in order:\n");

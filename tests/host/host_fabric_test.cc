@@ -325,7 +325,7 @@ void ExpectEveryPacketThroughTheQueues(const tools::LocalFabric& fabric, int que
 // threads, every packet through them, and the fp32 sums, whose bits show
 // the association order, are the same bits as with none; a 16 MiB vector
 // crosses them exactly, each QP receiving in order (no NAK, nothing ahead
-// of its PSN). The manager's window (K = 128 chunks of 4032 bytes), so that
+// of its PSN). The manager's window (K = 64 chunks of 4032 bytes), so that
 // a rank has several GSO batches in flight at once, which a steering that
 // split a sender's packets between queues would reorder (one that picks a
 // queue at random gave ~440 NAKs per run).
