@@ -534,7 +534,7 @@ void GroupEngine::Poll() {
     }
     if (s.ok()) ++stats_.repairs_sent;
     slot.repaired = true;
-    slot.repair_backoff = std::min(slot.repair_backoff * 2, absl::Seconds(1));
+    slot.repair_backoff = std::min(slot.repair_backoff * 2, kMaxRepairAfter);
     slot.repair_at_ns = now + absl::ToInt64Nanoseconds(slot.repair_backoff);
   }
   for (auto& [id, op] : ops_) {

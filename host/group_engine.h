@@ -42,8 +42,9 @@
 
 namespace netfold::host {
 
-// The longest a late multicast result waits before it is first asked for
-// again, whatever its round trip (GroupParams::repair_after).
+// The longest a late multicast result waits before it is asked for again,
+// the first time whatever its round trip, and between repairs
+// (GroupParams::repair_after).
 inline constexpr absl::Duration kMaxRepairAfter = absl::Seconds(1);
 
 struct GroupParams {
@@ -241,8 +242,8 @@ class GroupEngine {
   void CompleteChunk(InFlight& slot, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
   void FinishOpIfDone(Op& op);
-  // How long a multicast result may take before it is asked for again:
-  // repair_after, or more where results take longer (RepairTimer).
+  // How long a multicast result may take before it is first asked for
+  // again: repair_after, or more where results take longer (srtt_ns_).
   absl::Duration RepairAfter() const;
   size_t ElementsPerChunk(const Op& op) const;
   // Element bytes one chunk may carry: P, less the tag's room with integrity.

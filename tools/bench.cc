@@ -18,6 +18,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "host/options.h"
 #include "manager/default_window.h"
 #include "manager/manager_options.h"
 #include "manager/topology.h"
@@ -164,15 +165,22 @@ int RunBench(const BenchOptions& o) {
     return 2;
   }
   manager::DefaultWindow window = manager::DefaultWindowFor(manager::JobLimits{}, *topology);
-  // Unless this environment, which the ranks inherit, asks for its own.
+  // Unless this environment, which the ranks inherit, asks for its own: read
+  // as the ranks' library reads it.
+  host::ContextOptions rank_options;
+  if (absl::Status s = host::ApplyEnvironment(&rank_options); !s.ok()) {
+    std::fprintf(stderr, "netfold bench: the ranks would refuse this environment: %s\n",
+                 s.ToString().c_str());
+    return 2;
+  }
   std::string asked;
-  for (auto [name, field] : {std::pair{"NETFOLD_SLOTS", &window.num_slots},
-                             std::pair{"NETFOLD_SLOT_BYTES", &window.slot_bytes}}) {
-    uint32_t v = 0;
-    if (const char* e = std::getenv(name); e != nullptr && absl::SimpleAtoi(e, &v) && v > 0) {
-      *field = v;
-      asked += absl::StrFormat(" (%s=%d)", name, v);
-    }
+  if (rank_options.num_slots != 0) {
+    window.num_slots = rank_options.num_slots;
+    asked += absl::StrFormat(" (NETFOLD_SLOTS=%d)", rank_options.num_slots);
+  }
+  if (rank_options.slot_bytes != 0) {
+    window.slot_bytes = rank_options.slot_bytes;
+    asked += absl::StrFormat(" (NETFOLD_SLOT_BYTES=%d)", rank_options.slot_bytes);
   }
   std::printf("fabric: manager %s, 3 switches (root, leaf0, leaf1), K=%u slots of P=%u bytes%s; %s\n",
               (*fabric)->manager_address().c_str(), window.num_slots, window.slot_bytes,
