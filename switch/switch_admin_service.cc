@@ -65,6 +65,7 @@ void FillQpCounts(const transport::RcQpCounters& c, control::QpCounters* q) {
   q->set_rnr_naks_sent(Load(c.rnr_naks_sent));
   q->set_rnr_naks_received(Load(c.rnr_naks_received));
   q->set_timeouts(Load(c.timeouts));
+  q->set_spurious_timeouts(Load(c.spurious_timeouts));
   FillQpDrops(c.drops, q->mutable_drops(), "", true);
 }
 

@@ -192,13 +192,17 @@ std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>
   return out.empty() ? " none" : out;
 }
 
-// "sent N (N retransmitted), received N, timeouts N", then NAKs and drops
-// (out of sequence, duplicate, ...) only when there are any: what an
-// operator chasing retransmissions looks for.
+// "sent N (N retransmitted), received N, timeouts N", then how many of
+// the timeouts were spurious, NAKs and drops (out of sequence, duplicate,
+// ...) only when there are any: what an operator chasing retransmissions
+// looks for.
 std::string QpCounts(const control::QpCounters& q) {
   std::string out = absl::StrFormat("sent %d (%d retransmitted), received %d, timeouts %d",
                                     q.packets_sent(), q.packets_retransmitted(),
                                     q.packets_received(), q.timeouts());
+  if (q.spurious_timeouts() != 0) {
+    out += absl::StrFormat(" (%d spurious)", q.spurious_timeouts());
+  }
   if (q.naks_sent() != 0 || q.naks_received() != 0) {
     out += absl::StrFormat(", NAKs sent %d received %d", q.naks_sent(), q.naks_received());
   }

@@ -169,6 +169,12 @@ TEST(StatusText, SwitchCountersGiveEveryQpsTotalsWhenDetailed) {
                       "received 0, timeouts 0, NAKs sent 0 received 3; drops: duplicate=7\n"),
             std::string::npos)
       << text;
+  // Spurious timeouts, when there are any, follow the timeouts.
+  all->set_timeouts(5);
+  all->set_spurious_timeouts(4);
+  EXPECT_NE(FormatSwitchCounters(r, "a").find("received 0, timeouts 5 (4 spurious), NAKs sent 0"),
+            std::string::npos)
+      << FormatSwitchCounters(r, "a");
 }
 
 }  // namespace

@@ -46,6 +46,7 @@ void RcQpCounters::AddTo(RcQpCounters& into) const {
   add(rnr_naks_sent, into.rnr_naks_sent);
   add(rnr_naks_received, into.rnr_naks_received);
   add(timeouts, into.timeouts);
+  add(spurious_timeouts, into.spurious_timeouts);
   drops.AddTo(into.drops);
 }
 
@@ -566,6 +567,13 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet, const Ipv4Endpo
 }
 
 void RcQueuePair::AckUpTo(uint32_t psn) {
+  // After a timeout only the first unacknowledged packet (probe_psn_) went
+  // out again. An ACK beyond it covers packets sent once, before the
+  // timeout: they arrived, the receiver was only slow to answer, and the
+  // ones after them are most likely on their way too. Go on after the
+  // last packet ever sent rather than sending them all again (F-RTO); a
+  // real loss among them is NAKed, or the timer finds it.
+  const bool spurious = probing_ && PsnLess(probe_psn_, psn);
   while (!sq_.empty()) {
     SendWqe* w = sq_.front();
     const uint32_t last = PsnAdd(w->first_psn, static_cast<int32_t>(w->num_packets) - 1);
@@ -578,6 +586,10 @@ void RcQueuePair::AckUpTo(uint32_t psn) {
   }
   una_psn_ = PsnAdd(psn, 1);
   probing_ = false;
+  if (spurious) {
+    BumpCounter(counters_.spurious_timeouts);
+    if (PsnLess(send_psn_, max_sent_psn_)) GoBackTo(max_sent_psn_);
+  }
   if (PsnLess(send_psn_, una_psn_)) GoBackTo(una_psn_);
   // Progress: the retry budget and the backoff start over.
   retries_ = 0;
@@ -744,6 +756,7 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
     backoff_ = std::min(backoff_ + 1, config_.max_backoff);
     GoBackTo(una_psn_);
     probing_ = true;
+    probe_psn_ = una_psn_;
     retransmit_at_ns_ = now + (absl::ToInt64Nanoseconds(attrs_.timeout) << backoff_);
   }
   constexpr int kMaxPacketsPerPoll = 64;

@@ -35,7 +35,13 @@
 //   ACK or NAK answers: a receiver that was merely slow, or whose socket
 //   was full, is not buried under a whole window of duplicates, and its
 //   answer says where to go on from (as TCP restarts from one segment
-//   after a retransmission timeout). After
+//   after a retransmission timeout). An answer that acknowledges packets
+//   sent after that first one (sent once, before the timeout) shows the
+//   timeout was spurious: the receiver was slow, not losing packets
+//   (F-RTO, RFC 5682). The requester then goes on after the last packet it
+//   ever sent instead of sending the rest of the window again; a packet
+//   that was really lost among them is NAKed when a later one arrives, or
+//   found by the next timeout (spurious_timeouts counts these). After
 //   `retry_count` retransmissions without progress (or `rnr_retry` RNR NAKs;
 //   7 means unlimited, as in verbs) the QP goes to ERROR, every posted
 //   message completes with that error, and error() says why.
@@ -136,6 +142,10 @@ struct RcQpCounters {
   std::atomic<uint64_t> rnr_naks_sent{0};
   std::atomic<uint64_t> rnr_naks_received{0};
   std::atomic<uint64_t> timeouts{0};
+  // Of those, timeouts the receiver's answer showed to be spurious: packets
+  // sent once, before the timeout, had arrived (the rest of the window was
+  // not sent again).
+  std::atomic<uint64_t> spurious_timeouts{0};
   QpDropCounters drops;
 
   // Adds every count to `into`'s (a switch's total over the QPs it has had).
@@ -317,6 +327,7 @@ class RcQueuePair {
   uint32_t rnr_retries_ = 0;
   uint32_t backoff_ = 0;
   bool probing_ = false;                 // after a timeout: one packet until answered
+  uint32_t probe_psn_ = 0;               // una_psn_ when the last timeout fired
   std::deque<SendCompletion> completions_;
 
   // Responder.

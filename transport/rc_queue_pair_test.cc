@@ -527,6 +527,40 @@ TEST(RcQueuePair, ATimeoutResendsOnePacketUntilTheReceiverAnswers) {
   }
 }
 
+// A receiver that is slow, not losing packets (a switch whose thread waits
+// for a CPU): it does not run for 5 ms, with an ACK timeout of 1 ms, then
+// takes its backlog a burst (32 packets) at a time, ACKing each. The
+// timeouts send one probe each; the first answer acknowledges packets that
+// were sent once, before the timeout, so the timeout was spurious and the
+// requester does not send the rest of its window again (it used to: the
+// 32 packets of the second burst, still on their way).
+TEST(RcQueuePair, ASlowReceiverGetsProbesNotTheWindowAgain) {
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(1);
+  RcPair pair({}, {}, attrs);
+  constexpr int kMessages = 64;
+  for (int i = 0; i < kMessages; ++i) ASSERT_TRUE(pair.qa_->PostSend(Message(i, 4096), i).ok());
+  for (int step = 0; step < 50; ++step) {  // 5 ms: only the requester runs
+    pair.a_->Progress(absl::ZeroDuration());
+    pair.clock_.Advance(absl::Microseconds(100));
+  }
+  const RcQpCounters& c = pair.qa_->counters();
+  ASSERT_EQ(c.packets_sent, static_cast<uint64_t>(kMessages));
+  ASSERT_GE(c.timeouts, 2u) << "the receiver was not slow enough to time out";
+  ASSERT_EQ(c.packets_retransmitted, c.timeouts.load()) << "one probe per timeout";
+  for (int step = 0; step < 200 && pair.qb_->counters().messages_received < kMessages; ++step) {
+    pair.Step(absl::Microseconds(100));
+    RecvMessage rm;
+    while (pair.qb_->PeekRecv(&rm)) pair.qb_->PopRecv();
+  }
+  ASSERT_EQ(pair.qb_->counters().messages_received, static_cast<uint64_t>(kMessages));
+  for (int step = 0; step < 100 && pair.qa_->num_outstanding() > 0; ++step) pair.Step();
+  EXPECT_EQ(pair.qa_->num_outstanding(), 0u);
+  EXPECT_EQ(c.spurious_timeouts, 1u);
+  EXPECT_EQ(c.packets_retransmitted, c.timeouts.load()) << "only the probes went out again";
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts);
+}
+
 TEST(RcQueuePair, FullReceiveQueueIsRnrNakedAndRecovered) {
   RcQpConfig config;
   config.max_recv_queue = 4;

@@ -31,6 +31,10 @@
 // avg_us, p50_us and p99_us are over every (rank, iteration) sample.
 // link_bytes_per_op is rank 0's RoCE bytes (both directions) per operation
 // when the interposer is loaded (netfold_mpi_stats), else -1.
+// With NETFOLD_BENCH_STATS=1 and the interposer loaded, rank 0 also prints
+// to stderr, after the sweep, what every rank's link spent on recovery:
+//   collective_bench: all ranks: chunks N, repairs N, retransmissions N, dropped N
+// (sums of netfold_stats_t over the ranks, the whole run, warm-ups included).
 #include <dlfcn.h>
 #include <mpi.h>
 
@@ -258,6 +262,22 @@ int main(int argc, char** argv) {
       std::printf("%ld,%d,%.3f,%.3f,%.3f,%.1f\n", bytes, iters,
                   sum / static_cast<double>(all.size()) * 1e6, p50 * 1e6, p99 * 1e6, link);
       std::fflush(stdout);
+    }
+  }
+  if (stats != nullptr && std::getenv("NETFOLD_BENCH_STATS") != nullptr &&
+      std::string(std::getenv("NETFOLD_BENCH_STATS")) == "1") {
+    Stats s{};
+    (void)stats(&s);
+    const uint64_t mine[4] = {s.chunks_posted, s.repairs_sent, s.retransmissions,
+                              s.packets_dropped};
+    uint64_t sum[4] = {};
+    PMPI_Reduce(mine, sum, 4, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
+    if (rank == 0) {
+      std::fprintf(stderr,
+                   "collective_bench: all ranks: chunks %llu, repairs %llu, retransmissions %llu, "
+                   "dropped %llu\n",
+                   static_cast<unsigned long long>(sum[0]), static_cast<unsigned long long>(sum[1]),
+                   static_cast<unsigned long long>(sum[2]), static_cast<unsigned long long>(sum[3]));
     }
   }
   MPI_Finalize();
