@@ -264,8 +264,8 @@ int main(int argc, char** argv) {
       std::fflush(stdout);
     }
   }
-  if (stats != nullptr && std::getenv("NETFOLD_BENCH_STATS") != nullptr &&
-      std::string(std::getenv("NETFOLD_BENCH_STATS")) == "1") {
+  if (const char* want = std::getenv("NETFOLD_BENCH_STATS");
+      stats != nullptr && want != nullptr && std::string(want) == "1") {
     Stats s{};
     (void)stats(&s);
     const uint64_t mine[4] = {s.chunks_posted, s.repairs_sent, s.retransmissions,

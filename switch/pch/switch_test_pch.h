@@ -1,19 +1,8 @@
-// Precompiled header of switch_unit_tests (switch/meson.build): headers most of the
-// unit tests here include, parsed once for the whole binary instead of once
-// per test file. Test files still include what they use; a build with
-// -Db_pch=false checks that they do.
-#include <cstdint>
-#include <cstring>
-#include <map>
-#include <memory>
-#include <string>
-#include <thread>
-#include <vector>
-
-#include "absl/status/statusor.h"
-#include "absl/strings/str_format.h"
-#include "gmock/gmock.h"
-#include "gtest/gtest.h"
+// Precompiled header of switch_unit_tests (switch/meson.build): the headers most of
+// the unit tests here include, parsed once for the whole executable instead
+// of once per test file. Test files still include what they use; a build
+// with -Db_pch=false checks that they do.
+#include "base/testing/unit_test_pch.h"
 #include "base/clock.h"
 #include "proto/aggregation_header.h"
 #include "switch/aggregation_node.h"
