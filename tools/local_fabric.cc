@@ -164,6 +164,7 @@ absl::StatusOr<pid_t> LocalFabric::Spawn(const std::string& name,
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const int claim_fd = multicast_claim_ ? multicast_claim_->fd() : -1;
   pid_t pid = fork();
   if (pid < 0) {
     const int e = errno;
@@ -181,6 +182,9 @@ absl::StatusOr<pid_t> LocalFabric::Spawn(const std::string& name,
     dup2(log_fd, STDERR_FILENO);
     int null_fd = open("/dev/null", O_RDONLY);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
+    // Every daemon holds the fabric's multicast claim: it lasts while any
+    // of them runs, also after this launcher is gone.
+    if (claim_fd >= 0) fcntl(claim_fd, F_SETFD, 0);
     execv(args[0], args.data());
     _exit(127);
   }
@@ -269,16 +273,19 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   NETFOLD_ASSIGN_OR_RETURN(std::string managerd, FindDaemon("netfold-managerd", options.bin_dir));
   NETFOLD_ASSIGN_OR_RETURN(std::string switchd, FindDaemon("netfold-switchd", options.bin_dir));
 
-  // The manager: a config with a multicast prefix of its own, so that
-  // fabrics running side by side on one machine do not share groups.
-  const int prefix = 1 + static_cast<int>(getpid() % 250);
+  // The manager: a config with a multicast prefix of its own, claimed
+  // machine-wide for as long as the fabric runs (tools/multicast_claim.h),
+  // so that fabrics side by side on one machine never share a group.
+  NETFOLD_ASSIGN_OR_RETURN(MulticastClaim claim,
+                           MulticastClaim::Take(1 + static_cast<int>(getpid() % 250)));
+  multicast_claim_.emplace(std::move(claim));
   std::string config = absl::StrFormat(
       "listen: 127.0.0.1:0\n"
       "topology: %s\n"
       "state_dir: %s/manager-state\n"
       "log_level: %s\n"
-      "multicast_prefix: \"239.%d\"\n",
-      topology_file_, state_dir_, options.log_level, prefix);
+      "multicast_prefix: \"%s\"\n",
+      topology_file_, state_dir_, options.log_level, multicast_claim_->prefix());
   if (options.default_slot_bytes > 0 || options.default_slots > 0) {
     config += "limits: {";
     if (options.default_slot_bytes > 0) {

@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "auth/grpc_credential.h"
+#include "tools/multicast_claim.h"
 #include "tools/state_dir.h"
 
 namespace netfold::tools {
@@ -95,6 +96,10 @@ class LocalFabric {
   const std::string& tls_ca_file() const { return tls_ca_file_; }
   const auth::ClientAuth& client_auth() const { return client_auth_; }
   const std::string& state_dir() const { return state_dir_; }
+  // N of the manager's multicast prefix 239.N (groups get 239.N.x.y),
+  // claimed machine-wide while any of the fabric's daemons runs
+  // (tools/multicast_claim.h).
+  int multicast_octet() const { return multicast_claim_ ? multicast_claim_->octet() : 0; }
   const std::string& topology_file() const { return topology_file_; }
   const std::vector<std::string>& switch_names() const { return switch_names_; }
   // True if every switch runs in one process (switch_processes resolved).
@@ -162,6 +167,7 @@ class LocalFabric {
   absl::Status WritePids();
 
   std::optional<StateDir> dir_;
+  std::optional<MulticastClaim> multicast_claim_;
   std::string state_dir_;
   std::string topology_file_;
   std::string manager_address_;

@@ -136,9 +136,10 @@ TEST(ForgedResults, ResultsFromAnyoneButTheGroupRootAreDroppedAndCounted) {
   o.default_slots = 8;
   auto fabric = tools::LocalFabric::Start(o);
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  // tools/local_fabric.cc gives its manager the multicast prefix 239.(1 +
-  // pid % 250); the manager hands out indexes from 1 (x.y = 0.1, 0.2, ...).
-  const uint32_t prefix = 0xef000000u | ((1u + static_cast<uint32_t>(getpid() % 250)) << 16);
+  // The manager hands out indexes from 1 (x.y = 0.1, 0.2, ...) under the
+  // prefix 239.N the fabric claimed (tools/multicast_claim.h).
+  const uint32_t prefix =
+      0xef000000u | (static_cast<uint32_t>((*fabric)->multicast_octet()) << 16);
   std::vector<transport::Ipv4Endpoint> groups;
   for (uint32_t i = 1; i <= 4; ++i) groups.push_back({prefix | i, 4791});
   Forger forger(groups);

@@ -6,10 +6,14 @@
 // - 10: `netfold up` used a state directory another user made or planted a
 //   symlink for; `netfold down` signalled whatever pids fabric.pids named;
 //   a second `netfold up` removed the running fabric's fabric.pids.
+// - Two fabrics on one machine took the multicast prefix 239.(1 + pid %
+//   250) and shared groups one time in 250 (always, for two fabrics of one
+//   process). Now the prefix is claimed machine-wide while the fabric runs.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +28,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/manager/subprocess.h"
+#include "tools/multicast_claim.h"
 
 namespace netfold {
 namespace {
@@ -237,6 +242,35 @@ TEST_F(LocalTooling, ASecondUpLeavesTheRunningFabricAlone) {
   EXPECT_THAT(r.output, HasSubstr("stopped"));
   EXPECT_THAT(r.output, Not(HasSubstr("not signalled")));
   EXPECT_FALSE(fs::exists(dir + "/fabric.pids"));
+}
+
+// The daemons hold the fabric's multicast prefix after `netfold up` has
+// exited, and let go of it when they stop: no other fabric on this machine
+// can take it meanwhile.
+TEST_F(LocalTooling, AFabricsMulticastPrefixStaysClaimedUntilItIsDown) {
+  const std::string dir = tmp_ + "/fabric";
+  WillStop(dir);
+  CliRun r = Netfold({"up", "--hosts", "2", "--state-dir", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  RememberDaemons(Slurp(dir + "/fabric.pids"));
+  const std::string config = Slurp(dir + "/manager.yaml");
+  const size_t at = config.find("multicast_prefix:");
+  ASSERT_NE(at, std::string::npos) << config;
+  int octet = 0;
+  ASSERT_EQ(std::sscanf(config.c_str() + at, "multicast_prefix: \"239.%d\"", &octet), 1) << config;
+
+  {
+    absl::StatusOr<tools::MulticastClaim> other = tools::MulticastClaim::Take(octet);
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_NE(other->octet(), octet) << "another fabric could take 239." << octet
+                                     << " while this one runs";
+  }
+
+  r = Netfold({"down", "--state-dir", dir});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  absl::StatusOr<tools::MulticastClaim> after = tools::MulticastClaim::Take(octet);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->octet(), octet) << "the stopped fabric still holds its prefix";
 }
 
 }  // namespace
