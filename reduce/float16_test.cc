@@ -83,9 +83,14 @@ uint16_t OracleFp16(double d) { return EncodeFp16(RoundToFormat(d, 11, -14, 15))
 uint16_t OracleBf16(double d) { return EncodeBf16(RoundToFormat(d, 8, -126, 127)); }
 
 #ifdef NETFOLD_TEST_HAVE_F16C_INTRINSICS
+// Asked once: CPUID traps to the hypervisor in a VM (~15 us a call here,
+// which made the 2 million checks below take half a minute).
 bool HaveF16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  static const bool have = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
+  return have;
 }
 __attribute__((target("f16c"))) uint16_t HardwareFloatToFp16(float f) {
   return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
