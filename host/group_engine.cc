@@ -375,6 +375,7 @@ bool GroupEngine::PostNextChunk() {
     slot.chunk = chunk + i;
     slot.posted_ns = now;
     slot.repaired = false;
+    slot.late = false;
     slot.repair_backoff = RepairAfter();
     slot.repair_at_ns = now + absl::ToInt64Nanoseconds(slot.repair_backoff);
   }
@@ -460,9 +461,24 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
     }
   }
   if (!chunk_status.ok() && op.status.ok()) op.status = chunk_status;
-  if (!slot.repaired) {
+  const int64_t now = clock_.NowNanos();
+  last_result_ns_ = now;
+  if (slot.seq + 1 > results_end_seq_) {
+    // Chunks kGapResults or more before the newest result are missing, not
+    // queued: asked for at once (TCP's fast retransmit after three
+    // duplicate ACKs). Waiting for their timers instead held every rank
+    // back behind the one that lost a result, and those waits then
+    // lengthened everyone's timers.
+    const uint64_t from = results_end_seq_ > kGapResults ? results_end_seq_ - kGapResults : 0;
+    for (uint64_t seq = std::max(low_seq_, from); seq + kGapResults <= slot.seq; ++seq) {
+      InFlight& w = window_[seq % window_.size()];
+      if (w.used && w.seq == seq && !w.repaired) w.repair_at_ns = std::min(w.repair_at_ns, now);
+    }
+    results_end_seq_ = slot.seq + 1;
+  }
+  if (!slot.repaired && !slot.late) {
     // RFC 6298's estimator, in nanoseconds.
-    const int64_t sample = std::max<int64_t>(0, clock_.NowNanos() - slot.posted_ns);
+    const int64_t sample = std::max<int64_t>(0, now - slot.posted_ns);
     if (!have_rtt_) {
       srtt_ns_ = sample;
       rttvar_ns_ = sample / 2;
@@ -481,7 +497,11 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
 }
 
 absl::Duration GroupEngine::RepairAfter() const {
-  if (!have_rtt_) return params_.repair_after;
+  // Before the first result: kFirstRepairAfter, or a quarter of the
+  // operation's deadline if that is shorter (the repair has time to come).
+  if (!have_rtt_) {
+    return std::max(params_.repair_after, std::min(kFirstRepairAfter, params_.op_timeout / 4));
+  }
   const absl::Duration rto = absl::Nanoseconds(srtt_ns_ + 4 * rttvar_ns_);
   return std::clamp(rto, params_.repair_after, std::max(params_.repair_after, kMaxRepairAfter));
 }
@@ -518,11 +538,45 @@ void GroupEngine::Poll() {
   Post();
   if (!failure_.ok()) return;
   const int64_t now = clock_.NowNanos();
+  // The oldest chunk whose result may be lost (found when first needed).
+  std::optional<uint64_t> oldest_losable;
+  auto OldestLosable = [&] {
+    if (!oldest_losable.has_value()) {
+      oldest_losable = UINT64_MAX;
+      for (uint64_t seq = low_seq_; seq < next_seq_; ++seq) {
+        const InFlight& w = window_[seq % window_.size()];
+        if (w.used && w.seq == seq && MayLose(*w.op, w.chunk)) {
+          oldest_losable = seq;
+          break;
+        }
+      }
+    }
+    return *oldest_losable;
+  };
   for (InFlight& slot : window_) {
     if (!slot.used || slot.repair_at_ns > now) continue;
     if (!MayLose(*slot.op, slot.chunk)) {
       slot.repair_at_ns = INT64_MAX;
       continue;
+    }
+    if (!slot.repaired && results_end_seq_ < slot.seq + 1 + kGapResults) {
+      // No later result says it was lost (kGapResults).
+      const int64_t wait = absl::ToInt64Nanoseconds(RepairAfter());
+      slot.late = true;
+      if (last_result_ns_ + wait > now) {
+        // Results still come: it is queued behind them.
+        slot.repair_at_ns = last_result_ns_ + wait;
+        continue;
+      }
+      if (slot.seq != OldestLosable()) {
+        // Nothing comes: only the oldest chunk is asked for (a probe, as
+        // TCP resends one segment when its timer fires; the oldest of
+        // those that may be lost: one delivered over RC is not). A rank
+        // that joins the operation late holds every result back; its peers
+        // then ask once per wait, not once per chunk of their windows.
+        slot.repair_at_ns = now + wait;
+        continue;
+      }
     }
     std::optional<Request> repair =
         BuildRequest(*slot.op, slot.chunk, slot.seq, AggregationMessageType::kRepairRequest);

@@ -46,6 +46,12 @@ namespace netfold::host {
 // the first time whatever its round trip, and between repairs
 // (GroupParams::repair_after).
 inline constexpr absl::Duration kMaxRepairAfter = absl::Seconds(1);
+// How long a group's results may take before the first one ever came: the
+// time they take is not known yet, and the first window of a long
+// operation may wait behind every rank's (TCP's first retransmission
+// timeout, RFC 6298 2.1). At most a quarter of the operation's deadline
+// (GroupParams::op_timeout); a gap in later results asks sooner.
+inline constexpr absl::Duration kFirstRepairAfter = absl::Seconds(1);
 
 struct GroupParams {
   uint16_t tree_id = 0;
@@ -61,7 +67,8 @@ struct GroupParams {
   // A multicast result not seen this long after its request is asked for
   // again over RC (then again after twice as long, ...): the least wait;
   // where results take longer, the smoothed time they take plus four times
-  // its variation (at most kMaxRepairAfter), as TCP's retransmission timer.
+  // its variation (at most kMaxRepairAfter), as TCP's retransmission timer;
+  // kFirstRepairAfter before the group's first result.
   absl::Duration repair_after = absl::Milliseconds(20);
   // A bcast rank that carries no data for a run of chunks (every rank but
   // the root) posts one request for up to this many of them
@@ -203,6 +210,11 @@ class GroupEngine {
     int64_t repair_at_ns = 0;
     absl::Duration repair_backoff;
     bool repaired = false;  // asked for again: its time says nothing of the round trip
+    // Past its wait, put off because results still came or an older chunk
+    // was asked for: its time is that of a queue or of a late rank, not of
+    // the round trip either (counting it lengthened every wait after a
+    // loss, and the next loss then held every rank back longer).
+    bool late = false;
   };
 
   // Where one chunk of an operation comes from and goes to.
@@ -269,12 +281,28 @@ class GroupEngine {
   OpId pending_op_ = 0;                     // the operation it belongs to
   // A chunk's time from its request to its result, smoothed as TCP smooths
   // its round trip (RFC 6298: srtt and rttvar, gains 1/8 and 1/4), from
-  // chunks never asked for again. Where ranks and switches share cores the
+  // chunks neither asked for again nor late (InFlight). Where ranks and
+  // switches share cores the
   // scheduler sets it, and a deep window waits its turn: repairs at a fixed
   // 20 ms asked for results that were only late.
   bool have_rtt_ = false;
   int64_t srtt_ns_ = 0;
   int64_t rttvar_ns_ = 0;
+  // When a chunk's wait is over (Poll):
+  // - while results keep coming (the last came less than RepairAfter()
+  //   ago) it is queued behind them, not lost: a deep window drains
+  //   through queues shared with every rank, its last chunks later than
+  //   the wait learned from short operations (TCP restarts its timer on
+  //   every ACK that brings news, RFC 6298 5.3);
+  // - when nothing comes, only the oldest chunk is asked for (a probe, as
+  //   TCP resends one segment): a rank late to the operation holds every
+  //   result back, and asking for results not computed yet gets no answer;
+  // - once results of kGapResults later chunks came, it was lost (a
+  //   group's switches complete its chunks in order): asked for at once,
+  //   wait or not (TCP's fast retransmit).
+  static constexpr uint64_t kGapResults = 3;
+  int64_t last_result_ns_ = INT64_MIN / 2;  // when the last new result came
+  uint64_t results_end_seq_ = 0;            // one past the highest seq with a result
   GroupEngineStats stats_;
 };
 
