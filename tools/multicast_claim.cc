@@ -47,7 +47,7 @@ absl::StatusOr<MulticastClaim> MulticastClaim::Take(int start) {
   }
   return absl::ResourceExhaustedError(absl::StrFormat(
       "every multicast prefix 239.%d..239.%d is taken by another fabric on this machine "
-      "(see `ss -xlp | grep netfold-multicast`)",
+      "(`ss -xap | grep netfold-multicast` lists who holds them)",
       kFirstOctet, kLastOctet));
 }
 
