@@ -172,10 +172,13 @@ absl::StatusOr<pid_t> LocalFabric::Spawn(const std::string& name,
     return ErrnoToStatus(e, "fork");
   }
   if (pid == 0) {
-    if (detach) {
-      setsid();
-    } else {
-      // Children of a test or of the demo die with their parent.
+    // A session of its own, always: with the scheduler's autogroups (on
+    // by default) CPU time is shared between sessions first, so a daemon
+    // in the launcher's session got one share among every rank's when
+    // the machine is busy, where `netfold up`'s got one beside the job's.
+    setsid();
+    if (!detach) {
+      // Children of a test, the demo or the benchmark die with their parent.
       prctl(PR_SET_PDEATHSIG, SIGTERM);
     }
     dup2(log_fd, STDOUT_FILENO);
