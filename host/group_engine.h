@@ -282,9 +282,8 @@ class GroupEngine {
   // A chunk's time from its request to its result, smoothed as TCP smooths
   // its round trip (RFC 6298: srtt and rttvar, gains 1/8 and 1/4), from
   // chunks neither asked for again nor late (InFlight). Where ranks and
-  // switches share cores the
-  // scheduler sets it, and a deep window waits its turn: repairs at a fixed
-  // 20 ms asked for results that were only late.
+  // switches share cores the scheduler sets it, and a deep window waits its
+  // turn: repairs at a fixed 20 ms asked for results that were only late.
   bool have_rtt_ = false;
   int64_t srtt_ns_ = 0;
   int64_t rttvar_ns_ = 0;

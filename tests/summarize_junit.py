@@ -54,7 +54,8 @@ def count(path):
         return 0, 1, 0
     # Per test: [passed, failed, skipped]. A gtest suite is named
     # "<project>.<test name>.<gtest suite>"; other tests are one case each,
-    # named after the test, in a suite named after the project.
+    # named after the test, in a suite named after the project. (Neither
+    # netfold's project name nor its test names have a dot in them.)
     per_test = {}
     for suite in root.iter("testsuite"):
         parts = suite.get("name", "").split(".", 2)

@@ -147,4 +147,12 @@ std::string AgreedDigest(const std::vector<RankResult>& results) {
   return digest;
 }
 
+std::vector<transport::Ipv4Endpoint> FirstMulticastGroups(const tools::LocalFabric& fabric,
+                                                          uint32_t n) {
+  const uint32_t prefix = 0xef000000u | (static_cast<uint32_t>(fabric.multicast_octet()) << 16);
+  std::vector<transport::Ipv4Endpoint> groups;
+  for (uint32_t i = 1; i <= n; ++i) groups.push_back({prefix | i, 4791});
+  return groups;
+}
+
 }  // namespace netfold::testing

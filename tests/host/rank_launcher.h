@@ -23,6 +23,7 @@
 #include "absl/time/time.h"
 #include "host/tcp_oob.h"
 #include "tools/local_fabric.h"
+#include "transport/ipv4_endpoint.h"
 
 namespace netfold::testing {
 
@@ -93,6 +94,12 @@ class Launch {
 
 // The directory of the running test binary (fabric_rank sits next to it).
 std::string TestBinaryDir();
+
+// The multicast addresses of the first `n` groups `fabric`'s manager hands
+// out: indexes from 1 under the prefix 239.N the fabric claimed
+// (239.N.0.1, 239.N.0.2, ...: manager/fabric_state.h), port 4791.
+std::vector<transport::Ipv4Endpoint> FirstMulticastGroups(const tools::LocalFabric& fabric,
+                                                          uint32_t n);
 
 }  // namespace netfold::testing
 

@@ -27,6 +27,7 @@
 namespace netfold {
 namespace {
 
+using testing::FirstMulticastGroups;
 using testing::Launch;
 
 // Listens on the first multicast addresses the manager hands out and, for
@@ -136,13 +137,7 @@ TEST(ForgedResults, ResultsFromAnyoneButTheGroupRootAreDroppedAndCounted) {
   o.default_slots = 8;
   auto fabric = tools::LocalFabric::Start(o);
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  // The manager hands out indexes from 1 (x.y = 0.1, 0.2, ...) under the
-  // prefix 239.N the fabric claimed (tools/multicast_claim.h).
-  const uint32_t prefix =
-      0xef000000u | (static_cast<uint32_t>((*fabric)->multicast_octet()) << 16);
-  std::vector<transport::Ipv4Endpoint> groups;
-  for (uint32_t i = 1; i <= 4; ++i) groups.push_back({prefix | i, 4791});
-  Forger forger(groups);
+  Forger forger(FirstMulticastGroups(**fabric, 4));
 
   constexpr int kOps = 400;
   Launch ranks(**fabric, 4, 0, {"stream", std::to_string(kOps)});

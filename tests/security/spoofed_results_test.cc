@@ -37,6 +37,7 @@
 namespace netfold {
 namespace {
 
+using testing::FirstMulticastGroups;
 using testing::Launch;
 
 // Listens to the group's multicast results and, for each one it hears,
@@ -190,13 +191,7 @@ Outcome RunWithForger(int ops, std::map<std::string, std::string> env,
   auto fabric = tools::LocalFabric::Start(o);
   EXPECT_TRUE(fabric.ok()) << fabric.status();
   if (!fabric.ok()) return {};
-  // The manager hands out indexes from 1 (x.y = 0.1, 0.2, ...) under the
-  // prefix 239.N the fabric claimed (tools/multicast_claim.h).
-  const uint32_t prefix =
-      0xef000000u | (static_cast<uint32_t>((*fabric)->multicast_octet()) << 16);
-  std::vector<transport::Ipv4Endpoint> groups;
-  for (uint32_t i = 1; i <= 4; ++i) groups.push_back({prefix | i, 4791});
-  SpoofingForger forger(groups);
+  SpoofingForger forger(FirstMulticastGroups(**fabric, 4));
   Launch ranks(**fabric, 4, 0, {"stream", std::to_string(ops)}, std::move(env));
   Outcome out;
   out.ranks = ranks.Wait(absl::Minutes(4));
