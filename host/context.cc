@@ -449,7 +449,7 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
     }
     if (mine.ok()) setup.multicast = *mc;
   }
-  setup.engine = std::make_unique<GroupEngine>(params, data_path_->sender(), RealClock());
+  setup.engine = std::make_unique<GroupEngine>(params, data_path_->sender(), DataPath::clock());
   setup.description = absl::StrFormat(
       "group %d: tree %d, root switch %s, %d switches, K=%d, P=%d, %s", info.group_id(),
       info.tree_id(), info.root_switch(), info.switches_size(), info.num_slots(),

@@ -13,7 +13,9 @@
 // path as posted failures. The data path is driven by the caller's thread
 // inside library calls, and by the context's ProgressThread while the
 // caller is away (host/progress_thread.h). Calls may come from several
-// threads: each holds the data path's lock while it touches it.
+// threads: each holds the data path's lock while it touches it. Deadlines
+// run on the process's awake clock, whose thread wakes every 100 ms
+// (base/awake_clock.h).
 #ifndef NETFOLD_HOST_CONTEXT_H_
 #define NETFOLD_HOST_CONTEXT_H_
 

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "base/clock.h"
+#include "base/awake_clock.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
 #include "host/link/soft_leaf_link.h"
@@ -27,9 +27,9 @@ absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const ContextOptions&
   NETFOLD_ASSIGN_OR_RETURN(auto udp, transport::UdpPort::Create(port_config));
   NETFOLD_ASSIGN_OR_RETURN(transport::ImpairmentConfig faults,
                            transport::ParseImpairment(options.faults));
-  path->port_ = new transport::ImpairedPort(std::move(udp), faults, faults, RealClock());
+  path->port_ = new transport::ImpairedPort(std::move(udp), faults, faults, path->clock());
   path->endpoint_ = std::make_unique<transport::RoceEndpoint>(
-      std::unique_ptr<transport::Port>(path->port_), RealClock());
+      std::unique_ptr<transport::Port>(path->port_), path->clock());
   NETFOLD_ASSIGN_OR_RETURN(path->link_, path->CreateLeafLink(options, slot_bytes));
   path->soft_link_ = options.transport == ContextOptions::Transport::kSoft;
   path->sender_.link = path->link_.get();
@@ -117,7 +117,7 @@ void DataPath::Progress(absl::Duration timeout) {
   PollEngines(/*timers=*/false);
   absl::Duration wait = timeout;
   auto until = [&](std::optional<int64_t> t) {
-    if (t) wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - RealClock().NowNanos())));
+    if (t) wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - clock().NowNanos())));
   };
   for (auto& [id, engine] : engines_) until(engine->NextTimerNs());
   // With a NIC link the soft engine (the host algorithms' queue pairs) is

@@ -6,7 +6,7 @@
 //   auto path = *DataPath::Create(options, slot_bytes);
 //   attach.endpoint = {path->link().address(), path->link().qpn(), psn};
 //   NETFOLD_RETURN_IF_ERROR(path->link().Connect(peer));
-//   GroupEngine engine(params, path->sender(), RealClock());
+//   GroupEngine engine(params, path->sender(), path->clock());
 //   path->Route(group_id, &engine);
 //   while (!engine.Done(op)) path->Progress(absl::Milliseconds(10));
 //   path->Unroute(group_id);
@@ -33,6 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/awake_clock.h"
 #include "host/group_engine.h"
 #include "host/link/leaf_link.h"
 #include "host/options.h"
@@ -57,6 +58,10 @@ class DataPath {
   transport::RoceEndpoint& endpoint() { return *endpoint_; }
   // Sends an engine's requests up the leaf link's RC QP.
   RequestSender* sender() { return &sender_; }
+  // What the path's timers and deadlines run on, and its engines' must:
+  // the process's awake clock (base/awake_clock.h), so that a stop of the
+  // whole machine does not expire every operation at once.
+  static Clock& clock() { return ProcessAwakeClock(); }
 
   // Results for `group_id` go to `engine` (not owned) until Unroute.
   void Route(uint32_t group_id, GroupEngine* engine);

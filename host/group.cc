@@ -6,7 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "base/clock.h"
+#include "base/awake_clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
@@ -440,7 +440,7 @@ bool Group::CanDetach(const Pending& p) const {
 void Group::DrainDetached() {
   if (detached_ == 0 || owner_ == nullptr) return;
   ProgressThread::Inside inside(owner_->progress());
-  Deadline guard(RealClock(), 2 * owner_->op_timeout() + absl::Seconds(5));
+  Deadline guard(ProcessAwakeClock(), 2 * owner_->op_timeout() + absl::Seconds(5));
   while (detached_ > 0 && !guard.Expired()) Progress(absl::Milliseconds(10));
   if (detached_ > 0 && deferred_.ok()) {
     deferred_ = absl::DeadlineExceededError("a released reduce did not complete in time");
@@ -458,8 +458,8 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
   // a second deadline).
   std::optional<ProgressThread::Inside> inside;
   if (!it->second.outcome) inside.emplace(owner_->progress());
-  Deadline guard(RealClock(), 2 * (owner_ != nullptr ? owner_->op_timeout() : absl::ZeroDuration()) +
-                                  absl::Seconds(5));
+  const absl::Duration op_timeout = owner_ != nullptr ? owner_->op_timeout() : absl::ZeroDuration();
+  Deadline guard(ProcessAwakeClock(), 2 * op_timeout + absl::Seconds(5));
   while (!it->second.outcome) {
     if (CanDetach(it->second)) {
       // A reduce whose input has left: the caller may reuse its buffer.

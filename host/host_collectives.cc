@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "base/clock.h"
+#include "base/awake_clock.h"
 #include "base/status_macros.h"
 #include "proto/data_type.h"
 #include "proto/reduce_op.h"
@@ -171,7 +171,7 @@ void HostCollectives::Progress(absl::Duration timeout) { engine_->Progress(timeo
 absl::Status HostCollectives::Run(const CollectiveArgs& args) {
   NETFOLD_ASSIGN_OR_RETURN(OpId id, Start(args));
   // The engine's deadline ends the operation; this guard only catches a bug.
-  Deadline guard(RealClock(), options_.op_timeout + absl::Seconds(5));
+  Deadline guard(ProcessAwakeClock(), options_.op_timeout + absl::Seconds(5));
   while (!Done(id) && !guard.Expired()) Progress(absl::Milliseconds(5));
   if (!Done(id)) {
     ops_.erase(id);

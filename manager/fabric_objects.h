@@ -45,6 +45,7 @@ struct Switch {
   std::string data_address;
   std::string admin_address;
   absl::Duration last_heartbeat = absl::InfiniteDuration();  // never
+  uint64_t last_heartbeat_sequence = 0;
   absl::Duration grace_until = absl::ZeroDuration();         // UNKNOWN with state: deadline
   control::ResourceUsage reported;
   // Held by the switch at registration, until reconciled.

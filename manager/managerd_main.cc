@@ -17,7 +17,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_format.h"
-#include "base/clock.h"
+#include "base/awake_clock.h"
 #include "base/daemon.h"
 #include "base/log.h"
 #include "config/command_line.h"
@@ -112,7 +112,9 @@ int Main(int argc, char** argv) {
   }
 
   SwitchHub hub;
-  AggregationManager am(*topo, config.manager, RealClock(), &hub, journal.get());
+  // Liveness runs on the awake clock: while the manager's machine was
+  // stopped, the switches' and hosts' silence is nobody's fault.
+  AggregationManager am(*topo, config.manager, ProcessAwakeClock(), &hub, journal.get());
   if (absl::Status s = am.Recover(loaded); !s.ok()) return Fail(1, s);
   absl::StatusOr<std::unique_ptr<ManagerServer>> server =
       ManagerServer::Start(&am, &hub, config.server);

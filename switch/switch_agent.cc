@@ -305,9 +305,15 @@ void SwitchAgent::WriterLoop(Stream* stream, grpc::ClientContext* ctx, uint64_t 
         out.push_back(std::move(msg));
         ++num_failures;
       }
-      if (absl::Now() >= next_heartbeat) {
+      if (const absl::Time now = absl::Now(); now >= next_heartbeat) {
         heartbeat = true;
-        next_heartbeat = absl::Now() + st->heartbeat_interval;
+        if (const absl::Duration late = now - next_heartbeat; late > st->heartbeat_interval) {
+          NETFOLD_LOG(kWarning) << "switch " << options_.name << ": heartbeat "
+                                << heartbeat_sequence_ + 1 << " goes out "
+                                << absl::Trunc(late, absl::Milliseconds(1))
+                                << " late (this thread did not run, or a write blocked)";
+        }
+        next_heartbeat = now + st->heartbeat_interval;
       }
     }
     if (heartbeat) {

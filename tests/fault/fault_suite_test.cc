@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -310,6 +311,39 @@ TEST(ProcessFaults, StragglerRankPausedThenResumedDelaysButBreaksNothing) {
 // dead (the peer channels' RC budget, 191 x 64 ms, docs/algorithms.md).
 TEST(ProcessFaults, StragglerRankPausedOnTheRingIsWaitedFor) {
   PauseOneRankMidStream(Ops(3000), absl::Seconds(3), {{"NETFOLD_ALGORITHM", "ring"}});
+}
+
+// Every process of the fabric and the job stops for longer than every
+// timeout (the op deadline, the manager's switch and host timeouts), as
+// when the machine's VM is paused or starved by its hypervisor, then all go
+// on. Nobody could watch while nobody ran: no switch is declared dead, no
+// rank detached, no operation timed out; the job goes on on the fabric.
+TEST(ProcessFaults, TheWholeMachinePausedLongerThanEveryTimeoutLosesNothing) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  testing::ReleaseFlag release;
+  Launch ranks(*fabric, 4, 0, {"until"},
+               {{"NETFOLD_TEST_RELEASE", release.path}, {"NETFOLD_TIMEOUT_MS", "3000"}});
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(ranks.WaitForOutput(r, "streaming", absl::Seconds(60))) << ranks.output(r);
+  }
+  for (int r = 0; r < 4; ++r) ranks.Signal(r, SIGSTOP);
+  ASSERT_TRUE(fabric->KillSwitches(SIGSTOP).ok());
+  ASSERT_TRUE(fabric->Kill("manager", SIGSTOP).ok());
+  absl::SleepFor(absl::Seconds(7));  // > 3 s op deadline, 2 s switch and 5 s host timeouts
+  ASSERT_TRUE(fabric->Kill("manager", SIGCONT).ok());
+  ASSERT_TRUE(fabric->KillSwitches(SIGCONT).ok());
+  for (int r = 0; r < 4; ++r) ranks.Signal(r, SIGCONT);
+  absl::SleepFor(absl::Seconds(1));  // the job goes on
+  release.Raise();
+  testing::ExpectStreamExact(ranks.Wait(absl::Minutes(4)), /*no_failover=*/true);
+  std::ifstream log(fabric->state_dir() + "/manager.log");
+  const std::string said((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
+  EXPECT_NE(said.find("could not run for"), std::string::npos)
+      << "the manager saw no stop:\n" << said;
+  EXPECT_EQ(said.find(" is dead"), std::string::npos) << said;
+  EXPECT_EQ(said.find("stopped sending heartbeats"), std::string::npos) << said;
+  ExpectNoLeaks(*fabric);
 }
 
 // Runs the netfold CLI with `args`; its exit code and output.

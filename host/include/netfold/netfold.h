@@ -31,8 +31,10 @@
  * library for more than 1 ms, in a progress thread of the library that
  * acknowledges the fabric's packets and moves operations in flight, as a
  * NIC would (docs/host.md). A control thread blocks on the manager
- * (events, heartbeats). None of them spins. A child of fork() must not use
- * its parent's context.
+ * (events, heartbeats), and a clock thread wakes every 100 ms so that a
+ * stop of the whole process (a paused VM) does not count against the
+ * deadlines. None of them spins. A child of fork() must not use its
+ * parent's context.
  *
  * Configuration: fields of the init spec, else environment variables:
  *   NETFOLD_MANAGER       manager address ip:port (default 127.0.0.1:47910)

@@ -1,0 +1,132 @@
+#include "base/awake_clock.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+
+#include "absl/time/clock.h"
+#include "base/clock.h"
+#include "gtest/gtest.h"
+
+namespace netfold {
+namespace {
+
+// Driven by hand: the test's reads are the only ones (no watcher).
+class AwakeClockByHand : public ::testing::Test {
+ protected:
+  // Time passes while the process runs: read every 100 ms, as the watcher does.
+  void Run(absl::Duration d) {
+    for (absl::Duration t = absl::ZeroDuration(); t < d; t += absl::Milliseconds(100)) {
+      source_.Advance(std::min(absl::Milliseconds(100), d - t));
+      (void)clock_.Now();
+    }
+  }
+
+  FakeClock source_{absl::Seconds(100)};
+  AwakeClock clock_{source_, AwakeClockOptions(), /*watch=*/false};
+};
+
+TEST_F(AwakeClockByHand, RunsWithItsSourceWhileReadsComeOften) {
+  const absl::Duration start = clock_.Now();
+  Run(absl::Seconds(5));
+  EXPECT_EQ(clock_.Now() - start, absl::Seconds(5));
+  EXPECT_EQ(clock_.paused(), absl::ZeroDuration());
+  EXPECT_EQ(clock_.pauses(), 0u);
+}
+
+TEST_F(AwakeClockByHand, AGapLongerThanTheThresholdIsLeftOutBeyondOneWatchPeriod) {
+  const absl::Duration start = clock_.Now();
+  source_.Advance(absl::Seconds(114));
+  EXPECT_EQ(clock_.Now() - start, absl::Milliseconds(100));  // the watcher's period
+  EXPECT_EQ(clock_.paused(), absl::Seconds(114) - absl::Milliseconds(100));
+  EXPECT_EQ(clock_.pauses(), 1u);
+  source_.Advance(absl::Milliseconds(50));
+  EXPECT_EQ(clock_.Now() - start, absl::Milliseconds(150));  // and runs on from there
+}
+
+TEST_F(AwakeClockByHand, AGapUpToTheThresholdCountsAsTime) {
+  const absl::Duration start = clock_.Now();
+  source_.Advance(absl::Milliseconds(500));
+  EXPECT_EQ(clock_.Now() - start, absl::Milliseconds(500));
+  EXPECT_EQ(clock_.pauses(), 0u);
+}
+
+TEST_F(AwakeClockByHand, ADeadlineOnItSurvivesAPause) {
+  Deadline d(clock_, absl::Seconds(3));
+  Run(absl::Seconds(1));
+  source_.Advance(absl::Seconds(60));  // the machine stops
+  EXPECT_FALSE(d.Expired());
+  EXPECT_EQ(d.Remaining(), absl::Seconds(2) - absl::Milliseconds(100));
+  Run(absl::Seconds(2));
+  EXPECT_TRUE(d.Expired());
+}
+
+// A real process stopped with SIGSTOP (as every process is when its VM is
+// paused): its awake clock, watched by its thread, leaves the stop out.
+TEST(AwakeClock, AProcessStoppedForSecondsLeavesTheStopOut) {
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(fds[0]);
+    const Clock& awake = ProcessAwakeClock();
+    const absl::Duration a0 = awake.Now();
+    const absl::Duration m0 = RealClock().Now();
+    if (write(fds[1], "r", 1) != 1) _exit(2);  // ready: stop me
+    // Busy for 3 s of monotonic time, reading nothing but the real clock.
+    while (RealClock().Now() - m0 < absl::Seconds(3)) absl::SleepFor(absl::Milliseconds(20));
+    const long long awake_ms = absl::ToInt64Milliseconds(awake.Now() - a0);
+    const long long real_ms = absl::ToInt64Milliseconds(RealClock().Now() - m0);
+    char line[64];
+    const int n = std::snprintf(line, sizeof(line), "%lld %lld", awake_ms, real_ms);
+    _exit(write(fds[1], line, n) == n ? 0 : 3);
+  }
+  close(fds[1]);
+  char ready;
+  ASSERT_EQ(read(fds[0], &ready, 1), 1);
+  absl::SleepFor(absl::Milliseconds(200));
+  ASSERT_EQ(kill(child, SIGSTOP), 0);
+  absl::SleepFor(absl::Milliseconds(1500));
+  ASSERT_EQ(kill(child, SIGCONT), 0);
+  char buf[64] = {};
+  ssize_t got = 0;
+  for (ssize_t n; (n = read(fds[0], buf + got, sizeof(buf) - 1 - got)) > 0;) got += n;
+  close(fds[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  long long awake_ms = 0, real_ms = 0;
+  ASSERT_EQ(std::sscanf(buf, "%lld %lld", &awake_ms, &real_ms), 2) << buf;
+  // The stop (1.5 s) is at most a watch period of the awake time; a loaded
+  // machine may stretch the 3 s, never shrink the stop.
+  EXPECT_GE(real_ms, 3000);
+  EXPECT_LE(awake_ms, real_ms - 1300) << "awake " << awake_ms << " ms, real " << real_ms << " ms";
+  EXPECT_GE(awake_ms, 1400) << "awake " << awake_ms << " ms, real " << real_ms << " ms";
+}
+
+// A process forked without exec gets a watcher of its own: its idle waits
+// are time, not pauses.
+TEST(AwakeClock, AForkedChildWatchesItsOwnClock) {
+  (void)ProcessAwakeClock().Now();  // the parent's watcher runs
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const Clock& awake = ProcessAwakeClock();
+    const absl::Duration a0 = awake.Now();
+    absl::SleepFor(absl::Seconds(2));  // idle, reading nothing
+    const absl::Duration awake_elapsed = awake.Now() - a0;
+    _exit(awake_elapsed >= absl::Milliseconds(1900) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "the child's idle 2 s were taken for a pause";
+}
+
+}  // namespace
+}  // namespace netfold
