@@ -123,6 +123,7 @@ absl::StatusOr<QpCreated> SwitchDataPlane::CreateQp(const QpRequest& request) {
   rc_config.max_recv_queue = 1024;
   rc_config.max_message_size = 64 * 1024;
   rc_config.ack_delay = std::min(config_.ack_delay, config_.ack_timeout / 4);
+  rc_config.min_failure_time = config_.min_failure_time;
   // Requests of one packet are folded straight from the packet buffer they
   // arrived in (RunOnce pops every message a receive brought before the
   // next); a longer one is copied with its elements (after the 40-byte

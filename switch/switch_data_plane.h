@@ -79,6 +79,11 @@ struct SwitchConfig {
   // the hosts' own timeout (8 ms, host/link/leaf_link.h).
   absl::Duration ack_delay = absl::Milliseconds(1);
   uint8_t retry_count = 7;
+  // And no QP fails before it went this long without progress: a peer
+  // (another switch's process, a host) on a shared machine may not run
+  // for a while. Longer than the manager's switch timeout (2 s), so that
+  // a switch that died is reported by the manager, with that reason.
+  absl::Duration min_failure_time = absl::Seconds(3);
   // transport.ip_identification: solve (RoceEndpointConfig::
   // solve_ip_identification): accept RoCE NICs' packets through kernel
   // sockets, which hide the IPv4 identification the ICRC covers.

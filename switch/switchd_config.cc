@@ -266,7 +266,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
         t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "ack_delay_us", "retry_count",
-            "idle_wait_us", "poll_us", "packet_buffers", "receive_queues", "ip_identification",
+            "link_failure_ms", "idle_wait_us", "poll_us", "packet_buffers", "receive_queues", "ip_identification",
             "scheduling"},
         "transport"));
     NETFOLD_RETURN_IF_ERROR(
@@ -280,6 +280,8 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
         ReadOptionalDuration(t, "ack_delay_us", "transport", us, 1000, &c.data_plane.ack_delay));
     NETFOLD_RETURN_IF_ERROR(
         ReadOptionalUint(t, "retry_count", "transport", 7, &c.data_plane.retry_count));
+    NETFOLD_RETURN_IF_ERROR(ReadOptionalDuration(t, "link_failure_ms", "transport", ms, 600000,
+                                                 &c.data_plane.min_failure_time));
     if (t["idle_wait_us"]) {
       absl::Duration idle;
       NETFOLD_RETURN_IF_ERROR(

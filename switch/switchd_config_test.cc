@@ -26,7 +26,7 @@ data_port_file: /tmp/x.port
 capacity: {trees: 8, groups: 32, slots: 512, slot_bytes: 2048, qps: 100}
 job_quota: {groups: 4, slots: 64, qps: 9}
 transport: {path_mtu: 4096, ack_timeout_ms: 3, ack_delay_us: 250, retry_count: 5,
-            idle_wait_us: 500, poll_us: 150, packet_buffers: 1024, ip_identification: solve,
+            link_failure_ms: 4500, idle_wait_us: 500, poll_us: 150, packet_buffers: 1024, ip_identification: solve,
             scheduling: normal}
 link_faults:
   - {peer: default, direction: receive, impairment: "drop=0.01,seed=3"}
@@ -71,6 +71,7 @@ TEST(SwitchdConfig, ParsesEveryKey) {
   EXPECT_EQ(c->data_plane.ack_timeout, absl::Milliseconds(3));
   EXPECT_EQ(c->data_plane.ack_delay, absl::Microseconds(250));
   EXPECT_EQ(c->data_plane.retry_count, 5);
+  EXPECT_EQ(c->data_plane.min_failure_time, absl::Milliseconds(4500));
   EXPECT_EQ(c->idle_wait, absl::Microseconds(500));  // set: kept whatever the port
   EXPECT_EQ(c->poll_window, absl::Microseconds(150));
   EXPECT_EQ(c->packet_buffers, 1024u);

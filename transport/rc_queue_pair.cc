@@ -747,10 +747,15 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
   const int64_t now = clock_.NowNanos();
   if (retransmit_at_ns_ >= 0 && now >= retransmit_at_ns_ && una_psn_ != max_sent_psn_) {
     BumpCounter(counters_.timeouts);
-    if (++retries_ > attrs_.retry_count) {
+    if (retries_ == 0) stalled_since_ns_ = now;
+    if (++retries_ > attrs_.retry_count &&
+        now - stalled_since_ns_ >= absl::ToInt64Nanoseconds(config_.min_failure_time)) {
       EnterError(absl::DeadlineExceededError(absl::StrFormat(
-          "QP 0x%06x: retry count (%d) exceeded: no ACK from %s QP 0x%06x for PSN 0x%06x",
-          qpn_, attrs_.retry_count, attrs_.remote.ToString(), attrs_.remote_qpn, una_psn_)));
+          "QP 0x%06x: retry count (%d) exceeded: no ACK from %s QP 0x%06x for PSN 0x%06x "
+          "(retried for %s)",
+          qpn_, attrs_.retry_count, attrs_.remote.ToString(), attrs_.remote_qpn, una_psn_,
+          absl::FormatDuration(
+              absl::Trunc(absl::Nanoseconds(now - stalled_since_ns_), absl::Milliseconds(1))))));
       return;
     }
     backoff_ = std::min(backoff_ + 1, config_.max_backoff);

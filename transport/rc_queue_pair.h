@@ -102,6 +102,10 @@ struct RcQpConfig {
   bool zero_copy_receive = false;
   uint8_t min_rnr_timer = 12;              // RNR NAK timer code we send (0.64 ms)
   uint32_t max_backoff = 6;                // timeout doubles at most 6 times (x64)
+  // The QP fails only once it has also gone this long without progress,
+  // retrying at the capped backoff until then: a peer that is a process on
+  // a shared machine may not run for a while (0: retry_count alone).
+  absl::Duration min_failure_time = absl::ZeroDuration();
 };
 
 // What verbs' ibv_modify_qp carries for each transition.
@@ -324,6 +328,7 @@ class RcQueuePair {
   int64_t retransmit_at_ns_ = -1;        // -1: timer stopped
   int64_t rnr_resume_at_ns_ = -1;        // -1: not waiting on an RNR NAK
   uint32_t retries_ = 0;
+  int64_t stalled_since_ns_ = -1;  // the first timeout since the last progress
   uint32_t rnr_retries_ = 0;
   uint32_t backoff_ = 0;
   bool probing_ = false;                 // after a timeout: one packet until answered

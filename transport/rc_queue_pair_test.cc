@@ -491,6 +491,57 @@ TEST(RcQueuePair, RetryExhaustionReachesErrorWithinItsBound) {
   EXPECT_EQ(pair.qa_->counters().timeouts, 4u);
 }
 
+// A peer that is a process on a shared machine may not run for a while:
+// with min_failure_time the QP outlasts its retries (7 at 4 ms: 0.76 s)
+// until it has gone that long without progress.
+TEST(RcQueuePair, APeerThatDoesNotRunIsWaitedForTheMinimumFailureTime) {
+  RcQpConfig config;
+  config.min_failure_time = absl::Seconds(3);
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(4);
+  attrs.retry_count = 7;
+  RcPair pair({}, config, attrs);
+  ASSERT_TRUE(pair.qa_->PostSend(Message(1, 100), 11).ok());
+  // B does not run for 2 s.
+  for (absl::Duration t; t < absl::Seconds(2); t += absl::Milliseconds(1)) {
+    pair.a_->Progress(absl::ZeroDuration());
+    pair.clock_.Advance(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts) << pair.qa_->error();
+  EXPECT_GT(pair.qa_->counters().timeouts, 7u);
+  // B runs again: the message arrives and completes.
+  SendCompletion sc;
+  bool done = false;
+  for (int i = 0; i < 20000 && !done; ++i) {
+    pair.Step(absl::Microseconds(100));
+    done = pair.qa_->PollSendCompletion(&sc);
+  }
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(sc.status.ok()) << sc.status;
+  EXPECT_EQ(pair.qb_->counters().messages_received, 1u);
+}
+
+TEST(RcQueuePair, ADownLinkFailsOnceTheMinimumFailureTimeHasPassed) {
+  RcQpConfig config;
+  config.min_failure_time = absl::Seconds(1);
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(2);
+  attrs.retry_count = 3;  // alone: 30 ms
+  RcPair pair(*ParseImpairment("down=1"), config, attrs);
+  ASSERT_TRUE(pair.qa_->PostSend(Message(1, 100), 11).ok());
+  absl::Duration elapsed;
+  while (pair.qa_->state() != QpState::kError && elapsed < absl::Seconds(10)) {
+    pair.Step(absl::Microseconds(500));
+    elapsed += absl::Microseconds(500);
+  }
+  ASSERT_EQ(pair.qa_->state(), QpState::kError);
+  // From the first timeout (2 ms): 1 s, then at most one capped backoff (128 ms).
+  EXPECT_GE(elapsed, absl::Seconds(1));
+  EXPECT_LE(elapsed, absl::Milliseconds(2 + 1000 + 128 + 1));
+  EXPECT_NE(pair.qa_->error().message().find("retried for"), std::string_view::npos)
+      << pair.qa_->error();
+}
+
 // A timeout resends the first unacknowledged packet alone, not the whole
 // window: a receiver that is only slow (or whose socket is full) gets one
 // duplicate per timeout instead of a window of them. The answer to that

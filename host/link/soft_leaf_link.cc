@@ -17,6 +17,11 @@ absl::StatusOr<std::unique_ptr<SoftLeafLink>> SoftLeafLink::Create(
   // Results that come over RC are ACKed coalesced: the switch waits
   // host_ack_timeout (64 ms) before it retransmits.
   rc_config.ack_delay = absl::Milliseconds(1);
+  // The leaf switch is a process that may not run for a while on a shared
+  // machine: the link fails after 3 s without an ACK (as the switches'
+  // own, transport.link_failure_ms), not after its 7 retries (1.5 s at
+  // 8 ms). A dead switch is reported by the manager sooner.
+  rc_config.min_failure_time = absl::Seconds(3);
   NETFOLD_ASSIGN_OR_RETURN(link->rc_, endpoint->CreateRcQp(rc_config));
   return link;
 }
