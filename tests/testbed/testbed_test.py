@@ -326,6 +326,16 @@ def main():
             with open(log, errors="replace") as f:
                 lines = f.readlines()[-12:]
             say(f"--- {log} (last lines)\n" + "".join(lines).rstrip())
+        # What each switch counted (drops with their reasons, QP retries):
+        # the fabric is still up until the finally block.
+        for port_file in sorted(glob.glob(os.path.join(state_dir, "*.admin_port"))):
+            switch = os.path.basename(port_file)[:-len(".admin_port")]
+            try:
+                p = subprocess.run([args.tool, "counters", "--prefix", prefix, switch, "--json"],
+                                   capture_output=True, text=True, timeout=30)
+                say(f"--- {switch}'s counters\n" + (p.stdout.strip() or p.stderr.strip()))
+            except subprocess.TimeoutExpired:
+                say(f"--- {switch}'s counters: no answer within 30 s")
     except (Killed, KeyboardInterrupt):
         say("interrupted: cleaning up")
     finally:
