@@ -86,6 +86,7 @@ absl::StatusOr<control::RegisterReply> AggregationManager::RegisterSwitch(
   s.data_address = req.data_address();
   s.admin_address = req.admin_address();
   s.last_heartbeat = state_.clock.Now();
+  s.last_heartbeat_sequence = 0;  // the registration
   s.reported = control::ResourceUsage();
   s.reported_groups.clear();
   for (const control::InstalledGroup& g : req.installed_groups()) {
