@@ -35,8 +35,13 @@ std::optional<VerbsFabricSetup> FromEnvironment() {
 }
 
 void RunSweep(const VerbsFabricSetup& s, int ranks, const char* delivery) {
+  // The VM is emulated (qemu TCG) on a host that runs other tests: a TLS
+  // connection to its manager, which is up, took over the library's 1 s
+  // connect timeout (meant for a manager that is not there) once, in a
+  // full run of the suite from a fresh clone.
   Launch launch(s.manager, ranks, 0, {"sweep"},
-                {{"NETFOLD_TRANSPORT", "verbs"},
+                {{"NETFOLD_CONNECT_TIMEOUT_MS", "30000"},
+                 {"NETFOLD_TRANSPORT", "verbs"},
                  {"NETFOLD_LOCAL_ADDRESS", s.address},
                  {"NETFOLD_SLOT_BYTES", s.slot_bytes},
                  {"NETFOLD_DELIVERY", delivery},
