@@ -113,19 +113,9 @@ void AggregationManager::SwitchHeartbeat(std::string_view name, uint64_t session
   absl::MutexLock lock(&mu_);
   Switch& s = state_.switches[sw];
   if (s.session != session) return;
-  const absl::Duration now = state_.clock.Now();
-  if (s.last_heartbeat != absl::InfiniteDuration() &&
-      now - s.last_heartbeat > options_.switch_timeout / 2) {
-    // Half its timeout: say which side was late (the switch's sequence
-    // numbers are consecutive if it sent late; this lock, if it waited).
-    NETFOLD_LOG(kWarning) << "switch " << name << ": heartbeat " << hb.sequence() << " came "
-                          << absl::Trunc(now - s.last_heartbeat, absl::Milliseconds(1))
-                          << " after heartbeat " << s.last_heartbeat_sequence
-                          << " (timeout " << options_.switch_timeout << "; the state lock took "
-                          << absl::Trunc(RealClock().Now() - asked, absl::Milliseconds(1)) << ")";
-  }
-  s.last_heartbeat = now;
-  s.last_heartbeat_sequence = hb.sequence();
+  const std::string late = RecordSwitchHeartbeat(state_, sw, hb.sequence(), state_.clock.Now(),
+                                                 RealClock().Now() - asked);
+  if (!late.empty()) NETFOLD_LOG(kWarning) << late;
   s.reported = hb.usage();
 }
 

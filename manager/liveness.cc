@@ -70,6 +70,24 @@ void SweepRanks(const FabricState& state, absl::Duration now, LivenessSweep* due
 
 }  // namespace
 
+std::string RecordSwitchHeartbeat(FabricState& state, int sw, uint64_t sequence,
+                                  absl::Duration now, absl::Duration lock_wait) {
+  Switch& s = state.switches[sw];
+  std::string late;
+  if (s.last_heartbeat != absl::InfiniteDuration() &&
+      now - s.last_heartbeat > state.options.switch_timeout / 2) {
+    late = absl::StrFormat(
+        "switch %s: heartbeat %d came %s after heartbeat %d (timeout %s; the state lock took %s)",
+        state.SwitchName(sw), sequence,
+        absl::FormatDuration(absl::Trunc(now - s.last_heartbeat, absl::Milliseconds(1))),
+        s.last_heartbeat_sequence, absl::FormatDuration(state.options.switch_timeout),
+        absl::FormatDuration(absl::Trunc(lock_wait, absl::Milliseconds(1))));
+  }
+  s.last_heartbeat = now;
+  s.last_heartbeat_sequence = sequence;
+  return late;
+}
+
 LivenessSweep SweepLiveness(FabricState& state, absl::Duration now) {
   LivenessSweep due;
   SweepSwitches(state, now, &due);

@@ -20,6 +20,7 @@
 #define NETFOLD_MANAGER_LIVENESS_H_
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,14 @@ struct LivenessSweep {
 };
 
 LivenessSweep SweepLiveness(FabricState& state, absl::Duration now);
+
+// Records switch `sw`'s heartbeat `sequence`, which came at `now` after
+// `lock_wait` for the state lock. Returns a warning to log if it came more
+// than half of switch_timeout after the previous one (both sequence
+// numbers: consecutive if the switch sent late; the lock wait if the
+// manager was late), else "".
+std::string RecordSwitchHeartbeat(FabricState& state, int sw, uint64_t sequence,
+                                  absl::Duration now, absl::Duration lock_wait);
 
 }  // namespace netfold::manager
 

@@ -71,6 +71,20 @@ TEST_F(SweepTest, SwitchesThatFellSilentBrokeTheirStreamOrNeverCameBack) {
   EXPECT_EQ(due.deaths.back(), Sw("leaf3"));
 }
 
+TEST_F(SweepTest, AHeartbeatAfterHalfTheTimeoutSaysWhichSideWasLate) {
+  FabricState& st = books_.state;
+  const int leaf0 = Sw("leaf0");
+  EXPECT_EQ(RecordSwitchHeartbeat(st, leaf0, 7, clock_.Now(), absl::ZeroDuration()), "");
+  clock_.Advance(absl::Milliseconds(1000));  // half of 2 s: not yet
+  EXPECT_EQ(RecordSwitchHeartbeat(st, leaf0, 8, clock_.Now(), absl::ZeroDuration()), "");
+  clock_.Advance(absl::Milliseconds(1500));
+  EXPECT_EQ(RecordSwitchHeartbeat(st, leaf0, 9, clock_.Now(), absl::Milliseconds(1200)),
+            "switch leaf0: heartbeat 9 came 1.5s after heartbeat 8 (timeout 2s; the state lock "
+            "took 1.2s)");
+  EXPECT_EQ(st.switches[leaf0].last_heartbeat, clock_.Now());
+  EXPECT_EQ(st.switches[leaf0].last_heartbeat_sequence, 9u);
+}
+
 TEST_F(SweepTest, SilentRanksAndAbandonedJobs) {
   FabricState& st = books_.state;
   AddJob(1, /*attached=*/true);
