@@ -18,10 +18,13 @@
 //   victim       start a long stream of allreduces; the test kills one rank;
 //                the others must fail cleanly (exit 0 if they did, within
 //                the deadline)
-//   stream N     N operations of 1 to 3 slots per block, mostly allreduces,
-//                every fourth a reduce-scatter or an allgather (order-free
-//                inputs, every result checked); prints "rank R: stream ok=K errors=E
-//                wrong=W"; exit 0 if every operation completed and W == 0
+//   stream N [LAGGARD US]  N operations of 1 to 3 slots per block, mostly
+//                allreduces, every fourth a reduce-scatter or an allgather
+//                (order-free inputs, every result checked); prints "rank R:
+//                stream ok=K errors=E wrong=W"; exit 0 if every operation
+//                completed and W == 0. Rank LAGGARD, if given, sleeps US
+//                microseconds before each operation: the others' chunks
+//                wait that long for their results
 //   inplace N COUNT   N in-place int32 allreduces of COUNT elements, every
 //                element checked; prints "rank R: inplace ok=K errors=E wrong=W"
 //   bcasts N COUNT    the same with bcasts from rank k mod size
@@ -396,9 +399,10 @@ struct StreamResult {
   std::string first_error;
 };
 
-StreamResult Stream(netfold_group_t g, int n, bool stop_at_error) {
+StreamResult Stream(netfold_group_t g, int n, bool stop_at_error, int lag_us = 0) {
   StreamResult r;
   for (int k = 0; k < n; ++k) {
+    if (lag_us > 0) usleep(static_cast<useconds_t>(lag_us));
     bool wrong = false;
     const int rc = CheckedOperation(g, static_cast<uint64_t>(k), &wrong);
     if (rc == NETFOLD_SUCCESS && !wrong) {
@@ -594,7 +598,12 @@ int main(int argc, char** argv) {
   } else if (scenario == "stream") {
     int n = 200;
     if (argc > 2) (void)absl::SimpleAtoi(argv[2], &n);
-    StreamResult r = Stream(g, n, /*stop_at_error=*/false);
+    int laggard = -1, lag_us = 0;
+    if (argc > 4) {
+      Check(absl::SimpleAtoi(argv[3], &laggard) && absl::SimpleAtoi(argv[4], &lag_us),
+            "stream N [LAGGARD US]: LAGGARD and US must be integers");
+    }
+    StreamResult r = Stream(g, n, /*stop_at_error=*/false, g_rank == laggard ? lag_us : 0);
     std::printf("rank %d: stream ok=%d errors=%d wrong=%d%s%s\n", g_rank, r.ok, r.errors, r.wrong,
                 r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
     Check(r.wrong == 0, "wrong results");
