@@ -34,6 +34,8 @@
 // With NETFOLD_BENCH_STATS=1 and the interposer loaded, rank 0 also prints
 // to stderr, after the sweep, what every rank's link spent on recovery:
 //   collective_bench: all ranks: chunks N, repairs N, retransmissions N, dropped N
+// and each rank's link bytes, sent and received:
+//   collective_bench: rank R: link tx N rx N bytes
 // (sums of netfold_stats_t over the ranks, the whole run, warm-ups included).
 #include <dlfcn.h>
 #include <mpi.h>
@@ -278,6 +280,15 @@ int main(int argc, char** argv) {
                    "dropped %llu\n",
                    static_cast<unsigned long long>(sum[0]), static_cast<unsigned long long>(sum[1]),
                    static_cast<unsigned long long>(sum[2]), static_cast<unsigned long long>(sum[3]));
+    }
+    // Each rank's link, both ways: which ranks carry a collective's bytes.
+    const uint64_t link[2] = {s.link_tx_bytes, s.link_rx_bytes};
+    std::vector<uint64_t> links(rank == 0 ? 2 * static_cast<size_t>(size) : 0);
+    PMPI_Gather(link, 2, MPI_UINT64_T, links.data(), 2, MPI_UINT64_T, 0, MPI_COMM_WORLD);
+    for (int r = 0; rank == 0 && r < size; ++r) {
+      std::fprintf(stderr, "collective_bench: rank %d: link tx %llu rx %llu bytes\n", r,
+                   static_cast<unsigned long long>(links[2 * static_cast<size_t>(r)]),
+                   static_cast<unsigned long long>(links[2 * static_cast<size_t>(r) + 1]));
     }
   }
   MPI_Finalize();
