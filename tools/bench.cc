@@ -231,6 +231,16 @@ int RunBench(const BenchOptions& o) {
       {"ompi-sm", {"--mca", "btl", "self,vader"}, false},
   };
   if (with_tag) variants.insert(variants.begin() + 1, {"netfold+tag", tag_options, true});
+  // --slots: the same fabric and ranks with other windows, each measured
+  // next to the default (rounds alternate the order).
+  std::vector<std::string> window_variants;
+  for (int k : o.compare_slots) {
+    std::vector<std::string> options = netfold_options;
+    options.insert(options.end(), {"-x", absl::StrFormat("NETFOLD_SLOTS=%d", k)});
+    window_variants.push_back(absl::StrFormat("netfold K=%d", k));
+    variants.insert(variants.begin() + static_cast<long>(window_variants.size()),
+                    {window_variants.back(), options, true});
+  }
   // libnetfold's host algorithms (docs/algorithms.md) over the same
   // transport, forced with NETFOLD_ALGORITHM: what the fabric buys.
   const std::vector<std::string> host_algorithms = {"ring", "bidir", "tree"};
@@ -372,6 +382,30 @@ int RunBench(const BenchOptions& o) {
                     Us(nf ? nf->avg : -1).c_str(), Us(tag ? tag->avg : -1).c_str(),
                     Ratio(results, "netfold+tag", "netfold", p, size).c_str(),
                     Us(nf ? nf->p99 : -1).c_str(), Us(tag ? tag->p99 : -1).c_str());
+      }
+    }
+  }
+  if (!window_variants.empty()) {
+    std::printf("\nother windows (--slots), same fabric, same run; netfold: K=%u\n",
+                window.num_slots);
+    for (const std::string& w : window_variants) {
+      std::printf("%-5s %9s  %11s %11s %9s%s %9s  %11s %11s\n", "ranks", "size", "netfold avg",
+                  w.substr(std::string("netfold ").size()).c_str(), "K/default",
+                  ranges ? absl::StrFormat(" %11s", "range").c_str() : "", "K/tcp", "netfold p99",
+                  "K p99");
+      for (int p : ranks) {
+        for (long size : sizes) {
+          const std::optional<Point> nf = Find(results, "netfold", p, size);
+          const std::optional<Point> k = Find(results, w, p, size);
+          std::printf(
+              "%-5d %9s  %11s %11s %9s%s %9s  %11s %11s\n", p, HumanSize(size).c_str(),
+              Us(nf ? nf->avg : -1).c_str(), Us(k ? k->avg : -1).c_str(),
+              Ratio(results, w, "netfold", p, size).c_str(),
+              ranges ? absl::StrFormat(" %11s", RatioRange(results, w, "netfold", p, size)).c_str()
+                     : "",
+              Ratio(results, w, "ompi-tcp", p, size).c_str(), Us(nf ? nf->p99 : -1).c_str(),
+              Us(k ? k->p99 : -1).c_str());
+        }
       }
     }
   }

@@ -28,6 +28,9 @@ struct BenchOptions {
   // Opt-in polling for netfold's runs: the switches' --poll_us and the
   // ranks' NETFOLD_POLL_US; 0: both sleep in epoll (the defaults).
   int poll_us = 0;
+  // Windows to measure netfold with as well, next to the default in the
+  // same run (NETFOLD_SLOTS=K for the ranks; variant "netfold K=<K>").
+  std::vector<int> compare_slots;
   // Shaped links on the namespace testbed instead of loopback: one run per
   // rate ("250mbit", "1gbit"; tc's spelling), on `topology` (default
   // deploy/topologies/testbed_two_level.yaml), ranks: the first of `ranks`.

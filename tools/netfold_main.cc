@@ -7,7 +7,7 @@
 //   netfold explain --job ID [--ranks LIST] | --hosts H0,H1,.. [--slots K] [--slot-bytes P]
 //   netfold fault SWITCH IMPAIRMENT [--peer IP:PORT|all|default] [--direction both|send|receive]
 //   netfold certs --out DIR [--hosts ADDR,...] [--days N] [--force]
-//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--rounds N] [--quick] [--poll-us N] [--testbed RATES]
+//   netfold bench allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] [--sizes ..] [--rounds N] [--slots K,..] [--quick] [--poll-us N] [--testbed RATES]
 //   netfold help [COMMAND]      (also: netfold --help, netfold COMMAND --help)
 //   netfold completion bash
 //
@@ -542,6 +542,12 @@ int Bench(int argc, char** argv) {
                               o.poll_us < 0 || o.poll_us > 1000000)) {
     return Fail("--poll-us must be a number of microseconds from 0 to 1000000");
   }
+  if (args.Has("slots") &&
+      (!parse_list(args.Get("slots"), &o.compare_slots) ||
+       *std::min_element(o.compare_slots.begin(), o.compare_slots.end()) < 1 ||
+       *std::max_element(o.compare_slots.begin(), o.compare_slots.end()) > 65535)) {
+    return Fail("--slots is a comma-separated list of windows (slots per group) from 1 to 65535");
+  }
   o.out_dir = args.Get("out");
   if (args.Has("testbed")) {
     for (absl::string_view r : absl::StrSplit(args.Get("testbed"), ',', absl::SkipEmpty())) {
@@ -553,6 +559,7 @@ int Bench(int argc, char** argv) {
     if (o.testbed_rates.empty()) return Fail("--testbed is a comma-separated list of link rates");
     if (!args.Has("ranks")) o.ranks = {8};
     if (args.Has("rounds")) return Fail("--rounds is for loopback runs, not --testbed");
+    if (args.Has("slots")) return Fail("--slots is for loopback runs, not --testbed");
   } else if (args.Has("topology")) {
     return Fail("--topology is for --testbed runs");
   }
@@ -727,7 +734,7 @@ const std::vector<Command>& Commands() {
        .run = Certs},
       {.name = "bench",
        .synopsis = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter [--ranks ..] "
-                   "[--sizes ..] [--seconds S] [--rounds N] "
+                   "[--sizes ..] [--seconds S] [--rounds N] [--slots K,..] "
                    "[--out DIR] [--quick] [--poll-us N] [--testbed RATES [--topology FILE]]",
        .summary = "allreduce|reduce|bcast|barrier|allgather|reduce_scatter: the fabric against\n"
                   "Open MPI (shared memory and TCP) in the same run: a table of ratios, a CSV\n"
@@ -738,13 +745,16 @@ const std::vector<Command>& Commands() {
                   "--quick\n"
                   "--rounds N: every variant N times in alternating order; medians and the\n"
                   "ratio's range over rounds (loopback runs)\n"
+                  "--slots 128: netfold also with each window K (NETFOLD_SLOTS=K), next to\n"
+                  "the default in the same run, and a table of their ratios\n"
                   "--poll-us N: netfold's switches and ranks poll N us after each packet "
                   "(opt-in)\n"
                   "--testbed 250mbit,1gbit: on the namespace testbed (root), every link shaped\n"
                   "to each rate in turn: in-network, libnetfold's ring and Open MPI over TCP\n"
                   "through the same links (--ranks: one count, default 8; --topology FILE)",
        .flags = {"quick"},
-       .valued = {"ranks", "sizes", "seconds", "rounds", "out", "poll-us", "testbed", "topology"},
+       .valued = {"ranks", "sizes", "seconds", "rounds", "slots", "out", "poll-us", "testbed",
+                  "topology"},
        .max_positional = 1,
        .words = {"allreduce", "reduce", "bcast", "barrier"},
        .run = Bench},

@@ -151,6 +151,29 @@ TEST_F(NetfoldBench, AllreduceRowsForEveryVariantAndRoundWithInNetworkLinkBytes)
   EXPECT_TRUE(fs::exists(dir_ / "mpirun.log"));
 }
 
+// --slots: netfold with another window too, measured next to the default
+// (the ratio between two windows is only fair from runs side by side).
+TEST_F(NetfoldBench, OtherWindowsAreMeasuredNextToTheDefault) {
+  const CliRun r = Netfold(
+      absl::StrFormat("bench bcast --ranks 2 --sizes 65536 --seconds 0.05 --slots 8 --out %s",
+                      dir_.string()),
+      600);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_LT(At(r.output, "measuring netfold on 2 ranks"),
+            At(r.output, "measuring netfold K=8 on 2 ranks"));
+  EXPECT_LT(At(r.output, "measuring netfold K=8 on 2 ranks"),
+            At(r.output, "measuring ompi-tcp on 2 ranks"));
+  EXPECT_NE(r.output.find("other windows (--slots)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("K/default"), std::string::npos) << r.output;
+  const auto rows = ReadCsv(dir_ / "results.csv");
+  auto k8 = rows.find("netfold K=8");
+  ASSERT_NE(k8, rows.end()) << r.output;
+  auto row = k8->second.find(65536);
+  ASSERT_NE(row, k8->second.end()) << r.output;
+  EXPECT_GT(row->second.avg_us, 0);
+  EXPECT_GE(row->second.link_bytes, 65536) << "a netfold run reads its link counters";
+}
+
 TEST_F(NetfoldBench, BarrierBcastAllgatherReduceScatterAndNonblockingMeasureEveryVariant) {
   for (const char* op :
        {"barrier", "bcast", "allgather", "reduce_scatter", "iallreduce", "allreduce_in_place"}) {
@@ -235,6 +258,14 @@ TEST_F(NetfoldBench, BadArgumentsAreClearErrors) {
   r = Netfold("bench allreduce --testbed 1gbit --rounds 2", 60);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--rounds is for loopback"), std::string::npos) << r.output;
+  for (const char* slots : {"0", "x", "8,", "70000"}) {
+    r = Netfold(absl::StrFormat("bench allreduce --slots %s", slots), 60);
+    EXPECT_EQ(r.exit_code, 2) << slots << ": " << r.output;
+    EXPECT_NE(r.output.find("--slots is a comma-separated list"), std::string::npos) << r.output;
+  }
+  r = Netfold("bench allreduce --testbed 1gbit --slots 128", 60);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--slots is for loopback"), std::string::npos) << r.output;
   r = Netfold("bench allreduce --seconds 0", 60);
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.output.find("--seconds"), std::string::npos) << r.output;
