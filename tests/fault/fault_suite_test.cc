@@ -91,6 +91,15 @@ void ExpectNoLeaks(const tools::LocalFabric& fabric) {
   }
 }
 
+// Every rank of `ranks` printed fabric_rank's "holding at" (it ran the
+// operations NETFOLD_TEST_HOLD_AT names and waits for the release), at most
+// 60 s each.
+void WaitUntilEveryRankHolds(Launch& ranks, int n) {
+  for (int r = 0; r < n; ++r) {
+    ASSERT_TRUE(ranks.WaitForOutput(r, "holding at", absl::Seconds(60))) << ranks.output(r);
+  }
+}
+
 // Until the fabric lists a group (the ranks are connected), at most 30 s.
 void WaitForAGroup(const tools::LocalFabric& fabric) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -174,12 +183,17 @@ TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
   std::remove(flag.c_str());
   // In-network only: the error must reach the ranks (the next test covers
   // the failover to the hosts).
+  // The ranks hold after their 10th operation: the switch dies inside the
+  // stream, after every rank joined the fabric.
+  testing::ReleaseFlag release;
   Launch ranks(*fabric, 4, 0, {"outage", Ops(100)},
                {{"NETFOLD_TEST_PHASE2", flag}, {"NETFOLD_TIMEOUT_MS", "5000"},
-                {"NETFOLD_ALGORITHM", "innetwork"}});
-  absl::SleepFor(absl::Seconds(2));
+                {"NETFOLD_ALGORITHM", "innetwork"}, {"NETFOLD_TEST_HOLD_AT", "10"},
+                {"NETFOLD_TEST_RELEASE", release.path}});
+  WaitUntilEveryRankHolds(ranks, 4);
   const absl::Time killed = absl::Now();
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
+  release.Raise();
   for (int r = 0; r < 4; ++r) {
     EXPECT_TRUE(ranks.WaitForOutput(r, "phase1", absl::Seconds(30))) << ranks.output(r);
   }
@@ -199,11 +213,14 @@ TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
   auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
   ASSERT_NE(fabric, nullptr);
   // The default policy (auto): the hosts take over and no operation fails.
+  // The ranks hold after 300 operations; the switch dies there.
+  testing::ReleaseFlag release;
   Launch ranks(*fabric, 4, 0, {"stream", Ops(3000)},
-               {{"NETFOLD_TIMEOUT_MS", "5000"}});
-  WaitForAGroup(*fabric);
-  absl::SleepFor(absl::Milliseconds(500));  // mid-stream
+               {{"NETFOLD_TIMEOUT_MS", "5000"}, {"NETFOLD_TEST_HOLD_AT", "300"},
+                {"NETFOLD_TEST_RELEASE", release.path}});
+  WaitUntilEveryRankHolds(ranks, 4);
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
+  release.Raise();
   auto results = ranks.Wait(absl::Minutes(4));
   ExpectStreamClean(results);
   ExpectEveryRankFailedOverOnce(results);
@@ -211,14 +228,23 @@ TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
 
 // fabric_rank `scenario` (`ops` operations of 1 Mi int32) on 4 ranks, leaf0
 // killed mid-stream: every rank fails over once and every operation is
-// exact ("SCENARIO ok=OPS errors=0 wrong=0").
+// exact ("SCENARIO ok=OPS errors=0 wrong=0"). The ranks hold after their
+// second operation; the switch dies once every rank has gone on, inside
+// its third operation as a rule (an operation of 4 MiB takes tens of
+// milliseconds, the check between two a few), with `ops` - 3 still to come
+// whatever the timing.
 void KillALeafDuring(const std::string& scenario, int ops) {
   auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
   ASSERT_NE(fabric, nullptr);
+  testing::ReleaseFlag release;
   Launch ranks(*fabric, 4, 0, {scenario, std::to_string(ops), "1048576"},
-               {{"NETFOLD_TIMEOUT_MS", "5000"}});
-  WaitForAGroup(*fabric);
-  absl::SleepFor(absl::Milliseconds(300));  // mid-stream
+               {{"NETFOLD_TIMEOUT_MS", "5000"}, {"NETFOLD_TEST_HOLD_AT", "2"},
+                {"NETFOLD_TEST_RELEASE", release.path}});
+  WaitUntilEveryRankHolds(ranks, 4);
+  release.Raise();
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(ranks.WaitForOutput(r, "resumed", absl::Seconds(60))) << ranks.output(r);
+  }
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
   auto results = ranks.Wait(absl::Minutes(4));
   const std::string clean = absl::StrFormat("%s ok=%d errors=0 wrong=0", scenario, ops);
@@ -260,11 +286,13 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
   }
   auto fabric = StartFabric(4, "", "", /*one_switch_process=*/false);
   ASSERT_NE(fabric, nullptr);
+  testing::ReleaseFlag release;
   Launch ranks(*fabric, 4, 0, {"digest", n},
-               {{"NETFOLD_ALGORITHM", "treeorder"}, {"NETFOLD_TIMEOUT_MS", "5000"}});
-  WaitForAGroup(*fabric);
-  absl::SleepFor(absl::Milliseconds(300));  // mid-stream
-  ASSERT_TRUE(fabric->Kill("leaf1", SIGKILL).ok());
+               {{"NETFOLD_ALGORITHM", "treeorder"}, {"NETFOLD_TIMEOUT_MS", "5000"},
+                {"NETFOLD_TEST_HOLD_AT", "300"}, {"NETFOLD_TEST_RELEASE", release.path}});
+  WaitUntilEveryRankHolds(ranks, 4);
+  ASSERT_TRUE(fabric->Kill("leaf1", SIGKILL).ok());  // after 300 of the 2000
+  release.Raise();
   auto results = ranks.Wait(absl::Minutes(4));
   EXPECT_EQ(testing::AgreedDigest(results), healthy)
       << "the hosts did not reproduce the fabric's association order";
@@ -288,14 +316,23 @@ TEST(ProcessFaults, RankKilledMidOperationFailsTheOthersWithinTheirDeadline) {
 
 // Stops rank 1 of a 4-rank stream of `ops` allreduces for `pause`, then
 // lets it go on: every operation must still succeed with the right bits.
+// The ranks hold after 20 operations; rank 1 is stopped there and the
+// others go on into the 21st, which waits for it.
 void PauseOneRankMidStream(const std::string& ops, absl::Duration pause,
                            std::map<std::string, std::string> env) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);
+  testing::ReleaseFlag release;
   env["NETFOLD_TIMEOUT_MS"] = "30000";
+  env["NETFOLD_TEST_HOLD_AT"] = "20";
+  env["NETFOLD_TEST_RELEASE"] = release.path;
   Launch ranks(*fabric, 4, 0, {"stream", ops}, env);
-  absl::SleepFor(absl::Seconds(1));
+  WaitUntilEveryRankHolds(ranks, 4);
   ranks.Signal(1, SIGSTOP);
+  release.Raise();
+  for (int r : {0, 2, 3}) {
+    ASSERT_TRUE(ranks.WaitForOutput(r, "resumed", absl::Seconds(60))) << ranks.output(r);
+  }
   absl::SleepFor(pause);
   ranks.Signal(1, SIGCONT);
   ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
@@ -395,13 +432,21 @@ TEST(LinkFaultsAtRunTime, EveryLinkOfALeafDownThenUpDelaysButBreaksNothing) {
   const std::string m = " --state-dir " + fabric->state_dir();
   // In-network only: the fabric itself must ride out the outage (RC
   // retransmission), not a failover to the hosts.
+  // The ranks hold after 100 operations; the links go down there, and the
+  // 101st runs into them.
+  testing::ReleaseFlag release;
   Launch ranks(*fabric, 4, 0, {"stream", Ops(1500)},
-               {{"NETFOLD_ALGORITHM", "innetwork"}});
-  WaitForAGroup(*fabric);
-  absl::SleepFor(absl::Milliseconds(200));  // mid-stream
+               {{"NETFOLD_ALGORITHM", "innetwork"}, {"NETFOLD_TEST_HOLD_AT", "100"},
+                {"NETFOLD_TEST_RELEASE", release.path}});
+  WaitUntilEveryRankHolds(ranks, 4);
   auto [rc, out] = Cli("fault leaf1 down=1" + m);  // every peer, both directions
   EXPECT_EQ(rc, 0) << out;
-  absl::SleepFor(absl::Milliseconds(300));  // shorter than the RC retry budget (0.76 s)
+  release.Raise();
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(ranks.WaitForOutput(r, "resumed", absl::Seconds(60))) << ranks.output(r);
+  }
+  // Shorter than a link's failure budget (RC retries for at least 3 s).
+  absl::SleepFor(absl::Milliseconds(300));
   std::tie(rc, out) = Cli("fault leaf1 none" + m);
   EXPECT_EQ(rc, 0) << out;
   std::tie(rc, out) = Cli("status --switch leaf1" + m);

@@ -50,6 +50,13 @@
 //                switch), then waits for $NETFOLD_TEST_PHASE2 to exist,
 //                joins the fabric again and runs N more operations that
 //                must all succeed
+//
+// NETFOLD_TEST_HOLD_AT=K (stream, digest, inplace, bcasts, outage): after
+// its K-th operation the rank prints "rank R: holding at K", waits for
+// $NETFOLD_TEST_RELEASE to exist (at most 10 minutes), prints "rank R:
+// resumed" and goes on: the test acts on the fabric at a point it knows to
+// be inside the stream, not after a sleep that a fast or a loaded machine
+// can make too short or too long.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -394,6 +401,24 @@ int CheckedOperation(netfold_group_t g, uint64_t k, bool* wrong) {
   return rc;
 }
 
+// NETFOLD_TEST_HOLD_AT (see the top of this file), after operation `done`.
+void MaybeHold(int done) {
+  static const int at = [] {
+    int k = 0;
+    const char* v = std::getenv("NETFOLD_TEST_HOLD_AT");
+    if (v != nullptr && !absl::SimpleAtoi(v, &k)) Check(false, "NETFOLD_TEST_HOLD_AT is no number");
+    return k;
+  }();
+  if (at <= 0 || done != at) return;
+  std::printf("rank %d: holding at %d\n", g_rank, done);
+  std::fflush(stdout);
+  const char* flag = std::getenv("NETFOLD_TEST_RELEASE");
+  Check(flag != nullptr, "NETFOLD_TEST_HOLD_AT without NETFOLD_TEST_RELEASE");
+  for (int i = 0; flag != nullptr && i < 12000 && access(flag, F_OK) != 0; ++i) usleep(50000);
+  std::printf("rank %d: resumed\n", g_rank);
+  std::fflush(stdout);
+}
+
 struct StreamResult {
   int ok = 0, errors = 0, wrong = 0;
   std::string first_error;
@@ -416,6 +441,7 @@ StreamResult Stream(netfold_group_t g, int n, bool stop_at_error, int lag_us = 0
       }
       if (stop_at_error) break;
     }
+    MaybeHold(k + 1);
   }
   return r;
 }
@@ -442,6 +468,7 @@ std::string FloatDigest(netfold_group_t g, int n, int* errors) {
     }
     const auto* b = reinterpret_cast<const uint8_t*>(v.data());
     for (size_t i = 0; i < count * sizeof(float); ++i) digest = (digest ^ b[i]) * 1099511628211ull;
+    MaybeHold(k + 1);
   }
   return absl::StrFormat("%016x", digest);
 }
@@ -630,6 +657,7 @@ int main(int argc, char** argv) {
                                                NETFOLD_DTYPE_INT32, NETFOLD_OP_SUM);
       if (rc != NETFOLD_SUCCESS) {
         ++errors;
+        MaybeHold(k + 1);
         continue;
       }
       for (size_t i = 0; i < v.size(); ++i) {
@@ -640,6 +668,7 @@ int main(int argc, char** argv) {
           break;
         }
       }
+      MaybeHold(k + 1);
     }
     std::printf("rank %d: %s ok=%d errors=%d wrong=%d\n", g_rank, scenario.c_str(),
                 n - errors - wrong, errors, wrong);

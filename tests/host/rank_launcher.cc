@@ -44,6 +44,10 @@ Launch::Launch(const std::string& manager, int n, int first_host, std::vector<st
       setenv("NETFOLD_OOB_SIZE", std::to_string(n).c_str(), 1);
       setenv("NETFOLD_HOST", absl::StrFormat("h%d", first_host + r).c_str(), 1);
       setenv("NETFOLD_TIMEOUT_MS", "20000", 0);
+      // Ranks of a test always have a manager: 10 s to reach it (the 1 s
+      // default is for jobs that fall back without one), as many ranks
+      // start at once on a machine that other tests load.
+      setenv("NETFOLD_CONNECT_TIMEOUT_MS", "10000", 0);
       for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
       std::vector<char*> argv = {const_cast<char*>(exe.c_str())};
       for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
