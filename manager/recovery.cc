@@ -185,8 +185,16 @@ void RecoverGroup(const state::GroupRecord& rec, Rebuild& b) {
   state.groups[g.id] = std::move(g);
 }
 
+// A switch's agent retries a lost manager every 500 ms at most
+// (SwitchAgentOptions::reconnect_max), and its gRPC channel has a backoff of
+// its own of up to 500 ms + 20 % under that: up to ~1.1 s pass before a
+// switch can register with a manager that is back. Its timeout counts from
+// then, as the hosts' does (kHostReconnectAllowance).
+constexpr absl::Duration kSwitchReconnectAllowance = absl::Seconds(1);
+
 absl::Duration ReregistrationGrace(const FabricState& state) {
-  return std::max(state.options.switch_timeout, 2 * state.options.heartbeat_interval);
+  return std::max(state.options.switch_timeout, 2 * state.options.heartbeat_interval) +
+         kSwitchReconnectAllowance;
 }
 
 // The hosts' heartbeats fail while the manager is away, and their gRPC

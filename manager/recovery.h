@@ -5,9 +5,10 @@
 // link that is not in the tree any more, a group that does not fit) is
 // dropped with a warning and a delete record. Switches start UNKNOWN: those
 // that hold recovered state get max(switch_timeout, 2 x heartbeat_interval)
-// to register again before they are written off; attached ranks get
-// host_timeout + 1 s to heartbeat again before they are detached (their
-// hosts retry a lost manager every 500 ms at most). Both graces count again
+// + 1 s to register again before they are written off (their agents and
+// channels retry a lost manager every 500 ms at most, each); attached
+// ranks get host_timeout + 1 s to heartbeat again before they are detached
+// (their hosts retry a lost manager every 500 ms at most). Both graces count again
 // from the moment the manager serves (RestartReregistrationGrace).
 //
 //   state::Snapshot loaded;

@@ -259,7 +259,7 @@ TEST_F(SwitchdTest, SwitchesReRegisterAfterAManagerRestartAndKeepServing) {
   RunAllreduces(Members(all), g, {kCases[2]}, 12);
   // Long enough for the switches' reconnect attempts to back off to their
   // cap (the manager writes off a switch that does not re-register within
-  // 2 s of its restart).
+  // switch_timeout + 1 s of its restart, docs/manager.md).
   absl::SleepFor(absl::Milliseconds(1500));
   // It comes back on the same port with its journal: every switch
   // reconnects (with backoff), reports the group and its QPs, and is
