@@ -169,7 +169,7 @@ struct ResyncMember {
 // already holds the results of every chunk up to L - K: what a member behind
 // lacks is among the operation's last K chunks, and chunks follow the
 // vector (blocks in order), so those are the last bytes of the result, at
-// most K x P of them. A 16 MiB allreduce keeps 252 KiB (the default 64 x
+// most K x P of them. A 16 MiB allreduce keeps 504 KiB (the default 128 x
 // 4032) instead of a copy of 16 MiB. K and P may be any bound at least the
 // group's (the job's quota); 0 for either keeps the whole result.
 inline std::span<const uint8_t> KeptResult(std::span<const uint8_t> result, uint32_t num_slots,

@@ -197,7 +197,7 @@ TEST_F(ManagerTest, JobQuotaAndPolicyLimits) {
   EXPECT_NE(s.message().find("num_slots 16 exceeds the per-group limit of 8"), std::string::npos);
 }
 
-// A job that leaves K and P to the manager gets the defaults (K = 64,
+// A job that leaves K and P to the manager gets the defaults (K = 128,
 // P = 4032) within what the switches hold: P no larger than the smallest
 // slot, K no more than a quarter of the fewest slots, so that four groups
 // of the default size fit every switch. What a job asks for is refused
@@ -215,7 +215,7 @@ TEST_F(ManagerTest, UnsetSlotsAndSlotBytesFitTheSmallestSwitch) {
   RegisterAll();
   control::CreateJobResponse job = CreateJob({"h0"});
   EXPECT_EQ(job.quota().slot_bytes(), 1024u);  // not the default 4032
-  EXPECT_EQ(job.quota().num_slots(), 16u);     // a quarter of 64, not the default 64
+  EXPECT_EQ(job.quota().num_slots(), 16u);     // a quarter of 64, not the default 128
   control::JobQuota quota;
   quota.set_slot_bytes(2048);  // asked for: refused, not lowered
   control::CreateJobRequest req;
@@ -247,18 +247,19 @@ TEST(DefaultWindow, IsTheManagersDefaultWhereTheSwitchesHaveRoom) {
     EXPECT_TRUE(t.ok()) << t.status();
     return *std::move(t);
   };
-  const JobLimits limits;  // K = 64, P = 4032
+  const JobLimits limits;  // K = 128, P = 4032
   DefaultWindow w = DefaultWindowFor(limits, topology(4096, 4048));
-  EXPECT_EQ(w.num_slots, 64u);
+  EXPECT_EQ(w.num_slots, 128u);
   EXPECT_EQ(w.slot_bytes, 4032u);
   w = DefaultWindowFor(limits, topology(128, 2048));  // the smaller switch of the two decides
   EXPECT_EQ(w.num_slots, 32u);
   EXPECT_EQ(w.slot_bytes, 2048u);
   EXPECT_EQ(DefaultWindowFor(limits, topology(2, 4048)).num_slots, 1u);
-  JobLimits deep = limits;
-  deep.default_slots_per_group = 128;
-  EXPECT_EQ(DefaultWindowFor(deep, topology(512, 4048)).num_slots, 128u);
-  EXPECT_EQ(DefaultWindowFor(deep, topology(256, 4048)).num_slots, 64u);
+  EXPECT_EQ(DefaultWindowFor(limits, topology(512, 4048)).num_slots, 128u);
+  EXPECT_EQ(DefaultWindowFor(limits, topology(256, 4048)).num_slots, 64u);
+  JobLimits shallow = limits;
+  shallow.default_slots_per_group = 64;
+  EXPECT_EQ(DefaultWindowFor(shallow, topology(4096, 4048)).num_slots, 64u);
 }
 
 // A slot size the switches' ALU could not use is refused when the job or

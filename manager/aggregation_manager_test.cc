@@ -67,7 +67,7 @@ TEST_F(ManagerTest, JobAndGroupLifecycleOnTwoLevel) {
   EXPECT_EQ(job.job_key().size(), 16u);
   EXPECT_NE(job.pkey() & 0x8000, 0u);
   EXPECT_EQ(job.qkey() & 0x80000000u, 0u);
-  EXPECT_EQ(job.quota().num_slots(), 64u);  // defaults filled in
+  EXPECT_EQ(job.quota().num_slots(), 64u);  // defaults filled in (128: a quarter of 256 slots)
   EXPECT_EQ(job.quota().slot_bytes(), 4032u);
 
   AttachAll(job, 8);

@@ -28,7 +28,7 @@
 //   rate_limit: {requests_per_second: 1000, burst: 2000}
 //   limits: {max_jobs: 1024, max_ranks_per_job: 4096, max_groups_per_job: 256,
 //            default_groups_per_job: 16, max_slots_per_group: 256,
-//            default_slots_per_group: 64, max_slot_bytes: 65536,
+//            default_slots_per_group: 128, max_slot_bytes: 65536,
 //            default_slot_bytes: 4032}
 //
 // Thread-safe (pure functions).

@@ -29,13 +29,15 @@ struct JobLimits {
   // What a job gets when it asks for nothing: K and P that keep a 4096-byte
   // path busy (docs/performance.md; issue 22), lowered to what the
   // topology's switches hold (DefaultWindowFor). P is the largest payload a
-  // multicast result carries in a 4096-byte RoCE MTU. K = 64 (252 KiB in
-  // flight per rank): bcast and reduce are bound by the window on loopback
-  // and measured 15-30 % faster than with 32 ("A deeper window"). 128 was
-  // faster still at 8 ranks, but at 16 ranks on 2 cores the ranks' RC
-  // timers fired while the switches waited for a CPU and resent up to 128
-  // requests each, +30-38 % bytes and 2x the time ("A window of 128").
-  uint32_t default_slots_per_group = 64;
+  // multicast result carries in a 4096-byte RoCE MTU. K = 128 (504 KiB in
+  // flight per rank): measured against 64 side by side (`netfold bench
+  // --slots 128`, 8 and 16 ranks, 64 KiB-64 MiB) it took 0.5-0.8x the time
+  // of a bcast, 0.3-0.75x of a reduce at 8 ranks and 0.77-0.98x of an
+  // allreduce from 256 KiB up; small reduces at 16 ranks lose 10-20 %
+  // ("K = 128 by default", docs/performance.md). It was held back while 16
+  // ranks on 2 cores made the ranks' RC timers resend whole windows
+  // ("A window of 128"); spurious timeouts and repairs no longer do.
+  uint32_t default_slots_per_group = 128;
   uint32_t max_slot_bytes = 65536;
   uint32_t default_slot_bytes = 4032;
 };
