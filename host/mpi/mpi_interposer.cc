@@ -38,6 +38,8 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "host/mpi/interposer_state.h"
 #include "host/mpi/mpi_datatypes.h"
 #include "host/mpi/mpi_hierarchy.h"
@@ -247,7 +249,9 @@ void JoinFabric() {
   if (const char* v = std::getenv("NETFOLD_RELEASED_REDUCES"); v == nullptr || std::strcmp(v, "0") != 0) {
     setenv("NETFOLD_RELEASED_REDUCES", "1", /*overwrite=*/1);
   }
+  const absl::Time tried = absl::Now();
   const int rc = netfold_init(&spec, &g.ctx);
+  const absl::Duration trying = absl::Now() - tried;
   if (rc == NETFOLD_SUCCESS) {
     g.fabric = true;
     (void)netfold_query_caps(g.ctx, &g.caps);  // on failure K = P = 0: results kept whole
@@ -262,10 +266,12 @@ void JoinFabric() {
     PMPI_Abort(MPI_COMM_WORLD, 1);
   }
   // One line, so that a job that preloaded the interposer to use a fabric
-  // does not run without it silently.
+  // does not run without it silently, with what trying cost MPI_Init.
   if (g.world_rank == 0) {
-    std::fprintf(stderr, "netfold-mpi: the fabric is not used, collectives run on MPI itself: %s\n",
-                 netfold_last_error());
+    std::fprintf(stderr,
+                 "netfold-mpi: the fabric is not used (MPI_Init tried it for %.3f s), collectives "
+                 "run on MPI itself: %s\n",
+                 absl::ToDoubleSeconds(trying), netfold_last_error());
   }
 }
 

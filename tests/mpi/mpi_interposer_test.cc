@@ -557,16 +557,13 @@ bool SomethingListensOn(uint16_t port) {
   return connected;
 }
 
-// No manager: MPI_Init's fabric attempt ends within a second of MPI's own
-// start-up, rank 0 says so in one line, and the job runs on MPI itself.
+// No manager: MPI_Init's fabric attempt ends within a second (the
+// interposer's line says how long it tried: MPI's own start-up, measured
+// in another job, varies by more than that on a loaded machine), rank 0
+// says so in one line, and the job runs on MPI itself.
 TEST(MpiStartup, NoManagerIsToldInOneLineWithinASecond) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
-  // The same job without the interposer: MPI's own start-up on this machine.
-  MpiResult plain = MpiRun(2, {"comms"}, "127.0.0.1:1", {{"LD_PRELOAD", ""}});
-  ExpectPassed(plain, "comms");
-  const double baseline = SecondsAfter(plain.output, "MPI_Init took ");
-  ASSERT_GE(baseline, 0) << plain.output;
   // A manager that was killed leaves a port nobody listens on.
   tools::LocalFabricOptions o;
   o.hosts = 2;
@@ -581,9 +578,12 @@ TEST(MpiStartup, NoManagerIsToldInOneLineWithinASecond) {
     SCOPED_TRACE(manager.empty() ? "(unset)" : manager);
     MpiResult r = MpiRun(2, {"comms"}, manager, {});
     ExpectPassed(r, "comms");
-    const double init = SecondsAfter(r.output, "MPI_Init took ");
-    EXPECT_LT(init - baseline, 1.0) << "MPI_Init took " << init << " s, " << baseline
-                                    << " s without the interposer:\n" << r.output;
+    // Refused and unresolvable fail at once; the killed manager's port
+    // refuses too. The 1 s connect timeout is the bound for a host that
+    // does not answer; the ranks then agree on the outcome.
+    const double tried = SecondsAfter(r.output, "MPI_Init tried it for ");
+    ASSERT_GE(tried, 0) << r.output;
+    EXPECT_LT(tried, 1.0) << r.output;
     const std::string line = "netfold-mpi: the fabric is not used";
     const size_t first = r.output.find(line);
     EXPECT_NE(first, std::string::npos) << r.output;
