@@ -35,6 +35,11 @@ void FakeSwitchAgent::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+absl::Time FakeSwitchAgent::last_heartbeat_sent() const {
+  absl::MutexLock lock(&mu_);
+  return last_heartbeat_sent_;
+}
+
 void FakeSwitchAgent::PauseHeartbeats(bool paused) {
   absl::MutexLock lock(&mu_);
   paused_ = paused;
@@ -108,6 +113,7 @@ void FakeSwitchAgent::Run() {
           {
             absl::MutexLock lock(&mu_);
             paused = paused_;
+            if (!paused) last_heartbeat_sent_ = absl::Now();
           }
           if (paused) continue;
           control::SwitchMessage hb;

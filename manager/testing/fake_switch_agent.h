@@ -44,6 +44,9 @@ class FakeSwitchAgent {
   void Kill() { Stop(); }
   // While paused no heartbeats are sent (a hung switch); commands still run.
   void PauseHeartbeats(bool paused);
+  // When the last heartbeat was handed to the stream (taken just before the
+  // write: the manager received it no earlier); InfinitePast if none.
+  absl::Time last_heartbeat_sent() const;
   // Sends a QP error report on the current stream. False if not connected.
   bool ReportQpError(uint32_t qpn, const std::string& reason);
 
@@ -67,6 +70,7 @@ class FakeSwitchAgent {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Time last_heartbeat_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   grpc::Status last_error_ ABSL_GUARDED_BY(mu_);
   grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
 
