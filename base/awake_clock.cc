@@ -20,10 +20,9 @@ AwakeClock* g_process_clock = nullptr;  // the one the fork handlers look after
 AwakeClock::AwakeClock(const Clock& source, AwakeClockOptions options, bool watch)
     : source_(source),
       options_(options),
-      watch_(watch),
       last_read_ns_(source.NowNanos()),
       last_returned_ns_(last_read_ns_) {
-  if (watch_) StartWatcher();
+  if (watch) StartWatcher();
 }
 
 AwakeClock::~AwakeClock() {

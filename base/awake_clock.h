@@ -39,6 +39,8 @@ struct AwakeClockOptions {
   absl::Duration pause_threshold = absl::Milliseconds(500);  // > watch_period
 };
 
+// The process's awake clock: CLOCK_MONOTONIC, watched by a thread from its
+// first use. Lives forever.
 Clock& ProcessAwakeClock();
 
 class AwakeClock : public Clock {
@@ -65,7 +67,6 @@ class AwakeClock : public Clock {
 
   const Clock& source_;
   const AwakeClockOptions options_;
-  const bool watch_;
   mutable std::mutex mu_;
   mutable int64_t last_read_ns_;      // the source's time at the latest read
   mutable int64_t paused_ns_ = 0;     // left out so far
@@ -75,10 +76,6 @@ class AwakeClock : public Clock {
   mutable std::atomic<bool> need_watcher_{false};  // forked: start one at the next read
   mutable std::thread watcher_;
 };
-
-// The process's awake clock: CLOCK_MONOTONIC, watched by a thread from its
-// first use. Lives forever.
-Clock& ProcessAwakeClock();
 
 }  // namespace netfold
 

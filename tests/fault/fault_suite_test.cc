@@ -91,14 +91,8 @@ void ExpectNoLeaks(const tools::LocalFabric& fabric) {
   }
 }
 
-// Every rank of `ranks` printed fabric_rank's "holding at" (it ran the
-// operations NETFOLD_TEST_HOLD_AT names and waits for the release), at most
-// 60 s each.
-void WaitUntilEveryRankHolds(Launch& ranks, int n) {
-  for (int r = 0; r < n; ++r) {
-    ASSERT_TRUE(ranks.WaitForOutput(r, "holding at", absl::Seconds(60))) << ranks.output(r);
-  }
-}
+// How long each rank may take to print what the test waits for.
+constexpr absl::Duration kSay = absl::Seconds(60);
 
 // Until the fabric lists a group (the ranks are connected), at most 30 s.
 void WaitForAGroup(const tools::LocalFabric& fabric) {
@@ -160,9 +154,8 @@ TEST(ProcessFaults, ManagerKilledAndRestartedMidJobLosesNothing) {
   // The job streams until the test releases it, after the manager is back.
   testing::ReleaseFlag release;
   Launch ranks(*fabric, 4, 0, {"until"}, {{"NETFOLD_TEST_RELEASE", release.path}});
-  for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(ranks.WaitForOutput(r, "streaming", absl::Seconds(60))) << ranks.output(r);
-  }
+  const int not_streaming = ranks.WaitForEveryOutput("streaming", kSay);
+  ASSERT_EQ(not_streaming, -1) << ranks.output(not_streaming);
   EXPECT_EQ(Status(*fabric).jobs_size(), 1);
   ASSERT_TRUE(fabric->Kill("manager", SIGKILL).ok());
   absl::SleepFor(absl::Seconds(1));  // the data plane carries on without it
@@ -190,7 +183,8 @@ TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
                {{"NETFOLD_TEST_PHASE2", flag}, {"NETFOLD_TIMEOUT_MS", "5000"},
                 {"NETFOLD_ALGORITHM", "innetwork"}, {"NETFOLD_TEST_HOLD_AT", "10"},
                 {"NETFOLD_TEST_RELEASE", release.path}});
-  WaitUntilEveryRankHolds(ranks, 4);
+  const int not_holding = ranks.WaitForEveryOutput("holding at", kSay);
+  ASSERT_EQ(not_holding, -1) << ranks.output(not_holding);
   const absl::Time killed = absl::Now();
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
   release.Raise();
@@ -218,7 +212,8 @@ TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
   Launch ranks(*fabric, 4, 0, {"stream", Ops(3000)},
                {{"NETFOLD_TIMEOUT_MS", "5000"}, {"NETFOLD_TEST_HOLD_AT", "300"},
                 {"NETFOLD_TEST_RELEASE", release.path}});
-  WaitUntilEveryRankHolds(ranks, 4);
+  const int not_holding = ranks.WaitForEveryOutput("holding at", kSay);
+  ASSERT_EQ(not_holding, -1) << ranks.output(not_holding);
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
   release.Raise();
   auto results = ranks.Wait(absl::Minutes(4));
@@ -240,11 +235,11 @@ void KillALeafDuring(const std::string& scenario, int ops) {
   Launch ranks(*fabric, 4, 0, {scenario, std::to_string(ops), "1048576"},
                {{"NETFOLD_TIMEOUT_MS", "5000"}, {"NETFOLD_TEST_HOLD_AT", "2"},
                 {"NETFOLD_TEST_RELEASE", release.path}});
-  WaitUntilEveryRankHolds(ranks, 4);
+  const int not_holding = ranks.WaitForEveryOutput("holding at", kSay);
+  ASSERT_EQ(not_holding, -1) << ranks.output(not_holding);
   release.Raise();
-  for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(ranks.WaitForOutput(r, "resumed", absl::Seconds(60))) << ranks.output(r);
-  }
+  const int not_resumed = ranks.WaitForEveryOutput("resumed", kSay);
+  ASSERT_EQ(not_resumed, -1) << ranks.output(not_resumed);
   ASSERT_TRUE(fabric->Kill("leaf0", SIGKILL).ok());
   auto results = ranks.Wait(absl::Minutes(4));
   const std::string clean = absl::StrFormat("%s ok=%d errors=0 wrong=0", scenario, ops);
@@ -290,7 +285,8 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
   Launch ranks(*fabric, 4, 0, {"digest", n},
                {{"NETFOLD_ALGORITHM", "treeorder"}, {"NETFOLD_TIMEOUT_MS", "5000"},
                 {"NETFOLD_TEST_HOLD_AT", "300"}, {"NETFOLD_TEST_RELEASE", release.path}});
-  WaitUntilEveryRankHolds(ranks, 4);
+  const int not_holding = ranks.WaitForEveryOutput("holding at", kSay);
+  ASSERT_EQ(not_holding, -1) << ranks.output(not_holding);
   ASSERT_TRUE(fabric->Kill("leaf1", SIGKILL).ok());  // after 300 of the 2000
   release.Raise();
   auto results = ranks.Wait(absl::Minutes(4));
@@ -327,12 +323,12 @@ void PauseOneRankMidStream(const std::string& ops, absl::Duration pause,
   env["NETFOLD_TEST_HOLD_AT"] = "20";
   env["NETFOLD_TEST_RELEASE"] = release.path;
   Launch ranks(*fabric, 4, 0, {"stream", ops}, env);
-  WaitUntilEveryRankHolds(ranks, 4);
+  const int not_holding = ranks.WaitForEveryOutput("holding at", kSay);
+  ASSERT_EQ(not_holding, -1) << ranks.output(not_holding);
   ranks.Signal(1, SIGSTOP);
   release.Raise();
-  for (int r : {0, 2, 3}) {
-    ASSERT_TRUE(ranks.WaitForOutput(r, "resumed", absl::Seconds(60))) << ranks.output(r);
-  }
+  const int not_resumed = ranks.WaitForEveryOutput("resumed", kSay, {0, 2, 3});
+  ASSERT_EQ(not_resumed, -1) << ranks.output(not_resumed);
   absl::SleepFor(pause);
   ranks.Signal(1, SIGCONT);
   ExpectStreamClean(ranks.Wait(absl::Minutes(4)));
@@ -361,9 +357,8 @@ TEST(ProcessFaults, TheWholeMachinePausedLongerThanEveryTimeoutLosesNothing) {
   testing::ReleaseFlag release;
   Launch ranks(*fabric, 4, 0, {"until"},
                {{"NETFOLD_TEST_RELEASE", release.path}, {"NETFOLD_TIMEOUT_MS", "3000"}});
-  for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(ranks.WaitForOutput(r, "streaming", absl::Seconds(60))) << ranks.output(r);
-  }
+  const int not_streaming = ranks.WaitForEveryOutput("streaming", kSay);
+  ASSERT_EQ(not_streaming, -1) << ranks.output(not_streaming);
   for (int r = 0; r < 4; ++r) ranks.Signal(r, SIGSTOP);
   ASSERT_TRUE(fabric->KillSwitches(SIGSTOP).ok());
   ASSERT_TRUE(fabric->Kill("manager", SIGSTOP).ok());
@@ -438,13 +433,13 @@ TEST(LinkFaultsAtRunTime, EveryLinkOfALeafDownThenUpDelaysButBreaksNothing) {
   Launch ranks(*fabric, 4, 0, {"stream", Ops(1500)},
                {{"NETFOLD_ALGORITHM", "innetwork"}, {"NETFOLD_TEST_HOLD_AT", "100"},
                 {"NETFOLD_TEST_RELEASE", release.path}});
-  WaitUntilEveryRankHolds(ranks, 4);
+  const int not_holding = ranks.WaitForEveryOutput("holding at", kSay);
+  ASSERT_EQ(not_holding, -1) << ranks.output(not_holding);
   auto [rc, out] = Cli("fault leaf1 down=1" + m);  // every peer, both directions
   EXPECT_EQ(rc, 0) << out;
   release.Raise();
-  for (int r = 0; r < 4; ++r) {
-    ASSERT_TRUE(ranks.WaitForOutput(r, "resumed", absl::Seconds(60))) << ranks.output(r);
-  }
+  const int not_resumed = ranks.WaitForEveryOutput("resumed", kSay);
+  ASSERT_EQ(not_resumed, -1) << ranks.output(not_resumed);
   // Shorter than a link's failure budget (RC retries for at least 3 s).
   absl::SleepFor(absl::Milliseconds(300));
   std::tie(rc, out) = Cli("fault leaf1 none" + m);

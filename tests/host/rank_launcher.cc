@@ -91,6 +91,18 @@ bool Launch::WaitForOutput(int r, const std::string& text, absl::Duration timeou
   return false;
 }
 
+int Launch::WaitForEveryOutput(const std::string& text, absl::Duration timeout,
+                               const std::vector<int>& ranks) {
+  std::vector<int> which = ranks;
+  if (which.empty()) {
+    for (int r = 0; r < static_cast<int>(results_.size()); ++r) which.push_back(r);
+  }
+  for (int r : which) {
+    if (!WaitForOutput(r, text, timeout)) return r;
+  }
+  return -1;
+}
+
 void Launch::Signal(int r, int signal) {
   if (pids_[r] <= 0) return;
   kill(pids_[r], signal);

@@ -69,6 +69,10 @@ class Launch {
   void Drain();
   // Waits until rank r printed `text`.
   bool WaitForOutput(int r, const std::string& text, absl::Duration timeout);
+  // Waits until each of `ranks` (all if empty) printed `text`, up to
+  // `timeout` for each; the first that did not, or -1.
+  int WaitForEveryOutput(const std::string& text, absl::Duration timeout,
+                         const std::vector<int>& ranks = {});
   // Sends `signal` to rank r (SIGKILL also reaps it).
   void Signal(int r, int signal);
   void Kill(int r) { Signal(r, 9); }

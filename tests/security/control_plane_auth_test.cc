@@ -125,13 +125,9 @@ class RunningJob {
                {{"NETFOLD_TEST_RELEASE", release_.path}, {"NETFOLD_ALGORITHM", "innetwork"},
                 {"NETFOLD_TIMEOUT_MS", "20000"}}) {}
   bool Streaming() {
-    for (int r = 0; r < 4; ++r) {
-      if (!ranks_.WaitForOutput(r, "streaming", absl::Seconds(60))) {
-        ADD_FAILURE() << "rank " << r << " did not start:\n" << ranks_.output(r);
-        return false;
-      }
-    }
-    return true;
+    const int r = ranks_.WaitForEveryOutput("streaming", absl::Seconds(60));
+    if (r >= 0) ADD_FAILURE() << "rank " << r << " did not start:\n" << ranks_.output(r);
+    return r < 0;
   }
   // Every operation of every rank exact, none handed to the hosts.
   void ExpectAllExact() {
