@@ -19,7 +19,7 @@ using proto::kAggregationHeaderSize;
 namespace {
 
 constexpr uint8_t kNotArrived = 0;
-constexpr uint8_t kBuffered = 1;  // arrived out of order, waits in `pending`
+constexpr uint8_t kBuffered = 1;  // arrived out of order, waits (kept or in `pending`)
 constexpr uint8_t kFolded = 2;    // folded into the accumulator (or carried no data)
 
 bool SameOperation(const AggregationHeader& a, const AggregationHeader& b) {
@@ -65,6 +65,11 @@ struct AggregationNode::Slot {
   bool acc_started = false;
   FrameBuffer acc;              // header room + P bytes: the partial result
   LineOffsetVector<0> pending;  // children x PendingStride(): out-of-order contributions
+  // Per child: an out-of-order contribution waiting in its receive buffer
+  // (MessageKeeper's handle, and where its elements are) instead of in
+  // `pending`.
+  std::vector<void*> kept;
+  std::vector<const uint8_t*> kept_elements;
   int64_t first_arrival_ns = 0;
   // The root's last distributed result, kept until seq + K completes.
   bool has_result = false;
@@ -102,6 +107,8 @@ AggregationNode::AggregationNode(const AggregationNodeConfig& config, NodeOutput
     slot->acc.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
     slot->result.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
     slot->pending.assign(n * PendingStride(), 0);
+    slot->kept.assign(n, nullptr);
+    slot->kept_elements.assign(n, nullptr);
     slots_.push_back(std::move(slot));
   }
   fold_inputs_.reserve(n + 1);
@@ -109,7 +116,18 @@ AggregationNode::AggregationNode(const AggregationNodeConfig& config, NodeOutput
   out_.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
 }
 
-AggregationNode::~AggregationNode() = default;
+AggregationNode::~AggregationNode() {
+  for (auto& slot : slots_) ReleaseKept(*slot, 0, slot->kept.size());
+}
+
+void AggregationNode::ReleaseKept(Slot& slot, size_t from, size_t to) {
+  for (size_t c = from; c < to; ++c) {
+    if (slot.kept[c] == nullptr) continue;
+    keeper_->Release(slot.kept[c]);
+    slot.kept[c] = nullptr;
+    slot.kept_elements[c] = nullptr;
+  }
+}
 
 size_t AggregationNode::num_busy_slots() const {
   size_t busy = 0;
@@ -323,10 +341,18 @@ void AggregationNode::HandleOneRequest(size_t child, const AggregationHeader& h,
   const bool has_data = slot.status == AggregationStatus::kOk && h.has_data;
   slot.child_data[child] = has_data;
   if (has_data && child != slot.next_fold) {
-    // Out of order: wait in the slot until the children before it are in.
+    // Out of order: wait until the children before it are in, in the
+    // receive buffer if the keeper can hold it, else copied into the slot.
     BumpCounter(counters_.contributions_buffered, 1);
-    std::memcpy(slot.pending.data() + child * PendingStride(), elements.data(),
-                elements.size());
+    void* handle = keeper_ != nullptr ? keeper_->KeepCurrent() : nullptr;
+    if (handle != nullptr) {
+      slot.kept[child] = handle;
+      slot.kept_elements[child] = elements.data();
+    } else {
+      BumpCounter(counters_.contributions_copied, 1);
+      std::memcpy(slot.pending.data() + child * PendingStride(), elements.data(),
+                  elements.size());
+    }
   }
   // In order, the message is folded straight from the receive buffer.
   Advance(slot, child, elements);
@@ -340,14 +366,16 @@ void AggregationNode::Advance(Slot& slot, size_t in_hand, std::span<const uint8_
   // Every contribution that is next in child order, in one pass over the
   // accumulator: acc = ((acc op next) op next+1) ...
   fold_inputs_.clear();
+  const size_t first = slot.next_fold;
   const bool had_acc = slot.acc_started;
   if (had_acc) fold_inputs_.push_back(acc);
   while (slot.next_fold < n && slot.arrived[slot.next_fold] != kNotArrived) {
     const size_t c = slot.next_fold;
     if (slot.arrived[c] == kBuffered && slot.child_data[c] &&
         slot.status == AggregationStatus::kOk) {
-      const uint8_t* src =
-          c == in_hand ? elements.data() : slot.pending.data() + c * PendingStride();
+      const uint8_t* src = c == in_hand              ? elements.data()
+                           : slot.kept[c] != nullptr ? slot.kept_elements[c]
+                                                     : slot.pending.data() + c * PendingStride();
       if (slot.folds) {
         fold_inputs_.push_back(src);
       } else {
@@ -363,6 +391,8 @@ void AggregationNode::Advance(Slot& slot, size_t in_hand, std::span<const uint8_
   if (slot.folds && fold_inputs_.size() > (had_acc ? 1u : 0u)) {
     slot.kernel.Fold(acc, fold_inputs_, slot.header.count);
   }
+  // The children folded now are done with: their receive buffers go back.
+  ReleaseKept(slot, first, slot.next_fold);
 }
 
 void AggregationNode::Complete(Slot& slot) {
@@ -609,6 +639,7 @@ void AggregationNode::Abort(AggregationStatus why) {
     SendError(c, h, AggregationMessageType::kAbort, h.status);
   }
   for (auto& slot : slots_) {
+    ReleaseKept(*slot, 0, slot->kept.size());
     slot->state = Slot::State::kFree;
     slot->used = false;
     slot->has_result = false;

@@ -112,6 +112,21 @@ class NodeOutput {
   virtual void Multicast(std::span<const uint8_t> message) = 0;
 };
 
+// Lets a node keep the bytes of the message it is handling past the call
+// instead of copying them: a contribution that came before its turn in the
+// reduction order waits in the buffer it arrived in. The switch implements
+// it over its queue pairs' receive buffers (a bounded number at a time);
+// a node without one copies.
+class MessageKeeper {
+ public:
+  virtual ~MessageKeeper() = default;
+  // Keeps the message being handled (the `elements` of the current
+  // OnChildMessage) where it is, until Release(handle). nullptr: it cannot
+  // be kept now, and the node copies it.
+  virtual void* KeepCurrent() = 0;
+  virtual void Release(void* handle) = 0;
+};
+
 // Why a node dropped a message. Values index counter arrays.
 enum class NodeDropReason : uint8_t {
   kStaleEpoch = 0,     // an abort with kStaleEpoch was sent back
@@ -136,9 +151,11 @@ struct NodeCounters {
   std::atomic<uint64_t> repairs_forwarded{0};
   std::atomic<uint64_t> results_relayed{0};
   // Contributions that came before their turn in the reduction order and
-  // were copied to wait in the slot (the others are folded straight from
-  // the receive buffer).
+  // waited in the slot (the others are folded straight from the receive
+  // buffer as they come), and of those the ones copied to wait (the
+  // others waited in their receive buffer, MessageKeeper).
   std::atomic<uint64_t> contributions_buffered{0};
+  std::atomic<uint64_t> contributions_copied{0};
   std::array<std::atomic<uint64_t>, kNumNodeDropReasons> drops{};
   // Time from the first contribution to completion, log2 buckets of
   // microseconds: [0] < 1 us, [1] < 2 us, ... [19] >= 2^18 us.
@@ -175,6 +192,10 @@ class AggregationNode {
   // epoch (SetEpoch).
   void Abort(proto::AggregationStatus why);
   void SetEpoch(uint32_t epoch) { config_.epoch = epoch; }
+  // Early contributions wait in their receive buffers through `keeper`
+  // instead of being copied. Set before the first message; `keeper` must
+  // outlive the node (which releases what it keeps when destroyed).
+  void SetKeeper(MessageKeeper* keeper) { keeper_ = keeper; }
 
   const AggregationNodeConfig& config() const { return config_; }
   size_t num_children() const { return config_.children.size(); }
@@ -203,6 +224,8 @@ class AggregationNode {
   // Folds the contributions that are next in child order: buffered ones,
   // and child `in_hand`'s `elements` if it is among them.
   void Advance(Slot& slot, size_t in_hand, std::span<const uint8_t> elements);
+  // Hands back the receive buffers children [from, to) of the slot wait in.
+  void ReleaseKept(Slot& slot, size_t from, size_t to);
   void Complete(Slot& slot);
   void Distribute(Slot& slot);
   void SendResultDown(const proto::AggregationHeader& result, std::span<const uint8_t> data,
@@ -230,6 +253,7 @@ class AggregationNode {
   std::vector<std::unique_ptr<Slot>> slots_;
   // (seq, child) pairs waiting for a repaired result from the parent.
   std::vector<std::pair<uint64_t, uint32_t>> pending_repairs_;
+  MessageKeeper* keeper_ = nullptr;
   std::vector<const void*> fold_inputs_;  // Advance's inputs of one Fold
   FrameBuffer scratch_;  // header-only and error messages
   FrameBuffer out_;      // full results sent down

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <set>
 #include <memory>
 #include <span>
 #include <utility>
@@ -309,6 +310,107 @@ TEST_F(NodeValidation, ContributionsThatWaitKeepTheirOwnDataAcrossSlotsAndAborts
     EXPECT_EQ(out_.multicast[40 + i], out_.multicast[i]) << "seq " << i << " again, same inputs";
   }
   EXPECT_EQ(node_->counters().TotalDrops(), 0u);
+}
+
+// A MessageKeeper as the switch's: each message arrives in a buffer of
+// its own, which the node may keep past the call (KeepCurrent) instead of
+// copying; every buffer handed back is overwritten before it is freed, so
+// a node that read a kept contribution after releasing it, or one that
+// never waited to fold it, would get a wrong sum. `refuse_every` > 0
+// refuses every n-th keep (the switch's budget), which the node copies.
+class TestKeeper : public MessageKeeper {
+ public:
+  explicit TestKeeper(int refuse_every = 0) : refuse_every_(refuse_every) {}
+  ~TestKeeper() override { EXPECT_TRUE(kept_.empty()) << kept_.size() << " never released"; }
+  // Hands `bytes` to the node in a buffer of their own.
+  void Deliver(AggregationNode& node, size_t child, const AggregationHeader& h, const Bytes& bytes) {
+    current_ = new Bytes(bytes);
+    node.OnChildMessage(child, h, *current_);
+    delete current_;  // nullptr when kept
+    current_ = nullptr;
+  }
+  void* KeepCurrent() override {
+    if (current_ == nullptr) return nullptr;
+    if (refuse_every_ > 0 && ++asked_ % refuse_every_ == 0) return nullptr;
+    Bytes* b = current_;
+    current_ = nullptr;
+    kept_.insert(b);
+    return b;
+  }
+  void Release(void* handle) override {
+    auto* b = static_cast<Bytes*>(handle);
+    ASSERT_EQ(kept_.erase(b), 1u) << "released twice or never kept";
+    std::fill(b->begin(), b->end(), 0xAB);
+    delete b;
+  }
+  size_t outstanding() const { return kept_.size(); }
+
+ private:
+  int refuse_every_;
+  int asked_ = 0;
+  Bytes* current_ = nullptr;
+  std::set<Bytes*> kept_;
+};
+
+// Contributions that come before their turn wait in their own receive
+// buffers when the switch can keep them: the same sums as copied ones,
+// nothing copied, every buffer handed back once its contribution is
+// folded, or when an abort or the node's end abandons it; with the
+// switch's budget refusing some, those are copied and the rest kept.
+TEST(NodeKeeper, EarlyContributionsWaitInTheirBuffersAndComeBackWhenFolded) {
+  auto bytes = [](size_t child, uint64_t seq) {
+    Bytes b(16);
+    for (size_t i = 0; i < b.size(); ++i) b[i] = static_cast<uint8_t>(child * 31 + seq * 7 + i);
+    return b;
+  };
+  for (int refuse_every : {0, 3}) {
+    SCOPED_TRACE(refuse_every);
+    FakeClock clock;
+    Recorder copied_out, kept_out;
+    AggregationNodeConfig config{.tree_id = 1, .group_id = 2, .epoch = 3, .num_slots = 2,
+                                 .slot_bytes = 64, .children = {{{0}}, {{1}}, {{2}}}};
+    auto copying = std::move(*AggregationNode::Create(config, &copied_out, clock));
+    TestKeeper keeper(refuse_every);
+    {
+      auto keeping = std::move(*AggregationNode::Create(config, &kept_out, clock));
+      keeping->SetKeeper(&keeper);
+      auto send = [&](size_t c, uint64_t seq) {
+        copying->OnChildMessage(c, Header(seq), bytes(c, seq));
+        keeper.Deliver(*keeping, c, Header(seq), bytes(c, seq));
+      };
+      // Two operations in flight, both slots waiting for child 0, then
+      // child 0 of one of them: only that one's buffers come back.
+      for (uint64_t seq = 0; seq < 40; seq += 2) {
+        for (size_t c : {2, 1}) {
+          send(c, seq);
+          send(c, seq + 1);
+        }
+        send(0, seq + 1);
+        if (refuse_every == 0) {
+          EXPECT_EQ(keeper.outstanding(), 2u) << "seq " << seq;
+        }
+        send(0, seq);
+        EXPECT_EQ(keeper.outstanding(), 0u) << "seq " << seq;
+      }
+      ASSERT_EQ(kept_out.multicast.size(), 40u);
+      EXPECT_EQ(kept_out.multicast, copied_out.multicast);
+      const NodeCounters& c = keeping->counters();
+      EXPECT_EQ(c.contributions_buffered.load(), 80u);
+      EXPECT_EQ(c.contributions_copied.load(), refuse_every == 0 ? 0u : 80u / 3);
+      EXPECT_EQ(copying->counters().contributions_copied.load(), 80u);
+      // An abort abandons what waits; so does the node's end.
+      send(2, 40);
+      send(1, 41);
+      if (refuse_every == 0) {
+        EXPECT_EQ(keeper.outstanding(), 2u);
+      }
+      keeping->Abort(AggregationStatus::kAborted);
+      EXPECT_EQ(keeper.outstanding(), 0u);
+      keeper.Deliver(*keeping, 2, Header(0), bytes(2, 0));
+      keeper.Deliver(*keeping, 1, Header(1), bytes(1, 1));
+    }
+    EXPECT_EQ(keeper.outstanding(), 0u);
+  }
 }
 
 TEST_F(NodeValidation, BcastDataFromAChildNotHoldingTheRootIsAMismatch) {

@@ -227,6 +227,70 @@ TEST_P(DataPlaneThreadLinks, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) 
 
 INSTANTIATE_TEST_SUITE_P(InProcess, DataPlaneThreadLinks, ::testing::Bool());
 
+// Two leaves and a root on one thread, linked in memory: a leaf's partial
+// result that reaches the root before the one it is folded after waits in
+// the buffer it was handed over in (kept, not copied), and every result is
+// still the sum in tree order.
+TEST_F(DataPlaneThreadTest, AnEarlyPartialFromALeafInProcessWaitsInItsBuffer) {
+  std::unique_ptr<SwitchDataPlane> leaf0 = Plane("leaf0", true);
+  std::unique_ptr<SwitchDataPlane> leaf1 = Plane("leaf1", true);
+  std::unique_ptr<SwitchDataPlane> root = Plane("root", true);
+  DataPlaneThread thread({.idle_wait = kIdle, .name = "leaves+root"});
+  for (SwitchDataPlane* dp : {leaf0.get(), leaf1.get(), root.get()}) {
+    ASSERT_TRUE(thread.Add(dp, [] {}).ok());
+  }
+  TreeLink link0, link1;
+  ASSERT_NO_FATAL_FAILURE(LinkLeafToRoot(*leaf0, *root, &link0));
+  ASSERT_NO_FATAL_FAILURE(LinkLeafToRoot(*leaf1, *root, &link1));
+  AddHost(*leaf0);
+  AddHost(*leaf1);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_NO_FATAL_FAILURE(InstallGroup(*leaf0, {{host_qpns_[0], {0}}}, link0.up.qpn));
+  ASSERT_NO_FATAL_FAILURE(InstallGroup(*leaf1, {{host_qpns_[1], {1}}}, link1.up.qpn));
+  ASSERT_NO_FATAL_FAILURE(InstallGroup(
+      *root, {{link0.down.qpn, {0}}, {link1.down.qpn, {1}}}, std::nullopt));
+  auto node_counters = [&](uint64_t* waited, uint64_t* copied) {
+    auto w = std::make_shared<std::pair<uint64_t, uint64_t>>();
+    ASSERT_TRUE(OnThread(*root, [w](SwitchDataPlane& dp) {
+      dp.ForEachNode([&](const GroupSpec&, const AggregationNode& node) {
+        w->first += node.counters().contributions_buffered.load();
+        w->second += node.counters().contributions_copied.load();
+      });
+    }));
+    *waited = w->first;
+    *copied = w->second;
+  };
+  for (uint64_t seq = 0; seq < 8; ++seq) {
+    SCOPED_TRACE(seq);
+    // Rank 1's partial first: the root folds child 0 first, so it waits.
+    Request(*hosts_[1], seq, 3);
+    uint64_t waited = 0, copied = 0;
+    const absl::Time end = absl::Now() + kDeadline;
+    while (waited < seq + 1 && absl::Now() < end) {
+      for (auto& h : hosts_) h->ep->Progress(absl::Milliseconds(1));
+      ASSERT_NO_FATAL_FAILURE(node_counters(&waited, &copied));
+    }
+    ASSERT_EQ(waited, seq + 1) << "rank 1's partial never reached the root";
+    EXPECT_EQ(copied, 0u);
+    Request(*hosts_[0], seq, 2);
+    for (auto& h : hosts_) {
+      transport::RecvMessage m;
+      ASSERT_TRUE(RunHosts([&] { return h->rc->PeekRecv(&m); })) << "no result";
+      absl::StatusOr<proto::AggregationHeader> hdr = proto::DecodeAggregationMessage(m.data);
+      ASSERT_TRUE(hdr.ok()) << hdr.status();
+      EXPECT_EQ(hdr->seq, seq);
+      ASSERT_EQ(m.data.size(), proto::kAggregationHeaderSize + 16);
+      for (int i = 0; i < 4; ++i) EXPECT_EQ(m.data[proto::kAggregationHeaderSize + i * 4], 5);
+      h->rc->PopRecv();
+    }
+  }
+  EXPECT_EQ(root->counters().in_process_messages, 16u) << "the results went down in memory";
+  for (SwitchDataPlane* dp : {leaf0.get(), leaf1.get(), root.get()}) {
+    ASSERT_TRUE(OnThread(*dp, [](SwitchDataPlane& p) { (void)p.RemoveGroup(1, 5); }));
+    thread.Remove(dp);
+  }
+}
+
 // An in-process link is used only toward a QP connected back to it: a
 // leaf whose parent QP names a root QP that is connected to another QP
 // sends over RC (the root's QP then refuses it, as RC would).

@@ -215,6 +215,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
     gc.set_repairs_forwarded(Load(c.repairs_forwarded));
     gc.set_results_relayed(Load(c.results_relayed));
     gc.set_contributions_buffered(Load(c.contributions_buffered));
+    gc.set_contributions_copied(Load(c.contributions_copied));
     for (size_t r = 0; r < kNumNodeDropReasons; ++r) {
       AddCount(gc.mutable_drops(), NodeDropReasonName(static_cast<NodeDropReason>(r)),
                c.Drops(static_cast<NodeDropReason>(r)), true);

@@ -80,6 +80,10 @@ SwitchDataPlane::SwitchDataPlane(std::unique_ptr<transport::Port> port, const Cl
                 transport::RoceEndpointConfig{
                     .solve_ip_identification = config.solve_ip_identification}) {
   impaired_port_ = dynamic_cast<transport::ImpairedPort*>(&endpoint_.port());
+  // Kept messages hold receive buffers (and the batch each came in): three
+  // quarters of the pool stay for receiving, so the contributions the kept
+  // ones wait for can always come in.
+  max_kept_ = endpoint_.port().pool().num_buffers() / 4;
   if (config_.psn_seed != 0) {
     psn_state_ = config_.psn_seed;
   } else {
@@ -126,8 +130,8 @@ absl::StatusOr<QpCreated> SwitchDataPlane::CreateQp(const QpRequest& request) {
   rc_config.min_failure_time = config_.min_failure_time;
   // Requests of one packet are folded straight from the packet buffer they
   // arrived in (RunOnce pops every message a receive brought before the
-  // next); a longer one is copied with its elements (after the 40-byte
-  // header) on a cache line.
+  // next, or a node keeps it to fold later: KeepCurrent); a longer one is
+  // copied with its elements (after the 40-byte header) on a cache line.
   rc_config.zero_copy_receive = true;
   rc_config.recv_line_offset = kCacheLine - proto::kAggregationHeaderSize;
   NETFOLD_ASSIGN_OR_RETURN(transport::RcQueuePair * rc,
@@ -250,6 +254,41 @@ void SwitchDataPlane::Deliver(uint32_t qpn, std::span<const uint8_t> message) {
   inbox_.push_back({qpn, std::move(bytes)});
 }
 
+void* SwitchDataPlane::KeepCurrent() {
+  if (handled_taken_) return nullptr;
+  std::unique_ptr<Kept> kept;
+  if (!spare_kept_.empty()) {
+    kept = std::move(spare_kept_.back());
+    spare_kept_.pop_back();
+  } else {
+    kept = std::make_unique<Kept>();
+  }
+  if (handling_inbox_ != nullptr) {
+    // The vector's storage moves with it: the node's span stays valid.
+    kept->bytes = std::move(handling_inbox_->bytes);
+  } else {
+    if (handling_ == nullptr || kept_ >= max_kept_) return nullptr;
+    kept->packet = handling_->rc->TakeRecv();
+    if (kept->packet == nullptr) return nullptr;  // a message of several packets: copied
+    ++kept_;
+  }
+  handled_taken_ = true;
+  return kept.release();
+}
+
+void SwitchDataPlane::Release(void* handle) {
+  std::unique_ptr<Kept> kept(static_cast<Kept*>(handle));
+  if (kept->packet != nullptr) {
+    transport::PacketPool::Free(kept->packet);
+    kept->packet = nullptr;
+    --kept_;
+  } else if (spare_buffers_.size() < 1024) {
+    spare_buffers_.push_back(std::move(kept->bytes));
+  }
+  kept->bytes = {};
+  if (spare_kept_.size() < 1024) spare_kept_.push_back(std::move(kept));
+}
+
 void SwitchDataPlane::HandleInbox() {
   // Only what is here now: what handling sends to this switch's own
   // in-process peers waits for their turn, and anything sent back to this
@@ -262,9 +301,13 @@ void SwitchDataPlane::HandleInbox() {
       counters_.drops[static_cast<size_t>(SwitchDropReason::kQpFailed)].fetch_add(
           1, std::memory_order_relaxed);
     } else {
+      handling_inbox_ = &m;
+      handled_taken_ = false;
       HandleMessage(*it->second, m.bytes);
+      handling_inbox_ = nullptr;
     }
-    if (spare_buffers_.size() < 1024) spare_buffers_.push_back(std::move(m.bytes));
+    // (Empty when a node kept it: Release gives it back.)
+    if (spare_buffers_.size() < 1024 && !m.bytes.empty()) spare_buffers_.push_back(std::move(m.bytes));
   }
 }
 
@@ -390,6 +433,7 @@ absl::Status SwitchDataPlane::InstallGroup(const GroupSpec& spec) {
   for (const GroupChildSpec& c : spec.children) node_config.children.push_back({c.ranks});
   NETFOLD_ASSIGN_OR_RETURN(group->node,
                            AggregationNode::Create(node_config, group->output.get(), clock_));
+  group->node->SetKeeper(this);
   for (size_t c = 0; c < spec.children.size(); ++c) {
     qps_[spec.children[c].qpn]->roles[key] = static_cast<int>(c);
   }
@@ -557,8 +601,11 @@ void SwitchDataPlane::RunOnce(absl::Duration timeout) {
   for (Qp* qp : qps_in_order_) {
     transport::RecvMessage m;
     while (qp->rc->PeekRecv(&m)) {
+      handling_ = qp;
+      handled_taken_ = false;
       HandleMessage(*qp, m.data);
-      qp->rc->PopRecv();
+      handling_ = nullptr;
+      if (!handled_taken_) qp->rc->PopRecv();
     }
     transport::SendCompletion sc;
     while (qp->rc->PollSendCompletion(&sc)) {

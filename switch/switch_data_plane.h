@@ -174,7 +174,10 @@ struct QpFailure {
   absl::Status reason;
 };
 
-class SwitchDataPlane {
+// (MessageKeeper, privately: its nodes keep early contributions where they
+// arrived, the packet buffers of its QPs' messages (at most a quarter of
+// the port's pool at a time) or the buffers of its inbox.)
+class SwitchDataPlane : private MessageKeeper {
  public:
   SwitchDataPlane(std::unique_ptr<transport::Port> port, const Clock& clock,
                   const SwitchConfig& config);
@@ -266,6 +269,10 @@ class SwitchDataPlane {
   }
   JobQuota QuotaOf(uint64_t job) const;
   void HandleMessage(Qp& qp, std::span<const uint8_t> message);
+  // MessageKeeper: takes the message being handled off its QP's receive
+  // queue (TakeRecv; if the budget allows), or its buffer off the inbox.
+  void* KeepCurrent() override;
+  void Release(void* handle) override;
   void Send(uint32_t qpn, std::span<const uint8_t> message);
   // In-process links: whether `qp` may hand its next message to its peer
   // switch now (no link fault, the peer's QP there and connected back);
@@ -312,6 +319,20 @@ class SwitchDataPlane {
     std::vector<uint8_t> bytes;
   };
   std::deque<InboxMessage> inbox_;
+  // MessageKeeper: the QP whose oldest message is being handled, or the
+  // inbox message; whether a node took it; what is kept (a packet buffer
+  // or an inbox buffer), in holders reused; how many packet buffers are
+  // out, of at most max_kept_.
+  struct Kept {
+    transport::PacketBuffer* packet = nullptr;
+    std::vector<uint8_t> bytes;
+  };
+  Qp* handling_ = nullptr;
+  InboxMessage* handling_inbox_ = nullptr;
+  bool handled_taken_ = false;
+  std::vector<std::unique_ptr<Kept>> spare_kept_;
+  uint32_t kept_ = 0;
+  uint32_t max_kept_ = 0;
   std::vector<std::vector<uint8_t>> spare_buffers_;  // the inbox's, for reuse
 
   absl::Mutex commands_mu_;

@@ -36,11 +36,11 @@ class DataPlaneTest : public ::testing::Test {
     uint32_t switch_qpn = 0;
   };
 
-  void MakeSwitch(SwitchConfig config = {}) {
+  void MakeSwitch(SwitchConfig config = {}, uint32_t packet_buffers = 1024) {
     config.name = "s0";
     config.psn_seed = 42;
     config.ack_timeout = absl::Milliseconds(1);
-    auto port = net_.CreatePort({.local = kSwitch});
+    auto port = net_.CreatePort({.local = kSwitch, .pool = {.num_buffers = packet_buffers}});
     ASSERT_TRUE(port.ok());
     dp_ = std::make_unique<SwitchDataPlane>(std::move(*port), clock_, config);
   }
@@ -369,6 +369,52 @@ TEST_F(DataPlaneTest, APassHandlesHostQpsInRankOrderSoArrivalsAreFoldedInPlace) 
   });
   EXPECT_EQ(completed, 4u) << "every contribution arrived in the one pass";
   EXPECT_EQ(buffered, 0u);
+}
+
+// Contributions that come before their turn wait in the packet buffers
+// they arrived in, at most a quarter of the port's pool at a time (16 of
+// 64 here); the rest are copied into their slot. Once the first child's
+// come, all of them are folded and every buffer goes back to the pool.
+TEST_F(DataPlaneTest, EarlyContributionsWaitInTheirPacketBuffersWithinABudget) {
+  MakeSwitch({}, 64);
+  std::vector<Host*> by_rank(4);
+  for (uint32_t rank : {0u, 1u, 2u, 3u}) by_rank[rank] = &AddHost(1, kPkey, rank);
+  GroupSpec g = Spec(4, {by_rank[0]->switch_qpn, by_rank[1]->switch_qpn, by_rank[2]->switch_qpn,
+                         by_rank[3]->switch_qpn});
+  g.num_slots = 8;
+  g.multicast = Ipv4Endpoint{0xef010004, 4791};
+  ASSERT_TRUE(dp_->InstallGroup(g).ok());
+  transport::PacketPool& pool = dp_->endpoint().port().pool();
+  Run(5);
+  const uint32_t idle = pool.num_in_use();
+  auto counters = [&](uint64_t* completed, uint64_t* waited, uint64_t* copied) {
+    *completed = *waited = *copied = 0;
+    dp_->ForEachNode([&](const GroupSpec&, const AggregationNode& node) {
+      *completed += node.counters().operations_completed.load();
+      *waited += node.counters().contributions_buffered.load();
+      *copied += node.counters().contributions_copied.load();
+    });
+  };
+  for (uint64_t s = 0; s < 8; ++s) {
+    for (size_t r = 1; r < 4; ++r) Request(*by_rank[r], 4, s);
+  }
+  for (int i = 0; i < 50 && dp_->num_busy_slots() < 8; ++i) Run(1);
+  for (int i = 0; i < 5; ++i) dp_->RunOnce(absl::ZeroDuration());
+  uint64_t completed, waited, copied;
+  counters(&completed, &waited, &copied);
+  EXPECT_EQ(completed, 0u);
+  EXPECT_EQ(waited, 24u);
+  EXPECT_EQ(copied, 8u) << "16 kept (a quarter of 64 buffers), the rest copied";
+  EXPECT_EQ(pool.num_in_use(), idle + 16);
+  for (uint64_t s = 0; s < 8; ++s) Request(*by_rank[0], 4, s);
+  for (int i = 0; i < 50 && completed < 8; ++i) {
+    Run(1);
+    counters(&completed, &waited, &copied);
+  }
+  EXPECT_EQ(completed, 8u);
+  EXPECT_EQ(dp_->num_busy_slots(), 0u);
+  Run(5);
+  EXPECT_EQ(pool.num_in_use(), idle);
 }
 
 // Integrity at the switch (docs/security.md): a group installed with the

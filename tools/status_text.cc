@@ -245,10 +245,12 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
                           QpCounts(r.all_qps()));
   }
   for (const control::GroupCounters& g : r.groups()) {
-    absl::StrAppendFormat(&out, "  group %d (tree %d, epoch %d, job %d): %d requests, %d completed, %d results, "
-                "%d repairs answered, %d/%d slots busy; drops:%s\n",
+    absl::StrAppendFormat(&out, "  group %d (tree %d, epoch %d, job %d): %d requests "
+                "(%d waited, %d copied), %d completed, %d results, %d repairs answered, %d/%d slots busy; "
+                "drops:%s\n",
                 g.group_id(), g.tree_id(), g.epoch(), g.job_id(), g.requests_received(),
-                g.operations_completed(), g.results_distributed(), g.repairs_answered(),
+                g.contributions_buffered(), g.contributions_copied(), g.operations_completed(), g.results_distributed(),
+                g.repairs_answered(),
                 g.busy_slots(), g.num_slots(), Counts(g.drops()));
   }
   if (r.backend_counters_size() > 0) {

@@ -814,6 +814,17 @@ bool RcQueuePair::PeekRecv(RecvMessage* out) const {
   return true;
 }
 
+PacketBuffer* RcQueuePair::TakeRecv() {
+  if (rq_count_ == 0 || rq_[rq_head_].held == nullptr) return nullptr;
+  RecvSlot& slot = rq_[rq_head_];
+  PacketBuffer* held = slot.held;
+  slot.held = nullptr;
+  slot.held_data = {};
+  rq_head_ = (rq_head_ + 1) % rq_.size();
+  --rq_count_;
+  return held;
+}
+
 void RcQueuePair::PopRecv() {
   if (rq_count_ == 0) return;
   RecvSlot& slot = rq_[rq_head_];

@@ -223,6 +223,13 @@ class RcQueuePair {
   // The oldest received message, if any, without removing it.
   bool PeekRecv(RecvMessage* out) const;
   void PopRecv();
+  // PopRecv for a message its owner keeps: removes the oldest message and
+  // hands over the packet buffer holding it (zero_copy_receive), which the
+  // caller frees (PacketPool::Free); PeekRecv's data stays valid until
+  // then. nullptr, and nothing removed, when that message is not held in
+  // a packet buffer (zero_copy_receive off, or several packets) or there
+  // is none.
+  PacketBuffer* TakeRecv();
 
   uint32_t qpn() const { return qpn_; }
   QpState state() const { return state_; }
