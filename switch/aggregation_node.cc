@@ -64,7 +64,9 @@ struct AggregationNode::Slot {
   size_t next_fold = 0;
   bool acc_started = false;
   FrameBuffer acc;              // header room + P bytes: the partial result
-  LineOffsetVector<0> pending;  // children x PendingStride(): out-of-order contributions
+  // children x PendingStride(): out-of-order contributions copied to wait;
+  // allocated on a slot's first copy (most wait in their buffers).
+  LineOffsetVector<0> pending;
   // Per child: an out-of-order contribution waiting in its receive buffer
   // (MessageKeeper's handle, and where its elements are) instead of in
   // `pending`.
@@ -106,7 +108,6 @@ AggregationNode::AggregationNode(const AggregationNodeConfig& config, NodeOutput
     slot->child_data.assign(n, 0);
     slot->acc.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
     slot->result.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
-    slot->pending.assign(n * PendingStride(), 0);
     slot->kept.assign(n, nullptr);
     slot->kept_elements.assign(n, nullptr);
     slots_.push_back(std::move(slot));
@@ -350,6 +351,7 @@ void AggregationNode::HandleOneRequest(size_t child, const AggregationHeader& h,
       slot.kept_elements[child] = elements.data();
     } else {
       BumpCounter(counters_.contributions_copied, 1);
+      if (slot.pending.empty()) slot.pending.assign(config_.children.size() * PendingStride(), 0);
       std::memcpy(slot.pending.data() + child * PendingStride(), elements.data(),
                   elements.size());
     }
