@@ -232,6 +232,9 @@ void Group::Record(const Pending& p) {
     if (a.blocks.empty()) {
       const GroupParams& params = engine_->params();
       kept = KeptInput(kept, params.num_slots, params.slot_bytes, proto::DataTypeSize(a.dtype));
+      // The root keeps nothing: members reduce again only for a root
+      // behind, and then its input is its current operation's.
+      if (p.group_root == static_cast<uint32_t>(group_rank_)) kept = {};
     }
     last_.input_bytes = bytes;
     last_.input.assign(kept.begin(), kept.end());

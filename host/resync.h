@@ -188,6 +188,8 @@ inline std::span<const uint8_t> KeptResult(std::span<const uint8_t> result, uint
 // each at most P bytes. The members reduce those bytes again (ReduceAgain
 // from the input's size less what was kept); the root's buffer holds the
 // fabric's results before them. K, P or element_bytes 0 keeps everything.
+// The root itself need keep nothing: when it is behind its input is still
+// its current operation's, and when it is ahead nobody reduces again.
 inline std::span<const uint8_t> KeptInput(std::span<const uint8_t> input, uint32_t num_slots,
                                           uint32_t slot_bytes, size_t element_bytes) {
   if (num_slots == 0 || slot_bytes == 0 || element_bytes == 0) return input;

@@ -215,6 +215,37 @@ TEST(Resync, AReduceWhoseRootIsBehindIsReducedAgainFromTheEndTheOthersKept) {
   EXPECT_EQ(root_buffer, sum);
 }
 
+// A reduce whose root is ahead (it holds every result) while a member is
+// behind (it failed before counting its input as gone): the root kept
+// nothing of its input (the MPI interposer and Group keep nothing at a
+// reduce's root) and is the first member ahead, so its description says
+// so; nobody reduces again, and the member behind counts the reduce done.
+TEST(Resync, AReduceWhoseRootIsAheadNeedsNoInputKeptAtTheRoot) {
+  constexpr size_t kMembers = 4, kBytes = 1200;
+  std::vector<ResyncMember> m(kMembers);
+  for (size_t i = 0; i < kMembers; ++i) {
+    m[i].rank = static_cast<int>(i);
+    m[i].size = kMembers;
+    m[i].completed = i == 1 ? 5 : 6;
+    m[i].last = {CollectiveType::kReduce, 0};
+    m[i].last_input_bytes = kBytes;
+    m[i].last_input_kept = i == 0 ? 0 : 512;
+  }
+  m[1].current = ResyncOp{CollectiveType::kReduce, 0};
+  std::vector<uint8_t> nothing;
+  std::vector<size_t> reduced;
+  const auto out = RunAll(m, &reduced, [&](size_t, ThreadExchange& e) {
+    e.reduce_whole = kBytes;
+    e.reduce_out = nothing.data();
+  });
+  for (size_t i = 0; i < kMembers; ++i) {
+    ASSERT_TRUE(out[i].ok()) << "member " << i << ": " << out[i].status();
+    EXPECT_EQ(reduced[i], 0u) << "member " << i;
+    EXPECT_EQ(*out[i], i == 1 ? ResyncOutcome::kCurrentCompleted : ResyncOutcome::kInStep);
+    EXPECT_EQ(m[i].completed, 6u);
+  }
+}
+
 // The member behind holds the fabric's results up to its last K chunks
 // (what the window guarantees) and garbage after: it ends with the whole
 // result, taken from the end the members ahead kept.

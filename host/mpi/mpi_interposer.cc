@@ -138,6 +138,9 @@ void Completed(CommState* s, const Pending& p) {
     if (p.kind == kReduce) {
       kept = netfold::host::KeptInput(kept, G().caps.num_slots, G().caps.slot_bytes,
                                       Bytes(p.type, 1));
+      // The root keeps nothing: the ranks reduce again only for a root
+      // behind, and then its input is its current operation's.
+      if (p.root == s->rank) kept = {};
     }
     s->last.input_bytes = bytes;
     s->last.input.assign(kept.begin(), kept.end());
