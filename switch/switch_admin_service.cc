@@ -107,6 +107,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
   p->set_tx_packets(Load(pc.tx_packets));
   p->set_tx_bytes(Load(pc.tx_bytes));
   p->set_rx_ip_identification_solved(Load(dp.endpoint().counters().ip_identification_solved));
+  p->set_rx_batch_copied(Load(pc.rx_batch_copied));
   AddCount(p->mutable_drops(), "rx_no_buffer", Load(pc.rx_no_buffer), false);
   AddCount(p->mutable_drops(), "rx_truncated", Load(pc.rx_truncated), false);
   AddCount(p->mutable_drops(), "rx_errors", Load(pc.rx_errors), false);

@@ -217,8 +217,12 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
   absl::StrAppendFormat(&out, "switch %s: data %s (%s), admin %s, up %.1f s, incarnation %d\n", r.name(),
               r.data_address(), r.backend(), admin,
               static_cast<double>(r.uptime_ms()) / 1000.0, r.incarnation());
-  absl::StrAppendFormat(&out, "  port: rx %d packets %d bytes, tx %d packets %d bytes; drops:%s\n",
-              r.port().rx_packets(), r.port().rx_bytes(), r.port().tx_packets(),
+  const std::string batch_copied =
+      r.port().rx_batch_copied() == 0
+          ? std::string()
+          : absl::StrFormat(" (%d copied out of their batch)", r.port().rx_batch_copied());
+  absl::StrAppendFormat(&out, "  port: rx %d packets%s %d bytes, tx %d packets %d bytes; drops:%s\n",
+              r.port().rx_packets(), batch_copied, r.port().rx_bytes(), r.port().tx_packets(),
               r.port().tx_bytes(), Counts(r.port().drops()));
   const std::string in_memory =
       r.in_process_messages() == 0

@@ -205,6 +205,7 @@ void MultiQueueUdpPort::SumCounters() const {
   sum(&PortCounters::tx_errors);
   sum(&PortCounters::tx_batched);
   sum(&PortCounters::rx_batched);
+  sum(&PortCounters::rx_batch_copied);
 }
 
 }  // namespace netfold::transport

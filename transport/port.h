@@ -53,6 +53,10 @@ struct PortCounters {
   std::atomic<uint64_t> tx_errors{0};     // packets refused by the network (not retried)
   std::atomic<uint64_t> tx_batched{0};    // packets sent in a segmentation batch of 2 or more
   std::atomic<uint64_t> rx_batched{0};    // packets received in a batch that arrived whole
+  // Of those, packets copied out of their batch because no batch buffer
+  // was free (the packets of earlier batches still held them): the cost
+  // of holding received packets long (a switch keeps early contributions).
+  std::atomic<uint64_t> rx_batch_copied{0};
 
   void Add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 };

@@ -365,6 +365,7 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
         if (p != nullptr) {
           std::memcpy(p->data(), data + offset, size);
           p->set_len(static_cast<uint32_t>(size));
+          if (count > 1) counters_.Add(counters_.rx_batch_copied);
         }
       }
       if (p == nullptr) {

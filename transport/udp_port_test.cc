@@ -15,6 +15,7 @@
 #include <cstring>
 #include <memory>
 #include <thread>
+#include <numeric>
 #include <vector>
 
 #include "base/clock.h"
@@ -237,6 +238,43 @@ TEST(UdpPort, SegmentationBatchesArriveAsTheirPacketsWithTheirIdentifications) {
   EXPECT_EQ(b->counters().rx_batched, 8u);
   EXPECT_EQ(RecvTags(*c, 1), std::vector<uint32_t>{6});
   EXPECT_EQ(a->pool().num_in_use(), 0u);
+  EXPECT_EQ(b->pool().num_in_use(), 0u);
+}
+
+// Packets held past the next receive hold the batch buffer they are views
+// of. Once every batch buffer is held, the packets of further batches are
+// copied out of the batch (counted in rx_batch_copied), whole and in
+// order; freed, every buffer goes back.
+TEST(UdpPort, BatchesThatFindEveryBatchBufferHeldAreCopiedAndCounted) {
+  auto a = MakePort();
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  constexpr uint32_t kBatches = 40;  // more than the port's 32 batch buffers
+  std::vector<PacketBuffer*> held;
+  std::vector<uint32_t> tags;
+  for (uint32_t i = 0; i < kBatches; ++i) {
+    std::vector<PacketBuffer*> tx = {RocePacket(*a, b->local(), 2 * i, 4088),
+                                     RocePacket(*a, b->local(), 2 * i + 1, 4088)};
+    ASSERT_EQ(a->SendBurst(tx), tx.size());
+    Deadline deadline(RealClock(), absl::Seconds(5));
+    PacketBuffer* rx[4];
+    size_t got = 0;
+    while (got < 2 && !deadline.Expired()) {
+      got += b->RecvBurst({rx + got, 4 - got}, absl::Milliseconds(50));
+    }
+    ASSERT_EQ(got, 2u) << "batch " << i;
+    for (size_t k = 0; k < got; ++k) {
+      tags.push_back(Tag(rx[k]));
+      EXPECT_TRUE(IcrcHolds(rx[k])) << "packet " << Tag(rx[k]);
+      held.push_back(rx[k]);  // each batch stays held
+    }
+  }
+  std::vector<uint32_t> want(2 * kBatches);
+  std::iota(want.begin(), want.end(), 0u);
+  EXPECT_EQ(tags, want);
+  EXPECT_EQ(b->counters().rx_batched, 2u * kBatches);
+  EXPECT_EQ(b->counters().rx_batch_copied, 2u * (kBatches - 32));
+  PacketPool::FreeBurst(held);
   EXPECT_EQ(b->pool().num_in_use(), 0u);
 }
 
