@@ -146,6 +146,20 @@ class DataPlaneThreadTest : public ::testing::Test {
     ASSERT_TRUE(s->ok()) << *s;
   }
 
+  // Waits for host `h`'s result of operation `seq` (4 int32 whose low
+  // bytes are all `value`), checks and pops it.
+  void ExpectResult(Host& h, uint64_t seq, uint8_t value) {
+    transport::RecvMessage m;
+    ASSERT_TRUE(RunHosts([&] { return h.rc->PeekRecv(&m); })) << "no result";
+    absl::StatusOr<proto::AggregationHeader> hdr = proto::DecodeAggregationMessage(m.data);
+    ASSERT_TRUE(hdr.ok()) << hdr.status();
+    EXPECT_EQ(hdr->type, proto::AggregationMessageType::kResult);
+    EXPECT_EQ(hdr->seq, seq);
+    ASSERT_EQ(m.data.size(), proto::kAggregationHeaderSize + 16);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(m.data[proto::kAggregationHeaderSize + i * 4], value);
+    h.rc->PopRecv();
+  }
+
   // Progresses every host until `done` or kDeadline.
   bool RunHosts(const std::function<bool()>& done) {
     const absl::Time end = absl::Now() + kDeadline;
@@ -204,17 +218,7 @@ TEST_P(DataPlaneThreadLinks, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) 
     EXPECT_TRUE(sc.status.ok()) << sc.status;
     EXPECT_LT(absl::Now() - sent, absl::Seconds(2));
     Request(*hosts_[1], seq, 3);
-    for (auto& h : hosts_) {
-      transport::RecvMessage m;
-      ASSERT_TRUE(RunHosts([&] { return h->rc->PeekRecv(&m); })) << "no result";
-      absl::StatusOr<proto::AggregationHeader> hdr = proto::DecodeAggregationMessage(m.data);
-      ASSERT_TRUE(hdr.ok()) << hdr.status();
-      EXPECT_EQ(hdr->type, proto::AggregationMessageType::kResult);
-      EXPECT_EQ(hdr->seq, seq);
-      ASSERT_EQ(m.data.size(), proto::kAggregationHeaderSize + 16);
-      for (int i = 0; i < 4; ++i) EXPECT_EQ(m.data[proto::kAggregationHeaderSize + i * 4], 5);
-      h->rc->PopRecv();
-    }
+    for (auto& h : hosts_) ASSERT_NO_FATAL_FAILURE(ExpectResult(*h, seq, 5));
   }
   EXPECT_EQ(leaf->counters().in_process_messages, in_process ? 8u : 0u);
   EXPECT_EQ(root->counters().in_process_messages, in_process ? 8u : 0u);
@@ -273,16 +277,7 @@ TEST_F(DataPlaneThreadTest, AnEarlyPartialFromALeafInProcessWaitsInItsBuffer) {
     ASSERT_EQ(waited, seq + 1) << "rank 1's partial never reached the root";
     EXPECT_EQ(copied, 0u);
     Request(*hosts_[0], seq, 2);
-    for (auto& h : hosts_) {
-      transport::RecvMessage m;
-      ASSERT_TRUE(RunHosts([&] { return h->rc->PeekRecv(&m); })) << "no result";
-      absl::StatusOr<proto::AggregationHeader> hdr = proto::DecodeAggregationMessage(m.data);
-      ASSERT_TRUE(hdr.ok()) << hdr.status();
-      EXPECT_EQ(hdr->seq, seq);
-      ASSERT_EQ(m.data.size(), proto::kAggregationHeaderSize + 16);
-      for (int i = 0; i < 4; ++i) EXPECT_EQ(m.data[proto::kAggregationHeaderSize + i * 4], 5);
-      h->rc->PopRecv();
-    }
+    for (auto& h : hosts_) ASSERT_NO_FATAL_FAILURE(ExpectResult(*h, seq, 5));
   }
   EXPECT_EQ(root->counters().in_process_messages, 16u) << "the results went down in memory";
   for (SwitchDataPlane* dp : {leaf0.get(), leaf1.get(), root.get()}) {

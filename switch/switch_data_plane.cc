@@ -256,6 +256,13 @@ void SwitchDataPlane::Deliver(uint32_t qpn, std::span<const uint8_t> message) {
 
 void* SwitchDataPlane::KeepCurrent() {
   if (handled_taken_) return nullptr;
+  transport::PacketBuffer* packet = nullptr;
+  if (handling_inbox_ == nullptr) {
+    if (handling_ == nullptr || kept_ >= max_kept_) return nullptr;
+    packet = handling_->rc->TakeRecv();
+    if (packet == nullptr) return nullptr;  // a message of several packets: copied
+    ++kept_;
+  }
   std::unique_ptr<Kept> kept;
   if (!spare_kept_.empty()) {
     kept = std::move(spare_kept_.back());
@@ -263,15 +270,9 @@ void* SwitchDataPlane::KeepCurrent() {
   } else {
     kept = std::make_unique<Kept>();
   }
-  if (handling_inbox_ != nullptr) {
-    // The vector's storage moves with it: the node's span stays valid.
-    kept->bytes = std::move(handling_inbox_->bytes);
-  } else {
-    if (handling_ == nullptr || kept_ >= max_kept_) return nullptr;
-    kept->packet = handling_->rc->TakeRecv();
-    if (kept->packet == nullptr) return nullptr;  // a message of several packets: copied
-    ++kept_;
-  }
+  kept->packet = packet;
+  // An inbox buffer's storage moves with it: the node's span stays valid.
+  if (packet == nullptr) kept->bytes = std::move(handling_inbox_->bytes);
   handled_taken_ = true;
   return kept.release();
 }

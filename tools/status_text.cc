@@ -253,9 +253,9 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
                 "(%d waited, %d copied), %d completed, %d results, %d repairs answered, %d/%d slots busy; "
                 "drops:%s\n",
                 g.group_id(), g.tree_id(), g.epoch(), g.job_id(), g.requests_received(),
-                g.contributions_buffered(), g.contributions_copied(), g.operations_completed(), g.results_distributed(),
-                g.repairs_answered(),
-                g.busy_slots(), g.num_slots(), Counts(g.drops()));
+                g.contributions_buffered(), g.contributions_copied(), g.operations_completed(),
+                g.results_distributed(), g.repairs_answered(), g.busy_slots(), g.num_slots(),
+                Counts(g.drops()));
   }
   if (r.backend_counters_size() > 0) {
     absl::StrAppendFormat(&out, "  backend:%s\n", Counts(r.backend_counters()));

@@ -814,8 +814,7 @@ bool RcQueuePair::PeekRecv(RecvMessage* out) const {
   return true;
 }
 
-PacketBuffer* RcQueuePair::TakeRecv() {
-  if (rq_count_ == 0 || rq_[rq_head_].held == nullptr) return nullptr;
+PacketBuffer* RcQueuePair::DequeueRecv() {
   RecvSlot& slot = rq_[rq_head_];
   PacketBuffer* held = slot.held;
   slot.held = nullptr;
@@ -825,14 +824,13 @@ PacketBuffer* RcQueuePair::TakeRecv() {
   return held;
 }
 
+PacketBuffer* RcQueuePair::TakeRecv() {
+  if (rq_count_ == 0 || rq_[rq_head_].held == nullptr) return nullptr;
+  return DequeueRecv();
+}
+
 void RcQueuePair::PopRecv() {
-  if (rq_count_ == 0) return;
-  RecvSlot& slot = rq_[rq_head_];
-  PacketPool::Free(slot.held);
-  slot.held = nullptr;
-  slot.held_data = {};
-  rq_head_ = (rq_head_ + 1) % rq_.size();
-  --rq_count_;
+  if (rq_count_ > 0) PacketPool::Free(DequeueRecv());
 }
 
 }  // namespace netfold::transport

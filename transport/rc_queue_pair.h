@@ -272,6 +272,10 @@ class RcQueuePair {
   };
 
   void EnterError(absl::Status why);
+  // Removes the oldest received message (there is one) and returns the
+  // packet buffer holding it, if any, for PopRecv to free or TakeRecv to
+  // hand over.
+  PacketBuffer* DequeueRecv();
   // Requester side.
   void HandleAck(const proto::RocePacketView& packet, const Ipv4Endpoint& from);
   void AckUpTo(uint32_t psn);  // PSNs up to and including psn are delivered
