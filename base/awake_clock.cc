@@ -15,13 +15,18 @@ int64_t Ns(absl::Duration d) { return absl::ToInt64Nanoseconds(d); }
 
 AwakeClock* g_process_clock = nullptr;  // the one the fork handlers look after
 
+// Raises `a` to `v` unless it is already there or higher.
+void RaiseTo(std::atomic<int64_t>& a, int64_t v) {
+  int64_t cur = a.load(std::memory_order_relaxed);
+  while (cur < v && !a.compare_exchange_weak(cur, v, std::memory_order_release,
+                                             std::memory_order_relaxed)) {
+  }
+}
+
 }  // namespace
 
 AwakeClock::AwakeClock(const Clock& source, AwakeClockOptions options, bool watch)
-    : source_(source),
-      options_(options),
-      last_read_ns_(source.NowNanos()),
-      last_returned_ns_(last_read_ns_) {
+    : source_(source), options_(options), last_read_ns_(source.NowNanos()) {
   if (watch) StartWatcher();
 }
 
@@ -33,36 +38,51 @@ AwakeClock::~AwakeClock() {
 absl::Duration AwakeClock::Now() const {
   if (need_watcher_.load(std::memory_order_relaxed) &&
       need_watcher_.exchange(false, std::memory_order_acq_rel)) {
-    {
-      // The time since the fork was nobody's to watch: not a pause.
-      std::lock_guard<std::mutex> lock(mu_);
-      last_read_ns_ = std::max(last_read_ns_, source_.NowNanos());
-    }
+    // The time since the fork was nobody's to watch: not a pause.
+    RaiseTo(last_read_ns_, source_.NowNanos());
     StartWatcher();
   }
-  const int64_t t = source_.NowNanos();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (t > last_read_ns_) {
-    const int64_t gap = t - last_read_ns_;
-    if (gap > Ns(options_.pause_threshold)) {
-      paused_ns_ += gap - Ns(options_.watch_period);
-      ++pauses_;
+  // A read whose source time may be from before a pause that another
+  // thread left out meanwhile sees paused_ns_ change, and reads again; the
+  // last try holds the mutex, under which paused_ns_ cannot change.
+  constexpr int kTries = 3;
+  for (int attempt = 1;; ++attempt) {
+    std::unique_lock<std::mutex> lock(mu_, std::defer_lock);
+    if (attempt == kTries) lock.lock();
+    const int64_t paused = paused_ns_.load(std::memory_order_acquire);
+    const int64_t t = source_.NowNanos();
+    const int64_t last = last_read_ns_.load(std::memory_order_acquire);
+    if (t - last > Ns(options_.pause_threshold)) {
+      if (!lock.owns_lock()) lock.lock();
+      // The read that finds a pause is the first after it: the rest of the
+      // process follows from its time.
+      if (NoteGap(t)) return absl::Nanoseconds(t - paused_ns_.load(std::memory_order_relaxed));
+    } else if (t - last >= kNoteEveryNs) {
+      RaiseTo(last_read_ns_, t);
     }
-    last_read_ns_ = t;
+    if (paused_ns_.load(std::memory_order_acquire) == paused) return absl::Nanoseconds(t - paused);
   }
-  last_returned_ns_ = std::max(last_returned_ns_, t - paused_ns_);
-  return absl::Nanoseconds(last_returned_ns_);
+}
+
+bool AwakeClock::NoteGap(int64_t t) const {
+  const int64_t gap = t - last_read_ns_.load(std::memory_order_relaxed);
+  const bool pause = gap > Ns(options_.pause_threshold);
+  if (pause) {
+    // Published before last_read_ns_ passes the pause (release below).
+    paused_ns_.store(paused_ns_.load(std::memory_order_relaxed) + gap -
+                         Ns(options_.watch_period),
+                     std::memory_order_release);
+    pauses_.fetch_add(1, std::memory_order_relaxed);
+  }
+  RaiseTo(last_read_ns_, t);
+  return pause;
 }
 
 absl::Duration AwakeClock::paused() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return absl::Nanoseconds(paused_ns_);
+  return absl::Nanoseconds(paused_ns_.load(std::memory_order_acquire));
 }
 
-uint64_t AwakeClock::pauses() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return pauses_;
-}
+uint64_t AwakeClock::pauses() const { return pauses_.load(std::memory_order_relaxed); }
 
 void AwakeClock::StartWatcher() const {
   watcher_ = std::thread([this] { Watch(); });

@@ -18,7 +18,12 @@
 // watcher's own period, is left out (`paused()`). The watcher also logs
 // each pause, once. A shorter stall counts as time, as load is.
 //
-// Non-decreasing and thread-safe; a read takes an uncontended mutex. A
+// Non-decreasing and thread-safe. A read takes no lock: it loads two
+// shared values and writes one at most once per `kNoteEveryNs` of its
+// source (a read came at least that often, so a pause is measured to
+// within it); only the read that finds a pause takes the mutex. The data
+// path reads it per packet, where a mutex per read was 3-5 % of a rank's
+// CPU (docs/performance.md, "The awake clock without its mutex"). A
 // process forked without exec gets its own watcher at its first read (the
 // parent's is not copied into it).
 #ifndef NETFOLD_BASE_AWAKE_CLOCK_H_
@@ -65,13 +70,23 @@ class AwakeClock : public Clock {
   static void AfterForkInParent();
   static void AfterForkInChild();
 
+  // A read notes its time when the last note is at least this old.
+  static constexpr int64_t kNoteEveryNs = 1'000'000;
+
+  // Leaves out the gap before `t` if it is a pause (true); under mu_.
+  bool NoteGap(int64_t t) const;
+
   const Clock& source_;
   const AwakeClockOptions options_;
-  mutable std::mutex mu_;
-  mutable int64_t last_read_ns_;      // the source's time at the latest read
-  mutable int64_t paused_ns_ = 0;     // left out so far
-  mutable uint64_t pauses_ = 0;
-  mutable int64_t last_returned_ns_;  // keeps Now() non-decreasing
+  mutable std::mutex mu_;  // serialises finding pauses
+  // The source's time at a recent read: no read has come more than
+  // kNoteEveryNs after it. Only increases.
+  mutable std::atomic<int64_t> last_read_ns_;
+  // Left out so far. Only increases, and only under mu_, before
+  // last_read_ns_ moves past the pause: a read that sees the new
+  // last_read_ns_ sees it too.
+  mutable std::atomic<int64_t> paused_ns_{0};
+  mutable std::atomic<uint64_t> pauses_{0};
   mutable std::atomic<bool> stopping_{false};
   mutable std::atomic<bool> need_watcher_{false};  // forked: start one at the next read
   mutable std::thread watcher_;

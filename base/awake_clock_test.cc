@@ -5,8 +5,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/time/clock.h"
 #include "base/clock.h"
@@ -63,6 +68,75 @@ TEST_F(AwakeClockByHand, ADeadlineOnItSurvivesAPause) {
   EXPECT_EQ(d.Remaining(), absl::Seconds(2) - absl::Milliseconds(100));
   Run(absl::Seconds(2));
   EXPECT_TRUE(d.Expired());
+}
+
+// A source whose next read runs `hook` before it returns: another thread's
+// read in the middle of this one.
+class InterruptedSource : public Clock {
+ public:
+  absl::Duration Now() const override {
+    const absl::Duration t = fake.Now();
+    if (hook) std::exchange(hook, nullptr)();
+    return t;
+  }
+  FakeClock fake{absl::Seconds(100)};
+  mutable std::function<void()> hook;
+};
+
+// A read takes no lock, so another thread may find a pause between this
+// read's look at its source and its look at what was left out: the read
+// must not return the pause as time (and then go back by it).
+TEST(AwakeClock, AReadOverlappingAnotherThatFindsAPauseLeavesThePauseOut) {
+  InterruptedSource source;
+  AwakeClock clock(source, AwakeClockOptions(), /*watch=*/false);
+  const absl::Duration start = clock.Now();
+  source.fake.Advance(absl::Seconds(60));  // the machine stops
+  absl::Duration other;
+  source.hook = [&] { other = clock.Now(); };
+  const absl::Duration mine = clock.Now();
+  EXPECT_EQ(other - start, absl::Milliseconds(100));
+  EXPECT_EQ(mine - start, absl::Milliseconds(100));
+  EXPECT_EQ(clock.pauses(), 1u);
+  source.fake.Advance(absl::Milliseconds(5));
+  EXPECT_EQ(clock.Now() - start, absl::Milliseconds(105));
+}
+
+// Threads read while time runs and the machine stops now and then: each
+// sees its reads never go back, and each pause is left out once.
+TEST(AwakeClock, ConcurrentReadsNeverGoBackAndCountEachPauseOnce) {
+  FakeClock source(absl::Seconds(100));
+  AwakeClock clock(source, AwakeClockOptions(), /*watch=*/false);
+  const absl::Duration start = clock.Now();
+  std::atomic<bool> done{false};
+  std::atomic<int> went_back{0};
+  std::vector<std::thread> readers;
+  for (int i = 0; i < 3; ++i) {
+    readers.emplace_back([&] {
+      absl::Duration prev = clock.Now();
+      while (!done.load(std::memory_order_relaxed)) {
+        const absl::Duration now = clock.Now();
+        if (now < prev) went_back.fetch_add(1);
+        prev = now;
+      }
+    });
+  }
+  constexpr int kPauses = 20;
+  constexpr int kSteps = 50;
+  for (int p = 0; p < kPauses; ++p) {
+    for (int i = 0; i < kSteps; ++i) {
+      source.Advance(absl::Milliseconds(1));  // running: read every millisecond
+      (void)clock.Now();
+    }
+    source.Advance(absl::Seconds(2));  // stopped
+    (void)clock.Now();
+  }
+  done.store(true);
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(went_back.load(), 0);
+  EXPECT_EQ(clock.pauses(), static_cast<uint64_t>(kPauses));
+  EXPECT_EQ(clock.paused(), kPauses * (absl::Seconds(2) - absl::Milliseconds(100)));
+  EXPECT_EQ(clock.Now() - start,
+            kPauses * (kSteps * absl::Milliseconds(1) + absl::Milliseconds(100)));
 }
 
 // A real process stopped with SIGSTOP (as every process is when its VM is

@@ -123,6 +123,14 @@ void DataPath::Progress(absl::Duration timeout) {
   // With a NIC link the soft engine (the host algorithms' queue pairs) is
   // not behind the link's wait: wake for its timers, move it below.
   if (!soft_link_) until(endpoint_->NextTimerNs());
+  // One reading of the clock serves up to kMessagesPerReading messages of
+  // a burst (a result's round-trip sample is then at most that many
+  // messages' handling early): a reading per result was a few per cent of
+  // a rank's CPU (docs/performance.md, "The awake clock without its
+  // mutex").
+  constexpr int kMessagesPerReading = 16;
+  int64_t burst_ns = 0;
+  int since_reading = kMessagesPerReading;
   auto deliver = [&](std::span<const uint8_t> message) {
     proto::AggregationHeader h;
     std::span<const uint8_t> elements;
@@ -131,12 +139,19 @@ void DataPath::Progress(absl::Duration timeout) {
       return;  // counted by nobody but harmless; the switch validates what it sends
     }
     auto it = engines_.find(h.group_id);
-    if (it != engines_.end()) it->second->OnMessage(h, elements, message);
+    if (it == engines_.end()) return;
+    if (since_reading++ >= kMessagesPerReading) {
+      burst_ns = clock().NowNanos();
+      since_reading = 1;
+    }
+    it->second->OnMessage(h, elements, message, burst_ns);
   };
   // A process that was not scheduled for a while finds many bursts
   // waiting: read them (a bounded number) before judging any result lost.
   constexpr int kMaxBursts = 16;
-  for (int burst = 0; burst < kMaxBursts && link_->Progress(wait, deliver) > 0; ++burst) {
+  for (int burst = 0; burst < kMaxBursts; ++burst) {
+    since_reading = kMessagesPerReading;  // a wait may come first
+    if (link_->Progress(wait, deliver) == 0) break;
     wait = absl::ZeroDuration();
   }
   if (!soft_link_) endpoint_->Progress(absl::ZeroDuration());

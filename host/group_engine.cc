@@ -342,7 +342,7 @@ size_t GroupEngine::RunLength(const Op& op, size_t chunk) const {
   return run;
 }
 
-bool GroupEngine::PostNextChunk() {
+bool GroupEngine::PostNextChunk(std::optional<int64_t>& now_ns) {
   if (queue_.empty() || pending_request_.has_value()) return false;
   if (next_seq_ >= low_seq_ + params_.num_slots) return false;
   Op& op = *queue_.front();
@@ -366,7 +366,8 @@ bool GroupEngine::PostNextChunk() {
     Fail(s);
     return false;
   }
-  const int64_t now = clock_.NowNanos();
+  if (!now_ns.has_value()) now_ns = clock_.NowNanos();
+  const int64_t now = *now_ns;
   for (size_t i = 0; i < run; ++i) {
     InFlight& slot = window_[(seq + i) % window_.size()];
     slot.used = true;
@@ -388,7 +389,14 @@ bool GroupEngine::PostNextChunk() {
 }
 
 void GroupEngine::OnMessage(const AggregationHeader& h, std::span<const uint8_t> elements,
-                            std::span<const uint8_t> message) {
+                            std::span<const uint8_t> message, std::optional<int64_t> arrived_ns) {
+  message_ns_ = arrived_ns;
+  HandleMessage(h, elements, message);
+  message_ns_.reset();
+}
+
+void GroupEngine::HandleMessage(const AggregationHeader& h, std::span<const uint8_t> elements,
+                                std::span<const uint8_t> message) {
   // First: a result or abort without the job's tag must not complete,
   // fail or even be told apart from another (docs/security.md).
   const bool tag_ok = params_.integrity_key
@@ -461,7 +469,7 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
     }
   }
   if (!chunk_status.ok() && op.status.ok()) op.status = chunk_status;
-  const int64_t now = clock_.NowNanos();
+  const int64_t now = NowNs();
   last_result_ns_ = now;
   if (slot.seq + 1 > results_end_seq_) {
     // Chunks kGapResults or more before the newest result are missing, not
@@ -530,7 +538,10 @@ void GroupEngine::Post() {
     }
     pending_request_.reset();
   }
-  while (PostNextChunk()) {
+  // One reading of the clock for what this pass posts: a run of posts
+  // takes microseconds, a round trip milliseconds.
+  std::optional<int64_t> now_ns;
+  while (PostNextChunk(now_ns)) {
   }
 }
 

@@ -166,8 +166,13 @@ class GroupEngine {
   // A result or abort for this group (from the RC QP or the multicast UD QP).
   // `message` is the whole message as received (header, elements, tag): with
   // an integrity key its tag is checked first (an empty one fails).
+  // `arrived_ns`: when it arrived, on the engine's clock, if the caller
+  // read that (one reading may serve a few messages of a burst: a result's
+  // round-trip sample and the post it makes room for are then that much
+  // early); else the engine reads its clock.
   void OnMessage(const proto::AggregationHeader& header, std::span<const uint8_t> elements,
-                 std::span<const uint8_t> message = {});
+                 std::span<const uint8_t> message = {},
+                 std::optional<int64_t> arrived_ns = std::nullopt);
 
   // Posts chunks the window allows, sends repair requests, expires deadlines.
   void Poll();
@@ -235,7 +240,9 @@ class GroupEngine {
     size_t tag_size = 0;          // 16 with integrity, else 0
   };
 
-  bool PostNextChunk();
+  // Posts the next request; `now_ns` is the pass's time, read at its
+  // first post.
+  bool PostNextChunk(std::optional<int64_t>& now_ns);
   // How the switches deliver the operation's results.
   proto::DeliveryMode DeliveryOf(const Op& op) const;
   // Whether the result of `chunk` may be lost on the way (it travels by
@@ -251,8 +258,12 @@ class GroupEngine {
   absl::Status Send(const Request& r) {
     return sender_->SendRequest(r.header, r.elements, {r.tag.data(), r.tag_size});
   }
+  void HandleMessage(const proto::AggregationHeader& h, std::span<const uint8_t> elements,
+                     std::span<const uint8_t> message);
   void CompleteChunk(InFlight& slot, const proto::AggregationHeader& h,
                      std::span<const uint8_t> elements);
+  // The message's time while one is handled, else the clock's.
+  int64_t NowNs() const { return message_ns_.has_value() ? *message_ns_ : clock_.NowNanos(); }
   void FinishOpIfDone(Op& op);
   // How long a multicast result may take before it is first asked for
   // again: repair_after, or more where results take longer (srtt_ns_).
@@ -301,6 +312,8 @@ class GroupEngine {
   //   wait or not (TCP's fast retransmit).
   static constexpr uint64_t kGapResults = 3;
   int64_t last_result_ns_ = INT64_MIN / 2;  // when the last new result came
+  // The time OnMessage was given, while it handles its message.
+  std::optional<int64_t> message_ns_;
   uint64_t results_end_seq_ = 0;            // one past the highest seq with a result
   GroupEngineStats stats_;
 };

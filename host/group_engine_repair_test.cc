@@ -113,6 +113,38 @@ TEST_F(GroupEngineTest, TheRepairWaitFollowsHowLongResultsTake) {
   EXPECT_EQ(data, std::vector<int32_t>(32, 2));
 }
 
+// The data path reads the clock once for several results of a burst and
+// hands that time over: the round trip is measured to it, however late
+// the engine is called.
+TEST_F(GroupEngineTest, AResultTakesTheArrivalTimeItsCallerRead) {
+  GroupEngine e(Params(), &leaf_, clock_);  // repair_after 10 ms, K = 2
+  std::vector<int32_t> data(4 * 4, 1);      // 4 chunks
+  auto op = *e.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = data.data(),
+                      .recv = data.data(), .count = data.size()});
+  e.Poll();  // chunks 0 and 1
+  const int64_t arrived = clock_.NowNanos() + absl::ToInt64Nanoseconds(absl::Milliseconds(40));
+  clock_.Advance(absl::Milliseconds(500));
+  Answer(e, 0, {2, 2, 2, 2}, proto::AggregationStatus::kOk, arrived);
+  Answer(e, 1, {2, 2, 2, 2}, proto::AggregationStatus::kOk, arrived);
+  e.Poll();  // chunks 2 and 3
+  ASSERT_EQ(leaf_.sent.size(), 4u);
+  // Two 40 ms round trips make a wait of 40 + 4 x 15 ms: chunk 2, the
+  // oldest, is asked for after it (500 ms, as the clock says, would make
+  // it the longest wait, 1 s).
+  clock_.Advance(absl::Milliseconds(90));
+  e.Poll();
+  EXPECT_EQ(e.stats().repairs_sent, 0u);
+  clock_.Advance(absl::Milliseconds(20));
+  e.Poll();
+  ASSERT_EQ(e.stats().repairs_sent, 1u);
+  EXPECT_EQ(leaf_.Header(4).type, AggregationMessageType::kRepairRequest);
+  EXPECT_EQ(leaf_.Header(4).seq, 2u);
+  Answer(e, 2, {2, 2, 2, 2});
+  Answer(e, 3, {2, 2, 2, 2});
+  EXPECT_TRUE(e.Finish(op).ok());
+  EXPECT_EQ(data, std::vector<int32_t>(16, 2));
+}
+
 // A long operation after short ones: its window of K chunks goes out at
 // once and drains behind the other ranks' queues, each result later than
 // the wait learned from the short operations. As long as results keep

@@ -7,6 +7,7 @@
 #define NETFOLD_HOST_TESTING_GROUP_ENGINE_FIXTURE_H_
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -51,15 +52,19 @@ class GroupEngineTest : public ::testing::Test {
     p.op_timeout = absl::Seconds(1);
     return p;
   }
-  // Answers request `i` with `values` (or with an error status).
+  // Answers request `i` with `values` (or with an error status); with
+  // `arrived_ns`, the time the caller read for its arrival.
   void Answer(GroupEngine& e, size_t i, std::vector<int32_t> values,
-              proto::AggregationStatus status = proto::AggregationStatus::kOk) {
+              proto::AggregationStatus status = proto::AggregationStatus::kOk,
+              std::optional<int64_t> arrived_ns = std::nullopt) {
     proto::AggregationHeader h = leaf_.Header(i);
     h.type = proto::AggregationMessageType::kResult;
     h.status = status;
     h.has_data = status == proto::AggregationStatus::kOk && !values.empty();
-    e.OnMessage(h, {reinterpret_cast<const uint8_t*>(values.data()),
-                    h.has_data ? values.size() * 4 : 0});
+    e.OnMessage(h,
+                {reinterpret_cast<const uint8_t*>(values.data()),
+                 h.has_data ? values.size() * 4 : 0},
+                {}, arrived_ns);
   }
   FakeClock clock_;
   FakeLeaf leaf_;
