@@ -72,7 +72,13 @@ absl::StatusOr<std::unique_ptr<LeafLink>> DataPath::CreateLeafLink(const Context
 #endif
 }
 
-void DataPath::Route(uint32_t group_id, GroupEngine* engine) { engines_[group_id] = engine; }
+void DataPath::Route(uint32_t group_id, GroupEngine* engine) {
+  engines_[group_id] = engine;
+  // Each engine keeps up to K requests in flight on the one link, and
+  // the link's queue holds them until the switch acknowledges them.
+  reserved_requests_ += engine->params().num_slots;
+  link_->ReserveRequests(reserved_requests_ + kRequestsBeyondWindows);
+}
 
 void DataPath::Unroute(uint32_t group_id) { engines_.erase(group_id); }
 

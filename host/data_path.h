@@ -106,6 +106,11 @@ class DataPath {
   LeafSender sender_;
   bool soft_link_ = true;  // the link's Progress moves the soft engine too
   absl::flat_hash_map<uint32_t, GroupEngine*> engines_;  // by data-plane group id
+  // The link's send buffers reserved for the windows of the engines routed
+  // so far (never shrunk: they are ready for the next group), and what
+  // waits beyond them for the switch's ACKs.
+  static constexpr uint32_t kRequestsBeyondWindows = 32;
+  uint32_t reserved_requests_ = 0;
 
   absl::Mutex failures_mu_;
   std::vector<Failure> failures_ ABSL_GUARDED_BY(failures_mu_);

@@ -209,6 +209,29 @@ absl::Status RcQueuePair::PostSend(std::span<const uint8_t> message, uint64_t wr
   return PostSendGather(one, wr_id, imm);
 }
 
+absl::Status RcQueuePair::ReserveSends(uint32_t messages) {
+  if (state_ != QpState::kRts) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("QP 0x%06x is in %s; reserving sends needs RTS", qpn_, QpStateName(state_)));
+  }
+  messages = std::min(messages, config_.max_send_queue);
+  const size_t frames_bytes = FramesBytes(1);
+  while (wqe_storage_.size() < messages) {
+    wqe_storage_.push_back(std::make_unique<SendWqe>());
+    free_wqes_.push_back(wqe_storage_.back().get());
+  }
+  for (SendWqe* w : free_wqes_) {
+    if (w->frames != nullptr &&
+        (w->frames->capacity() >= frames_bytes || w->frames->num_views() > 0)) {
+      continue;  // big enough, or its last packets are still on their way out
+    }
+    PacketPool::Free(w->frames);
+    w->frames = PacketPool::NewHeapBuffer(static_cast<uint32_t>(frames_bytes));
+    std::memset(w->frames->data(), 0, frames_bytes);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RcQueuePair::PostSendGather(std::span<const std::span<const uint8_t>> pieces,
                                          uint64_t wr_id, std::optional<uint32_t> imm) {
   size_t size = 0;

@@ -181,6 +181,17 @@ class RcQueuePair {
   absl::Status PostSendGather(std::span<const std::span<const uint8_t>> pieces, uint64_t wr_id,
                               std::optional<uint32_t> imm = std::nullopt);
 
+  // Makes room for `messages` one-packet messages in flight (at most
+  // max_send_queue) before they are posted: their send queue entries and
+  // frames, the frames' memory written once. A NIC's buffers are
+  // registered, and so in memory, before the first send; grown on demand,
+  // the first long operation took each new page's fault (~400 per rank
+  // at a window of 128, 10 us each on a VM: docs/performance.md, "The
+  // first long operation"). Requires RTS (the frames follow the path MTU).
+  absl::Status ReserveSends(uint32_t messages);
+  // Send queue entries with their frames, in use or free: only grows.
+  size_t num_send_buffers() const { return wqe_storage_.size(); }
+
   // Handles a packet the endpoint parsed and addressed to this QP. `from` is
   // the datagram's source: it must be the connected peer's address and,
   // once the QP has taken a packet, the UDP source port of that first

@@ -887,6 +887,29 @@ TEST(RcQueuePair, ModifyFollowsTheVerbsStateMachine) {
   EXPECT_TRUE(qp.error().ok());
 }
 
+// Buffers reserved before the first send are the ones the sends use: the
+// queue does not grow while that many one-packet messages are in flight,
+// and what arrives is what was posted.
+TEST(RcQueuePair, ReservedSendBuffersServeTheSendsWithoutGrowing) {
+  RcQpConfig config;
+  config.max_send_queue = 64;
+  RcPair pair({}, config);
+  RcQueuePair* unconnected = *pair.a_->CreateRcQp(config);
+  EXPECT_EQ(unconnected->ReserveSends(8).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(pair.qa_->ReserveSends(40).ok());
+  EXPECT_EQ(pair.qa_->num_send_buffers(), 40u);
+  ASSERT_TRUE(pair.qa_->ReserveSends(1000).ok());
+  EXPECT_EQ(pair.qa_->num_send_buffers(), 64u) << "at most max_send_queue";
+  std::vector<size_t> sizes(64, 4096);
+  for (size_t i = 0; i < sizes.size(); i += 3) sizes[i] = i + 1;  // short ones too
+  for (int round = 0; round < 3; ++round) {
+    ExpectExactlyOnceInOrder(Transfer(pair, sizes), sizes);
+  }
+  EXPECT_EQ(pair.qa_->num_send_buffers(), 64u);
+  ASSERT_TRUE(pair.qa_->ReserveSends(64).ok());  // again: nothing to add
+  EXPECT_EQ(pair.qa_->num_send_buffers(), 64u);
+}
+
 TEST(RcQueuePair, SendQueueLimitIsResourceExhausted) {
   RcQpConfig config;
   config.max_send_queue = 3;

@@ -90,6 +90,10 @@ class LeafLink {
 
   // Sends what is queued without waiting.
   virtual void Flush() = 0;
+  // Makes room, before they are posted, for `messages` one-packet requests
+  // in flight, as a NIC's registered buffers are in memory before the
+  // first send. Best-effort; a link whose buffers are fixed does nothing.
+  virtual void ReserveRequests(uint32_t messages) { (void)messages; }
   // Waits at most `timeout` for traffic, then hands every received message
   // (RC or multicast) to `deliver`; the span is valid during the call only.
   // The link may hold their acknowledgments for the next Flush, which the

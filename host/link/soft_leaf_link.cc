@@ -1,6 +1,7 @@
 #include "host/link/soft_leaf_link.h"
 
 #include "absl/strings/str_format.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 
 namespace netfold::host {
@@ -52,6 +53,12 @@ absl::Status SoftLeafLink::Connect(const LeafPeer& peer) {
   NETFOLD_ASSIGN_OR_RETURN(
       ud_, endpoint_->CreateUdQp({.qkey = peer.qkey, .pkey = peer.pkey, .filter_sources = true}));
   return absl::OkStatus();
+}
+
+void SoftLeafLink::ReserveRequests(uint32_t messages) {
+  if (absl::Status s = rc_->ReserveSends(messages); !s.ok()) {
+    NETFOLD_LOG(kDebug) << "no send buffers reserved: " << s;
+  }
 }
 
 absl::Status SoftLeafLink::PostRequest(std::span<const uint8_t> header,

@@ -36,6 +36,7 @@ class SoftLeafLink : public LeafLink {
                                const transport::Ipv4Endpoint& source) override;
   void DetachMulticast(const transport::Ipv4Endpoint& group) override;
   void Flush() override;
+  void ReserveRequests(uint32_t messages) override;
   size_t Progress(absl::Duration timeout,
                 absl::FunctionRef<void(std::span<const uint8_t>)> deliver) override;
   void Wake() override { endpoint_->port().Wake(); }
