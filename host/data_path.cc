@@ -76,8 +76,12 @@ void DataPath::Route(uint32_t group_id, GroupEngine* engine) {
   engines_[group_id] = engine;
   // Each engine keeps up to K requests in flight on the one link, and
   // the link's queue holds them until the switch acknowledges them.
+  // Their results come back by multicast into the port's buffers.
   reserved_requests_ += engine->params().num_slots;
+  reserved_result_bytes_ +=
+      size_t{engine->params().num_slots} * (engine->params().slot_bytes + kResultOverhead);
   link_->ReserveRequests(reserved_requests_ + kRequestsBeyondWindows);
+  port_->ReserveReceive(reserved_result_bytes_);
 }
 
 void DataPath::Unroute(uint32_t group_id) { engines_.erase(group_id); }

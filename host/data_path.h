@@ -111,6 +111,11 @@ class DataPath {
   // waits beyond them for the switch's ACKs.
   static constexpr uint32_t kRequestsBeyondWindows = 32;
   uint32_t reserved_requests_ = 0;
+  // And the port's receive memory for their results: a result packet
+  // carries up to P bytes and ~80 of headers (BTH, DETH, aggregation header,
+  // tag, ICRC).
+  static constexpr size_t kResultOverhead = 80;
+  size_t reserved_result_bytes_ = 0;
 
   absl::Mutex failures_mu_;
   std::vector<Failure> failures_ ABSL_GUARDED_BY(failures_mu_);

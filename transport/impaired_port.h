@@ -131,6 +131,7 @@ class ImpairedPort : public Port {
   bool CanWake() const override { return inner_->CanWake(); }
   int wait_fd() const override { return inner_->wait_fd(); }
   absl::Duration SleepBound(absl::Duration limit) override;
+  void ReserveReceive(size_t bytes) override { inner_->ReserveReceive(bytes); }
 
   // The configuration of peers created from now on. Existing peers keep
   // theirs.

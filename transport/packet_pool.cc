@@ -1,6 +1,8 @@
 #include "transport/packet_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <new>
 
 #include "base/log.h"
@@ -76,6 +78,14 @@ void PacketPool::PutBack(PacketBuffer* p) {
     p->returned_next_ = head;
   } while (!returned_.compare_exchange_weak(head, p, std::memory_order_release,
                                             std::memory_order_relaxed));
+}
+
+void PacketPool::Prefault(uint32_t n) {
+  n = std::min<uint32_t>(n, num_free());
+  for (uint32_t i = 0; i < n; ++i) {
+    PacketBuffer* b = free_[free_.size() - 1 - i];
+    std::memset(b->data_ - b->headroom_, 0, size_t{b->headroom_} + b->capacity_);
+  }
 }
 
 PacketBuffer* PacketPool::Alloc() {

@@ -130,6 +130,9 @@ class PacketPool {
   // Owner thread only. With returns_from_any_thread, buffers freed on
   // other threads count once Alloc or Reclaim has taken them back.
   uint32_t num_free() const { return static_cast<uint32_t>(free_.size()); }
+  // Writes the memory of the `n` free buffers Alloc hands out next (at
+  // most every free one), so that their first use takes no page fault.
+  void Prefault(uint32_t n);
   // With returns_from_any_thread: takes back what other threads freed.
   void Reclaim();
   uint32_t num_free_views() const { return static_cast<uint32_t>(free_views_.size()); }

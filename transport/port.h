@@ -97,6 +97,10 @@ class Port {
   // packets the fd does not announce (read and not yet handed out), or
   // until a packet it holds back (a delay) is due.
   virtual absl::Duration SleepBound(absl::Duration limit) { return limit; }
+  // Makes the memory that receiving `bytes` in flight will use ready now
+  // (written once, so in memory), as a NIC's receive buffers are posted
+  // before traffic comes. Best-effort; the default does nothing.
+  virtual void ReserveReceive(size_t bytes) { (void)bytes; }
 };
 
 }  // namespace netfold::transport

@@ -282,6 +282,12 @@ size_t SegmentSize(const msghdr& h, size_t len) {
 
 }  // namespace
 
+void UdpPort::ReserveReceive(size_t bytes) {
+  if (!config_.gro) return;
+  batch_pool_.Prefault(static_cast<uint32_t>(
+      std::min<size_t>(kBatchBuffers, (bytes + kGroBufferBytes - 1) / kGroBufferBytes + 1)));
+}
+
 size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
   // Batches land in batch buffers; their packets are handed out as views
   // of them (no copy). A batch buffer goes back to its pool when its last

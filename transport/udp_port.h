@@ -92,6 +92,9 @@ class UdpPort : public Port {
   // busy_poll or a poll_window, which spin inside RecvBurst.
   int wait_fd() const override;
   absl::Duration SleepBound(absl::Duration limit) override;
+  // With GRO: the batch buffers `bytes` fill, and one more, from the top
+  // of their free list (where reads take them).
+  void ReserveReceive(size_t bytes) override;
 
  private:
   struct Socket {
