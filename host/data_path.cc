@@ -81,7 +81,7 @@ void DataPath::Route(uint32_t group_id, GroupEngine* engine) {
   reserved_result_bytes_ +=
       size_t{engine->params().num_slots} * (engine->params().slot_bytes + kResultOverhead);
   link_->ReserveRequests(reserved_requests_ + kRequestsBeyondWindows);
-  port_->ReserveReceive(reserved_result_bytes_);
+  if (soft_link_) port_->ReserveReceive(reserved_result_bytes_);  // a NIC's come elsewhere
 }
 
 void DataPath::Unroute(uint32_t group_id) { engines_.erase(group_id); }
