@@ -39,8 +39,7 @@ TEST_F(GroupEngineTest, LostMulticastResultIsRepairedWithBackoff) {
   EXPECT_EQ(leaf_.sent.size(), 2u);
   e.Poll();
   ASSERT_EQ(leaf_.sent.size(), 3u);
-  EXPECT_EQ(leaf_.Header(2).type, AggregationMessageType::kRepairRequest);
-  EXPECT_EQ(leaf_.Header(2).seq, 1u);
+  EXPECT_TRUE(leaf_.IsRepairOf(2, 1));
   EXPECT_FALSE(leaf_.Header(2).has_data);
   clock_.Advance(absl::Milliseconds(10));  // backoff doubled to 20 ms: not yet
   e.Poll();
@@ -106,8 +105,7 @@ TEST_F(GroupEngineTest, TheRepairWaitFollowsHowLongResultsTake) {
   clock_.Advance(absl::Milliseconds(10));
   e.Poll();
   ASSERT_EQ(e.stats().repairs_sent, 1u);
-  EXPECT_EQ(leaf_.Header(8).type, AggregationMessageType::kRepairRequest);
-  EXPECT_EQ(leaf_.Header(8).seq, 7u);
+  EXPECT_TRUE(leaf_.IsRepairOf(8, 7));
   Answer(e, 7, {2, 2, 2, 2});
   EXPECT_TRUE(e.Finish(op).ok());
   EXPECT_EQ(data, std::vector<int32_t>(32, 2));
@@ -137,8 +135,7 @@ TEST_F(GroupEngineTest, AResultTakesTheArrivalTimeItsCallerRead) {
   clock_.Advance(absl::Milliseconds(20));
   e.Poll();
   ASSERT_EQ(e.stats().repairs_sent, 1u);
-  EXPECT_EQ(leaf_.Header(4).type, AggregationMessageType::kRepairRequest);
-  EXPECT_EQ(leaf_.Header(4).seq, 2u);
+  EXPECT_TRUE(leaf_.IsRepairOf(4, 2));
   Answer(e, 2, {2, 2, 2, 2});
   Answer(e, 3, {2, 2, 2, 2});
   EXPECT_TRUE(e.Finish(op).ok());
@@ -182,8 +179,7 @@ TEST_F(GroupEngineTest, AWindowThatDrainsSlowlyIsNotRepairedButAGapIs) {
   // Chunk 2 was asked for again as soon as the results of chunks 3, 4 and
   // 5 came (at 24 ms: later results showed a gap); nothing else was.
   ASSERT_EQ(e.stats().repairs_sent, 1u);
-  EXPECT_EQ(leaf_.Header(leaf_.sent.size() - 1).type, AggregationMessageType::kRepairRequest);
-  EXPECT_EQ(leaf_.Header(leaf_.sent.size() - 1).seq, leaf_.Header(first + 2).seq);
+  EXPECT_TRUE(leaf_.IsRepairOf(leaf_.sent.size() - 1, leaf_.Header(first + 2).seq));
   Answer(e, first + 2, {4, 4, 4, 4});
   EXPECT_TRUE(e.Finish(op).ok());
   EXPECT_EQ(data, std::vector<int32_t>(32, 4));
@@ -221,8 +217,7 @@ TEST_F(GroupEngineTest, WhileNoResultComesOnlyTheOldestChunkIsAskedFor) {
   // Asked for at 10, 30, 70, 150 and 310 ms: the backoff of one chunk.
   EXPECT_EQ(e.stats().repairs_sent, 4u);
   for (size_t i = 9; i < leaf_.sent.size(); ++i) {
-    EXPECT_EQ(leaf_.Header(i).type, AggregationMessageType::kRepairRequest);
-    EXPECT_EQ(leaf_.Header(i).seq, 1u) << "only the oldest chunk";
+    EXPECT_TRUE(leaf_.IsRepairOf(i, 1)) << "only the oldest chunk";
   }
   // The results come; those of chunks 3 and 7 are lost.
   for (size_t c = 0; c < 8; ++c) {

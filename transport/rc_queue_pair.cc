@@ -215,21 +215,31 @@ absl::Status RcQueuePair::ReserveSends(uint32_t messages) {
         absl::StrFormat("QP 0x%06x is in %s; reserving sends needs RTS", qpn_, QpStateName(state_)));
   }
   messages = std::min(messages, config_.max_send_queue);
+  while (wqe_storage_.size() < messages) free_wqes_.push_back(NewWqe());
   const size_t frames_bytes = FramesBytes(1);
-  while (wqe_storage_.size() < messages) {
-    wqe_storage_.push_back(std::make_unique<SendWqe>());
-    free_wqes_.push_back(wqe_storage_.back().get());
-  }
   for (SendWqe* w : free_wqes_) {
-    if (w->frames != nullptr &&
-        (w->frames->capacity() >= frames_bytes || w->frames->num_views() > 0)) {
-      continue;  // big enough, or its last packets are still on their way out
-    }
-    PacketPool::Free(w->frames);
-    w->frames = PacketPool::NewHeapBuffer(static_cast<uint32_t>(frames_bytes));
-    std::memset(w->frames->data(), 0, frames_bytes);
+    if (FitFrames(w, frames_bytes)) std::memset(w->frames->data(), 0, frames_bytes);
   }
   return absl::OkStatus();
+}
+
+RcQueuePair::SendWqe* RcQueuePair::NewWqe() {
+  wqe_storage_.push_back(std::make_unique<SendWqe>());
+  return wqe_storage_.back().get();
+}
+
+bool RcQueuePair::FitFrames(SendWqe* w, size_t frames_bytes) {
+  if (w->frames != nullptr &&
+      (w->frames->num_views() > 0 || w->frames->capacity() < frames_bytes)) {
+    // Packets of its last message are still on their way out (a delaying
+    // impairment holds them), or it is too small: a buffer of its own.
+    PacketPool::Free(w->frames);
+    w->frames = nullptr;
+  }
+  // Kept with the WQE: the steady state allocates nothing.
+  if (w->frames != nullptr) return false;
+  w->frames = PacketPool::NewHeapBuffer(static_cast<uint32_t>(frames_bytes));
+  return true;
 }
 
 absl::Status RcQueuePair::PostSendGather(std::span<const std::span<const uint8_t>> pieces,
@@ -263,22 +273,11 @@ absl::Status RcQueuePair::PostSendGather(std::span<const std::span<const uint8_t
     w = free_wqes_.back();
     free_wqes_.pop_back();
   } else {
-    wqe_storage_.push_back(std::make_unique<SendWqe>());
-    w = wqe_storage_.back().get();
+    w = NewWqe();
   }
   w->wr_id = wr_id;
   const size_t frames_bytes = FramesBytes(packets);
-  if (w->frames != nullptr &&
-      (w->frames->num_views() > 0 || w->frames->capacity() < frames_bytes)) {
-    // Packets of its last message are still on their way out (a delaying
-    // impairment holds them), or it is too small: a buffer of its own.
-    PacketPool::Free(w->frames);
-    w->frames = nullptr;
-  }
-  // Kept with the WQE: the steady state allocates nothing.
-  if (w->frames == nullptr) {
-    w->frames = PacketPool::NewHeapBuffer(static_cast<uint32_t>(frames_bytes));
-  }
+  FitFrames(w, frames_bytes);
   w->frames->set_len(static_cast<uint32_t>(frames_bytes));
   uint8_t* frames = w->frames->data();
   uint32_t k = 0;

@@ -273,6 +273,11 @@ class RcQueuePair {
     uint32_t first_psn = 0;
     uint32_t num_packets = 0;
   };
+  // A new send queue entry, owned by wqe_storage_.
+  SendWqe* NewWqe();
+  // Gives `w` frames of at least `frames_bytes` it may write (its own, not
+  // one whose packets are still queued); true if they are new.
+  bool FitFrames(SendWqe* w, size_t frames_bytes);
   struct RecvSlot {
     LineOffsetVector<0> data;  // recv_line_offset bytes of pad, then the message
     std::optional<uint32_t> imm;

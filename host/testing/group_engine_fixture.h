@@ -36,6 +36,18 @@ struct FakeLeaf : RequestSender {
   proto::AggregationHeader Header(size_t i) const {
     return *proto::DecodeAggregationMessage(sent.at(i));
   }
+  // Request `i` asks for chunk `seq` again.
+  ::testing::AssertionResult IsRepairOf(size_t i, uint64_t seq) const {
+    const proto::AggregationHeader h = Header(i);
+    if (h.type != proto::AggregationMessageType::kRepairRequest) {
+      return ::testing::AssertionFailure() << "request " << i << " is not a repair";
+    }
+    if (h.seq != seq) {
+      return ::testing::AssertionFailure() << "request " << i << " repairs seq " << h.seq
+                                           << ", not " << seq;
+    }
+    return ::testing::AssertionSuccess();
+  }
 };
 
 class GroupEngineTest : public ::testing::Test {
