@@ -239,6 +239,7 @@ bool RcQueuePair::FitFrames(SendWqe* w, size_t frames_bytes) {
   // Kept with the WQE: the steady state allocates nothing.
   if (w->frames != nullptr) return false;
   w->frames = PacketPool::NewHeapBuffer(static_cast<uint32_t>(frames_bytes));
+  ++send_frames_made_;
   return true;
 }
 

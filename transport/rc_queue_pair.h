@@ -191,6 +191,9 @@ class RcQueuePair {
   absl::Status ReserveSends(uint32_t messages);
   // Send queue entries with their frames, in use or free: only grows.
   size_t num_send_buffers() const { return wqe_storage_.size(); }
+  // Frames the send queue has allocated since it was made, reserved or on
+  // demand: steady once the reservation covers what is in flight.
+  uint64_t num_send_frames_made() const { return send_frames_made_; }
 
   // Handles a packet the endpoint parsed and addressed to this QP. `from` is
   // the datagram's source: it must be the connected peer's address and,
@@ -345,6 +348,7 @@ class RcQueuePair {
   // Requester.
   std::deque<SendWqe*> sq_;              // in PSN order; front holds una_psn_
   std::vector<std::unique_ptr<SendWqe>> wqe_storage_;
+  uint64_t send_frames_made_ = 0;
   std::vector<SendWqe*> free_wqes_;
   uint32_t next_post_psn_ = 0;           // PSN the next posted message starts at
   uint32_t una_psn_ = 0;                 // oldest unacknowledged PSN

@@ -900,14 +900,17 @@ TEST(RcQueuePair, ReservedSendBuffersServeTheSendsWithoutGrowing) {
   EXPECT_EQ(pair.qa_->num_send_buffers(), 40u);
   ASSERT_TRUE(pair.qa_->ReserveSends(1000).ok());
   EXPECT_EQ(pair.qa_->num_send_buffers(), 64u) << "at most max_send_queue";
+  EXPECT_EQ(pair.qa_->num_send_frames_made(), 64u) << "each entry with its frame";
   std::vector<size_t> sizes(64, 4096);
   for (size_t i = 0; i < sizes.size(); i += 3) sizes[i] = i + 1;  // short ones too
   for (int round = 0; round < 3; ++round) {
     ExpectExactlyOnceInOrder(Transfer(pair, sizes), sizes);
   }
   EXPECT_EQ(pair.qa_->num_send_buffers(), 64u);
+  EXPECT_EQ(pair.qa_->num_send_frames_made(), 64u) << "the sends used the reserved frames";
   ASSERT_TRUE(pair.qa_->ReserveSends(64).ok());  // again: nothing to add
   EXPECT_EQ(pair.qa_->num_send_buffers(), 64u);
+  EXPECT_EQ(pair.qa_->num_send_frames_made(), 64u);
 }
 
 TEST(RcQueuePair, SendQueueLimitIsResourceExhausted) {
