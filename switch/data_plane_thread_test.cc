@@ -253,6 +253,18 @@ TEST_F(DataPlaneThreadTest, AnEarlyPartialFromALeafInProcessWaitsInItsBuffer) {
   ASSERT_NO_FATAL_FAILURE(InstallGroup(*leaf1, {{host_qpns_[1], {1}}}, link1.up.qpn));
   ASSERT_NO_FATAL_FAILURE(InstallGroup(
       *root, {{link0.down.qpn, {0}}, {link1.down.qpn, {1}}}, std::nullopt));
+  // What crosses the in-process links lands in inbox buffers made when the
+  // group was installed: K (4) per neighbour in this process, each room for
+  // a header and P (256) bytes; the operations below return them.
+  auto spare = [](SwitchDataPlane& dp) {
+    auto n = std::make_shared<size_t>(0);
+    EXPECT_TRUE(OnThread(dp, [n](SwitchDataPlane& p) {
+      *n = p.num_spare_inbox_buffers(proto::kAggregationHeaderSize + 256);
+    }));
+    return *n;
+  };
+  EXPECT_EQ(spare(*root), 8u) << "two leaves";
+  EXPECT_EQ(spare(*leaf0), 4u) << "the root";
   auto node_counters = [&](uint64_t* waited, uint64_t* copied) {
     auto w = std::make_shared<std::pair<uint64_t, uint64_t>>();
     ASSERT_TRUE(OnThread(*root, [w](SwitchDataPlane& dp) {
@@ -280,6 +292,8 @@ TEST_F(DataPlaneThreadTest, AnEarlyPartialFromALeafInProcessWaitsInItsBuffer) {
     for (auto& h : hosts_) ASSERT_NO_FATAL_FAILURE(ExpectResult(*h, seq, 5));
   }
   EXPECT_EQ(root->counters().in_process_messages, 16u) << "the results went down in memory";
+  EXPECT_EQ(spare(*root), 8u) << "the reserved buffers were used and came back, no more made";
+  EXPECT_EQ(spare(*leaf1), 4u);
   for (SwitchDataPlane* dp : {leaf0.get(), leaf1.get(), root.get()}) {
     ASSERT_TRUE(OnThread(*dp, [](SwitchDataPlane& p) { (void)p.RemoveGroup(1, 5); }));
     thread.Remove(dp);

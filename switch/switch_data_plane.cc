@@ -283,7 +283,7 @@ void SwitchDataPlane::Release(void* handle) {
     transport::PacketPool::Free(kept->packet);
     kept->packet = nullptr;
     --kept_;
-  } else if (spare_buffers_.size() < 1024) {
+  } else if (spare_buffers_.size() < kMaxSpareBuffers) {
     spare_buffers_.push_back(std::move(kept->bytes));
   }
   kept->bytes = {};
@@ -443,11 +443,50 @@ absl::Status SwitchDataPlane::InstallGroup(const GroupSpec& spec) {
   used.slots += spec.num_slots;
   slots_used_ += spec.num_slots;
   groups_[key] = std::move(group);
+  ReserveBuffers(spec);
   NETFOLD_LOG(kInfo) << absl::StrFormat(
       "switch %s: installed group %d tree %d epoch %d (%d children, %s, K=%d P=%d)",
       config_.name, spec.group_id, spec.tree_id, spec.epoch, spec.children.size(),
       spec.parent_qpn ? "has parent" : "root", spec.num_slots, spec.slot_bytes);
   return absl::OkStatus();
+}
+
+void SwitchDataPlane::ReserveBuffers(const GroupSpec& spec) {
+  // A message: header, up to P bytes of elements, the tag if any; a packet
+  // adds ~40 bytes of BTH, ICRC and room (the host's kResultOverhead).
+  const size_t message = proto::kAggregationHeaderSize + spec.slot_bytes +
+                         (spec.integrity_key ? proto::kAggregationTagSize : 0);
+  constexpr size_t kPacketOverhead = 40;
+  size_t over_port = 0, in_process = 0;
+  std::vector<uint32_t> neighbours;
+  for (const GroupChildSpec& c : spec.children) neighbours.push_back(c.qpn);
+  if (spec.parent_qpn) neighbours.push_back(*spec.parent_qpn);
+  for (uint32_t qpn : neighbours) {
+    ++(qps_.at(qpn)->in_process != nullptr ? in_process : over_port);
+  }
+  reserved_receive_bytes_ += over_port * spec.num_slots * (message + kPacketOverhead);
+  endpoint_.port().ReserveReceive(reserved_receive_bytes_);
+  const size_t want = std::min(kMaxSpareBuffers, spare_buffers_.size() + in_process * spec.num_slots);
+  while (spare_buffers_.size() < want) {
+    std::vector<uint8_t> bytes(message);  // written: resident
+    bytes.clear();                        // the capacity stays
+    spare_buffers_.push_back(std::move(bytes));
+  }
+  // The group root's results leave in packets of the port's pool: up to K
+  // at once.
+  if (spec.multicast) endpoint_.port().pool().Prefault(spec.num_slots);
+  if (spec.parent_qpn) {
+    const Qp& parent = *qps_.at(*spec.parent_qpn);
+    if (parent.in_process == nullptr && parent.rc->state() == QpState::kRts) {
+      (void)parent.rc->ReserveSends(spec.num_slots);  // best effort, as all of this
+    }
+  }
+}
+
+size_t SwitchDataPlane::num_spare_inbox_buffers(size_t min_capacity) const {
+  return static_cast<size_t>(std::count_if(
+      spare_buffers_.begin(), spare_buffers_.end(),
+      [min_capacity](const std::vector<uint8_t>& b) { return b.capacity() >= min_capacity; }));
 }
 
 void SwitchDataPlane::RemoveGroupAt(uint64_t key) {

@@ -243,6 +243,9 @@ class SwitchDataPlane : private MessageKeeper {
   size_t num_groups() const { return groups_.size(); }
   size_t num_qps() const { return qps_.size(); }
   uint32_t num_slots_used() const { return slots_used_; }
+  // Buffers the in-process inbox holds for reuse, of at least
+  // `min_capacity` bytes each (a group's reservation, ReserveBuffers).
+  size_t num_spare_inbox_buffers(size_t min_capacity) const;
   // Busy slots over every node: 0 once all operations completed.
   size_t num_busy_slots() const;
   // Messages dropped for a bad or missing integrity tag, over every node
@@ -286,6 +289,14 @@ class SwitchDataPlane : private MessageKeeper {
   absl::StatusOr<transport::UdQueuePair*> MulticastQp(uint64_t job_id, uint16_t pkey,
                                                       uint32_t qkey);
   void RemoveGroupAt(uint64_t key);
+  // Makes what a new group's operations will fill resident now, before its
+  // first long operation, as a switch's memory is: the port's receive
+  // buffers for K messages from each neighbour across the port, inbox
+  // buffers for K from each neighbour in this process, the send queue
+  // toward a parent across the port, and a group root's K result packets. Grown on demand, a fresh fabric's
+  // first long operations took ~1 500 page faults in the switches
+  // (docs/performance.md, "The switches' first long operation").
+  void ReserveBuffers(const GroupSpec& spec);
 
   SwitchConfig config_;
   const Clock& clock_;
@@ -334,6 +345,9 @@ class SwitchDataPlane : private MessageKeeper {
   uint32_t kept_ = 0;
   uint32_t max_kept_ = 0;
   std::vector<std::vector<uint8_t>> spare_buffers_;  // the inbox's, for reuse
+  static constexpr size_t kMaxSpareBuffers = 1024;
+  // Receive memory reserved for the groups installed so far (it stays).
+  size_t reserved_receive_bytes_ = 0;
 
   absl::Mutex commands_mu_;
   std::deque<std::function<void(SwitchDataPlane&)>> commands_ ABSL_GUARDED_BY(commands_mu_);

@@ -42,6 +42,7 @@ class DataPlaneTest : public ::testing::Test {
     config.ack_timeout = absl::Milliseconds(1);
     auto port = net_.CreatePort({.local = kSwitch, .pool = {.num_buffers = packet_buffers}});
     ASSERT_TRUE(port.ok());
+    port_ = port->get();
     dp_ = std::make_unique<SwitchDataPlane>(std::move(*port), clock_, config);
   }
 
@@ -132,6 +133,7 @@ class DataPlaneTest : public ::testing::Test {
   FakeClock clock_{absl::Seconds(1)};
   transport::MemoryNetwork net_;
   std::unique_ptr<SwitchDataPlane> dp_;
+  transport::MemoryPort* port_ = nullptr;  // dp_'s
   std::vector<std::unique_ptr<Host>> hosts_;
 };
 
@@ -233,6 +235,23 @@ TEST_F(DataPlaneTest, InstallGroupValidatesItsSpec) {
   EXPECT_EQ(dp_->num_slots_used(), 4u);
   // A QP in use by a group cannot be destroyed.
   EXPECT_EQ(dp_->DestroyQp(h0.switch_qpn).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A group's receive memory is made resident when it is installed: K
+// messages of header and P bytes (and their packets' headers) from each
+// child across the port, added up over the groups installed.
+TEST_F(DataPlaneTest, InstallGroupReservesReceiveMemoryForKMessagesPerChild) {
+  MakeSwitch();
+  const uint32_t a = AddHost().switch_qpn, b = AddHost().switch_qpn, c = AddHost().switch_qpn;
+  EXPECT_EQ(port_->reserved_receive_bytes(), 0u);
+  ASSERT_TRUE(dp_->InstallGroup(Spec(1, {a, b, c}, 1, 8)).ok());
+  const size_t message = proto::kAggregationHeaderSize + 256;
+  const size_t first = port_->reserved_receive_bytes();
+  EXPECT_GE(first, 3 * 8 * message);
+  EXPECT_LE(first, 3 * 8 * (message + 128)) << "a packet's headers are not a KiB";
+  ASSERT_TRUE(dp_->InstallGroup(Spec(2, {a, b}, 1, 4)).ok());
+  EXPECT_GE(port_->reserved_receive_bytes(), first + 2 * 4 * message) << "both groups' room";
+  EXPECT_EQ(dp_->num_spare_inbox_buffers(0), 0u) << "no child is in this process";
 }
 
 TEST_F(DataPlaneTest, GroupAndSlotQuotasPerJobAndPerSwitch) {

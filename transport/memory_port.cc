@@ -27,6 +27,13 @@ void MemoryPort::Deliver(const PacketBuffer& p, const Ipv4Endpoint& dst) {
   ++count_;
 }
 
+void MemoryPort::ReserveReceive(size_t bytes) {
+  reserved_receive_bytes_ = std::max(reserved_receive_bytes_, bytes);
+  const size_t per_buffer = std::max<size_t>(pool_.buffer_size(), 1);
+  const size_t buffers = (bytes + per_buffer - 1) / per_buffer;
+  pool_.Prefault(static_cast<uint32_t>(std::min<size_t>(buffers, UINT32_MAX)));
+}
+
 size_t MemoryPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) {
   absl::MutexLock lock(&net_->mu_);
   if (count_ == 0 && timeout > absl::ZeroDuration()) {

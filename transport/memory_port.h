@@ -48,6 +48,10 @@ class MemoryPort : public Port {
   Ipv4Endpoint local() const override { return config_.local; }
   PacketPool& pool() override { return pool_; }
   const PortCounters& counters() const override { return counters_; }
+  // Prefaults the pool's buffers that `bytes` of packets fill, and keeps
+  // the largest request (reserved_receive_bytes, for tests of callers).
+  void ReserveReceive(size_t bytes) override;
+  size_t reserved_receive_bytes() const { return reserved_receive_bytes_; }
 
  private:
   friend class MemoryNetwork;
@@ -68,6 +72,7 @@ class MemoryPort : public Port {
   std::vector<Frame> ring_;
   size_t head_ = 0;
   size_t count_ = 0;
+  size_t reserved_receive_bytes_ = 0;
 };
 
 class MemoryNetwork {

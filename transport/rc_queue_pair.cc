@@ -444,21 +444,24 @@ bool RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
     return false;
   }
   RecvSlot& slot = rq_[(rq_head_ + rq_count_) % rq_.size()];
+  // One packet, and a buffer offered: the message stays where it is.
+  const bool keep = buffer != nullptr && starts && ends;
   if (starts) {
-    slot.data.assign(config_.recv_line_offset, 0);  // the message starts past the pad
+    // A copied message starts past the pad; a kept one needs no room (nor
+    // the allocation a slot's first room costs).
+    if (!keep) slot.data.assign(config_.recv_line_offset, 0);
     slot.imm.reset();
   }
   const size_t len = packet.payload.size();
+  const size_t so_far = starts ? 0 : slot.data.size() - config_.recv_line_offset;
   const bool full_mtu_required = !ends;
   if ((full_mtu_required && len != attrs_.path_mtu) || len > attrs_.path_mtu ||
-      slot.data.size() - config_.recv_line_offset + len > config_.max_message_size) {
+      so_far + len > config_.max_message_size) {
     RejectInvalidRequest(QpDropReason::kBadLength, absl::DataLossError(absl::StrFormat(
         "QP 0x%06x: %s at PSN 0x%06x carries %d bytes (MTU %d, message limit %d)", qpn_,
         proto::BthOpcodeName(op), bth.psn, len, attrs_.path_mtu, config_.max_message_size)));
     return false;
   }
-  // One packet, and a buffer offered: the message stays where it is.
-  const bool keep = buffer != nullptr && starts && ends;
   if (keep) {
     slot.held = buffer;
     slot.held_data = packet.payload;
