@@ -457,13 +457,18 @@ void SwitchDataPlane::ReserveBuffers(const GroupSpec& spec) {
   const size_t message = proto::kAggregationHeaderSize + spec.slot_bytes +
                          (spec.integrity_key ? proto::kAggregationTagSize : 0);
   constexpr size_t kPacketOverhead = 40;
+  // Each neighbour sends up to K messages at once: contributions from a
+  // child, results from the parent.
   size_t over_port = 0, in_process = 0;
-  std::vector<uint32_t> neighbours;
-  for (const GroupChildSpec& c : spec.children) neighbours.push_back(c.qpn);
-  if (spec.parent_qpn) neighbours.push_back(*spec.parent_qpn);
-  for (uint32_t qpn : neighbours) {
-    ++(qps_.at(qpn)->in_process != nullptr ? in_process : over_port);
-  }
+  auto count = [&](uint32_t qpn) {
+    if (qps_.at(qpn)->in_process != nullptr) {
+      ++in_process;
+    } else {
+      ++over_port;
+    }
+  };
+  for (const GroupChildSpec& c : spec.children) count(c.qpn);
+  if (spec.parent_qpn) count(*spec.parent_qpn);
   reserved_receive_bytes_ += over_port * spec.num_slots * (message + kPacketOverhead);
   endpoint_.port().ReserveReceive(reserved_receive_bytes_);
   const size_t want = std::min(kMaxSpareBuffers, spare_buffers_.size() + in_process * spec.num_slots);
