@@ -1,13 +1,19 @@
 #include "host/progress_thread.h"
 
+#include <poll.h>
 #include <pthread.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "base/clock.h"
+#include "base/log.h"
 
 namespace netfold::host {
 
@@ -51,13 +57,21 @@ ProgressThread::ProgressThread(const ProgressThreadOptions& options,
   last_leave_ns_.store(Now(), std::memory_order_relaxed);
 }
 
-ProgressThread::~ProgressThread() { Stop(); }
+ProgressThread::~ProgressThread() {
+  Stop();
+  if (timer_fd_ >= 0) close(timer_fd_);
+}
 
 void ProgressThread::Start() {
   if (!options_.enabled || thread_.joinable() || stop_.HasBeenNotified()) return;
   static std::once_flag at_fork;
   std::call_once(at_fork, [] { pthread_atfork(nullptr, nullptr, MarkForkedChild); });
   g_had_progress_thread.store(true, std::memory_order_relaxed);
+  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+  if (timer_fd_ < 0) {
+    NETFOLD_LOG(kWarning) << "progress thread: no timerfd (" << std::strerror(errno)
+                          << "): it looks every takeover period during long calls";
+  }
   thread_ = std::thread([this] { Run(); });
 }
 
@@ -67,32 +81,74 @@ void ProgressThread::Stop() {
   if (InForkedChild()) {
     // The thread exists only in the parent: joining it here would wait
     // forever, and destroying a joinable std::thread aborts. Forget it.
+    // (Nor may the child touch the timer: the parent shares it.)
     new std::thread(std::move(thread_));
     return;
   }
   wake_();
-  {
-    absl::MutexLock lock(&park_mu_);
-    park_cv_.SignalAll();
-  }
+  Arm(absl::ZeroDuration());  // a parked or sleeping thread looks at once
   thread_.join();
+}
+
+void ProgressThread::Arm(absl::Duration after) {
+  if (timer_fd_ < 0) return;
+  itimerspec when{};
+  when.it_value = absl::ToTimespec(std::max(after, absl::Microseconds(1)));
+  (void)timerfd_settime(timer_fd_, 0, &when, nullptr);
+}
+
+void ProgressThread::Disarm() {
+  if (timer_fd_ < 0) return;
+  const itimerspec never{};
+  (void)timerfd_settime(timer_fd_, 0, &never, nullptr);
+}
+
+void ProgressThread::Sleep(absl::Duration timeout) {
+  const timespec ts = absl::ToTimespec(std::clamp(timeout, absl::ZeroDuration(), absl::Seconds(1)));
+  pollfd fd{.fd = timer_fd_, .events = POLLIN, .revents = 0};
+  // EINTR or a timeout: the caller looks again either way.
+  if (ppoll(&fd, timer_fd_ >= 0 ? 1 : 0, &ts, nullptr) > 0 && (fd.revents & POLLIN) != 0) {
+    uint64_t expirations = 0;
+    (void)!read(timer_fd_, &expirations, sizeof(expirations));  // clears it (EAGAIN: disarmed since)
+  }
+  wakeups_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void ProgressThread::Enter() {
   if (Depth(this)++ > 0) return;
   inside_.fetch_add(1);  // seq_cst, paired with Run's driving_ store
+  last_enter_ns_.store(Now(), std::memory_order_relaxed);
   if (driving_.load()) wake_();
+  // Back before the timer Leave armed fired: the parked thread sleeps on.
+  if (armed_.load(std::memory_order_relaxed) && armed_.exchange(false)) Disarm();
   mu_.Lock();
 }
 
 void ProgressThread::Leave() {
   if (--Depth(this) > 0) return;
-  last_leave_ns_.store(Now(), std::memory_order_relaxed);
+  const int64_t now = Now();
+  last_leave_ns_.store(now, std::memory_order_relaxed);
+  last_call_long_.store(now - last_enter_ns_.load(std::memory_order_relaxed) >=
+                            absl::ToInt64Nanoseconds(options_.takeover_after),
+                        std::memory_order_relaxed);
   mu_.Unlock();
-  inside_.fetch_sub(1);  // seq_cst, paired with AwaitAbsence's parked_ store
+  inside_.fetch_sub(1);  // seq_cst, paired with Park's parked_ store
   if (parked_.load()) {
-    absl::MutexLock lock(&park_mu_);
-    park_cv_.Signal();
+    if (last_call_long_.load(std::memory_order_relaxed)) {
+      short_calls_.store(0, std::memory_order_relaxed);
+    } else if (short_calls_.fetch_add(1, std::memory_order_relaxed) + 1 >= kShortCallsToUnpark) {
+      // Calls have become short: each would pay for the timer. Wake the
+      // thread now to go back to looking now and then.
+      short_calls_.store(0, std::memory_order_relaxed);
+      unpark_.store(true);
+      armed_.store(true);
+      Arm(absl::ZeroDuration());
+      return;
+    }
+    // The parked thread learns that the application left only if it stays
+    // away: the timer fires then, and not at all if it comes back first.
+    armed_.store(true);
+    Arm(options_.takeover_after);
   }
 }
 
@@ -109,45 +165,72 @@ ProgressThread::Outside::~Outside() {
 }
 
 bool ProgressThread::AwaitAbsence() {
-  const int64_t takeover_ns = absl::ToInt64Nanoseconds(options_.takeover_after);
+  const absl::Duration takeover = options_.takeover_after;
+  const int64_t takeover_ns = absl::ToInt64Nanoseconds(takeover);
   // While the application keeps coming back, look less often (up to 8
   // times takeover_after): a busy caller costs the thread few wake-ups.
-  int64_t interval_ns = takeover_ns;
+  // (Never more often than every 50 us, whatever takeover_after says.)
+  const absl::Duration least = absl::Microseconds(50);
+  absl::Duration interval = std::max(takeover, least);
   while (!stop_.HasBeenNotified()) {
     if (inside_.load() > 0) {
-      // A long call (a large operation, a slow peer): sleep until the
-      // application leaves instead of checking again and again.
-      absl::MutexLock lock(&park_mu_);
-      parked_.store(true);  // seq_cst, paired with Leave's inside_ update
-      while (inside_.load() > 0 && !stop_.HasBeenNotified()) {
-        park_cv_.WaitWithTimeout(&park_mu_, absl::Seconds(1));
+      // One long call (a large operation, a slow peer): park rather than
+      // look again and again. Short ones: look again later.
+      if (Now() - last_enter_ns_.load(std::memory_order_relaxed) >= takeover_ns) {
+        Park();
+      } else {
+        Sleep(interval);
+        interval = std::min(interval * 2, 8 * std::max(takeover, least));
       }
-      parked_.store(false);
       continue;
     }
     const int64_t away = Now() - last_leave_ns_.load(std::memory_order_relaxed);
     if (away >= takeover_ns) return true;
-    stop_.WaitForNotificationWithTimeout(absl::Nanoseconds(std::max(interval_ns, takeover_ns - away)));
-    interval_ns = std::min(interval_ns * 2, 8 * takeover_ns);
+    Sleep(std::max(interval, absl::Nanoseconds(takeover_ns - away)));
+    interval = std::min(interval * 2, 8 * std::max(takeover, least));
   }
   return false;
 }
 
+void ProgressThread::Park() {
+  parks_.fetch_add(1, std::memory_order_relaxed);
+  parked_.store(true);  // seq_cst, paired with Leave's inside_ update
+  // Without a timer nobody wakes the thread when the application leaves:
+  // it looks every takeover period instead.
+  const absl::Duration look =
+      timer_fd_ >= 0 ? absl::Seconds(1) : std::max(options_.takeover_after, absl::Microseconds(50));
+  while (inside_.load() > 0 && !stop_.HasBeenNotified() && !unpark_.exchange(false)) {
+    Sleep(look);
+  }
+  parked_.store(false);
+  unpark_.store(false);
+  if (armed_.exchange(false)) Disarm();
+}
+
 void ProgressThread::Run() {
   while (AwaitAbsence()) {
-    absl::MutexLock lock(&mu_);
-    driving_.store(true);  // seq_cst, paired with Enter's inside_ update
-    takeovers_.fetch_add(1, std::memory_order_relaxed);
-    while (inside_.load() == 0 && !stop_.HasBeenNotified()) {
-      drive_(options_.max_wait);
-      drives_.fetch_add(1, std::memory_order_relaxed);
+    {
+      absl::MutexLock lock(&mu_);
+      driving_.store(true);  // seq_cst, paired with Enter's inside_ update
+      takeovers_.fetch_add(1, std::memory_order_relaxed);
+      while (inside_.load() == 0 && !stop_.HasBeenNotified()) {
+        drive_(options_.max_wait);
+        drives_.fetch_add(1, std::memory_order_relaxed);
+      }
+      driving_.store(false);
     }
-    driving_.store(false);
+    // The application came back after an absence. If its calls have been
+    // long (waits of large operations), this one likely is too: park at
+    // once rather than look again a takeover period later. After short
+    // calls, look now and then as before: a parked thread would learn of
+    // every absence at once, and take over for each.
+    if (last_call_long_.load(std::memory_order_relaxed)) Park();
   }
 }
 
 ProgressThreadStats ProgressThread::stats() const {
-  return {takeovers_.load(std::memory_order_relaxed), drives_.load(std::memory_order_relaxed)};
+  return {takeovers_.load(std::memory_order_relaxed), drives_.load(std::memory_order_relaxed),
+          wakeups_.load(std::memory_order_relaxed), parks_.load(std::memory_order_relaxed)};
 }
 
 }  // namespace netfold::host

@@ -26,10 +26,16 @@
 //   { ProgressThread::Inside in(progress);  ...Start, Wait...  }   // the application
 //
 // While idle it costs nothing: it sleeps in the data path's epoll until a
-// packet or a timer (its own check while the application is active is one
-// timed wake-up per `takeover_after`). With `enabled` false there is no
-// thread and Inside only takes the lock: progress happens inside library
-// calls only (NETFOLD_PROGRESS_THREAD=0; docs/host.md says what that gives up).
+// packet or a timer. While the application is active it costs few
+// wake-ups: between short calls it looks every 1 to 8 `takeover_after`
+// whether the application has left; once one call has lasted
+// `takeover_after` it parks, and then the kernel wakes it (a timer the
+// application arms when it leaves and disarms when it comes back, two
+// system calls a call) only when the application stays away, so back to
+// back long collectives do not wake it at all. With `enabled` false there
+// is no thread and Inside only takes the lock: progress happens inside
+// library calls only (NETFOLD_PROGRESS_THREAD=0; docs/host.md says what
+// that gives up).
 //
 // fork(): the thread does not exist in a child process; a child must not
 // use the context (InForkedChild() says whether this process is such a
@@ -63,6 +69,8 @@ struct ProgressThreadOptions {
 struct ProgressThreadStats {
   uint64_t takeovers = 0;  // times the thread took the data path over
   uint64_t drives = 0;     // drive calls it made
+  uint64_t wakeups = 0;    // times it woke while waiting for the application to leave
+  uint64_t parks = 0;      // times it parked for a long call
 };
 
 class ProgressThread {
@@ -123,6 +131,15 @@ class ProgressThread {
   // Waits until the application has been away for takeover_after (false
   // when stopping).
   bool AwaitAbsence();
+  // Parked while one long call lasts: returns when the application has
+  // left (the timer Leave arms), when its calls have become short, or
+  // when stopping.
+  void Park();
+  // Sleeps until `timeout` passes or the timer fires (then clears it).
+  void Sleep(absl::Duration timeout);
+  // The timer fires `after` from now (at least 1 us); disarmed.
+  void Arm(absl::Duration after);
+  void Disarm();
 
   const ProgressThreadOptions options_;
   const std::function<void(absl::Duration)> drive_;
@@ -132,13 +149,24 @@ class ProgressThread {
   std::atomic<int> inside_{0};            // application threads inside
   std::atomic<bool> driving_{false};      // the thread holds mu_ and drives
   std::atomic<int64_t> last_leave_ns_{0};
+  std::atomic<int64_t> last_enter_ns_{0};
+  std::atomic<bool> last_call_long_{false};  // the last call lasted takeover_after
   std::atomic<uint64_t> takeovers_{0};
   std::atomic<uint64_t> drives_{0};
+  std::atomic<uint64_t> wakeups_{0};
+  std::atomic<uint64_t> parks_{0};
 
-  // Where the thread waits for the application to leave.
-  absl::Mutex park_mu_;
-  absl::CondVar park_cv_;
+  // The thread waits for the application on a CLOCK_MONOTONIC timerfd
+  // (-1 if none could be made: it then looks every takeover_after). Parked,
+  // it sleeps until the timer fires: Leave arms it, Enter disarms it.
+  // Calls have become short (this many in a row while parked, each arming
+  // the timer): Leave wakes the thread to stop parking.
+  static constexpr int kShortCallsToUnpark = 16;
+  int timer_fd_ = -1;
   std::atomic<bool> parked_{false};
+  std::atomic<bool> armed_{false};
+  std::atomic<bool> unpark_{false};
+  std::atomic<int> short_calls_{0};
 
   absl::Notification stop_;
   std::thread thread_;

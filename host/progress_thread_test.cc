@@ -139,6 +139,86 @@ TEST(ProgressThread, CallsAtEveryPaceNeverDriveTogetherWithTheThread) {
   progress.Stop();
 }
 
+TEST(ProgressThread, BackToBackLongCallsDoNotWakeTheThread) {
+  FakePath path;
+  ProgressThread progress(Fast(), [&](absl::Duration t) { path.Progress(t); },
+                          [&] { path.Wake(); });
+  progress.Start();
+  // Calls of 10 ms (5 takeover periods) with 0.1 ms between them, as a
+  // loop of large collectives: after the first call the thread parks and
+  // the calls' timer is disarmed before it fires each time.
+  auto call = [&] {
+    ProgressThread::Inside inside(progress);
+    path.AppDrives();
+    absl::SleepFor(absl::Milliseconds(10));
+  };
+  {
+    ProgressThread::Inside inside(progress);
+    ASSERT_TRUE(WaitFor([&] { return progress.stats().parks >= 1; }));
+  }
+  call();
+  const ProgressThreadStats before = progress.stats();
+  for (int i = 0; i < 40; ++i) {
+    call();
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  const ProgressThreadStats after = progress.stats();
+  // A gap of 0.1 ms may stretch past 2 ms on a loaded machine, and then the
+  // thread rightly takes over once: a few, not one or two a call.
+  EXPECT_LE(after.wakeups - before.wakeups, 8u);
+  EXPECT_LE(after.takeovers - before.takeovers, 4u);
+  progress.Stop();
+}
+
+TEST(ProgressThread, TakesOverSoonAfterALongCall) {
+  FakePath path;
+  ProgressThread progress(Fast(), [&](absl::Duration t) { path.Progress(t); },
+                          [&] { path.Wake(); });
+  progress.Start();
+  for (int i = 0; i < 5; ++i) {
+    {
+      ProgressThread::Inside inside(progress);
+      path.AppDrives();
+      // Long enough for the thread to park (it looks within 8 ms).
+      ASSERT_TRUE(WaitFor([&] { return progress.stats().parks > static_cast<uint64_t>(i); }));
+    }
+    const uint64_t before = progress.stats().takeovers;
+    const absl::Time left = absl::Now();
+    ASSERT_TRUE(WaitFor([&] { return progress.stats().takeovers > before; }));
+    // The timer fires 2 ms after the leave; the parked thread's own look
+    // would come after 1 s.
+    EXPECT_LT(absl::Now() - left, absl::Milliseconds(500)) << "call " << i;
+  }
+  progress.Stop();
+}
+
+TEST(ProgressThread, ShortCallsAfterLongOnesLeaveThePark) {
+  FakePath path;
+  ProgressThread progress(Fast(), [&](absl::Duration t) { path.Progress(t); },
+                          [&] { path.Wake(); });
+  progress.Start();
+  {
+    ProgressThread::Inside inside(progress);
+    ASSERT_TRUE(WaitFor([&] { return progress.stats().parks >= 1; }));
+  }
+  // Short calls back to back: each would arm and disarm the timer while
+  // the thread stays parked (waking once a second); within its next look
+  // it goes back to looking every few takeover periods instead.
+  const uint64_t before = progress.stats().wakeups;
+  const absl::Time end = absl::Now() + absl::Milliseconds(2500);
+  uint64_t calls = 0;
+  while (absl::Now() < end) {
+    ProgressThread::Inside inside(progress);
+    path.AppDrives();
+    ++calls;
+  }
+  EXPECT_GT(calls, 100u);
+  // Parked throughout: 2 or 3 looks. Back to looking after one: a look
+  // every 2-16 ms for the rest.
+  EXPECT_GT(progress.stats().wakeups - before, 20u);
+  progress.Stop();
+}
+
 TEST(ProgressThread, DisabledMeansNoThreadButTheLockStillHolds) {
   FakePath path;
   ProgressThreadOptions o = Fast();
