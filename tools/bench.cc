@@ -141,13 +141,12 @@ int RunBench(const BenchOptions& o) {
   if (log.empty()) return 2;
   std::error_code ec;
 
-  std::printf("netfold bench %s: ranks %s, sizes %s .. %s, %.2f s per point%s; machine: %ld "
-              "cores\n",
+  std::printf("netfold bench %s: ranks %s, sizes %s .. %s, %.2f s per point%s; %s\n",
               o.op.c_str(), absl::StrJoin(ranks, ",").c_str(), HumanSize(sizes.front()).c_str(),
               HumanSize(sizes.back()).c_str(), o.seconds_per_size,
               o.rounds > 1 ? absl::StrFormat(", %d rounds in alternating order", o.rounds).c_str()
                            : "",
-              sysconf(_SC_NPROCESSORS_ONLN));
+              MachineLine().c_str());
   LocalFabricOptions fo;
   fo.hosts = max_ranks;
   fo.switch_poll_us = o.poll_us;

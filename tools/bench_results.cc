@@ -1,5 +1,7 @@
 #include "tools/bench_results.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/wakeup_cost.h"
 #include "tools/run_command.h"
 
 namespace netfold::tools {
@@ -113,6 +116,15 @@ std::string Us(double us) {
   if (us < 1000) return absl::StrFormat("%.1f us", us);
   if (us < 1e6) return absl::StrFormat("%.2f ms", us / 1000);
   return absl::StrFormat("%.2f s", us / 1e6);
+}
+
+std::string MachineLine() {
+  std::string line = absl::StrFormat("machine: %ld cores", sysconf(_SC_NPROCESSORS_ONLN));
+  const absl::StatusOr<WakeupCost> c = MeasureWakeupCost(2000);
+  if (!c.ok()) return line + " (wake-up cost not measured: " + c.status().ToString() + ")";
+  absl::StrAppendFormat(&line, "; a wake-up costs %.1f us of CPU on one", c->same_cpu_us);
+  if (c->other_cpu_us) absl::StrAppendFormat(&line, ", %.1f us across two", *c->other_cpu_us);
+  return line;
 }
 
 void Plot(const std::string& self, const std::string& csv_path, const std::string& out_dir) {

@@ -51,6 +51,11 @@ std::string HumanSize(long bytes);
 // 12.3 us, 4.56 ms, 1.23 s; "-" for a negative value.
 std::string Us(double us);
 
+// "machine: 2 cores; a wake-up costs 5.1 us of CPU on one, 12.4 us across
+// two": what a fabric of sleeping processes pays per burst here
+// (base/wakeup_cost.h), measured now (~0.1 s), for the header of a run.
+std::string MachineLine();
+
 // Runs bench/plot_bench.py (found beside `self`) on `csv_path` into
 // `out_dir` when /usr/bin/python3 has matplotlib; says where the plots are.
 void Plot(const std::string& self, const std::string& csv_path, const std::string& out_dir);

@@ -3,8 +3,11 @@
 // measured both variants.
 #include "tools/bench_results.h"
 
+#include <unistd.h>
+
 #include <cmath>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 
 namespace netfold::tools {
@@ -61,6 +64,19 @@ TEST(BenchResults, RoundRatiosPairEachRoundWithItselfAndSkipRoundsMissingEither)
   // Not the ratio of medians (30 / 17.5): each round against its own.
   EXPECT_TRUE(RoundRatios(a, b, 64).empty());
   EXPECT_TRUE(RoundRatios(a, {{{.size = 8, .avg = 0}}}, 8).empty()) << "no division by zero";
+}
+
+TEST(BenchResults, TheMachineLineSaysCoresAndWhatAWakeUpCosts) {
+  const std::string line = MachineLine();
+  EXPECT_EQ(line.rfind(absl::StrFormat("machine: %ld cores; a wake-up costs ",
+                                       sysconf(_SC_NPROCESSORS_ONLN)),
+                       0),
+            0u)
+      << line;
+  EXPECT_NE(line.find(" us of CPU on one"), std::string::npos) << line;
+  if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) {
+    EXPECT_NE(line.find(" us across two"), std::string::npos) << line;
+  }
 }
 
 }  // namespace

@@ -113,10 +113,9 @@ int RunTestbedBench(const BenchOptions& o) {
   if (log.empty()) return 2;
   const std::string size_list = SizeList(sizes);
   std::printf("netfold bench %s --testbed: %d ranks on %s (kernel-socket switches, NIC offloads "
-              "on), every link shaped with tc tbf to %s in turn; %.2f s per point; machine: %ld "
-              "cores\n",
+              "on), every link shaped with tc tbf to %s in turn; %.2f s per point; %s\n",
               o.op.c_str(), p, topology.c_str(), absl::StrJoin(o.testbed_rates, ", ").c_str(),
-              o.seconds_per_size, sysconf(_SC_NPROCESSORS_ONLN));
+              o.seconds_per_size, MachineLine().c_str());
 
   std::vector<TestbedVariant> variants = {{"netfold", {"-x", "NETFOLD_MPI_ENABLE=1"}}};
   if (base == "allreduce") {
