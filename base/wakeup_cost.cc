@@ -68,16 +68,16 @@ absl::StatusOr<PassCost> PingPong(int cpu_a, int cpu_b, int rounds) {
     if (to_a >= 0) close(to_a);
     return absl::ResourceExhaustedError("wake-up cost: no eventfd");
   }
-  std::atomic<bool> a_ok{true}, b_ok{true};
+  std::atomic<bool> a_ok{true}, b_ok{true}, pinned{true};
   const double cpu0 = CpuMicros(), wall0 = WallMicros();
   std::thread b([&] {
-    if (!Pin(cpu_b)) b_ok = false;
+    if (!Pin(cpu_b)) pinned = b_ok = false;
     for (int i = 0; i < rounds && b_ok; ++i) {
       if (!Take(to_b) || !Give(to_a)) b_ok = false;
     }
   });
   std::thread a([&] {
-    if (!Pin(cpu_a)) a_ok = false;
+    if (!Pin(cpu_a)) pinned = a_ok = false;
     for (int i = 0; i < rounds && a_ok; ++i) {
       if (!Give(to_b) || !Take(to_a)) a_ok = false;
     }
@@ -87,9 +87,13 @@ absl::StatusOr<PassCost> PingPong(int cpu_a, int cpu_b, int rounds) {
   const double cpu = CpuMicros() - cpu0, wall = WallMicros() - wall0;
   close(to_b);
   close(to_a);
+  if (!pinned) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("wake-up cost: a thread could not be pinned to CPU %d or %d", cpu_a, cpu_b));
+  }
   if (!a_ok || !b_ok) {
-    return absl::DeadlineExceededError(
-        absl::StrFormat("wake-up cost: a token was lost (CPUs %d and %d)", cpu_a, cpu_b));
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "wake-up cost: a token waited over a second (CPUs %d and %d)", cpu_a, cpu_b));
   }
   return PassCost{cpu / (2.0 * rounds), wall / (2.0 * rounds)};
 }
