@@ -46,6 +46,9 @@ int& Depth(const ProgressThread* p) {
 
 int64_t Now() { return RealClock().NowNanos(); }
 
+// The thread never looks more often than this, whatever takeover_after says.
+constexpr absl::Duration kLeastLook = absl::Microseconds(50);
+
 }  // namespace
 
 bool ProgressThread::InForkedChild() { return g_forked_child.load(std::memory_order_relaxed); }
@@ -127,14 +130,14 @@ void ProgressThread::Enter() {
 void ProgressThread::Leave() {
   if (--Depth(this) > 0) return;
   const int64_t now = Now();
+  const bool long_call = now - last_enter_ns_.load(std::memory_order_relaxed) >=
+                         absl::ToInt64Nanoseconds(options_.takeover_after);
   last_leave_ns_.store(now, std::memory_order_relaxed);
-  last_call_long_.store(now - last_enter_ns_.load(std::memory_order_relaxed) >=
-                            absl::ToInt64Nanoseconds(options_.takeover_after),
-                        std::memory_order_relaxed);
+  last_call_long_.store(long_call, std::memory_order_relaxed);
   mu_.Unlock();
   inside_.fetch_sub(1);  // seq_cst, paired with Park's parked_ store
   if (parked_.load()) {
-    if (last_call_long_.load(std::memory_order_relaxed)) {
+    if (long_call) {
       short_calls_.store(0, std::memory_order_relaxed);
     } else if (short_calls_.fetch_add(1, std::memory_order_relaxed) + 1 >= kShortCallsToUnpark) {
       // Calls have become short: each would pay for the timer. Wake the
@@ -169,9 +172,8 @@ bool ProgressThread::AwaitAbsence() {
   const int64_t takeover_ns = absl::ToInt64Nanoseconds(takeover);
   // While the application keeps coming back, look less often (up to 8
   // times takeover_after): a busy caller costs the thread few wake-ups.
-  // (Never more often than every 50 us, whatever takeover_after says.)
-  const absl::Duration least = absl::Microseconds(50);
-  absl::Duration interval = std::max(takeover, least);
+  const absl::Duration first_look = std::max(takeover, kLeastLook);
+  absl::Duration interval = first_look;
   while (!stop_.HasBeenNotified()) {
     if (inside_.load() > 0) {
       // One long call (a large operation, a slow peer): park rather than
@@ -180,14 +182,14 @@ bool ProgressThread::AwaitAbsence() {
         Park();
       } else {
         Sleep(interval);
-        interval = std::min(interval * 2, 8 * std::max(takeover, least));
+        interval = std::min(interval * 2, 8 * first_look);
       }
       continue;
     }
     const int64_t away = Now() - last_leave_ns_.load(std::memory_order_relaxed);
     if (away >= takeover_ns) return true;
     Sleep(std::max(interval, absl::Nanoseconds(takeover_ns - away)));
-    interval = std::min(interval * 2, 8 * std::max(takeover, least));
+    interval = std::min(interval * 2, 8 * first_look);
   }
   return false;
 }
@@ -198,7 +200,7 @@ void ProgressThread::Park() {
   // Without a timer nobody wakes the thread when the application leaves:
   // it looks every takeover period instead.
   const absl::Duration look =
-      timer_fd_ >= 0 ? absl::Seconds(1) : std::max(options_.takeover_after, absl::Microseconds(50));
+      timer_fd_ >= 0 ? absl::Seconds(1) : std::max(options_.takeover_after, kLeastLook);
   while (inside_.load() > 0 && !stop_.HasBeenNotified() && !unpark_.exchange(false)) {
     Sleep(look);
   }
