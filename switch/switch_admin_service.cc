@@ -108,6 +108,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
   p->set_tx_bytes(Load(pc.tx_bytes));
   p->set_rx_ip_identification_solved(Load(dp.endpoint().counters().ip_identification_solved));
   p->set_rx_batch_copied(Load(pc.rx_batch_copied));
+  p->set_rx_empty_reads(Load(pc.rx_empty_reads));
   AddCount(p->mutable_drops(), "rx_no_buffer", Load(pc.rx_no_buffer), false);
   AddCount(p->mutable_drops(), "rx_truncated", Load(pc.rx_truncated), false);
   AddCount(p->mutable_drops(), "rx_errors", Load(pc.rx_errors), false);

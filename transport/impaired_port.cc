@@ -228,7 +228,7 @@ void ImpairedPort::ReleaseHeld() {
   staged_.clear();
 }
 
-std::optional<int64_t> ImpairedPort::NextDueNs() {
+std::optional<int64_t> ImpairedPort::NextDueNs() const {
   std::optional<int64_t> next;
   for (Peer* p : dp_peers_) {
     for (const LinkImpairment* stage : {&p->send, &p->receive}) {
@@ -304,6 +304,12 @@ absl::Duration ImpairedPort::SleepBound(absl::Duration limit) {
     limit = std::min(limit, absl::Nanoseconds(std::max<int64_t>(0, *due - clock_.NowNanos())));
   }
   return inner_->SleepBound(limit);
+}
+
+bool ImpairedPort::MayHoldMore() const {
+  if (!ready_rx_.empty() || inner_->MayHoldMore()) return true;
+  const std::optional<int64_t> due = NextDueNs();
+  return due.has_value() && *due <= clock_.NowNanos();
 }
 
 size_t ImpairedPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) {

@@ -131,6 +131,8 @@ class ImpairedPort : public Port {
   bool CanWake() const override { return inner_->CanWake(); }
   int wait_fd() const override { return inner_->wait_fd(); }
   absl::Duration SleepBound(absl::Duration limit) override;
+  // What the stages hold ready or due now, or what the inner port may hold.
+  bool MayHoldMore() const override;
   void ReserveReceive(size_t bytes) override { inner_->ReserveReceive(bytes); }
 
   // The configuration of peers created from now on. Existing peers keep
@@ -201,7 +203,7 @@ class ImpairedPort : public Port {
                      std::deque<PacketBuffer*>* out);
   void TransmitPending();
   void ReleaseHeld();
-  std::optional<int64_t> NextDueNs();
+  std::optional<int64_t> NextDueNs() const;
   // The peer of `address` for the data-plane thread (creates it if new).
   Peer* DataPlanePeer(const Ipv4Endpoint& address);
   // Picks up peers another thread added (data-plane thread).

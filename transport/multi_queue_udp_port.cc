@@ -206,6 +206,7 @@ void MultiQueueUdpPort::SumCounters() const {
   sum(&PortCounters::tx_batched);
   sum(&PortCounters::rx_batched);
   sum(&PortCounters::rx_batch_copied);
+  sum(&PortCounters::rx_empty_reads);
 }
 
 }  // namespace netfold::transport

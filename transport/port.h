@@ -57,6 +57,10 @@ struct PortCounters {
   // was free (the packets of earlier batches still held them): the cost
   // of holding received packets long (a switch keeps early contributions).
   std::atomic<uint64_t> rx_batch_copied{0};
+  // Looks that found nothing (udp backend: a recvmmsg that returned
+  // EAGAIN, or an epoll asked without waiting that found no socket
+  // ready): system calls that did no work.
+  std::atomic<uint64_t> rx_empty_reads{0};
 
   void Add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
 };
@@ -97,6 +101,12 @@ class Port {
   // packets the fd does not announce (read and not yet handed out), or
   // until a packet it holds back (a delay) is due.
   virtual absl::Duration SleepBound(absl::Duration limit) { return limit; }
+  // False only when the port knows its last RecvBurst took everything that
+  // had arrived by then (nothing read was left over, no read filled its
+  // burst): an owner that drains the network before judging a timer need
+  // not ask again at once (that read would mostly find nothing). The
+  // default: more may be waiting.
+  virtual bool MayHoldMore() const { return true; }
   // Makes the memory that receiving `bytes` in flight will use ready now
   // (written once, so in memory), as a NIC's receive buffers are posted
   // before traffic comes. Best-effort; the default does nothing.

@@ -803,20 +803,27 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
   }
 }
 
-std::optional<int64_t> RcQueuePair::NextTimerNs() const {
+std::optional<int64_t> RcQueuePair::NextExpiryNs() const {
   if (state_ != QpState::kRtr && state_ != QpState::kRts) return std::nullopt;
-  if (nak_pending_) return clock_.NowNanos();
   std::optional<int64_t> next;
   auto consider = [&](int64_t t) { next = next ? std::min(*next, t) : t; };
   if (ack_pending_) consider(ack_due_ns_);
   if (retransmit_at_ns_ >= 0 && una_psn_ != max_sent_psn_) consider(retransmit_at_ns_);
   if (rnr_resume_at_ns_ >= 0 && send_psn_ != next_post_psn_) consider(rnr_resume_at_ns_);
+  return next;
+}
+
+std::optional<int64_t> RcQueuePair::NextTimerNs() const {
+  if (state_ != QpState::kRtr && state_ != QpState::kRts) return std::nullopt;
+  if (nak_pending_) return clock_.NowNanos();
+  std::optional<int64_t> next = NextExpiryNs();
   // Packets Poll left queued (it sends a bounded number per call, and only
   // what the pool has buffers for) are due now, not at the next packet.
   const uint32_t window = probing_ ? 1 : config_.max_outstanding_packets;
   if (state_ == QpState::kRts && send_psn_ != next_post_psn_ && rnr_resume_at_ns_ < 0 &&
       static_cast<uint32_t>(PsnDiff(send_psn_, una_psn_)) < window) {
-    consider(clock_.NowNanos());
+    const int64_t now = clock_.NowNanos();
+    next = next ? std::min(*next, now) : now;
   }
   return next;
 }

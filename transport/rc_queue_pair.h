@@ -223,6 +223,11 @@ class RcQueuePair {
   // When Poll() has something to do without new input (retransmission
   // timer, RNR wait, pending ACK); nullopt if nothing is pending.
   std::optional<int64_t> NextTimerNs() const;
+  // NextTimerNs() of the timers alone (retransmission, RNR wait, delayed
+  // ACK): what reading the packets that have arrived may answer first.
+  // Packets queued to send and a pending NAK are not timers: reading
+  // first changes nothing for them.
+  std::optional<int64_t> NextExpiryNs() const;
   // True if Poll() would send something at `now` (clock nanoseconds).
   bool HasWork(int64_t now) const;
   // A delayed positive ACK is waiting and its delay has passed at `now`.

@@ -327,8 +327,14 @@ std::optional<int64_t> RoceEndpoint::NextTimerNs() const {
 size_t RoceEndpoint::ReceiveIfTimerDue() {
   // A timer that fell due while the owner was busy elsewhere fires only
   // after what arrived meanwhile is read: the ACK a retransmission timer
-  // waits for may be sitting in the socket (the peer delays its ACKs).
-  const std::optional<int64_t> t = NextTimerNs();
+  // waits for may be sitting in the socket (the peer delays its ACKs), and
+  // a delayed ACK covers what arrived with it. New requests queued to send
+  // need no read first: for them it was a system call that mostly found
+  // nothing (docs/performance.md, "Reads that found nothing").
+  std::optional<int64_t> t;
+  for (const RcQueuePair* qp : rc_in_order_) {
+    if (auto e = qp->NextExpiryNs()) t = t ? std::min(*t, *e) : *e;
+  }
   if (!t || *t > clock_.NowNanos()) return 0;
   const size_t n = port_->RecvBurst(rx_, absl::ZeroDuration());
   for (size_t i = 0; i < n; ++i) Dispatch(rx_[i]);

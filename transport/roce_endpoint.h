@@ -119,7 +119,8 @@ class RoceEndpoint {
   size_t Receive(absl::Duration timeout);
   // Sends what the QPs have to send. Receives only if a QP timer is due
   // (packets that arrived while the owner was away are read before a
-  // retransmission timer fires), without waiting.
+  // retransmission timer fires or a delayed ACK leaves), without waiting;
+  // not for packets merely queued to send.
   void Flush();
   // When a QP next needs Progress() without new input (clock nanoseconds).
   std::optional<int64_t> NextTimerNs() const;
@@ -127,6 +128,9 @@ class RoceEndpoint {
   // Receive, at most `limit` (Port::SleepBound): zero if Flush read packets
   // not yet handed over, else until the next QP timer or what the port holds.
   absl::Duration SleepBound(absl::Duration limit);
+  // Whether packets may be waiting that the last Receive did not take
+  // (Port::MayHoldMore), or Flush read packets the owner has not seen.
+  bool MayHoldMore() const { return flushed_receives_ || port_->MayHoldMore(); }
 
   Port& port() { return *port_; }
   Ipv4Endpoint local() const { return port_->local(); }
@@ -148,7 +152,8 @@ class RoceEndpoint {
   proto::RoceParseResult CheckIcrc(const PacketBuffer& p, bool* solved);
   // `limit`, or less if a QP timer falls due sooner.
   absl::Duration UntilNextTimer(absl::Duration limit) const;
-  // Reads what is queued, without waiting, if a QP timer is due.
+  // Reads what is queued, without waiting, if a QP timer is due
+  // (RcQueuePair::NextExpiryNs).
   size_t ReceiveIfTimerDue();
   // Polls every QP that has something to send and sends it in one burst.
   void SendDue();

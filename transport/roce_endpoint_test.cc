@@ -172,6 +172,27 @@ TEST_F(EndpointTest, ReceiveDoesNotWaitWhileAFlushLeftMessagesUntaken) {
   EXPECT_GE(absl::Now() - again, absl::Milliseconds(250)) << "an idle Receive waits";
 }
 
+// A request queued to send is not a timer: the Flush that sends it does
+// not read first (on a rank that was a read finding nothing, once per
+// request sent). What arrived waits for the owner's next Receive.
+TEST_F(EndpointTest, AFlushThatOnlySendsRequestsDoesNotRead) {
+  PacketBuffer* p = b_->pool().Alloc();
+  std::vector<uint8_t> bytes = Build(RcSend(rc_->qpn(), 100), kAddrB);
+  std::memcpy(p->data(), bytes.data(), bytes.size());
+  p->set_len(static_cast<uint32_t>(bytes.size()));
+  p->dst = kAddrA;
+  ASSERT_EQ(b_->SendBurst({&p, 1}), 1u);
+  ASSERT_TRUE(rc_->PostSend(std::vector<uint8_t>(8, 1), 9).ok());
+  a_->Flush();
+  RecvMessage m;
+  EXPECT_FALSE(rc_->PeekRecv(&m)) << "Flush read although no timer was due";
+  auto replies = Replies();
+  ASSERT_EQ(replies.size(), 1u) << "the request went out";
+  EXPECT_EQ(replies[0].bth.opcode, BthOpcode::kRcSendOnly);
+  a_->Receive(absl::ZeroDuration());
+  EXPECT_TRUE(rc_->PeekRecv(&m)) << "the next Receive takes it";
+}
+
 // A RoCE NIC sends from a UDP source port of its own choosing (rxe: 0xC000
 // + a hash of the QPN) and listens on 4791: an RC QP must accept its peer's
 // packets from any source port of the peer's address, and answer to the

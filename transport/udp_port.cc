@@ -260,7 +260,6 @@ size_t UdpPort::TakePending(std::span<PacketBuffer*> out) {
     out[n++] = pending_.front();
     pending_.pop_front();
   }
-  if (!pending_.empty()) backlog_ = true;
   return n;
 }
 
@@ -288,7 +287,7 @@ void UdpPort::ReserveReceive(size_t bytes) {
       std::min<size_t>(kBatchBuffers, (bytes + kGroBufferBytes - 1) / kGroBufferBytes + 1)));
 }
 
-size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
+size_t UdpPort::ReadSocketGro(Socket& s, std::span<PacketBuffer*> out) {
   // Batches land in batch buffers; their packets are handed out as views
   // of them (no copy). A batch buffer goes back to its pool when its last
   // packet is freed. Read only as many batches as there are batch buffers
@@ -307,7 +306,11 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
     h.msg_control = control;
     h.msg_controllen = sizeof(control);
     const ssize_t len = recvmsg(s.fd, &h, MSG_PEEK | MSG_DONTWAIT);
-    if (len < 0) return 0;
+    if (len < 0) {
+      CountRead(s, -1);
+      s.unread = false;
+      return 0;
+    }
     const size_t segment = SegmentSize(h, static_cast<size_t>(len));
     const size_t count = len == 0 ? 1 : (static_cast<size_t>(len) + segment - 1) / segment;
     if (count > pool_.num_free()) {
@@ -338,10 +341,7 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
     msgs[i].msg_hdr.msg_controllen = sizeof(controls[i]);
   }
   const int n = recvmmsg(s.fd, msgs, static_cast<unsigned>(reads), MSG_DONTWAIT, nullptr);
-  if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-    counters_.Add(counters_.rx_errors);
-    NETFOLD_LOG(kDebug) << "recvmmsg on " << s.bound.ToString() << ": errno " << errno;
-  }
+  CountRead(s, n);
   size_t kept = 0;
   for (int i = 0; i < n; ++i) {
     const msghdr& h = msgs[i].msg_hdr;
@@ -393,11 +393,21 @@ size_t UdpPort::ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out) {
   }
   // The batch buffers go back with their last packet (at once if none).
   for (size_t i = 0; i < reads; ++i) PacketPool::Free(batches[i]);
-  if (n == static_cast<int>(reads) || !pending_.empty()) backlog_ = true;
+  s.unread = n == static_cast<int>(reads);  // a full read may have left more behind
   return kept;
 }
 
-size_t UdpPort::ReadSocket(const Socket& s, std::span<PacketBuffer*> out) {
+void UdpPort::CountRead(const Socket& s, int n) {
+  if (n > 0) return;
+  if (n == 0 || errno == EAGAIN || errno == EWOULDBLOCK) {
+    counters_.Add(counters_.rx_empty_reads);
+  } else if (errno != EINTR) {
+    counters_.Add(counters_.rx_errors);
+    NETFOLD_LOG(kDebug) << "recvmmsg on " << s.bound.ToString() << ": errno " << errno;
+  }
+}
+
+size_t UdpPort::ReadSocket(Socket& s, std::span<PacketBuffer*> out) {
   if (config_.gro) return ReadSocketGro(s, out);
   const size_t want = std::min(out.size(), kMaxBurst);
   PacketBuffer* bufs[kMaxBurst];
@@ -419,13 +429,8 @@ size_t UdpPort::ReadSocket(const Socket& s, std::span<PacketBuffer*> out) {
     msgs[i].msg_hdr.msg_namelen = sizeof(addrs[i]);
   }
   int n = recvmmsg(s.fd, msgs, static_cast<unsigned>(got_bufs), MSG_DONTWAIT, nullptr);
-  if (n < 0) {
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      counters_.Add(counters_.rx_errors);
-      NETFOLD_LOG(kDebug) << "recvmmsg on " << s.bound.ToString() << ": errno " << errno;
-    }
-    n = 0;
-  }
+  CountRead(s, n);
+  n = std::max(n, 0);
   size_t kept = 0;
   for (int i = 0; i < n; ++i) {
     PacketBuffer* p = bufs[i];
@@ -442,29 +447,38 @@ size_t UdpPort::ReadSocket(const Socket& s, std::span<PacketBuffer*> out) {
   }
   counters_.Add(counters_.rx_packets, kept);
   for (size_t i = static_cast<size_t>(n); i < got_bufs; ++i) PacketPool::Free(bufs[i]);
-  // A full burst may have left more behind.
-  if (static_cast<size_t>(n) == got_bufs) backlog_ = true;
+  s.unread = static_cast<size_t>(n) == got_bufs;  // a full burst may have left more behind
   return kept;
 }
 
-size_t UdpPort::ReadAll(std::span<PacketBuffer*> out) {
-  backlog_ = false;
+size_t UdpPort::ReadAll(std::span<PacketBuffer*> out) { return ReadSockets(out, false); }
+
+size_t UdpPort::ReadSockets(std::span<PacketBuffer*> out, bool only_unread) {
   size_t total = TakePending(out);
   const size_t num = sockets_.size();
-  for (size_t k = 0; k < num && total < out.size(); ++k) {
-    const Socket& s = sockets_[(next_socket_ + k) % num];
+  for (size_t k = 0; k < num; ++k) {
+    Socket& s = sockets_[(next_socket_ + k) % num];
+    if (only_unread && !s.unread) continue;
+    if (total == out.size()) {
+      s.unread = true;  // not reached: it may hold datagrams
+      continue;
+    }
     total += ReadSocket(s, out.subspan(total));
   }
-  if (total == out.size()) backlog_ = true;
   next_socket_ = num == 0 ? 0 : (next_socket_ + 1) % num;
   return total;
+}
+
+bool UdpPort::HasBacklog() const {
+  return !pending_.empty() ||
+         std::any_of(sockets_.begin(), sockets_.end(), [](const Socket& s) { return s.unread; });
 }
 
 size_t UdpPort::ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout) {
   if (!pending_.empty()) return TakePending(out);
   epoll_event events[kMaxEvents];
   const int ready = Wait(events, timeout);
-  backlog_ = false;
+  if (ready == 0 && timeout <= absl::ZeroDuration()) counters_.Add(counters_.rx_empty_reads);
   size_t total = 0;
   for (int i = 0; i < ready; ++i) {
     if (events[i].data.fd == wake_fd_) {
@@ -473,13 +487,13 @@ size_t UdpPort::ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout) 
       woken_.store(false, std::memory_order_relaxed);
       continue;
     }
-    if (total == out.size()) {
-      backlog_ = true;  // ready sockets left unread
-      break;
-    }
-    for (const Socket& s : sockets_) {
+    for (Socket& s : sockets_) {
       if (s.fd == events[i].data.fd) {
-        total += ReadSocket(s, out.subspan(total));
+        if (total == out.size()) {
+          s.unread = true;  // ready, left for the next call
+        } else {
+          total += ReadSocket(s, out.subspan(total));
+        }
         break;
       }
     }
@@ -509,12 +523,14 @@ size_t UdpPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) 
     while (n == 0 && !deadline.Expired() && !woken_.exchange(false)) n = ReadAll(out);
     return n;
   }
-  // Datagrams left behind by a full burst are read at once; otherwise epoll
-  // says which sockets hold any (one call however many groups are joined,
-  // instead of one read per socket) or waits until one does. A timeout or
-  // EINTR returns 0: the caller loops with its own deadline.
-  if (backlog_) {
-    if (const size_t n = ReadAll(out); n > 0) return Received(n);
+  // Datagrams left behind by a full burst are read at once, from the
+  // sockets that burst filled (an empty read is a system call for nothing);
+  // otherwise epoll says which sockets hold any (one call however many
+  // groups are joined, instead of one read per socket) or waits until one
+  // does. A timeout or EINTR returns 0: the caller loops with its own
+  // deadline.
+  if (HasBacklog()) {
+    if (const size_t n = ReadSockets(out, /*only_unread=*/true); n > 0) return Received(n);
   }
   if (config_.poll_window > absl::ZeroDuration()) {
     // Spin until the window since the last packet closes or the timeout

@@ -92,6 +92,7 @@ class UdpPort : public Port {
   // busy_poll or a poll_window, which spin inside RecvBurst.
   int wait_fd() const override;
   absl::Duration SleepBound(absl::Duration limit) override;
+  bool MayHoldMore() const override { return HasBacklog(); }
   // With GRO: the batch buffers `bytes` fill, and one more, from the top
   // of their free list (where reads take them).
   void ReserveReceive(size_t bytes) override;
@@ -100,13 +101,23 @@ class UdpPort : public Port {
   struct Socket {
     int fd = -1;
     Ipv4Endpoint bound;  // the address datagrams on this socket were sent to
+    bool unread = false;  // may hold datagrams: its last read was full, or it was not reached
   };
 
   explicit UdpPort(const UdpPortConfig& config);
   absl::Status Open();
-  // Non-blocking read of up to out.size() datagrams from `s`.
-  size_t ReadSocket(const Socket& s, std::span<PacketBuffer*> out);
+  // Non-blocking read of up to out.size() datagrams from `s`; notes in
+  // s.unread whether it may have left some behind.
+  size_t ReadSocket(Socket& s, std::span<PacketBuffer*> out);
+  // Counts a read that returned `n`: an empty one, or an error.
+  void CountRead(const Socket& s, int n);
+  // Pending packets, then every socket in turn (busy polling).
   size_t ReadAll(std::span<PacketBuffer*> out);
+  // Pending packets, then the sockets, or with `only_unread` only those an
+  // earlier read left datagrams in.
+  size_t ReadSockets(std::span<PacketBuffer*> out, bool only_unread);
+  // Pending packets, or a socket an earlier read left datagrams in.
+  bool HasBacklog() const;
   // Waits up to `timeout` for sockets with datagrams and reads those.
   size_t ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout);
   // epoll_pwait2 (exact timeout), or epoll_wait in whole milliseconds.
@@ -116,7 +127,7 @@ class UdpPort : public Port {
   // With gro: reads whole batches from `s` into batch buffers and hands
   // their packets out as views of them, delivered to `out`, the rest to
   // pending_.
-  size_t ReadSocketGro(const Socket& s, std::span<PacketBuffer*> out);
+  size_t ReadSocketGro(Socket& s, std::span<PacketBuffer*> out);
   // Moves pending_ packets to `out`.
   size_t TakePending(std::span<PacketBuffer*> out);
   // Sends packets[0, n) as runs (see gso); returns how many were taken.
@@ -132,7 +143,6 @@ class UdpPort : public Port {
   std::atomic<bool> woken_{false};   // a Wake not yet seen by RecvBurst
   std::vector<Socket> sockets_;  // [0] is the unicast socket
   size_t next_socket_ = 0;       // round robin among sockets with data
-  bool backlog_ = false;         // the last read may have left datagrams behind
   bool has_epoll_pwait2_ = true;
   int64_t last_activity_ns_ = 0;  // RealClock() of the last packet sent or received
   std::vector<uint8_t> scratch_;       // a batch read when no batch buffer is free

@@ -425,6 +425,57 @@ TEST(UdpPort, EverythingQueuedOnAnySocketIsReadWithoutWaiting) {
   EXPECT_EQ(receiver->RecvBurst(rx, absl::ZeroDuration()), 0u);
 }
 
+// A read that filled its burst may have left datagrams behind: the next
+// RecvBurst reads that socket again at once, and only that one, and
+// MayHoldMore says so until a read takes less than it could. The other
+// sockets are asked through epoll; reading each of them was a system call
+// that found nothing (counted in rx_empty_reads).
+TEST(UdpPort, AFullReadRereadsOnlyTheSocketItFilled) {
+  auto sender = MakePort();
+  auto receiver = MakePort();
+  ASSERT_TRUE(sender && receiver);
+  for (uint32_t k = 0; k < 3; ++k) {
+    const Ipv4Endpoint g{0xef4e0000u | ((static_cast<uint32_t>(getpid()) & 0xfff) << 4) | k,
+                         sender->local().port};
+    ASSERT_TRUE(receiver->JoinMulticast(g).ok());
+  }
+  constexpr uint32_t kDatagrams = 100;
+  for (uint32_t tag = 0; tag < kDatagrams; ++tag) {
+    PacketBuffer* p = Packet(*sender, receiver->local(), tag);
+    ASSERT_EQ(sender->SendBurst({&p, 1}), 1u);
+  }
+  std::vector<uint32_t> tags;
+  PacketBuffer* rx[7];
+  int calls = 0;
+  for (; calls < 1000 && tags.size() < kDatagrams; ++calls) {
+    const size_t got = receiver->RecvBurst(rx, absl::ZeroDuration());
+    if (got == 0) break;
+    for (size_t i = 0; i < got; ++i) tags.push_back(Tag(rx[i]));
+    PacketPool::FreeBurst({rx, got});
+    if (tags.size() < kDatagrams) {
+      EXPECT_TRUE(receiver->MayHoldMore()) << "after " << tags.size();
+    }
+  }
+  ASSERT_EQ(tags.size(), kDatagrams);
+  for (uint32_t i = 0; i < kDatagrams; ++i) EXPECT_EQ(tags[i], i);
+  EXPECT_GT(calls, 10);
+  // At most the unicast socket's last read, which a full burst before it
+  // could not know was the last.
+  EXPECT_LE(receiver->counters().rx_empty_reads, 1u);
+  const uint64_t empty = receiver->counters().rx_empty_reads;
+  EXPECT_EQ(receiver->RecvBurst(rx, absl::ZeroDuration()), 0u);
+  EXPECT_EQ(receiver->counters().rx_empty_reads, empty + 1) << "an epoll that found nothing";
+  EXPECT_FALSE(receiver->MayHoldMore()) << "everything was read";
+  // A read of fewer datagrams than the burst takes took all there were.
+  for (uint32_t tag = 0; tag < 3; ++tag) {
+    PacketBuffer* p = Packet(*sender, receiver->local(), tag);
+    ASSERT_EQ(sender->SendBurst({&p, 1}), 1u);
+  }
+  EXPECT_EQ(receiver->RecvBurst(rx, absl::ZeroDuration()), 3u);
+  PacketPool::FreeBurst({rx, 3});
+  EXPECT_FALSE(receiver->MayHoldMore());
+}
+
 TEST(UdpPort, OversizedDatagramIsCountedAsTruncated) {
   UdpPortConfig small;
   small.pool.buffer_size = 128;
