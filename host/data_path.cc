@@ -158,10 +158,13 @@ void DataPath::Progress(absl::Duration timeout) {
   };
   // A process that was not scheduled for a while finds many bursts
   // waiting: read them (a bounded number) before judging any result lost.
+  // A read that took everything there was ends it: asking again at once
+  // was a system call that found nothing two times in three
+  // (docs/performance.md, "Reads that found nothing").
   constexpr int kMaxBursts = 16;
   for (int burst = 0; burst < kMaxBursts; ++burst) {
     since_reading = kMessagesPerReading;  // a wait may come first
-    if (link_->Progress(wait, deliver) == 0) break;
+    if (link_->Progress(wait, deliver) == 0 || !link_->MayHoldMore()) break;
     wait = absl::ZeroDuration();
   }
   if (!soft_link_) endpoint_->Progress(absl::ZeroDuration());

@@ -98,10 +98,13 @@ class LeafLink {
   // (RC or multicast) to `deliver`; the span is valid during the call only.
   // The link may hold their acknowledgments for the next Flush, which the
   // caller makes after posting what the messages called for: both leave in
-  // one burst. Returns how many packets (or completions) it took in: not
-  // 0 means more may be waiting.
+  // one burst. Returns how many packets (or completions) it took in.
   virtual size_t Progress(absl::Duration timeout,
                           absl::FunctionRef<void(std::span<const uint8_t>)> deliver) = 0;
+  // After a Progress that took packets in: false if the link knows it took
+  // everything that had arrived by then, so that asking again at once
+  // would most likely find nothing. The default: more may be waiting.
+  virtual bool MayHoldMore() const { return true; }
   // Makes a Progress waiting in another thread return soon (or the next
   // one, if none is waiting). The one call that may come from any thread.
   virtual void Wake() = 0;

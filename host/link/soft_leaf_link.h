@@ -37,6 +37,7 @@ class SoftLeafLink : public LeafLink {
   void DetachMulticast(const transport::Ipv4Endpoint& group) override;
   void Flush() override;
   void ReserveRequests(uint32_t messages) override;
+  bool MayHoldMore() const override { return endpoint_->MayHoldMore(); }
   size_t Progress(absl::Duration timeout,
                 absl::FunctionRef<void(std::span<const uint8_t>)> deliver) override;
   void Wake() override { endpoint_->port().Wake(); }
