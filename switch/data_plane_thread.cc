@@ -122,6 +122,7 @@ void DataPlaneThread::Loop() {
         std::vector<SwitchDataPlane*> planes;
         for (const Member& m : members) planes.push_back(m.plane);
         for (SwitchDataPlane* p : planes) p->SetInProcessPeers(planes);
+        ready_.assign(members.size(), true);
       }
       ++passes_started_;
     }
@@ -131,13 +132,22 @@ void DataPlaneThread::Loop() {
       members[0].plane->RunOnce(options_.idle_wait);
       members[0].after_pass();
     } else {
-      for (const Member& m : members) {
-        m.plane->RunOnce(absl::ZeroDuration());
-        m.after_pass();
+      for (size_t i = 0; i < members.size(); ++i) {
+        members[i].plane->RunOnce(absl::ZeroDuration(), ready_[i]);
+        members[i].after_pass();
       }
       absl::Duration sleep = options_.idle_wait;
-      for (const Member& m : members) sleep = m.plane->SleepBound(sleep);
-      if (sleep > absl::ZeroDuration()) SleepOn(members, sleep);
+      must_read_.resize(members.size());
+      for (size_t i = 0; i < members.size(); ++i) {
+        SwitchDataPlane& plane = *members[i].plane;
+        const absl::Duration port = plane.PortSleepBound(options_.idle_wait);
+        must_read_[i] = port <= absl::ZeroDuration();
+        sleep = std::min(sleep, plane.HasInProcessMessages() ? absl::ZeroDuration() : port);
+      }
+      // With no time to sleep, poll still says which ports hold packets:
+      // one system call instead of a read of every port.
+      SleepOn(members, sleep);
+      for (size_t i = 0; i < members.size(); ++i) ready_[i] = ready_[i] || must_read_[i];
     }
     absl::MutexLock lock(&mu_);
     passes_done_ = passes_started_;
@@ -150,8 +160,11 @@ void DataPlaneThread::SleepOn(const std::vector<Member>& members, absl::Duration
     fds_[i] = {.fd = members[i].plane->wait_fd(), .events = POLLIN, .revents = 0};
   }
   const timespec ts = absl::ToTimespec(std::min(timeout, absl::Hours(1)));
-  // EINTR or a timeout: the next pass looks at every plane anyway.
-  (void)ppoll(fds_.data(), fds_.size(), &ts, nullptr);
+  const int ready = ppoll(fds_.data(), fds_.size(), &ts, nullptr);
+  for (size_t i = 0; i < members.size(); ++i) {
+    // EINTR (or an error): the next pass reads every port.
+    ready_[i] = ready < 0 || fds_[i].revents != 0;
+  }
 }
 
 }  // namespace netfold::sw

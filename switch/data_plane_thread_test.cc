@@ -411,6 +411,26 @@ TEST_F(DataPlaneThreadTest, ARemovedPlaneIsNoLongerRun) {
   thread.Remove(a.get());
 }
 
+// After a sleep, a pass reads only the ports poll found readable: here the
+// port of the plane that is sent commands (each wakes it), never the other
+// one's, which would find nothing each time (rx_empty_reads).
+TEST_F(DataPlaneThreadTest, APassAfterASleepReadsOnlyTheReadablePorts) {
+  transport::ImpairedPort* quiet_port = nullptr;
+  std::unique_ptr<SwitchDataPlane> busy = Plane("busy");
+  std::unique_ptr<SwitchDataPlane> quiet = Plane("quiet", false, &quiet_port);
+  DataPlaneThread thread({.idle_wait = kIdle, .name = "busy+quiet"});
+  ASSERT_TRUE(thread.Add(busy.get(), [] {}).ok());
+  ASSERT_TRUE(thread.Add(quiet.get(), [] {}).ok());
+  ASSERT_TRUE(OnThread(*quiet, [](SwitchDataPlane&) {}));  // the thread runs both
+  const uint64_t quiet_before = quiet_port->counters().rx_empty_reads;
+  constexpr int kCommands = 40;
+  for (int i = 0; i < kCommands; ++i) ASSERT_TRUE(OnThread(*busy, [](SwitchDataPlane&) {}));
+  EXPECT_LE(quiet_port->counters().rx_empty_reads - quiet_before, 4u)
+      << "the quiet plane's port was read in passes where poll found it quiet";
+  thread.Remove(busy.get());
+  thread.Remove(quiet.get());
+}
+
 // A port that cannot be waited on from outside (in-memory, DPDK) runs
 // alone: a second plane beside it is refused, and it keeps running.
 TEST_F(DataPlaneThreadTest, APortWithoutAWaitFdDoesNotShareTheThread) {

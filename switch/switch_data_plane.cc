@@ -634,7 +634,7 @@ void SwitchDataPlane::CheckQpErrors() {
   }
 }
 
-void SwitchDataPlane::RunOnce(absl::Duration timeout) {
+void SwitchDataPlane::RunOnce(absl::Duration timeout, bool read_port) {
   // Messages from switches of this process first: they were sent before
   // anything the same QP sends over RC later (Send).
   if (!inbox_.empty()) {
@@ -642,7 +642,7 @@ void SwitchDataPlane::RunOnce(absl::Duration timeout) {
     timeout = absl::ZeroDuration();
   }
   // The ACKs of what arrives leave with the messages it causes (Flush below).
-  endpoint_.Receive(timeout);
+  if (read_port) endpoint_.Receive(timeout);
   for (Qp* qp : qps_in_order_) {
     transport::RecvMessage m;
     while (qp->rc->PeekRecv(&m)) {

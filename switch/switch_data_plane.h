@@ -203,8 +203,11 @@ class SwitchDataPlane : private MessageKeeper {
 
   // --- Data plane ------------------------------------------------------
   // Receives (waiting at most `timeout`), runs the nodes, sends. Then runs
-  // the commands posted from other threads.
-  void RunOnce(absl::Duration timeout);
+  // the commands posted from other threads. With `read_port` false (a
+  // thread that polled wait_fd() and found it quiet) the port is not read:
+  // messages from switches of this process, QP timers and commands are
+  // served as always.
+  void RunOnce(absl::Duration timeout, bool read_port = true);
   // Runs `command` on the data-plane thread during a later RunOnce.
   // Thread-safe. The command must not block.
   void Post(std::function<void(SwitchDataPlane&)> command);
@@ -222,8 +225,13 @@ class SwitchDataPlane : private MessageKeeper {
   // this plane lets it sleep before the next RunOnce (RoceEndpoint::SleepBound).
   int wait_fd() { return endpoint_.port().wait_fd(); }
   absl::Duration SleepBound(absl::Duration limit) {
-    return inbox_.empty() ? endpoint_.SleepBound(limit) : absl::ZeroDuration();
+    return inbox_.empty() ? PortSleepBound(limit) : absl::ZeroDuration();
   }
+  // SleepBound without the in-process messages: zero when the next RunOnce
+  // must read the port although wait_fd() is quiet (it holds packets read
+  // and not handed out, or a QP timer is due).
+  absl::Duration PortSleepBound(absl::Duration limit) { return endpoint_.SleepBound(limit); }
+  bool HasInProcessMessages() const { return !inbox_.empty(); }
   // QPs that went to ERROR since the last call.
   std::vector<QpFailure> TakeQpFailures();
   // The other switches this thread runs (DataPlaneThread, between passes,
