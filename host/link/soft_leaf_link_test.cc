@@ -1,0 +1,118 @@
+// The soft leaf link over real UDP sockets on loopback, against a bare
+// RoCEv2 endpoint standing for the leaf switch: whether a Progress left
+// packets behind (MayHoldMore), which is when the data path reads again
+// at once instead of going on to its repair timers.
+#include "host/link/soft_leaf_link.h"
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "base/clock.h"
+#include "gtest/gtest.h"
+#include "transport/impaired_port.h"
+#include "transport/roce_endpoint.h"
+#include "transport/udp_port.h"
+
+namespace netfold::host {
+namespace {
+
+using transport::QpState;
+
+constexpr uint32_t kLoopback = 0x7f000001;
+
+std::unique_ptr<transport::UdpPort> Loopback() {
+  auto port = transport::UdpPort::Create({.local = {kLoopback, 0}});
+  EXPECT_TRUE(port.ok()) << port.status();
+  return port.ok() ? std::move(*port) : nullptr;
+}
+
+class SoftLeafLinkTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto rank_udp = Loopback();
+    auto switch_udp = Loopback();
+    ASSERT_TRUE(rank_udp && switch_udp);
+    rank_port_ = new transport::ImpairedPort(std::move(rank_udp), RealClock());
+    rank_ = std::make_unique<transport::RoceEndpoint>(
+        std::unique_ptr<transport::Port>(rank_port_), RealClock());
+    auto link = SoftLeafLink::Create(rank_.get(), rank_port_);
+    ASSERT_TRUE(link.ok()) << link.status();
+    link_ = std::move(*link);
+    switch_ = std::make_unique<transport::RoceEndpoint>(std::move(switch_udp), RealClock());
+    auto qp = switch_->CreateRcQp({.max_send_queue = 1024});
+    ASSERT_TRUE(qp.ok()) << qp.status();
+    qp_ = *qp;
+    transport::RcQpAttributes attrs;
+    attrs.remote = rank_->local();
+    attrs.remote_qpn = link_->qpn();
+    attrs.rq_psn = 200;
+    attrs.sq_psn = 100;
+    attrs.timeout = absl::Seconds(10);  // no retransmission while a test holds its ACKs
+    for (QpState s : {QpState::kInit, QpState::kRtr, QpState::kRts}) {
+      ASSERT_TRUE(qp_->Modify(s, attrs).ok());
+    }
+    LeafPeer peer;
+    peer.remote = switch_->local();
+    peer.remote_qpn = qp_->qpn();
+    peer.rq_psn = 100;
+    peer.sq_psn = 200;
+    peer.qkey = 0x11;
+    ASSERT_TRUE(link_->Connect(peer).ok());
+  }
+
+  // The switch sends `n` results of 64 bytes over RC, all of them now (it
+  // reads nothing meanwhile, so none is acknowledged or sent again).
+  void SwitchSends(int n) {
+    const uint32_t target = qp_->num_outstanding() + static_cast<uint32_t>(n);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_TRUE(qp_->PostSend(std::vector<uint8_t>(64, static_cast<uint8_t>(i)), i).ok());
+    }
+    const absl::Time deadline = absl::Now() + absl::Seconds(5);
+    while (qp_->num_outstanding() < target && absl::Now() < deadline) {
+      switch_->Progress(absl::ZeroDuration());
+    }
+    ASSERT_EQ(qp_->num_outstanding(), target) << "sent, not acknowledged: the switch reads nothing";
+  }
+
+  // Progress(timeout) once; how many messages it delivered.
+  int ProgressOnce(absl::Duration timeout) {
+    int delivered = 0;
+    link_->Progress(timeout, [&](std::span<const uint8_t>) { ++delivered; });
+    return delivered;
+  }
+
+  transport::ImpairedPort* rank_port_ = nullptr;  // owned by rank_
+  std::unique_ptr<transport::RoceEndpoint> rank_;
+  std::unique_ptr<SoftLeafLink> link_;
+  std::unique_ptr<transport::RoceEndpoint> switch_;
+  transport::RcQueuePair* qp_ = nullptr;
+};
+
+TEST_F(SoftLeafLinkTest, SaysWhetherAProgressLeftPacketsBehind) {
+  // Fewer packets than a read takes: one Progress takes them all.
+  ASSERT_NO_FATAL_FAILURE(SwitchSends(3));
+  EXPECT_EQ(ProgressOnce(absl::Seconds(5)), 3);
+  EXPECT_FALSE(link_->MayHoldMore()) << "three results, all read";
+
+  // More than a read takes (the endpoint's burst is 32): the first
+  // Progress leaves some, and says so until the last one is read.
+  ASSERT_NO_FATAL_FAILURE(SwitchSends(200));
+  int delivered = ProgressOnce(absl::Seconds(5));
+  EXPECT_GT(delivered, 0);
+  EXPECT_LT(delivered, 200);
+  EXPECT_TRUE(link_->MayHoldMore()) << delivered << " of 200 read";
+  for (int reads = 0; reads < 100 && delivered < 200; ++reads) {
+    delivered += ProgressOnce(absl::ZeroDuration());
+    if (delivered < 200) {
+      EXPECT_TRUE(link_->MayHoldMore()) << delivered << " of 200 read";
+    }
+  }
+  EXPECT_EQ(delivered, 200);
+  EXPECT_FALSE(link_->MayHoldMore());
+  EXPECT_EQ(ProgressOnce(absl::ZeroDuration()), 0);
+}
+
+}  // namespace
+}  // namespace netfold::host
