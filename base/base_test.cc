@@ -148,6 +148,26 @@ TEST(Clock, FakeClockAndDeadline) {
   EXPECT_EQ(d.Remaining(), absl::ZeroDuration());
 }
 
+TEST(Clock, CoarseClockReadsItsClockOnceEveryNCallsAndAfterRefresh) {
+  FakeClock fake;
+  CoarseClock coarse(fake, 3);
+  EXPECT_EQ(coarse.Now(), absl::ZeroDuration());  // a reading
+  fake.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(coarse.Now(), absl::ZeroDuration());  // the same reading, twice more
+  EXPECT_EQ(coarse.Now(), absl::ZeroDuration());
+  EXPECT_EQ(coarse.Now(), absl::Milliseconds(1));  // the fourth call reads again
+  fake.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(coarse.Now(), absl::Milliseconds(1));
+  coarse.Refresh();
+  EXPECT_EQ(coarse.Now(), absl::Milliseconds(2)) << "Refresh: the next call reads";
+  EXPECT_EQ(coarse.NowNanos(), 2'000'000);
+  CoarseClock every_call(fake, 0);  // at least one call per reading
+  fake.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(every_call.Now(), absl::Milliseconds(3));
+  fake.Advance(absl::Milliseconds(1));
+  EXPECT_EQ(every_call.Now(), absl::Milliseconds(4));
+}
+
 TEST(Daemon, WritePortFileWritesThePortAndFailsClearly) {
   const std::string path = ::testing::TempDir() + "/base_test.port";
   ASSERT_TRUE(WritePortFile(path, 47910).ok());

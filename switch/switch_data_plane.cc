@@ -76,7 +76,7 @@ class SwitchDataPlane::Output : public NodeOutput {
 
 SwitchDataPlane::SwitchDataPlane(std::unique_ptr<transport::Port> port, const Clock& clock,
                                  const SwitchConfig& config)
-    : config_(config), clock_(clock), endpoint_(std::move(port), clock,
+    : config_(config), clock_(clock), node_clock_(clock, 16), endpoint_(std::move(port), clock,
                 transport::RoceEndpointConfig{
                     .solve_ip_identification = config.solve_ip_identification}) {
   impaired_port_ = dynamic_cast<transport::ImpairedPort*>(&endpoint_.port());
@@ -433,7 +433,7 @@ absl::Status SwitchDataPlane::InstallGroup(const GroupSpec& spec) {
   node_config.integrity_key = spec.integrity_key;
   for (const GroupChildSpec& c : spec.children) node_config.children.push_back({c.ranks});
   NETFOLD_ASSIGN_OR_RETURN(group->node,
-                           AggregationNode::Create(node_config, group->output.get(), clock_));
+                           AggregationNode::Create(node_config, group->output.get(), node_clock_));
   group->node->SetKeeper(this);
   for (size_t c = 0; c < spec.children.size(); ++c) {
     qps_[spec.children[c].qpn]->roles[key] = static_cast<int>(c);
@@ -635,6 +635,7 @@ void SwitchDataPlane::CheckQpErrors() {
 }
 
 void SwitchDataPlane::RunOnce(absl::Duration timeout, bool read_port) {
+  node_clock_.Refresh();  // and again after a wait in Receive
   // Messages from switches of this process first: they were sent before
   // anything the same QP sends over RC later (Send).
   if (!inbox_.empty()) {
@@ -642,7 +643,10 @@ void SwitchDataPlane::RunOnce(absl::Duration timeout, bool read_port) {
     timeout = absl::ZeroDuration();
   }
   // The ACKs of what arrives leave with the messages it causes (Flush below).
-  if (read_port) endpoint_.Receive(timeout);
+  if (read_port) {
+    endpoint_.Receive(timeout);
+    node_clock_.Refresh();
+  }
   for (Qp* qp : qps_in_order_) {
     transport::RecvMessage m;
     while (qp->rc->PeekRecv(&m)) {
