@@ -137,17 +137,15 @@ void DataPlaneThread::Loop() {
         members[i].after_pass();
       }
       absl::Duration sleep = options_.idle_wait;
-      must_read_.resize(members.size());
       for (size_t i = 0; i < members.size(); ++i) {
         SwitchDataPlane& plane = *members[i].plane;
         const absl::Duration port = plane.PortSleepBound(options_.idle_wait);
-        must_read_[i] = port <= absl::ZeroDuration();
+        ready_[i] = port <= absl::ZeroDuration();  // read whatever poll says
         sleep = std::min(sleep, plane.HasInProcessMessages() ? absl::ZeroDuration() : port);
       }
       // With no time to sleep, poll still says which ports hold packets:
       // one system call instead of a read of every port.
       SleepOn(members, sleep);
-      for (size_t i = 0; i < members.size(); ++i) ready_[i] = ready_[i] || must_read_[i];
     }
     absl::MutexLock lock(&mu_);
     passes_done_ = passes_started_;
@@ -163,7 +161,7 @@ void DataPlaneThread::SleepOn(const std::vector<Member>& members, absl::Duration
   const int ready = ppoll(fds_.data(), fds_.size(), &ts, nullptr);
   for (size_t i = 0; i < members.size(); ++i) {
     // EINTR (or an error): the next pass reads every port.
-    ready_[i] = ready < 0 || fds_[i].revents != 0;
+    ready_[i] = ready_[i] || ready < 0 || fds_[i].revents != 0;
   }
 }
 

@@ -12,9 +12,12 @@
 // port waits (or spins, with a poll window) as it was configured to.
 // Several: each pass runs every plane's RunOnce without waiting, in the
 // order they were added, then the thread sleeps in poll(2) on all their
-// ports' wait_fd()s, no longer than the shortest SleepBound (a QP timer, a
-// delayed packet). The pass after a sleep reads only the ports poll found
-// readable; every plane still takes its in-process messages and timers. A message one switch sends to another of the process is
+// ports' wait_fd()s, no longer than the shortest PortSleepBound (a QP
+// timer, a delayed packet), and not at all (a poll without a timeout) when
+// a plane has in-process messages waiting. The next pass reads only the
+// ports poll found readable and those PortSleepBound says must be read;
+// every plane still takes its in-process messages, timers and commands. A
+// message one switch sends to another of the process is
 // then read in the same or the next pass, without waking another process:
 // on a machine with fewer cores than processes those wakeups, not the
 // folding, were the cost of a tree on one host (docs/performance.md).
@@ -74,8 +77,8 @@ class DataPlaneThread {
     std::function<void()> after_pass;
   };
   void Loop();
-  // Sleeps in poll(2) on the planes' fds, at most `timeout`; notes in
-  // ready_ which ones poll found readable.
+  // Sleeps in poll(2) on the planes' fds, at most `timeout`; adds to
+  // ready_ the ones poll found readable (all of them if poll failed).
   void SleepOn(const std::vector<Member>& members, absl::Duration timeout);
 
   const DataPlaneThreadOptions options_;
@@ -89,12 +92,11 @@ class DataPlaneThread {
   uint64_t passes_done_ ABSL_GUARDED_BY(mu_) = 0;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<pollfd> fds_;  // the thread's own: SleepOn's set
-  // The thread's own: per member, whether its port may hold packets (its
-  // fd was readable after the last sleep, or there was no sleep). A pass
-  // reads only those ports: asking the others was a system call that
-  // found nothing, two for every pass of a tree of three.
+  // The thread's own: per member, whether the next pass reads its port
+  // (its fd was readable after the last poll, or PortSleepBound said it
+  // must be read, or the members just changed). Asking the others was a
+  // system call that found nothing, two for every pass of a tree of three.
   std::vector<bool> ready_;
-  std::vector<bool> must_read_;  // the thread's own: ports poll cannot speak for
   std::thread thread_ ABSL_GUARDED_BY(control_mu_);
 };
 

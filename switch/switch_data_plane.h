@@ -221,15 +221,13 @@ class SwitchDataPlane : private MessageKeeper {
   // the loop may then wait long when idle.
   bool CanWake() { return endpoint_.port().CanWake(); }
   // For a thread that runs several data planes (DataPlaneThread): the fd to
-  // sleep on (-1: this plane's port cannot share a thread) and how long
-  // this plane lets it sleep before the next RunOnce (RoceEndpoint::SleepBound).
+  // sleep on (-1: this plane's port cannot share a thread); how long the
+  // port lets it sleep before the next RunOnce, at most `limit`
+  // (RoceEndpoint::SleepBound: zero when the next RunOnce must read the
+  // port although wait_fd() is quiet, as it holds packets read and not
+  // handed out or a QP timer is due); and whether messages from switches
+  // of this process wait (then it must not sleep at all).
   int wait_fd() { return endpoint_.port().wait_fd(); }
-  absl::Duration SleepBound(absl::Duration limit) {
-    return inbox_.empty() ? PortSleepBound(limit) : absl::ZeroDuration();
-  }
-  // SleepBound without the in-process messages: zero when the next RunOnce
-  // must read the port although wait_fd() is quiet (it holds packets read
-  // and not handed out, or a QP timer is due).
   absl::Duration PortSleepBound(absl::Duration limit) { return endpoint_.SleepBound(limit); }
   bool HasInProcessMessages() const { return !inbox_.empty(); }
   // QPs that went to ERROR since the last call.

@@ -469,7 +469,7 @@ size_t UdpPort::ReadSockets(std::span<PacketBuffer*> out, bool only_unread) {
   return total;
 }
 
-bool UdpPort::HasBacklog() const {
+bool UdpPort::MayHoldMore() const {
   return !pending_.empty() ||
          std::any_of(sockets_.begin(), sockets_.end(), [](const Socket& s) { return s.unread; });
 }
@@ -529,7 +529,7 @@ size_t UdpPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) 
   // groups are joined, instead of one read per socket) or waits until one
   // does. A timeout or EINTR returns 0: the caller loops with its own
   // deadline.
-  if (HasBacklog()) {
+  if (MayHoldMore()) {
     if (const size_t n = ReadSockets(out, /*only_unread=*/true); n > 0) return Received(n);
   }
   if (config_.poll_window > absl::ZeroDuration()) {

@@ -92,7 +92,8 @@ class UdpPort : public Port {
   // busy_poll or a poll_window, which spin inside RecvBurst.
   int wait_fd() const override;
   absl::Duration SleepBound(absl::Duration limit) override;
-  bool MayHoldMore() const override { return HasBacklog(); }
+  // Pending packets, or a socket an earlier read left datagrams in.
+  bool MayHoldMore() const override;
   // With GRO: the batch buffers `bytes` fill, and one more, from the top
   // of their free list (where reads take them).
   void ReserveReceive(size_t bytes) override;
@@ -116,8 +117,6 @@ class UdpPort : public Port {
   // Pending packets, then the sockets, or with `only_unread` only those an
   // earlier read left datagrams in.
   size_t ReadSockets(std::span<PacketBuffer*> out, bool only_unread);
-  // Pending packets, or a socket an earlier read left datagrams in.
-  bool HasBacklog() const;
   // Waits up to `timeout` for sockets with datagrams and reads those.
   size_t ReadReady(std::span<PacketBuffer*> out, absl::Duration timeout);
   // epoll_pwait2 (exact timeout), or epoll_wait in whole milliseconds.
