@@ -1,11 +1,16 @@
 // Tests of base/: status macros, errno mapping, log levels, clocks.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "base/aligned_buffer.h"
 #include "base/clock.h"
 #include "base/daemon.h"
@@ -179,6 +184,55 @@ TEST(Daemon, WritePortFileWritesThePortAndFailsClearly) {
   absl::Status s = WritePortFile("/nonexistent-dir/x.port", 1);
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("/nonexistent-dir/x.port.tmp"), std::string::npos) << s;
+}
+
+// Two locks taken in one order, then in the other: a lock-order cycle,
+// which Abseil's checks abort on (no thread is ever blocked).
+void LockInBothOrders() {
+  absl::Mutex a;
+  absl::Mutex b;
+  {
+    absl::MutexLock la(&a);
+    absl::MutexLock lb(&b);
+  }
+  {
+    absl::MutexLock lb(&b);
+    absl::MutexLock la(&a);
+  }
+}
+
+// Each case runs in a child process (the setting is process-wide).
+TEST(Daemon, MutexDeadlockChecksAreOffUnlessTheEnvironmentAsks) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  // With Abseil's defaults: if this Abseil does not check at all (built
+  // with NDEBUG), there is nothing to turn off.
+  const bool checks_built_in = [] {
+    const pid_t pid = fork();
+    if (pid == 0) {
+      LockInBothOrders();
+      _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }();
+  if (!checks_built_in) GTEST_SKIP() << "this Abseil does not check lock order";
+  EXPECT_EXIT(
+      {
+        unsetenv("NETFOLD_MUTEX_DEADLOCK_CHECKS");
+        if (ConfigureMutexDeadlockChecks()) _exit(3);
+        LockInBothOrders();
+        _exit(0);
+      },
+      testing::ExitedWithCode(0), "");
+  EXPECT_DEATH(
+      {
+        setenv("NETFOLD_MUTEX_DEADLOCK_CHECKS", "1", 1);
+        if (!ConfigureMutexDeadlockChecks()) _exit(3);
+        LockInBothOrders();
+        _exit(0);
+      },
+      "potential deadlock");
 }
 
 }  // namespace

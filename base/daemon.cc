@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <string_view>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "base/errno_status.h"
 
 namespace netfold {
@@ -59,6 +62,13 @@ absl::Status WritePortFile(const std::string& path, int port) {
     return ErrnoToStatus(errno, absl::StrFormat("rename %s", tmp));
   }
   return absl::OkStatus();
+}
+
+bool ConfigureMutexDeadlockChecks() {
+  const char* want = std::getenv("NETFOLD_MUTEX_DEADLOCK_CHECKS");
+  if (want != nullptr && std::string_view(want) == "1") return true;
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return false;
 }
 
 }  // namespace netfold

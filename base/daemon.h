@@ -26,6 +26,15 @@ int WaitForTerminationSignal();
 // Writes "PORT\n" to `path` atomically (a temporary file, then rename).
 absl::Status WritePortFile(const std::string& path, int port);
 
+// Turns off Abseil's lock-order checking for the process, unless the
+// environment has NETFOLD_MUTEX_DEADLOCK_CHECKS=1 (deploy/test.sh sets it).
+// Debian builds Abseil without NDEBUG, so every absl::Mutex lock, gRPC's
+// included, records itself in a process-wide lock-order graph under a
+// global lock and aborts on a cycle: a debugging aid that costs each lock
+// about three times its own price (docs/architecture.md, "Build decisions").
+// Returns whether the checks stay on. Call first thing in main().
+bool ConfigureMutexDeadlockChecks();
+
 }  // namespace netfold
 
 #endif  // NETFOLD_BASE_DAEMON_H_

@@ -61,6 +61,7 @@ int Fail(int code, const absl::Status& s) {
 }
 
 int Main(int argc, char** argv) {
+  ConfigureMutexDeadlockChecks();
   if (!config::ParseDaemonCommandLine(
           argc, argv,
           "the netfold aggregation manager (docs/manager.md).\n"

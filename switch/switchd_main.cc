@@ -220,6 +220,7 @@ absl::StatusOr<std::vector<SwitchdConfig>> SplitByName(const SwitchdConfig& conf
 }
 
 int Main(int argc, char** argv) {
+  ConfigureMutexDeadlockChecks();
   if (!config::ParseDaemonCommandLine(
           argc, argv,
           "netfold switches: aggregation nodes on a RoCEv2 data plane (docs/switch.md).\n"
