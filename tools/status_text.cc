@@ -221,9 +221,14 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
       r.port().rx_batch_copied() == 0
           ? std::string()
           : absl::StrFormat(" (%d copied out of their batch)", r.port().rx_batch_copied());
-  absl::StrAppendFormat(&out, "  port: rx %d packets%s %d bytes, tx %d packets %d bytes; drops:%s\n",
+  // Looks at the port that found nothing: system calls that did no work.
+  const std::string empty_reads =
+      r.port().rx_empty_reads() == 0
+          ? std::string()
+          : absl::StrFormat("; %d reads found nothing", r.port().rx_empty_reads());
+  absl::StrAppendFormat(&out, "  port: rx %d packets%s %d bytes, tx %d packets %d bytes%s; drops:%s\n",
               r.port().rx_packets(), batch_copied, r.port().rx_bytes(), r.port().tx_packets(),
-              r.port().tx_bytes(), Counts(r.port().drops()));
+              r.port().tx_bytes(), empty_reads, Counts(r.port().drops()));
   const std::string in_memory =
       r.in_process_messages() == 0
           ? std::string()

@@ -123,6 +123,7 @@ TEST(StatusText, SwitchCountersNameNonZeroCountsOnly) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("rx 7 packets"), std::string::npos) << text;
+  EXPECT_EQ(text.find("found nothing"), std::string::npos) << text;  // no empty read
   EXPECT_NE(text.find("drops: none"), std::string::npos) << text;  // the port's
   EXPECT_NE(text.find("data-plane drops: unknown_group=3\n"), std::string::npos) << text;
   EXPECT_EQ(text.find("not_a_member"), std::string::npos) << text;
@@ -146,6 +147,11 @@ TEST(StatusText, SwitchCountersNameNonZeroCountsOnly) {
       << FormatSwitchCounters(r, "127.0.0.1:9000");
   EXPECT_EQ(text.find("backend:"), std::string::npos) << text;
   EXPECT_EQ(text.find("in memory"), std::string::npos) << text;  // none handed over
+  r.mutable_port()->set_rx_empty_reads(5);
+  EXPECT_NE(FormatSwitchCounters(r, "127.0.0.1:9000").find(" bytes; 5 reads found nothing; drops:"),
+            std::string::npos)
+      << FormatSwitchCounters(r, "127.0.0.1:9000");
+  r.mutable_port()->set_rx_empty_reads(0);
   r.set_messages_sent(9);
   r.set_in_process_messages(4);
   EXPECT_NE(FormatSwitchCounters(r, "127.0.0.1:9000")
