@@ -221,8 +221,12 @@ void Group::Record(const Pending& p) {
   if (a.collective == proto::CollectiveType::kAllreduce ||
       a.collective == proto::CollectiveType::kBcast) {
     const GroupParams& params = engine_->params();
-    const std::span<const uint8_t> kept = KeptResult(
-        {static_cast<const uint8_t*>(a.recv), bytes}, params.num_slots, params.slot_bytes);
+    std::span<const uint8_t> kept = KeptResult({static_cast<const uint8_t*>(a.recv), bytes},
+                                               params.num_slots, params.slot_bytes);
+    if (a.collective == proto::CollectiveType::kBcast && a.blocks.empty() &&
+        !BcastRootKeeps(p.group_root, static_cast<uint32_t>(group_rank_))) {
+      kept = {};  // the root keeps it for everyone
+    }
     last_.result_bytes = bytes;
     last_.result.assign(kept.begin(), kept.end());
   } else if (a.collective == proto::CollectiveType::kReduce) {

@@ -30,10 +30,12 @@
 //    otherwise: in step; the callers run `current` again from its input.
 // 3. Otherwise operation lo completed on the members "ahead" only. The
 //    first of them shares its kind, root and result size.
-// 4. Allreduce and bcast (allgather too): it shares what it kept of the
-//    result, its last K x P bytes (KeptResult says why they suffice); the
-//    members "behind" write them at the end of their current operation's
-//    result, whose earlier bytes the fabric already wrote.
+// 4. Allreduce and allgather: it shares what it kept of the result, its
+//    last K x P bytes (KeptResult says why they suffice); the members
+//    "behind" write them at the end of their current operation's result,
+//    whose earlier bytes the fabric already wrote. A bcast with one root:
+//    the root shares them instead, the only member that keeps them
+//    (BcastRootKeeps), or, when it is behind itself, all of its buffer.
 //    Reduce: if the root is behind, the members reduce again at the root
 //    the end of their inputs the root may lack (KeptInput: the members
 //    ahead kept that much of theirs); reduce-scatter (every member a root)
@@ -176,6 +178,19 @@ inline std::span<const uint8_t> KeptResult(std::span<const uint8_t> result, uint
                                            uint32_t slot_bytes) {
   const size_t window = size_t{num_slots} * slot_bytes;
   return window == 0 ? result : result.last(std::min(result.size(), window));
+}
+
+// Whether a member keeps the end of a bcast it completed: only its root
+// does. Every member's result is the root's input, which the root holds
+// whole until it completes (the fabric writes nothing into a bcast root's
+// buffer) and keeps the end of after (KeptResult): so when some members
+// are behind, the root gives them what they lack, from its buffer if it is
+// behind itself, from its record if not (Resync). The others would keep
+// the same bytes for nothing: a copy of K x P bytes per bcast at every
+// member but one. An allgather (a bcast per block, root kEveryMember)
+// keeps everywhere.
+inline bool BcastRootKeeps(uint32_t root, uint32_t member_rank) {
+  return root == kEveryMember || root == member_rank;
 }
 
 // What a member keeps of a reduce's input for a root behind: its last
@@ -374,23 +389,39 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
         "resync: the members ahead completed another operation than the one this member is in");
   }
   if (kind == proto::CollectiveType::kAllreduce || kind == proto::CollectiveType::kBcast) {
-    const uint64_t whole = desc[2], kept = desc[3];
+    const uint64_t whole = desc[2];
+    uint64_t kept = desc[3];
+    // A bcast with one root: the root gives (BcastRootKeeps), from its
+    // record when it is ahead, from its buffer, which holds its input
+    // whole, when it is behind. Any other result: the first member ahead.
+    const bool from_root = kind == proto::CollectiveType::kBcast && root != kEveryMember;
+    if (from_root && root >= all.size()) {
+      return absl::InternalError("resync: the bcast's root is no member");
+    }
+    const int giver = from_root ? static_cast<int>(root) : ahead;
+    std::span<const uint8_t> given = member.last_result;
+    if (from_root) {
+      if (member.rank == giver && behind) given = member.current_result;
+      uint64_t size = given.size();
+      NETFOLD_RETURN_IF_ERROR(exchange.Share(
+          giver, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&size), sizeof(size))));
+      kept = size;
+    }
     if (kept > whole) {  // every member sees it
       return absl::InternalError(absl::StrFormat(
           "resync: the member ahead kept %d bytes of a %d-byte result", kept, whole));
     }
     std::vector<uint8_t> tail(kept, 0);
-    if (member.rank == ahead) {
-      std::copy(member.last_result.begin(), member.last_result.end(), tail.begin());
-    }
-    NETFOLD_RETURN_IF_ERROR(exchange.Share(ahead, tail));
+    if (member.rank == giver) std::copy(given.end() - kept, given.end(), tail.begin());
+    NETFOLD_RETURN_IF_ERROR(exchange.Share(giver, tail));
     // Checked after the share, which every member takes part in.
     if (behind && whole != member.current_result.size()) {
       return absl::InternalError(absl::StrFormat(
           "resync: the members ahead completed a %d-byte result, this member is in one of %d bytes",
           whole, member.current_result.size()));
     }
-    if (behind && !tail.empty()) {
+    // (A root behind gave its own buffer: nothing to write.)
+    if (behind && !tail.empty() && member.rank != giver) {
       std::memcpy(member.current_result.data() + (whole - kept), tail.data(), tail.size());
     }
   } else if (kind == proto::CollectiveType::kReduce) {

@@ -267,6 +267,64 @@ TEST(Resync, AMemberBehindGetsTheEndTheOthersKeptAndEndsWithTheWholeResult) {
   }
 }
 
+// A bcast rooted at member 2: only the root keeps the end of the result
+// (BcastRootKeeps); members 0 and 3, ahead as well, kept nothing, and the
+// member behind gets what it lacks from the root.
+TEST(Resync, ABcastMemberBehindGetsTheEndFromTheRootAlone) {
+  std::vector<uint8_t> result(1000);
+  std::iota(result.begin(), result.end(), 3);
+  std::vector<uint8_t> behind_buffer = result;
+  std::fill(behind_buffer.end() - 256, behind_buffer.end(), 0xee);
+  std::vector<ResyncMember> m(4);
+  for (size_t i = 0; i < m.size(); ++i) {
+    m[i] = {.rank = static_cast<int>(i), .size = 4, .completed = 8};
+    m[i].last = {CollectiveType::kBcast, 2};
+    m[i].last_result_bytes = result.size();
+    if (BcastRootKeeps(2, static_cast<uint32_t>(i))) {
+      m[i].last_result = KeptResult(result, kSlots, kSlotBytes);
+    }
+  }
+  EXPECT_TRUE(m[0].last_result.empty());
+  EXPECT_EQ(m[2].last_result.size(), 256u);
+  m[1].completed = 7;
+  m[1].current = ResyncOp{CollectiveType::kBcast, 2};
+  m[1].current_result = behind_buffer;
+  const auto out = RunAll(m);
+  for (int i : {0, 1, 2, 3}) ASSERT_TRUE(out[i].ok()) << i << ": " << out[i].status();
+  EXPECT_EQ(*out[1], ResyncOutcome::kCurrentCompleted);
+  EXPECT_EQ(m[1].completed, 8u);
+  EXPECT_EQ(behind_buffer, result);
+}
+
+// The root of that bcast behind as well (it never saw its own data come
+// back): the members ahead kept nothing, and the root gives the member
+// behind its buffer, which holds its input whole.
+TEST(Resync, ABcastRootBehindGivesItsBufferToTheMembersBehind) {
+  std::vector<uint8_t> result(1000);
+  std::iota(result.begin(), result.end(), 5);
+  std::vector<uint8_t> root_buffer = result, behind_buffer = result;
+  std::fill(behind_buffer.end() - 256, behind_buffer.end(), 0xee);
+  std::vector<ResyncMember> m(3);
+  for (size_t i = 0; i < m.size(); ++i) m[i] = {.rank = static_cast<int>(i), .size = 3};
+  m[0].completed = 4;
+  m[0].current = ResyncOp{CollectiveType::kBcast, 0};
+  m[0].current_result = root_buffer;
+  m[1].completed = 5;
+  m[1].last = {CollectiveType::kBcast, 0};
+  m[1].last_result_bytes = result.size();  // kept nothing: not the root
+  m[2].completed = 4;
+  m[2].current = ResyncOp{CollectiveType::kBcast, 0};
+  m[2].current_result = behind_buffer;
+  const auto out = RunAll(m);
+  for (int i : {0, 1, 2}) ASSERT_TRUE(out[i].ok()) << i << ": " << out[i].status();
+  EXPECT_EQ(*out[0], ResyncOutcome::kCurrentCompleted);
+  EXPECT_EQ(*out[2], ResyncOutcome::kCurrentCompleted);
+  EXPECT_EQ(*out[1], ResyncOutcome::kInStep);
+  EXPECT_EQ(behind_buffer, result);
+  EXPECT_EQ(root_buffer, result);
+  EXPECT_EQ(m[0].completed, 5u);
+}
+
 TEST(Resync, AResultOfAnotherSizeIsRefusedNotWrittenInPart) {
   std::vector<uint8_t> result(1000, 1), behind_buffer(900, 0);
   std::vector<ResyncMember> m =

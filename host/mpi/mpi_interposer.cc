@@ -126,9 +126,13 @@ void Completed(CommState* s, const Pending& p) {
   s->last.input.clear();
   const size_t bytes = p.kind == kBarrier ? 0 : Bytes(p.type, p.count);
   if (p.kind == kAllreduce || p.kind == kBcast || p.kind == kAllgather) {
-    const std::span<const uint8_t> kept =
+    std::span<const uint8_t> kept =
         netfold::host::KeptResult({static_cast<const uint8_t*>(p.recvbuf), bytes},
                                   G().caps.num_slots, G().caps.slot_bytes);
+    if (p.kind == kBcast && !netfold::host::BcastRootKeeps(static_cast<uint32_t>(p.root),
+                                                           static_cast<uint32_t>(s->rank))) {
+      kept = {};  // the root keeps it for everyone
+    }
     s->last.result_bytes = bytes;
     s->last.result.assign(kept.begin(), kept.end());
   } else if (p.kind == kReduce || p.kind == kReduceScatter) {

@@ -40,11 +40,12 @@
 //   fork         an allreduce, then fork(): the child's calls on the
 //                parent's context fail with UNAVAILABLE at once (its
 //                threads are the parent's), and the parent goes on
-//   behind ADDR [reduce]  rank 0 takes the data address ADDR (the test
-//                cut the switch's sends to it) and drops every multicast: it
-//                fails over inside one allreduce whose result the others
-//                already have (a reduce rooted at it that the others
-//                completed), while they are in netfold_group_destroy; every
+//   behind ADDR [reduce|bcast|bcast0]  rank 0 takes the data address ADDR
+//                (the test cut the switch's sends to it) and drops every
+//                multicast: it fails over inside one allreduce whose result
+//                the others already have (a reduce rooted at it that the
+//                others completed; a bcast rooted at rank 1, or at rank 0
+//                itself), while they are in netfold_group_destroy; every
 //                rank (the root) must end with the exact result
 //   outage N     a stream that stops at its first error (the test kills a
 //                switch), then waits for $NETFOLD_TEST_PHASE2 to exist,
@@ -611,16 +612,31 @@ int main(int argc, char** argv) {
     std::vector<int64_t> v(300), in(300);
     for (size_t i = 0; i < v.size(); ++i) v[i] = in[i] = static_cast<int64_t>(i) * (g_rank + 1);
     // "behind ADDR reduce": a reduce rooted at rank 0, which the others
-    // complete once their input has left.
-    const bool reduce = argc > 3 && std::string(argv[3]) == "reduce";
-    CheckRc(reduce ? netfold_reduce(g, in.data(), v.data(), v.size(), NETFOLD_DTYPE_INT64,
-                                    NETFOLD_OP_SUM, 0)
-                   : netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(),
-                                       NETFOLD_DTYPE_INT64, NETFOLD_OP_SUM),
-            "the operation rank 0 misses");
-    const int64_t ranks = g_size * (g_size + 1) / 2;
-    for (size_t i = 0; i < v.size() && g_failure.empty() && (!reduce || g_rank == 0); ++i) {
-      Check(v[i] == static_cast<int64_t>(i) * ranks, absl::StrFormat("element %d", i));
+    // complete once their input has left. "bcast": rooted at rank 1, the
+    // only rank that keeps the end of its result; "bcast0": at rank 0,
+    // which then gives its buffer (host/resync.h, BcastRootKeeps).
+    const std::string op = argc > 3 ? argv[3] : "allreduce";
+    const bool reduce = op == "reduce";
+    const int bcast_root = op == "bcast" ? 1 : 0;
+    if (op == "bcast" || op == "bcast0") {
+      for (size_t i = 0; i < v.size(); ++i) {
+        v[i] = g_rank == bcast_root ? static_cast<int64_t>(i) * 7 + 1 : -1;
+      }
+      CheckRc(netfold_bcast(g, v.data(), v.size(), NETFOLD_DTYPE_INT64, bcast_root),
+              "the bcast rank 0 misses");
+      for (size_t i = 0; i < v.size() && g_failure.empty(); ++i) {
+        Check(v[i] == static_cast<int64_t>(i) * 7 + 1, absl::StrFormat("element %d", i));
+      }
+    } else {
+      CheckRc(reduce ? netfold_reduce(g, in.data(), v.data(), v.size(), NETFOLD_DTYPE_INT64,
+                                      NETFOLD_OP_SUM, 0)
+                     : netfold_allreduce(g, NETFOLD_IN_PLACE, v.data(), v.size(),
+                                         NETFOLD_DTYPE_INT64, NETFOLD_OP_SUM),
+              "the operation rank 0 misses");
+      const int64_t ranks = g_size * (g_size + 1) / 2;
+      for (size_t i = 0; i < v.size() && g_failure.empty() && (!reduce || g_rank == 0); ++i) {
+        Check(v[i] == static_cast<int64_t>(i) * ranks, absl::StrFormat("element %d", i));
+      }
     }
   } else if (scenario == "stream") {
     int n = 200;

@@ -437,5 +437,17 @@ TEST(HostFabric, ARootBehindInAReduceGetsItReducedAgainFromWhatTheOthersKept) {
   RunWithRankZeroBehind("reduce");
 }
 
+// Inside a bcast: only its root keeps the end of the result (host/resync.h,
+// BcastRootKeeps). Rooted at rank 1, which is ahead, it gives rank 0 what
+// it lacks; rooted at rank 0, the root itself is behind and the others,
+// ahead, kept nothing: nobody lacks anything but the count.
+TEST(HostFabric, AMemberBehindInABcastGetsItsResultFromTheRoot) {
+  RunWithRankZeroBehind("bcast");
+}
+
+TEST(HostFabric, ABcastRootBehindFailsOverWithTheOthersThatKeptNothing) {
+  RunWithRankZeroBehind("bcast0");
+}
+
 }  // namespace
 }  // namespace netfold
