@@ -27,7 +27,8 @@ int WaitForTerminationSignal();
 absl::Status WritePortFile(const std::string& path, int port);
 
 // Turns off Abseil's lock-order checking for the process, unless the
-// environment has NETFOLD_MUTEX_DEADLOCK_CHECKS=1 (deploy/test.sh sets it).
+// environment has NETFOLD_MUTEX_DEADLOCK_CHECKS=1 (meson's default test
+// setup sets it for every test).
 // Debian builds Abseil without NDEBUG, so every absl::Mutex lock, gRPC's
 // included, records itself in a process-wide lock-order graph under a
 // global lock and aborts on a cycle: a debugging aid that costs each lock
