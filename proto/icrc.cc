@@ -5,8 +5,10 @@
 #include <isa-l/crc.h>
 #endif
 
+#include <cstdlib>
 #include <cstring>
 
+#include "base/log.h"
 #include "proto/big_endian.h"
 
 namespace netfold::proto {
@@ -85,6 +87,24 @@ uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> covere
   WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo + kLrhSize);
   MaskPseudoHeader(pseudo);
   return IcrcOver(pseudo, covered);
+}
+
+uint32_t ComputeIcrcWithPart(const IcrcAddresses& addrs, std::span<const uint8_t> covered,
+                             size_t at, std::span<const uint8_t> part) {
+  if (at <= kBthFecnByteOffset || at > covered.size() || part.size() > covered.size() - at) {
+    NETFOLD_LOG(kError) << "ComputeIcrcWithPart: part of " << part.size() << " bytes at " << at
+                        << " does not lie in the payload of a " << covered.size()
+                        << "-byte packet";
+    std::abort();
+  }
+  uint8_t pseudo[kPseudoHeaderSize];
+  WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo + kLrhSize);
+  MaskPseudoHeader(pseudo);
+  // The CRC goes on where it stopped: the headers, the part, the rest.
+  uint32_t crc = IcrcOver(pseudo, covered.first(at));
+  crc = Crc(crc, part.data(), part.size());
+  const size_t after = at + part.size();
+  return Crc(crc, covered.data() + after, covered.size() - after);
 }
 
 uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,

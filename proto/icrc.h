@@ -70,6 +70,14 @@ struct IcrcAddresses {
 // kMaxRoceUdpPayload wrap (such a packet cannot exist).
 uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> covered);
 
+// As ComputeIcrc, for a packet whose bytes [at, at + part.size()) are not
+// in `covered` but in `part`: a payload still in the sender's memory
+// (PacketBuffer::external, transport/packet_pool.h). What `covered` holds
+// there is not read. `at` must lie past BTH byte 4 and the part inside
+// `covered` (aborts otherwise: a caller's broken invariant).
+uint32_t ComputeIcrcWithPart(const IcrcAddresses& addrs, std::span<const uint8_t> covered,
+                             size_t at, std::span<const uint8_t> part);
+
 // As ComputeIcrc, but over the packet's real IPv4 header (20 bytes: IHL 5,
 // no options) and UDP header as they were received or will be sent; only
 // the fields named above are masked, every other field is covered as is.

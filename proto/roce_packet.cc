@@ -22,9 +22,12 @@ absl::Status CheckWidth24(uint32_t value, std::string_view field) {
       absl::StrFormat("%s 0x%x does not fit in 24 bits", field, value));
 }
 
-// Writes headers, pad and ICRC around a payload already in place.
+// Writes headers, pad and ICRC around a payload already in place, or, with
+// `part`, in place but for payload bytes [part_at, part_at + part.size()),
+// which are read from `part`.
 size_t WriteAroundPayload(const RocePacketSpec& spec, size_t payload_size,
-                          const IcrcAddresses& addrs, std::span<uint8_t> packet) {
+                          const IcrcAddresses& addrs, std::span<uint8_t> packet,
+                          size_t part_at = 0, std::span<const uint8_t> part = {}) {
   const BthOpcode op = spec.bth.opcode;
   const uint8_t pad = RocePadCount(payload_size);
   uint8_t* p = packet.data();
@@ -54,8 +57,11 @@ size_t WriteAroundPayload(const RocePacketSpec& spec, size_t payload_size,
   p += pad;
 
   const size_t covered = static_cast<size_t>(p - packet.data());
-  StoreIcrc(ComputeIcrc(addrs, packet.first(covered)),
-            packet.subspan(covered).first<kIcrcSize>());
+  const uint32_t icrc =
+      part.empty() ? ComputeIcrc(addrs, packet.first(covered))
+                   : ComputeIcrcWithPart(addrs, packet.first(covered),
+                                         RoceHeadersSize(op) + part_at, part);
+  StoreIcrc(icrc, packet.subspan(covered).first<kIcrcSize>());
   return covered + kIcrcSize;
 }
 
@@ -180,6 +186,26 @@ absl::StatusOr<size_t> FinishRocePacketInPlace(const RocePacketSpec& spec, size_
         BthOpcodeName(spec.bth.opcode), size));
   }
   return WriteAroundPayload(spec, payload_size, addrs, packet);
+}
+
+absl::StatusOr<size_t> FinishRocePacketAroundPart(const RocePacketSpec& spec,
+                                                  size_t payload_size,
+                                                  const IcrcAddresses& addrs,
+                                                  std::span<uint8_t> packet, size_t part_at,
+                                                  std::span<const uint8_t> part) {
+  if (absl::Status s = ValidateRocePacketSpec(spec, payload_size); !s.ok()) return s;
+  const size_t size = RocePacketSize(spec.bth.opcode, payload_size);
+  if (packet.size() < size) {
+    return absl::OutOfRangeError(absl::StrFormat(
+        "buffer holds %d bytes, the %s packet needs %d", packet.size(),
+        BthOpcodeName(spec.bth.opcode), size));
+  }
+  if (part_at > payload_size || part.size() > payload_size - part_at) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "a part of %d bytes at %d is not inside a %d-byte payload", part.size(), part_at,
+        payload_size));
+  }
+  return WriteAroundPayload(spec, payload_size, addrs, packet, part_at, part);
 }
 
 absl::StatusOr<size_t> BuildRocePacket(const RocePacketSpec& spec,

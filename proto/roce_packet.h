@@ -99,6 +99,20 @@ absl::StatusOr<size_t> FinishRocePacketInPlace(const RocePacketSpec& spec, size_
                                                const IcrcAddresses& addrs,
                                                std::span<uint8_t> packet);
 
+// FinishRocePacketInPlace for a payload of which bytes [part_at, part_at +
+// part.size()) are not in `packet` but in `part` (a sender that sends them
+// from where they are: PacketBuffer::external, transport/packet_pool.h):
+// the ICRC covers `part` there; the rest of the payload is in place as for
+// FinishRocePacketInPlace, and what `packet` holds where the part goes is
+// neither read nor written. The packet's bytes on the wire are then
+// `packet` with `part` in that place. InvalidArgument also for a part
+// outside the payload.
+absl::StatusOr<size_t> FinishRocePacketAroundPart(const RocePacketSpec& spec,
+                                                  size_t payload_size,
+                                                  const IcrcAddresses& addrs,
+                                                  std::span<uint8_t> packet, size_t part_at,
+                                                  std::span<const uint8_t> part);
+
 // Recomputes the ICRC that ends `udp_payload` (a whole packet, e.g. after
 // the caller rewrote a header field of a stored packet for retransmission).
 // Returns InvalidArgument if it is shorter than kBthSize + kIcrcSize.

@@ -189,6 +189,35 @@ TEST(RocePacket, RoundTripsEveryOpcodeAndPadCount) {
   EXPECT_EQ(checked, 2 * 4 + 6 * 13 + 1);  // FIRST/MIDDLE: 4-byte multiples > 0
 }
 
+TEST(RocePacket, APayloadPartFromElsewhereGivesTheSameIcrcAsThePacketWhole) {
+  RocePacketSpec s = Spec(BthOpcode::kRcSendOnly, 0x123, 77);
+  const std::vector<uint8_t> payload = Iota(4072);
+  const std::vector<uint8_t> whole = Build(s, payload);
+  const size_t headers = RoceHeadersSize(s.bth.opcode);
+  for (const auto& [at, len] : std::vector<std::pair<size_t, size_t>>{
+           {40, 4032}, {0, 4072}, {40, 1}, {4071, 1}, {100, 0}}) {
+    // The part is not in the packet: its place holds something else.
+    std::vector<uint8_t> packet(4200, 0xEE);
+    std::memcpy(packet.data() + headers, payload.data(), payload.size());
+    std::memset(packet.data() + headers + at, 0x5A, len);
+    const std::span<const uint8_t> part = std::span<const uint8_t>(payload).subspan(at, len);
+    absl::StatusOr<size_t> n =
+        FinishRocePacketAroundPart(s, payload.size(), kAddrs, packet, at, part);
+    ASSERT_TRUE(n.ok()) << n.status();
+    ASSERT_EQ(*n, whole.size());
+    // With the part in its place, the packet is the one built whole.
+    std::memcpy(packet.data() + headers + at, part.data(), part.size());
+    packet.resize(*n);
+    EXPECT_EQ(ToHex(packet), ToHex(whole)) << "part of " << len << " at " << at;
+  }
+  std::vector<uint8_t> packet(4200);
+  EXPECT_EQ(FinishRocePacketAroundPart(s, 100, kAddrs, packet, 90,
+                                       std::span<const uint8_t>(payload).first(11))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(RocePacket, InPlaceBuildEqualsCopyingBuild) {
   RocePacketSpec s = Spec(BthOpcode::kUdSendOnlyWithImmediate, 0xFFFFFF, 99);
   s.deth = Deth{.qkey = 5, .src_qp = 6};
