@@ -295,6 +295,9 @@ void ImpairedPort::ThroughStages(std::span<PacketBuffer* const> packets, bool se
 size_t ImpairedPort::SendBurst(std::span<PacketBuffer* const> packets) {
   ThroughStages(packets, /*sending=*/true, &pending_tx_);
   TransmitPending();
+  // What waits for the inner port outlives this call: its bytes must be
+  // its own (PacketBuffer::external).
+  for (PacketBuffer* p : pending_tx_) p->Materialize();
   return packets.size();  // the stages own every packet now
 }
 

@@ -115,6 +115,9 @@ class ImpairedPort : public Port {
 
   size_t RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) override;
   size_t SendBurst(std::span<PacketBuffer* const> packets) override;
+  // As its inner port: a packet a stage reads or holds, or that waits for
+  // the inner port, is made whole first.
+  bool TakesExternalBytes() const override { return inner_->TakesExternalBytes(); }
   absl::Status JoinMulticast(const Ipv4Endpoint& group) override {
     return inner_->JoinMulticast(group);
   }

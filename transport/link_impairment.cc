@@ -298,6 +298,9 @@ void LinkImpairment::Process(std::span<PacketBuffer* const> in, std::vector<Pack
     return;
   }
   for (PacketBuffer* p : in) {
+    // A stage may read the packet's bytes or hold it past the send that
+    // gave it (PacketBuffer::external).
+    p->Materialize();
     counters_.packets_in.fetch_add(1, std::memory_order_relaxed);
     if (c.link_down) {
       counters_.dropped_down.fetch_add(1, std::memory_order_relaxed);

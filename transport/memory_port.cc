@@ -63,6 +63,8 @@ size_t MemoryPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeou
 }
 
 size_t MemoryPort::SendBurst(std::span<PacketBuffer* const> packets) {
+  // The network copies what it delivers: the bytes must be in the packets.
+  for (PacketBuffer* p : packets) p->Materialize();
   net_->Route(packets, config_.local);
   for (PacketBuffer* p : packets) {
     counters_.Add(counters_.tx_packets);

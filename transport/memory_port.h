@@ -43,6 +43,8 @@ class MemoryPort : public Port {
 
   size_t RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) override;
   size_t SendBurst(std::span<PacketBuffer* const> packets) override;
+  // Taken and made whole at once (the network copies what it delivers).
+  bool TakesExternalBytes() const override { return true; }
   absl::Status JoinMulticast(const Ipv4Endpoint& group) override;
   absl::Status LeaveMulticast(const Ipv4Endpoint& group) override;
   Ipv4Endpoint local() const override { return config_.local; }

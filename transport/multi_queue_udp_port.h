@@ -68,6 +68,7 @@ class MultiQueueUdpPort : public Port {
   // packet wakes the wait).
   size_t RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) override;
   size_t SendBurst(std::span<PacketBuffer* const> packets) override;
+  bool TakesExternalBytes() const override { return inner_->TakesExternalBytes(); }
   absl::Status JoinMulticast(const Ipv4Endpoint& group) override;
   absl::Status LeaveMulticast(const Ipv4Endpoint& group) override;
   Ipv4Endpoint local() const override { return inner_->local(); }

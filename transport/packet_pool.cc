@@ -17,6 +17,22 @@ void PacketBuffer::set_len(uint32_t n) {
   len_ = n;
 }
 
+void PacketBuffer::SetExternal(uint32_t at, std::span<const uint8_t> bytes) {
+  if (at > len_ || bytes.size() > len_ - at) {
+    NETFOLD_LOG(kError) << "PacketBuffer::SetExternal(" << at << ", " << bytes.size()
+                        << " bytes) beyond length " << len_;
+    std::abort();
+  }
+  external_ = bytes.data();
+  external_at_ = at;
+  external_len_ = static_cast<uint32_t>(bytes.size());
+}
+
+void PacketBuffer::MaterializeExternal() {
+  std::memcpy(data_ + external_at_, external_, external_len_);
+  ClearExternal();
+}
+
 PacketPool::PacketPool(const PacketPoolConfig& config) : config_(config) {
   if (config_.returns_from_any_thread && config_.num_views != 0) {
     NETFOLD_LOG(kError) << "a PacketPool with returns_from_any_thread has no view headers";
@@ -98,6 +114,7 @@ PacketBuffer* PacketPool::Alloc() {
   free_.pop_back();
   p->in_pool_ = false;
   p->len_ = 0;
+  p->ClearExternal();
   p->src = {};
   p->dst = {};
   p->due_ns = 0;
@@ -128,6 +145,7 @@ PacketBuffer* PacketPool::AllocView(PacketBuffer* parent, uint32_t offset, uint3
   v->len_ = len;
   v->capacity_ = len;
   v->headroom_ = 0;
+  v->ClearExternal();
   v->src = {};
   v->dst = {};
   v->due_ns = 0;
@@ -160,6 +178,7 @@ void PacketPool::Release(PacketBuffer* p) {
     std::abort();
   }
   p->in_pool_ = true;
+  p->ClearExternal();
   if (PacketBuffer* parent = p->parent_) {
     p->parent_ = nullptr;
     p->data_ = nullptr;

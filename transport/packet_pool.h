@@ -64,6 +64,27 @@ class PacketBuffer {
   // else 0), for the ICRC check of ports that do not see the IPv4 header.
   uint16_t ip_id = 0;
 
+  // A packet to send whose bytes [external_at(), external_at() +
+  // external().size()) are not in data() but where its sender keeps them:
+  // a queue pair that sends a message from the caller's memory instead of
+  // copying it (RcQueuePair::PostSendGatherReferencing), as a NIC reads a
+  // send from registered memory. data() has room for them; what it holds
+  // there is stale. Valid only until the SendBurst that takes the packet
+  // returns: a port sends them from where they are (UdpPort: one more
+  // piece of the datagram) or calls Materialize() first, as must anything
+  // that reads the packet's bytes or keeps it longer (an impairment stage,
+  // a port's backlog). Only a queue pair whose port says it takes such
+  // packets (Port::TakesExternalBytes) makes them. Empty otherwise.
+  std::span<const uint8_t> external() const { return {external_, external_len_}; }
+  uint32_t external_at() const { return external_at_; }
+  // Aborts if [at, at + bytes.size()) is not inside len().
+  void SetExternal(uint32_t at, std::span<const uint8_t> bytes);
+  // Copies the external bytes into their place in data(): the packet is
+  // whole from then on (nothing to do for a packet that is).
+  void Materialize() {
+    if (external_len_ != 0) MaterializeExternal();
+  }
+
   // The pool it came from; nullptr for a heap buffer (NewHeapBuffer).
   PacketPool* pool() const { return pool_; }
   // A view (PacketPool::AllocView) shows part of another buffer, which
@@ -74,7 +95,16 @@ class PacketBuffer {
 
  private:
   friend class PacketPool;
+  void MaterializeExternal();
+  void ClearExternal() {
+    external_ = nullptr;
+    external_at_ = external_len_ = 0;
+  }
+
   uint8_t* data_ = nullptr;
+  const uint8_t* external_ = nullptr;
+  uint32_t external_at_ = 0;
+  uint32_t external_len_ = 0;
   uint32_t len_ = 0;
   uint32_t capacity_ = 0;
   uint32_t headroom_ = 0;

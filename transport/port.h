@@ -71,6 +71,11 @@ class Port {
 
   virtual size_t RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) = 0;
   virtual size_t SendBurst(std::span<PacketBuffer* const> packets) = 0;
+  // True if SendBurst takes packets with external bytes
+  // (PacketBuffer::external): it sends them from where they are, or makes
+  // the packet whole before it reads or keeps it. The default: no, and
+  // queue pairs then copy every byte into the packet.
+  virtual bool TakesExternalBytes() const { return false; }
 
   // Starts/stops receiving datagrams sent to multicast `group` (its ip and
   // port). Joining twice or leaving a group not joined is an error

@@ -75,6 +75,9 @@ struct QpDropCounters {
 struct PacketSink {
   PacketPool* pool;
   std::vector<PacketBuffer*>* out;
+  // The port takes packets with external bytes (Port::TakesExternalBytes):
+  // a message sent from the caller's memory goes out without a copy.
+  bool takes_external = false;
 };
 
 }  // namespace netfold::transport

@@ -245,6 +245,21 @@ bool RcQueuePair::FitFrames(SendWqe* w, size_t frames_bytes) {
 
 absl::Status RcQueuePair::PostSendGather(std::span<const std::span<const uint8_t>> pieces,
                                          uint64_t wr_id, std::optional<uint32_t> imm) {
+  return Post(pieces, wr_id, imm, std::nullopt);
+}
+
+absl::Status RcQueuePair::PostSendGatherReferencing(
+    std::span<const std::span<const uint8_t>> pieces, size_t referenced, uint64_t wr_id,
+    std::optional<uint32_t> imm) {
+  if (referenced >= pieces.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "piece %d referenced of a message of %d pieces", referenced, pieces.size()));
+  }
+  return Post(pieces, wr_id, imm, referenced);
+}
+
+absl::Status RcQueuePair::Post(std::span<const std::span<const uint8_t>> pieces, uint64_t wr_id,
+                               std::optional<uint32_t> imm, std::optional<size_t> referenced) {
   size_t size = 0;
   for (std::span<const uint8_t> piece : pieces) size += piece.size();
   if (state_ != QpState::kRts) {
@@ -283,7 +298,22 @@ absl::Status RcQueuePair::PostSendGather(std::span<const std::span<const uint8_t
   uint8_t* frames = w->frames->data();
   uint32_t k = 0;
   size_t in_packet = 0;
-  for (std::span<const uint8_t> piece : pieces) {
+  w->referenced = nullptr;
+  w->referenced_at = w->referenced_len = 0;
+  // One packet: the referenced piece stays where it is (a NIC's SGE).
+  if (referenced.has_value() && packets == 1 && !pieces[*referenced].empty()) {
+    size_t at = 0;
+    for (size_t i = 0; i < *referenced; ++i) at += pieces[i].size();
+    w->referenced = pieces[*referenced].data();
+    w->referenced_at = static_cast<uint32_t>(at);
+    w->referenced_len = static_cast<uint32_t>(pieces[*referenced].size());
+  }
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    std::span<const uint8_t> piece = pieces[i];
+    if (w->referenced != nullptr && i == *referenced) {
+      in_packet += piece.size();  // one packet: never reaches the MTU's end
+      continue;
+    }
     while (!piece.empty()) {
       const size_t n = std::min<size_t>(piece.size(), mtu - in_packet);
       std::memcpy(frames + PayloadOffset(k) + in_packet, piece.data(), n);
@@ -686,7 +716,7 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
   if (proto::OpcodeHasImm(op)) spec.imm = *w->imm;
   const proto::IcrcAddresses addrs{local.ip, attrs_.remote.ip, local.port, attrs_.remote.port};
   const bool retransmission = PsnLess(send_psn_, max_sent_psn_);
-  PacketBuffer* p = BuildSend(spec, *w, k, len, addrs, !retransmission, sink.pool);
+  PacketBuffer* p = BuildSend(spec, *w, k, len, addrs, !retransmission, sink);
   if (p == nullptr) return false;
   p->dst = attrs_.remote;
   sink.out->push_back(p);
@@ -707,9 +737,31 @@ bool RcQueuePair::TransmitOne(const Ipv4Endpoint& local, PacketSink sink) {
   return true;
 }
 
-PacketBuffer* RcQueuePair::BuildSend(const proto::RocePacketSpec& spec, const SendWqe& w,
-                                     uint32_t k, size_t len, const proto::IcrcAddresses& addrs,
-                                     bool first_transmission, PacketPool* pool) {
+void RcQueuePair::CopyReferenced(SendWqe& w) {
+  if (w.referenced == nullptr) return;
+  std::memcpy(w.frames->data() + PayloadOffset(0) + w.referenced_at, w.referenced,
+              w.referenced_len);
+  w.referenced = nullptr;
+}
+
+size_t RcQueuePair::ReleaseReferences(std::span<const uint8_t> memory) {
+  size_t copied = 0;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(memory.data());
+  const uintptr_t end = begin + memory.size();
+  for (SendWqe* w : sq_) {
+    if (w->referenced == nullptr) continue;
+    const uintptr_t at = reinterpret_cast<uintptr_t>(w->referenced);
+    if (at < begin || at + w->referenced_len > end) continue;
+    copied += w->referenced_len;
+    CopyReferenced(*w);
+  }
+  return copied;
+}
+
+PacketBuffer* RcQueuePair::BuildSend(const proto::RocePacketSpec& spec, SendWqe& w, uint32_t k,
+                                     size_t len, const proto::IcrcAddresses& addrs,
+                                     bool first_transmission, const PacketSink& sink) {
+  PacketPool* pool = sink.pool;
   const BthOpcode op = spec.bth.opcode;
   const size_t headers = proto::RoceHeadersSize(op);
   const size_t needed = proto::RocePacketSize(op, len);
@@ -720,16 +772,27 @@ PacketBuffer* RcQueuePair::BuildSend(const proto::RocePacketSpec& spec, const Se
     EnterError(absl::InternalError(why.ToString()));
     return nullptr;
   };
+  // A port that cannot send bytes from where they are gets them copied
+  // into the frame, once.
+  if (w.referenced != nullptr && first_transmission && !sink.takes_external) CopyReferenced(w);
   if (first_transmission) {
     // Headers, pad and ICRC around the payload in its frame, and a view of
-    // it. A retransmission must not rewrite a frame whose earlier view may
-    // still wait in a queue: it copies (below), as does a pool without a
-    // free view header.
+    // it; a referenced part of the payload goes out from where the caller
+    // keeps it (PacketBuffer::external). A retransmission must not rewrite
+    // a frame whose earlier view may still wait in a queue: it copies
+    // (below), as does a pool without a free view header.
+    const std::span<const uint8_t> part =
+        w.referenced != nullptr ? std::span<const uint8_t>(w.referenced, w.referenced_len)
+                                : std::span<const uint8_t>();
     absl::StatusOr<size_t> n =
-        proto::FinishRocePacketInPlace(spec, len, addrs, {payload - headers, needed});
+        part.empty()
+            ? proto::FinishRocePacketInPlace(spec, len, addrs, {payload - headers, needed})
+            : proto::FinishRocePacketAroundPart(spec, len, addrs, {payload - headers, needed},
+                                                w.referenced_at, part);
     if (!n.ok()) return failed(n.status(), nullptr);
     const auto at = static_cast<uint32_t>(payload - headers - w.frames->data());
     if (PacketBuffer* view = pool->AllocView(w.frames, at, static_cast<uint32_t>(*n))) {
+      if (!part.empty()) view->SetExternal(static_cast<uint32_t>(headers + w.referenced_at), part);
       return view;
     }
   }
@@ -744,6 +807,9 @@ PacketBuffer* RcQueuePair::BuildSend(const proto::RocePacketSpec& spec, const Se
     return nullptr;
   }
   std::memcpy(p->data() + headers, payload, len);
+  if (w.referenced != nullptr) {
+    std::memcpy(p->data() + headers + w.referenced_at, w.referenced, w.referenced_len);
+  }
   absl::StatusOr<size_t> n =
       proto::FinishRocePacketInPlace(spec, len, addrs, {p->data(), p->capacity()});
   if (!n.ok()) return failed(n.status(), p);

@@ -50,7 +50,11 @@
 //   IBTA requires; the requester that receives that NAK goes to ERROR too.
 //
 // Posted messages are copied into buffers the QP keeps and reuses, so the
-// caller's memory is free on return and the steady state allocates nothing.
+// caller's memory is free on return and the steady state allocates nothing;
+// or, posted with PostSendGatherReferencing, one piece of a one-packet
+// message is read where the caller keeps it until the message completes or
+// the caller releases it (ReleaseReferences), and a port that takes
+// external bytes sends it from there: the message is not copied at all.
 // Received messages are assembled in a ring of slots, or, with
 // zero_copy_receive, a one-packet message stays in its packet buffer.
 //
@@ -180,6 +184,21 @@ class RcQueuePair {
   // scatter/gather list): copied once, straight into the QP's buffer.
   absl::Status PostSendGather(std::span<const std::span<const uint8_t>> pieces, uint64_t wr_id,
                               std::optional<uint32_t> imm = std::nullopt);
+  // PostSendGather, but pieces[referenced] is not copied when the message
+  // is one packet: the QP reads it where it is, as a NIC reads a send from
+  // registered memory, when it builds the packet (a port that takes
+  // external bytes, Port::TakesExternalBytes, sends them from there: no
+  // copy at all) and for every retransmission, until the message
+  // completes or ReleaseReferences covers it. The caller keeps those bytes
+  // unchanged and alive until then. A longer message is copied whole.
+  absl::Status PostSendGatherReferencing(std::span<const std::span<const uint8_t>> pieces,
+                                         size_t referenced, uint64_t wr_id,
+                                         std::optional<uint32_t> imm = std::nullopt);
+  // Copies the referenced bytes of every queued message whose referenced
+  // piece lies inside `memory` into the QP's own buffer: from then on the
+  // caller may change or free `memory`. Returns how many bytes it copied
+  // (those of messages not yet acknowledged).
+  size_t ReleaseReferences(std::span<const uint8_t> memory);
 
   // Makes room for `messages` one-packet messages in flight (at most
   // max_send_queue) before they are posted: their send queue entries and
@@ -280,6 +299,12 @@ class RcQueuePair {
     std::optional<uint32_t> imm;
     uint32_t first_psn = 0;
     uint32_t num_packets = 0;
+    // PostSendGatherReferencing: the message's bytes [referenced_at,
+    // referenced_at + referenced_len) are read from `referenced`, not from
+    // `frames` (a one-packet message); nullptr once copied there.
+    const uint8_t* referenced = nullptr;
+    uint32_t referenced_at = 0;
+    uint32_t referenced_len = 0;
   };
   // A new send queue entry, owned by wqe_storage_.
   SendWqe* NewWqe();
@@ -313,9 +338,14 @@ class RcQueuePair {
   // first transmission a view of its frame, else (or without a free view
   // header) a copy from `pool`; nullptr (counted, or the QP failed) if
   // neither could be had.
-  PacketBuffer* BuildSend(const proto::RocePacketSpec& spec, const SendWqe& w, uint32_t k,
+  PacketBuffer* BuildSend(const proto::RocePacketSpec& spec, SendWqe& w, uint32_t k,
                           size_t len, const proto::IcrcAddresses& addrs, bool first_transmission,
-                          PacketPool* pool);
+                          const PacketSink& sink);
+  // Posts `pieces` as a message, copied but for pieces[*referenced].
+  absl::Status Post(std::span<const std::span<const uint8_t>> pieces, uint64_t wr_id,
+                    std::optional<uint32_t> imm, std::optional<size_t> referenced);
+  // Writes the referenced bytes of `w` into its frame (nothing if none).
+  void CopyReferenced(SendWqe& w);
   // Responder side.
   bool Receive(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
                PacketBuffer* buffer);

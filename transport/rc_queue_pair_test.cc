@@ -84,16 +84,29 @@ std::vector<uint8_t> Message(uint32_t index, size_t size) {
 }
 
 // Sends `sizes` from a to b (keeping the send queue full), returns what b
-// received, in order, and checks every send completion.
+// received, in order, and checks every send completion. With `reference`,
+// each message goes as a gather of its first 8 bytes (copied) and the rest,
+// referenced (PostSendGatherReferencing) and kept unchanged until it
+// completes.
 std::vector<std::vector<uint8_t>> Transfer(RcPair& pair, const std::vector<size_t>& sizes,
-                                           int max_steps = 2000000) {
+                                           int max_steps = 2000000, bool reference = false) {
   std::vector<std::vector<uint8_t>> received;
+  std::vector<std::vector<uint8_t>> kept(sizes.size());
   size_t posted = 0, completed = 0;
   for (int step = 0; step < max_steps && (received.size() < sizes.size() || completed < sizes.size());
        ++step) {
     while (posted < sizes.size()) {
       auto m = Message(static_cast<uint32_t>(posted), sizes[posted]);
-      absl::Status s = pair.qa_->PostSend(m, posted);
+      absl::Status s;
+      if (reference) {
+        kept[posted] = m;
+        const std::span<const uint8_t> all(kept[posted]);
+        const size_t head = std::min<size_t>(8, all.size());
+        const std::span<const uint8_t> pieces[] = {all.first(head), all.subspan(head)};
+        s = pair.qa_->PostSendGatherReferencing(pieces, 1, posted);
+      } else {
+        s = pair.qa_->PostSend(m, posted);
+      }
       if (absl::IsResourceExhausted(s)) break;
       EXPECT_TRUE(s.ok()) << s;
       if (!s.ok()) return received;
@@ -104,6 +117,9 @@ std::vector<std::vector<uint8_t>> Transfer(RcPair& pair, const std::vector<size_
     while (pair.qa_->PollSendCompletion(&sc)) {
       EXPECT_TRUE(sc.status.ok()) << sc.status;
       EXPECT_EQ(sc.wr_id, completed) << "completions come in posting order";
+      // Completed: its memory is the caller's again (overwritten, as a
+      // caller may).
+      std::fill(kept[completed].begin(), kept[completed].end(), 0xCC);
       ++completed;
     }
     RecvMessage rm;
@@ -210,6 +226,24 @@ TEST_P(RcUnderFaults, ExactlyOnceInOrderUnderLossDuplicationReorderAndCorruption
   EXPECT_GT(pair.qb_->counters().drops.Get(QpDropReason::kDuplicate), 0u);
   EXPECT_EQ(pair.qa_->state(), QpState::kRts);
   EXPECT_EQ(pair.qb_->state(), QpState::kRts);
+}
+
+// The same with messages sent from the caller's memory: first
+// transmissions carry it as external bytes (made whole by the stage that
+// drops, duplicates, corrupts or delays them, or by the memory port), and
+// retransmissions read it again.
+TEST_P(RcUnderFaults, ReferencedMessagesArriveExactlyOnceInOrderUnderFaults) {
+  ImpairmentConfig faults =
+      *ParseImpairment("drop=0.1,dup=0.05,reorder=0.1:300us,corrupt=0.01,delay=20us");
+  faults.seed = GetParam();
+  RcQpAttributes attrs;
+  attrs.timeout = absl::Milliseconds(1);
+  RcPair pair(faults, Persistent(), attrs);
+  std::vector<size_t> sizes;
+  for (int round = 0; round < 4; ++round) sizes.insert(sizes.end(), kSizes.begin(), kSizes.end());
+  ExpectExactlyOnceInOrder(Transfer(pair, sizes, 2000000, /*reference=*/true), sizes);
+  EXPECT_GT(pair.qa_->counters().packets_retransmitted, 0u);
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts);
 }
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RcUnderFaults, ::testing::Values(1, 2, 3, 42, 1234));
@@ -759,10 +793,11 @@ class BareRcPair {
     RcPair::Connect(&b_, kAddrA, a_.qpn(), attrs, 200, 100);
   }
   ~BareRcPair() { PacketPool::FreeBurst(out_); }
-  // What `qp` sends now.
+  // What `qp` sends now (to a port that takes external bytes if
+  // takes_external_).
   std::vector<PacketBuffer*> Poll(RcQueuePair& qp, Ipv4Endpoint local) {
     out_.clear();
-    qp.Poll(local, {&pool_, &out_});
+    qp.Poll(local, {&pool_, &out_, takes_external_});
     std::vector<PacketBuffer*> sent = out_;
     out_.clear();
     return sent;
@@ -771,7 +806,8 @@ class BareRcPair {
   void Deliver(const PacketBuffer& p, RcQueuePair& to, Ipv4Endpoint from, Ipv4Endpoint at) {
     PacketBuffer* copy = pool_.Alloc();
     ASSERT_NE(copy, nullptr);
-    std::memcpy(copy->data(), p.data(), p.len());
+    const std::vector<uint8_t> bytes = Whole(p);
+    std::memcpy(copy->data(), bytes.data(), bytes.size());
     copy->set_len(p.len());
     copy->src = from;
     copy->dst = at;
@@ -790,8 +826,16 @@ class BareRcPair {
     }
   }
 
+  // The bytes `p` goes out with: its own, with its external ones in place.
+  static std::vector<uint8_t> Whole(const PacketBuffer& p) {
+    std::vector<uint8_t> bytes(p.data(), p.data() + p.len());
+    std::copy(p.external().begin(), p.external().end(), bytes.begin() + p.external_at());
+    return bytes;
+  }
+
   FakeClock clock_;
   PacketPool pool_;
+  bool takes_external_ = false;
   RcQueuePair a_{0x300, {}, clock_};
   RcQueuePair b_{0x400, {}, clock_};
   std::vector<PacketBuffer*> out_;
@@ -857,6 +901,80 @@ TEST(RcQueuePair, WithoutViewHeadersEveryPacketIsACopy) {
   pair.DeliverAndAck(sent);
   PacketPool::FreeBurst(sent);
   EXPECT_EQ(Oldest(pair.b_), Message(3, 5000));
+}
+
+TEST(RcQueuePair, AReferencedPieceGoesOutFromTheCallersMemoryUntilReleased) {
+  BareRcPair pair(/*views=*/64);
+  pair.takes_external_ = true;
+  const std::vector<uint8_t> whole = Message(9, 40 + 4000 + 16);
+  std::vector<uint8_t> header(whole.begin(), whole.begin() + 40);
+  std::vector<uint8_t> data(whole.begin() + 40, whole.begin() + 4040);
+  std::vector<uint8_t> tag(whole.begin() + 4040, whole.end());
+  const std::span<const uint8_t> pieces[] = {header, data, tag};
+  ASSERT_TRUE(pair.a_.PostSendGatherReferencing(pieces, 1, 5).ok());
+  // The pieces around it were copied: the caller may reuse them at once.
+  std::fill(header.begin(), header.end(), 0);
+  std::fill(tag.begin(), tag.end(), 0);
+  std::vector<PacketBuffer*> sent = pair.Poll(pair.a_, kAddrA);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0]->is_view());
+  EXPECT_EQ(sent[0]->external().data(), data.data()) << "no copy: sent from where it is";
+  EXPECT_EQ(sent[0]->external().size(), data.size());
+  EXPECT_EQ(sent[0]->external_at(), proto::kBthSize + 40);
+  // Lost. Until released, the retransmission reads the caller's memory
+  // again (here changed, against the contract, to show where it reads).
+  PacketPool::FreeBurst(sent);
+  data[0] ^= 0xFF;
+  pair.clock_.Advance(absl::Milliseconds(2));
+  std::vector<PacketBuffer*> again = pair.Poll(pair.a_, kAddrA);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_TRUE(again[0]->external().empty()) << "a retransmission is a copy";
+  EXPECT_EQ(again[0]->data()[proto::kBthSize + 40], data[0]);
+  PacketPool::FreeBurst(again);
+  // Released: copied into the QP; the caller's memory is free.
+  EXPECT_EQ(pair.a_.ReleaseReferences(data), data.size());
+  EXPECT_EQ(pair.a_.ReleaseReferences(data), 0u) << "nothing referenced any more";
+  const std::vector<uint8_t> released = data;
+  std::fill(data.begin(), data.end(), 0x77);
+  std::vector<uint8_t> expected = whole;
+  std::copy(released.begin(), released.end(), expected.begin() + 40);
+  for (int round = 0; round < 10 && !Oldest(pair.b_); ++round) {
+    pair.clock_.Advance(absl::Milliseconds(5));
+    again = pair.Poll(pair.a_, kAddrA);
+    pair.DeliverAndAck(again);
+    PacketPool::FreeBurst(again);
+  }
+  EXPECT_EQ(Oldest(pair.b_), expected);
+  SendCompletion sc;
+  ASSERT_TRUE(pair.a_.PollSendCompletion(&sc));
+  EXPECT_EQ(sc.wr_id, 5u);
+}
+
+TEST(RcQueuePair, AReferencedPieceIsCopiedForAPortThatTakesNoExternalBytes) {
+  BareRcPair pair(/*views=*/64);
+  const std::vector<uint8_t> whole = Message(10, 3000);
+  std::vector<uint8_t> head(whole.begin(), whole.begin() + 8);
+  std::vector<uint8_t> rest(whole.begin() + 8, whole.end());
+  const std::span<const uint8_t> pieces[] = {head, rest};
+  ASSERT_TRUE(pair.a_.PostSendGatherReferencing(pieces, 1, 6).ok());
+  std::vector<PacketBuffer*> sent = pair.Poll(pair.a_, kAddrA);
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_TRUE(sent[0]->external().empty());
+  // Copied when it was built: nothing is referenced any more.
+  EXPECT_EQ(pair.a_.ReleaseReferences(rest), 0u);
+  std::fill(rest.begin(), rest.end(), 0);
+  pair.DeliverAndAck(sent);
+  PacketPool::FreeBurst(sent);
+  EXPECT_EQ(Oldest(pair.b_), whole);
+  // A message longer than a packet is copied whole when posted.
+  const std::vector<uint8_t> longer = Message(11, 9000);
+  const std::span<const uint8_t> parts[] = {std::span<const uint8_t>(longer).first(8),
+                                            std::span<const uint8_t>(longer).subspan(8)};
+  pair.takes_external_ = true;
+  ASSERT_TRUE(pair.a_.PostSendGatherReferencing(parts, 1, 7).ok());
+  EXPECT_EQ(pair.a_.ReleaseReferences(longer), 0u);
+  EXPECT_EQ(pair.a_.PostSendGatherReferencing(parts, 2, 8).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RcQueuePair, ModifyFollowsTheVerbsStateMachine) {

@@ -289,7 +289,7 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
 
 void RoceEndpoint::SendDue() {
   const Ipv4Endpoint local = port_->local();
-  PacketSink sink{&port_->pool(), &tx_};
+  PacketSink sink{&port_->pool(), &tx_, port_->TakesExternalBytes()};
   // When one delayed ACK is due, every waiting ACK goes with it: one wakeup
   // and one burst for all connections instead of one per connection.
   const int64_t now = clock_.NowNanos();

@@ -585,18 +585,41 @@ size_t UdpPort::SendBurst(std::span<PacketBuffer* const> packets) {
   return taken;
 }
 
+size_t UdpPort::Pieces(PacketBuffer& p, iovec* out) {
+  const std::span<const uint8_t> external = p.external();
+  // The ICRC at the end is rewritten in place for a batch's segments: it
+  // must be the packet's own.
+  if (!external.empty() && p.external_at() + external.size() + proto::kIcrcSize > p.len()) {
+    p.Materialize();
+  }
+  if (p.external().empty()) {
+    out[0] = {p.data(), p.len()};
+    return 1;
+  }
+  size_t n = 0;
+  const size_t at = p.external_at();
+  if (at > 0) out[n++] = {p.data(), at};
+  out[n++] = {const_cast<uint8_t*>(external.data()), external.size()};
+  const size_t after = at + external.size();
+  out[n++] = {p.data() + after, p.len() - after};
+  return n;
+}
+
 size_t UdpPort::SendRuns(std::span<PacketBuffer* const> packets) {
   // One message per run: packets to one destination, all of the run's
   // first size but the last (which may be shorter), within the kernel's
   // limits; a run of one is a plain datagram.
   mmsghdr msgs[kMaxBurst];
-  iovec iovs[kMaxBurst];
+  // Up to three pieces a packet: its own bytes around its external ones
+  // (PacketBuffer::external), which the kernel copies from where they are.
+  iovec iovs[kMaxBurst * 3];
   sockaddr_in addrs[kMaxBurst];
   alignas(cmsghdr) uint8_t controls[kMaxBurst][CMSG_SPACE(sizeof(uint16_t))];
   size_t run_start[kMaxBurst + 1];
   const size_t limit = std::min(packets.size(), kMaxBurst);
   const bool gso = config_.gso && gso_works_;
   size_t num_msgs = 0;
+  size_t num_iovs = 0;
   for (size_t i = 0; i < limit;) {
     PacketBuffer* first = packets[i];
     size_t end = i + 1, bytes = first->len();
@@ -618,9 +641,10 @@ size_t UdpPort::SendRuns(std::span<PacketBuffer* const> packets) {
     addrs[num_msgs] = ToSockaddr(first->dst);
     h.msg_name = &addrs[num_msgs];
     h.msg_namelen = sizeof(addrs[num_msgs]);
-    for (size_t k = i; k < end; ++k) iovs[k] = {packets[k]->data(), packets[k]->len()};
-    h.msg_iov = &iovs[i];
-    h.msg_iovlen = end - i;
+    const size_t first_iov = num_iovs;
+    for (size_t k = i; k < end; ++k) num_iovs += Pieces(*packets[k], &iovs[num_iovs]);
+    h.msg_iov = &iovs[first_iov];
+    h.msg_iovlen = num_iovs - first_iov;
     if (end - i > 1) {
       // Segment k leaves with IPv4 identification k: its ICRC must be the
       // one of that identification.

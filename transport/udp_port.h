@@ -24,6 +24,8 @@
 #ifndef NETFOLD_TRANSPORT_UDP_PORT_H_
 #define NETFOLD_TRANSPORT_UDP_PORT_H_
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <deque>
 #include <memory>
@@ -80,6 +82,8 @@ class UdpPort : public Port {
 
   size_t RecvBurst(std::span<PacketBuffer*> out, absl::Duration timeout) override;
   size_t SendBurst(std::span<PacketBuffer* const> packets) override;
+  // External bytes go as one more piece of the datagram (sendmmsg's iovec).
+  bool TakesExternalBytes() const override { return true; }
   absl::Status JoinMulticast(const Ipv4Endpoint& group) override;
   absl::Status LeaveMulticast(const Ipv4Endpoint& group) override;
   Ipv4Endpoint local() const override { return local_; }
@@ -131,6 +135,9 @@ class UdpPort : public Port {
   size_t TakePending(std::span<PacketBuffer*> out);
   // Sends packets[0, n) as runs (see gso); returns how many were taken.
   size_t SendRuns(std::span<PacketBuffer* const> packets);
+  // The pieces `p` goes out in (1 to 3: its external bytes from where they
+  // are) written to `out`; returns how many.
+  static size_t Pieces(PacketBuffer& p, iovec* out);
 
   UdpPortConfig config_;
   PacketPool pool_;

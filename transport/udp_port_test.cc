@@ -241,6 +241,68 @@ TEST(UdpPort, SegmentationBatchesArriveAsTheirPacketsWithTheirIdentifications) {
   EXPECT_EQ(b->pool().num_in_use(), 0u);
 }
 
+// Packets whose middle bytes are external (PacketBuffer::external: a queue
+// pair sending from the caller's memory) leave with those bytes in place,
+// alone or in a segmentation batch (their ICRCs rewritten for their
+// identifications), and what the packets hold in that place is not sent.
+TEST(UdpPort, ExternalBytesLeaveInTheirPlaceInBatchesAndAlone) {
+  auto a = MakePort();
+  auto b = MakePort();
+  ASSERT_TRUE(a && b);
+  ASSERT_TRUE(a->TakesExternalBytes());
+  constexpr uint32_t kLen = 4088, kAt = 16, kExternal = 4000;
+  std::vector<std::vector<uint8_t>> external, expected;
+  std::vector<PacketBuffer*> tx;
+  for (uint32_t i = 0; i < 5; ++i) {
+    const uint32_t len = i == 4 ? 1000 : kLen;  // the last shorter (it ends the batch)
+    const uint32_t ext = i == 4 ? 900 : kExternal;
+    PacketBuffer* p = Packet(*a, b->local(), i, len);
+    external.emplace_back(ext);
+    std::iota(external.back().begin(), external.back().end(), static_cast<uint8_t>(i * 7));
+    std::memset(p->data() + kAt, 0xEE, ext);  // stale: must not be sent
+    const proto::IcrcAddresses addrs{a->local().ip, b->local().ip, a->local().port,
+                                     b->local().port};
+    proto::StoreIcrc(proto::ComputeIcrcWithPart(addrs, p->bytes().first(len - proto::kIcrcSize),
+                                                kAt, external.back()),
+                     p->bytes().last<proto::kIcrcSize>());
+    // Without the ICRC: segment k's is rewritten for identification k.
+    std::vector<uint8_t> whole(p->data(), p->data() + len - proto::kIcrcSize);
+    std::copy(external.back().begin(), external.back().end(), whole.begin() + kAt);
+    expected.push_back(whole);
+    p->SetExternal(kAt, external.back());
+    tx.push_back(p);
+  }
+  // A lone one as well.
+  PacketBuffer* alone = Packet(*a, b->local(), 5, 200);
+  external.emplace_back(100, 0x33);
+  const proto::IcrcAddresses addrs{a->local().ip, b->local().ip, a->local().port,
+                                   b->local().port};
+  proto::StoreIcrc(proto::ComputeIcrcWithPart(addrs, alone->bytes().first(200 - proto::kIcrcSize),
+                                              kAt, external.back()),
+                   alone->bytes().last<proto::kIcrcSize>());
+  std::vector<uint8_t> whole(alone->data(), alone->data() + 200 - proto::kIcrcSize);
+  std::fill(whole.begin() + kAt, whole.begin() + kAt + 100, 0x33);
+  expected.push_back(whole);
+  alone->SetExternal(kAt, external.back());
+  ASSERT_EQ(a->SendBurst(tx), tx.size());
+  ASSERT_EQ(a->SendBurst({&alone, 1}), 1u);
+  EXPECT_EQ(a->counters().tx_batched, 5u);
+  EXPECT_EQ(a->counters().tx_bytes, 4u * kLen + 1000u + 200u);
+  std::vector<std::vector<uint8_t>> got;
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  PacketBuffer* rx[32];
+  while (got.size() < 6 && !deadline.Expired()) {
+    const size_t n = b->RecvBurst(rx, absl::Milliseconds(50));
+    for (size_t i = 0; i < n; ++i) {
+      EXPECT_TRUE(IcrcHolds(rx[i])) << "packet " << Tag(rx[i]);
+      got.emplace_back(rx[i]->data(), rx[i]->data() + rx[i]->len() - proto::kIcrcSize);
+    }
+    PacketPool::FreeBurst({rx, n});
+  }
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(a->pool().num_in_use(), 0u);
+}
+
 // Packets held past the next receive hold the batch buffer they are views
 // of. Once every batch buffer is held, the packets of further batches are
 // copied out of the batch (counted in rx_batch_copied), whole and in
