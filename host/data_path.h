@@ -86,6 +86,9 @@ class DataPath {
                              std::span<const uint8_t> tag) override {
       return link->PostRequest(header, elements, tag);
     }
+    void ReleaseElements(std::span<const uint8_t> memory) override {
+      link->ReleaseRequests(memory);
+    }
   };
   struct Failure {
     std::optional<uint32_t> group_id;

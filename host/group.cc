@@ -43,7 +43,15 @@ constexpr size_t kMaxDetachedBytes = size_t{64} << 20;
 }  // namespace
 
 Group::~Group() {
-  if (owner_ != nullptr) owner_->Forget(*this);
+  if (owner_ == nullptr) return;
+  if (engine_ != nullptr) {
+    // Operations still pending (a group dropped without Destroy): the link
+    // must stop reading their buffers, which the caller may free now.
+    ProgressThread::Inside inside(owner_->progress());
+    engine_->Fail(
+        WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+  }
+  owner_->Forget(*this);
 }
 
 

@@ -70,10 +70,24 @@ struct GroupEngine::Op {
   size_t keep_from = 0, keep_bytes = 0;
   // An allreduce's chunks whose result reached the caller's buffer (Written).
   std::vector<bool> written;
+  // The memory its requests' elements were sent from (the caller's send
+  // buffer, or `staged`): the sender may read it until told to let go
+  // (ReleaseSent), before the operation is handed back.
+  const uint8_t* sent_begin = nullptr;
+  const uint8_t* sent_end = nullptr;
+  bool sent_released = false;
   int64_t deadline_ns = 0;
   bool done = false;
   absl::Status status;
 };
+
+void GroupEngine::ReleaseSent(Op& op) {
+  if (op.sent_released) return;
+  op.sent_released = true;
+  if (op.sent_end > op.sent_begin) {
+    sender_->ReleaseElements({op.sent_begin, static_cast<size_t>(op.sent_end - op.sent_begin)});
+  }
+}
 
 GroupEngine::GroupEngine(const GroupParams& params, RequestSender* sender, const Clock& clock)
     : params_(params), sender_(sender), clock_(clock) {
@@ -358,6 +372,10 @@ bool GroupEngine::PostNextChunk(std::optional<int64_t>& now_ns) {
     Fail(absl::InternalError("could not encode a request"));
     return false;
   }
+  if (const std::span<const uint8_t> e = request->elements; !e.empty()) {
+    if (op.sent_begin == nullptr || e.data() < op.sent_begin) op.sent_begin = e.data();
+    if (e.data() + e.size() > op.sent_end) op.sent_end = e.data() + e.size();
+  }
   absl::Status s = Send(*request);
   if (absl::IsResourceExhausted(s)) {
     pending_request_ = *request;  // committed: retried first on the next Poll
@@ -517,6 +535,9 @@ absl::Duration GroupEngine::RepairAfter() const {
 void GroupEngine::FinishOpIfDone(Op& op) {
   if (op.done || op.chunks_done < op.num_chunks) return;
   op.done = true;
+  // Every result is in: the fabric took every request (a retransmission
+  // would be a duplicate it drops unread), and the buffer goes back.
+  ReleaseSent(op);
   if (op.status.ok() && op.keep_bytes > 0) {
     std::memcpy(op.keep_to, op.staged.data() + op.keep_from, op.keep_bytes);
   }
@@ -634,12 +655,15 @@ std::optional<int64_t> GroupEngine::NextTimerNs() const {
   return next;
 }
 
-bool GroupEngine::Posted(OpId id) const {
+bool GroupEngine::Posted(OpId id) {
   auto it = ops_.find(id);
   if (it == ops_.end() || it->second->done) return true;
-  const Op& op = *it->second;
-  return op.chunks_posted == op.num_chunks &&
-         !(pending_request_.has_value() && pending_op_ == id);
+  Op& op = *it->second;
+  if (op.chunks_posted < op.num_chunks || (pending_request_.has_value() && pending_op_ == id)) {
+    return false;
+  }
+  ReleaseSent(op);  // what is not acknowledged yet is copied
+  return true;
 }
 
 bool GroupEngine::Done(OpId id) const {
@@ -691,6 +715,7 @@ void GroupEngine::Fail(absl::Status why) {
     failure_ = why;
   }
   for (auto& [id, op] : ops_) {
+    ReleaseSent(*op);
     if (op->done) continue;
     op->done = true;
     op->status = failure_;

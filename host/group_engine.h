@@ -89,16 +89,22 @@ struct GroupParams {
 
 // Sends a request (or repair request) message to the leaf switch over RC:
 // the 40-byte header, then the elements (straight from the caller's send
-// buffer), then `tag` (16 bytes with integrity, else empty); all copied
-// before SendRequest returns. Returns ResourceExhausted if
-// the send queue is full (the engine retries on the next Poll); any other
-// error fails the group.
+// buffer), then `tag` (16 bytes with integrity, else empty). The header and
+// tag are copied before SendRequest returns; the elements may be read where
+// they are until ReleaseElements covers them (a link that sends from the
+// caller's memory, as a NIC does), which the engine calls before it hands
+// an operation's send buffer back to its caller. Returns ResourceExhausted
+// if the send queue is full (the engine retries on the next Poll); any
+// other error fails the group.
 class RequestSender {
  public:
   virtual ~RequestSender() = default;
   virtual absl::Status SendRequest(std::span<const uint8_t> header,
                                    std::span<const uint8_t> elements,
                                    std::span<const uint8_t> tag) = 0;
+  // From now on the sender reads nothing of `memory` (it copies what its
+  // queued requests still need). The default: a sender that copied.
+  virtual void ReleaseElements(std::span<const uint8_t> memory) { (void)memory; }
 };
 
 struct CollectiveArgs {
@@ -183,10 +189,11 @@ class GroupEngine {
   std::optional<int64_t> NextTimerNs() const;
 
   bool Done(OpId id) const;
-  // Every chunk of the operation was handed to the sender, which copied its
-  // elements: the caller's send buffer is no longer read. True for an
-  // unknown or finished operation.
-  bool Posted(OpId id) const;
+  // Every chunk of the operation was handed to the sender, and the sender
+  // let go of its elements (RequestSender::ReleaseElements: it copied what
+  // it still needed): the caller's send buffer is no longer read. True for
+  // an unknown or finished operation.
+  bool Posted(OpId id);
   // The operation's outcome once Done; forgets it. NotFound for an unknown id.
   absl::Status Finish(OpId id);
   // The outcome without forgetting it; nullopt while pending.
@@ -265,6 +272,9 @@ class GroupEngine {
   // The message's time while one is handled, else the clock's.
   int64_t NowNs() const { return message_ns_.has_value() ? *message_ns_ : clock_.NowNanos(); }
   void FinishOpIfDone(Op& op);
+  // Tells the sender to let go of the memory `op`'s requests were sent
+  // from (once; no request of it is posted after).
+  void ReleaseSent(Op& op);
   // How long a multicast result may take before it is first asked for
   // again: repair_after, or more where results take longer (srtt_ns_).
   absl::Duration RepairAfter() const;

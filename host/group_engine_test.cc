@@ -51,6 +51,71 @@ TEST_F(GroupEngineTest, PostedOnlyOnceTheSenderTookEveryChunk) {
   EXPECT_TRUE(e.Posted(12345)) << "unknown operations hold no buffer";
 }
 
+// A link may send the elements from the caller's buffer (as a NIC does):
+// the engine tells it to let go of that memory, once, before it hands the
+// buffer back: when every result is in, when a reduce's non-root may
+// return (Posted), or when the group fails.
+TEST_F(GroupEngineTest, TheSenderLetsGoOfTheSendBufferBeforeItIsHandedBack) {
+  auto covers = [](std::span<const uint8_t> s, const std::vector<int32_t>& v, size_t elements) {
+    return s.data() == reinterpret_cast<const uint8_t*>(v.data()) &&
+           s.size() == elements * sizeof(int32_t);
+  };
+  {
+    GroupEngine e(Params(), &leaf_, clock_);
+    std::vector<int32_t> data(10, 1), out(10);  // 3 chunks, K = 2
+    auto op = e.Start({.collective = CollectiveType::kAllreduce, .dtype = DataType::kInt32,
+                       .op = ReduceOp::kSum, .send = data.data(), .recv = out.data(),
+                       .count = data.size()});
+    ASSERT_TRUE(op.ok());
+    e.Poll();
+    Answer(e, 0, {1, 1, 1, 1});
+    e.Poll();
+    Answer(e, 1, {1, 1, 1, 1});
+    EXPECT_TRUE(leaf_.released.empty()) << "a result still to come: the buffer is still read";
+    Answer(e, 2, {1, 1});
+    ASSERT_TRUE(e.Done(*op));
+    ASSERT_EQ(leaf_.released.size(), 1u);
+    EXPECT_TRUE(covers(leaf_.released[0], data, 10));
+    EXPECT_TRUE(e.Finish(*op).ok());
+  }
+  leaf_ = FakeLeaf{};
+  {
+    // A reduce at a non-root: let go of once every chunk was posted.
+    GroupEngine e(Params(), &leaf_, clock_);
+    std::vector<int32_t> data(10, 1), out(10);
+    auto op = e.Start({.collective = CollectiveType::kReduce, .dtype = DataType::kInt32,
+                       .op = ReduceOp::kSum, .root = 0, .send = data.data(), .recv = out.data(),
+                       .count = data.size()});
+    ASSERT_TRUE(op.ok());
+    e.Poll();
+    Answer(e, 0, {});
+    e.Poll();
+    EXPECT_TRUE(leaf_.released.empty());
+    ASSERT_TRUE(e.Posted(*op));
+    ASSERT_EQ(leaf_.released.size(), 1u);
+    EXPECT_TRUE(covers(leaf_.released[0], data, 10));
+    Answer(e, 1, {});
+    Answer(e, 2, {});
+    EXPECT_TRUE(e.Done(*op));
+    EXPECT_EQ(leaf_.released.size(), 1u) << "once";
+  }
+  leaf_ = FakeLeaf{};
+  {
+    // The group fails with two chunks out: what was sent is let go of.
+    GroupEngine e(Params(), &leaf_, clock_);
+    std::vector<int32_t> data(10, 1), out(10);
+    auto op = e.Start({.collective = CollectiveType::kAllreduce, .dtype = DataType::kInt32,
+                       .op = ReduceOp::kSum, .send = data.data(), .recv = out.data(),
+                       .count = data.size()});
+    ASSERT_TRUE(op.ok());
+    e.Poll();
+    e.Fail(absl::AbortedError("revoked"));
+    ASSERT_EQ(leaf_.released.size(), 1u);
+    EXPECT_TRUE(covers(leaf_.released[0], data, 8));
+    EXPECT_FALSE(e.Finish(*op).ok());
+  }
+}
+
 // Written (the failover's view, host/resync.h): the chunks whose result
 // reached the buffer, whole, and no others, also after the op failed.
 TEST_F(GroupEngineTest, WrittenSaysWhichChunksReachedTheBuffer) {

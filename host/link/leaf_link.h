@@ -75,11 +75,19 @@ class LeafLink {
   // creates the UD QP for the job's Q_Key and P_Key. Once only.
   virtual absl::Status Connect(const LeafPeer& peer) = 0;
   // Queues one request message: `header`, `elements`, then `tag` (16 bytes
-  // with integrity, else empty), copied once into the link's send buffer. ResourceExhausted when the send queue is
-  // full (call again after Progress); Unavailable once the connection failed.
+  // with integrity, else empty). The header and tag are copied; the
+  // elements may be read where they are (soft: sent from there, as a NIC
+  // sends from registered memory) until the message is acknowledged or
+  // ReleaseRequests covers them, so the caller keeps them unchanged until
+  // then. ResourceExhausted when the send queue is full (call again after
+  // Progress); Unavailable once the connection failed.
   virtual absl::Status PostRequest(std::span<const uint8_t> header,
                                    std::span<const uint8_t> elements,
                                    std::span<const uint8_t> tag) = 0;
+  // Copies what queued requests still read of `memory` into the link's own
+  // buffers: the caller may change or free it from then on. Nothing to do
+  // for a link that copied the elements when they were posted (the default).
+  virtual void ReleaseRequests(std::span<const uint8_t> memory) { (void)memory; }
   // Receive results sent to `group` (an IPv4 multicast address with the
   // RoCEv2 port) by `source`, the group root switch's data address: results
   // from any other address or port are dropped and counted

@@ -65,7 +65,11 @@ absl::Status SoftLeafLink::PostRequest(std::span<const uint8_t> header,
                                        std::span<const uint8_t> elements,
                                        std::span<const uint8_t> tag) {
   const std::span<const uint8_t> pieces[] = {header, elements, tag};
-  return rc_->PostSendGather(pieces, 0);
+  return rc_->PostSendGatherReferencing(pieces, 1, 0);
+}
+
+void SoftLeafLink::ReleaseRequests(std::span<const uint8_t> memory) {
+  if (rc_ != nullptr) rc_->ReleaseReferences(memory);
 }
 
 absl::Status SoftLeafLink::AttachMulticast(const transport::Ipv4Endpoint& group,

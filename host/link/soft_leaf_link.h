@@ -30,8 +30,12 @@ class SoftLeafLink : public LeafLink {
   uint32_t qpn() const override { return rc_->qpn(); }
   size_t max_datagram_payload() const override;
   absl::Status Connect(const LeafPeer& peer) override;
+  // The elements are referenced (RcQueuePair::PostSendGatherReferencing):
+  // sent from the caller's memory, copied only by ReleaseRequests or for a
+  // port that cannot send them from there.
   absl::Status PostRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
                            std::span<const uint8_t> tag) override;
+  void ReleaseRequests(std::span<const uint8_t> memory) override;
   absl::Status AttachMulticast(const transport::Ipv4Endpoint& group,
                                const transport::Ipv4Endpoint& source) override;
   void DetachMulticast(const transport::Ipv4Endpoint& group) override;

@@ -21,7 +21,10 @@ namespace netfold::host::testing {
 
 struct FakeLeaf : RequestSender {
   std::vector<std::vector<uint8_t>> sent;
+  // What the engine told it to let go of (ReleaseElements), in order.
+  std::vector<std::span<const uint8_t>> released;
   int refuse_next = 0;
+  void ReleaseElements(std::span<const uint8_t> memory) override { released.push_back(memory); }
   absl::Status SendRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
                            std::span<const uint8_t> tag) override {
     if (refuse_next > 0) {

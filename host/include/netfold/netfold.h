@@ -245,8 +245,9 @@ int netfold_reduce_scatter(netfold_group_t group, const void* sendbuf, void* rec
                            const size_t* recvcounts, netfold_dtype_t dtype, netfold_op_t op);
 
 /* Nonblocking forms: start the operation and return a request (SUCCESS) or
- * an error as above. The buffers must stay valid until the request
- * completes. */
+ * an error as above. The buffers must stay valid, and the send buffer
+ * unchanged, until the request completes (as MPI requires): the link sends
+ * from the send buffer and may read it again until then. */
 int netfold_allreduce_nb(netfold_group_t group, const void* sendbuf, void* recvbuf,
                          size_t count, netfold_dtype_t dtype, netfold_op_t op,
                          netfold_request_t* request);
