@@ -509,7 +509,8 @@ ContextStats Context::stats() const {
     out.retransmissions = link.retransmissions;
     // Results with a bad or missing integrity tag are forged or damaged
     // packets the link let through: counted with the foreign ones.
-    out.packets_dropped = link.packets_dropped + out.engines.bad_tags;
+    out.packets_dropped =
+        link.packets_dropped + out.engines.bad_tags + data_path_->messages_dropped();
     out.foreign_packets_dropped = link.foreign_packets_dropped + out.engines.bad_tags;
   }
   return out;

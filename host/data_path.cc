@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/awake_clock.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
 #include "host/link/soft_leaf_link.h"
@@ -144,12 +145,22 @@ void DataPath::Progress(absl::Duration timeout) {
   auto deliver = [&](std::span<const uint8_t> message) {
     proto::AggregationHeader h;
     std::span<const uint8_t> elements;
-    if (proto::ParseAggregationMessage(message, &h, &elements) !=
-        proto::AggregationParseResult::kOk) {
-      return;  // counted by nobody but harmless; the switch validates what it sends
+    if (const proto::AggregationParseResult r =
+            proto::ParseAggregationMessage(message, &h, &elements);
+        r != proto::AggregationParseResult::kOk) {
+      // A switch validates what it sends: this came from elsewhere, or was
+      // built wrong. Dropped and counted (packets_dropped).
+      ++messages_dropped_;
+      NETFOLD_LOG(kDebug) << "dropped a " << message.size()
+                          << "-byte message with a malformed aggregation header ("
+                          << proto::AggregationParseResultName(r) << ")";
+      return;
     }
     auto it = engines_.find(h.group_id);
-    if (it == engines_.end()) return;
+    if (it == engines_.end()) {
+      ++messages_dropped_;  // a group destroyed since, or not ours
+      return;
+    }
     if (since_reading++ >= kMessagesPerReading) {
       burst_ns = clock().NowNanos();
       since_reading = 1;

@@ -78,6 +78,10 @@ class DataPath {
   void Wake() { link_->Wake(); }
 
   LeafLinkStats link_stats() const { return link_->stats(); }
+  // Messages the link delivered that no engine took: a malformed
+  // aggregation header, or a group this rank does not have (one destroyed,
+  // or forged). Counted in the rank's packets_dropped.
+  uint64_t messages_dropped() const { return messages_dropped_; }
 
  private:
   struct LeafSender : RequestSender {
@@ -109,6 +113,7 @@ class DataPath {
   LeafSender sender_;
   bool soft_link_ = true;  // the link's Progress moves the soft engine too
   absl::flat_hash_map<uint32_t, GroupEngine*> engines_;  // by data-plane group id
+  uint64_t messages_dropped_ = 0;
   // The link's send buffers reserved for the windows of the engines routed
   // so far (never shrunk: they are ready for the next group), and what
   // waits beyond them for the switch's ACKs.

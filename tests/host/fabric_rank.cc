@@ -825,13 +825,14 @@ int main(int argc, char** argv) {
   netfold_get_stats(ctx, &stats);
   CheckRc(netfold_finalize(ctx), "finalize");
   std::printf("rank %d: %s (ops %llu, repairs %llu, retransmissions %llu, host_ops=%llu, "
-              "failovers=%llu, foreign=%llu)\n",
+              "failovers=%llu, dropped=%llu, foreign=%llu)\n",
               g_rank, g_failure.empty() ? "ok" : ("FAIL " + g_failure).c_str(),
               static_cast<unsigned long long>(stats.ops_completed),
               static_cast<unsigned long long>(stats.repairs_sent),
               static_cast<unsigned long long>(stats.retransmissions),
               static_cast<unsigned long long>(stats.host_ops),
               static_cast<unsigned long long>(stats.failovers),
+              static_cast<unsigned long long>(stats.packets_dropped),
               static_cast<unsigned long long>(stats.foreign_packets_dropped));
   return g_failure.empty() ? 0 : 1;
 }

@@ -52,13 +52,16 @@ using testing::Launch;
 // a forgery is only taken while its chunk is posted and its true result
 // has not come, and a rank posts its next chunks after the forger heard the
 // last result. On a tagged result it alternates a stale tag (the heard one,
-// elements changed) and no tag at all.
+// elements changed) and no tag at all. With `malformed`, each forgery's
+// aggregation header is one no switch sends (an unknown version), in a
+// RoCE packet that is valid in every other way.
 class SpoofingForger {
  public:
   static constexpr int kAhead = 8;
   static constexpr absl::Duration kEvery = absl::Microseconds(500);
 
-  explicit SpoofingForger(std::vector<transport::Ipv4Endpoint> groups) {
+  explicit SpoofingForger(std::vector<transport::Ipv4Endpoint> groups, bool malformed = false)
+      : malformed_(malformed) {
     transport::UdpPortConfig config;
     config.local = {0x7f000001, 0};
     config.gro = false;
@@ -164,6 +167,7 @@ class SpoofingForger {
       std::vector<uint8_t> message(proto::kAggregationHeaderSize + forged_elements.size());
       if (!proto::EncodeAggregationMessage(f, forged_elements, message).ok()) return;
       if (f.has_tag) message.insert(message.end(), heard_tag.begin(), heard_tag.end());
+      if (malformed_) message[0] = 0x7f;  // the header's version
       Send(heard, v, message);
     }
   }
@@ -209,6 +213,7 @@ class SpoofingForger {
     }
   }
 
+  const bool malformed_;
   std::unique_ptr<transport::UdpPort> port_;
   int raw_ = -1;
   std::thread thread_;
@@ -218,11 +223,14 @@ class SpoofingForger {
   absl::flat_hash_set<size_t> sent_digests_;  // the forger thread's
 };
 
-uint64_t ForeignDropped(const std::string& output) {
-  const size_t at = output.find("foreign=");
+// A fabric_rank's count after `key` ("foreign=", "dropped=").
+uint64_t Count(const std::string& output, std::string_view key) {
+  const size_t at = output.find(key);
   if (at == std::string::npos) return 0;
-  return std::strtoull(output.c_str() + at + 8, nullptr, 10);
+  return std::strtoull(output.c_str() + at + key.size(), nullptr, 10);
 }
+
+uint64_t ForeignDropped(const std::string& output) { return Count(output, "foreign="); }
 
 struct Outcome {
   int heard = 0;
@@ -233,7 +241,7 @@ struct Outcome {
 constexpr int kOps = 300;
 
 Outcome RunWithForger(int ops, std::map<std::string, std::string> env,
-                      std::string manager_config) {
+                      std::string manager_config, bool malformed = false) {
   tools::LocalFabricOptions o;
   o.hosts = 4;
   o.default_slot_bytes = 1024;
@@ -242,7 +250,7 @@ Outcome RunWithForger(int ops, std::map<std::string, std::string> env,
   auto fabric = tools::LocalFabric::Start(o);
   EXPECT_TRUE(fabric.ok()) << fabric.status();
   if (!fabric.ok()) return {};
-  SpoofingForger forger(FirstMulticastGroups(**fabric, 4));
+  SpoofingForger forger(FirstMulticastGroups(**fabric, 4), malformed);
   // Rank 0 posts each operation 2 ms after the others, whose chunks then
   // wait that long for their results: the forger's window, every time.
   Launch ranks(**fabric, 4, 0, {"stream", std::to_string(ops), "0", "2000"}, std::move(env));
@@ -301,6 +309,28 @@ TEST_F(SpoofedResults, WithTheJobsTagSpoofedResultsAreDroppedAndCounted) {
 
 TEST_F(SpoofedResults, AManagerThatRequiresIntegrityProtectsAJobThatDidNotAsk) {
   ExpectEveryResultExactAndForgeriesCounted(RunWithForger(kOps, {}, "require_integrity: true\n"));
+}
+
+// Results from the root's own address whose aggregation header no switch
+// sends: every result stays exact, and the ranks count what they dropped
+// (packets_dropped), as for any bad input.
+TEST_F(SpoofedResults, MalformedResultsAreDroppedAndCounted) {
+  const Outcome out = RunWithForger(kOps, {}, "", /*malformed=*/true);
+  ASSERT_GT(out.heard, 0) << "the forger heard no result: is the prefix right?";
+  ASSERT_GT(out.sent, 0);
+  uint64_t dropped = 0;
+  for (size_t r = 0; r < out.ranks.size(); ++r) {
+    const std::string& text = out.ranks[r].output;
+    EXPECT_EQ(out.ranks[r].exit_code, 0) << "rank " << r << ":\n" << text;
+    EXPECT_NE(text.find(absl::StrFormat("rank %d: stream ok=%d errors=0 wrong=0", r, kOps)),
+              std::string::npos)
+        << "rank " << r << ":\n" << text;
+    dropped += Count(text, "dropped=");
+  }
+  // Every rank hears every forgery (a full socket may lose some): together
+  // they count at least as many as were sent.
+  EXPECT_GE(dropped, static_cast<uint64_t>(out.sent))
+      << "the ranks did not count the malformed results they dropped";
 }
 
 }  // namespace
