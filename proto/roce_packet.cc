@@ -178,14 +178,7 @@ absl::Status ValidateRocePacketSpec(const RocePacketSpec& spec, size_t payload_s
 absl::StatusOr<size_t> FinishRocePacketInPlace(const RocePacketSpec& spec, size_t payload_size,
                                                const IcrcAddresses& addrs,
                                                std::span<uint8_t> packet) {
-  if (absl::Status s = ValidateRocePacketSpec(spec, payload_size); !s.ok()) return s;
-  const size_t size = RocePacketSize(spec.bth.opcode, payload_size);
-  if (packet.size() < size) {
-    return absl::OutOfRangeError(absl::StrFormat(
-        "buffer holds %d bytes, the %s packet needs %d", packet.size(),
-        BthOpcodeName(spec.bth.opcode), size));
-  }
-  return WriteAroundPayload(spec, payload_size, addrs, packet);
+  return FinishRocePacketAroundPart(spec, payload_size, addrs, packet, 0, {});
 }
 
 absl::StatusOr<size_t> FinishRocePacketAroundPart(const RocePacketSpec& spec,

@@ -106,7 +106,7 @@ absl::StatusOr<size_t> FinishRocePacketInPlace(const RocePacketSpec& spec, size_
 // FinishRocePacketInPlace, and what `packet` holds where the part goes is
 // neither read nor written. The packet's bytes on the wire are then
 // `packet` with `part` in that place. InvalidArgument also for a part
-// outside the payload.
+// outside the payload. An empty part is FinishRocePacketInPlace.
 absl::StatusOr<size_t> FinishRocePacketAroundPart(const RocePacketSpec& spec,
                                                   size_t payload_size,
                                                   const IcrcAddresses& addrs,

@@ -784,11 +784,8 @@ PacketBuffer* RcQueuePair::BuildSend(const proto::RocePacketSpec& spec, SendWqe&
     const std::span<const uint8_t> part =
         w.referenced != nullptr ? std::span<const uint8_t>(w.referenced, w.referenced_len)
                                 : std::span<const uint8_t>();
-    absl::StatusOr<size_t> n =
-        part.empty()
-            ? proto::FinishRocePacketInPlace(spec, len, addrs, {payload - headers, needed})
-            : proto::FinishRocePacketAroundPart(spec, len, addrs, {payload - headers, needed},
-                                                w.referenced_at, part);
+    absl::StatusOr<size_t> n = proto::FinishRocePacketAroundPart(
+        spec, len, addrs, {payload - headers, needed}, w.referenced_at, part);
     if (!n.ok()) return failed(n.status(), nullptr);
     const auto at = static_cast<uint32_t>(payload - headers - w.frames->data());
     if (PacketBuffer* view = pool->AllocView(w.frames, at, static_cast<uint32_t>(*n))) {

@@ -198,15 +198,28 @@ RcQpConfig Persistent() {
   return config;
 }
 
-TEST_P(RcUnderFaults, ExactlyOnceInOrderUnderLossDuplicationReorderAndCorruption) {
+// Two endpoints whose links lose, duplicate, reorder, corrupt and delay
+// packets (seeded), with a 1 ms ACK timeout.
+std::unique_ptr<RcPair> FaultyPair(uint64_t seed) {
   ImpairmentConfig faults =
       *ParseImpairment("drop=0.1,dup=0.05,reorder=0.1:300us,corrupt=0.01,delay=20us");
-  faults.seed = GetParam();
+  faults.seed = seed;
   RcQpAttributes attrs;
   attrs.timeout = absl::Milliseconds(1);
-  RcPair pair(faults, Persistent(), attrs);
+  return std::make_unique<RcPair>(faults, Persistent(), attrs);
+}
+
+// kSizes four times over.
+std::vector<size_t> FourRounds() {
   std::vector<size_t> sizes;
   for (int round = 0; round < 4; ++round) sizes.insert(sizes.end(), kSizes.begin(), kSizes.end());
+  return sizes;
+}
+
+TEST_P(RcUnderFaults, ExactlyOnceInOrderUnderLossDuplicationReorderAndCorruption) {
+  std::unique_ptr<RcPair> faulty = FaultyPair(GetParam());
+  RcPair& pair = *faulty;
+  const std::vector<size_t> sizes = FourRounds();
   ExpectExactlyOnceInOrder(Transfer(pair, sizes), sizes);
   // The faults really happened and were survived.
   EXPECT_GT(pair.qa_->counters().packets_retransmitted, 0u);
@@ -233,14 +246,9 @@ TEST_P(RcUnderFaults, ExactlyOnceInOrderUnderLossDuplicationReorderAndCorruption
 // drops, duplicates, corrupts or delays them, or by the memory port), and
 // retransmissions read it again.
 TEST_P(RcUnderFaults, ReferencedMessagesArriveExactlyOnceInOrderUnderFaults) {
-  ImpairmentConfig faults =
-      *ParseImpairment("drop=0.1,dup=0.05,reorder=0.1:300us,corrupt=0.01,delay=20us");
-  faults.seed = GetParam();
-  RcQpAttributes attrs;
-  attrs.timeout = absl::Milliseconds(1);
-  RcPair pair(faults, Persistent(), attrs);
-  std::vector<size_t> sizes;
-  for (int round = 0; round < 4; ++round) sizes.insert(sizes.end(), kSizes.begin(), kSizes.end());
+  std::unique_ptr<RcPair> faulty = FaultyPair(GetParam());
+  RcPair& pair = *faulty;
+  const std::vector<size_t> sizes = FourRounds();
   ExpectExactlyOnceInOrder(Transfer(pair, sizes, 2000000, /*reference=*/true), sizes);
   EXPECT_GT(pair.qa_->counters().packets_retransmitted, 0u);
   EXPECT_EQ(pair.qa_->state(), QpState::kRts);

@@ -230,8 +230,6 @@ uint64_t Count(const std::string& output, std::string_view key) {
   return std::strtoull(output.c_str() + at + key.size(), nullptr, 10);
 }
 
-uint64_t ForeignDropped(const std::string& output) { return Count(output, "foreign="); }
-
 struct Outcome {
   int heard = 0;
   int sent = 0;
@@ -288,18 +286,25 @@ TEST_F(SpoofedResults, WithoutIntegrityASpoofedSourceIsTaken) {
   EXPECT_GT(damaged, 0) << "no rank took a spoofed result";
 }
 
-void ExpectEveryResultExactAndForgeriesCounted(const Outcome& out) {
+// The forger heard results and sent forgeries, every rank completed every
+// operation exactly; `counted` gets the sum of the ranks' `key` counts.
+void ExpectEveryResultExact(const Outcome& out, std::string_view key, uint64_t* counted) {
+  *counted = 0;
   ASSERT_GT(out.heard, 0) << "the forger heard no result: is the prefix right?";
   ASSERT_GT(out.sent, 0);
-  uint64_t dropped = 0;
   for (size_t r = 0; r < out.ranks.size(); ++r) {
     const std::string& text = out.ranks[r].output;
     EXPECT_EQ(out.ranks[r].exit_code, 0) << "rank " << r << ":\n" << text;
     EXPECT_NE(text.find(absl::StrFormat("rank %d: stream ok=%d errors=0 wrong=0", r, kOps)),
               std::string::npos)
-        << "rank " << r << " took a spoofed result:\n" << text;
-    dropped += ForeignDropped(text);
+        << "rank " << r << " took a forged result:\n" << text;
+    *counted += Count(text, key);
   }
+}
+
+void ExpectEveryResultExactAndForgeriesCounted(const Outcome& out) {
+  uint64_t dropped = 0;
+  ExpectEveryResultExact(out, "foreign=", &dropped);
   EXPECT_GT(dropped, 0u) << "the ranks did not count the forgeries they dropped";
 }
 
@@ -316,17 +321,8 @@ TEST_F(SpoofedResults, AManagerThatRequiresIntegrityProtectsAJobThatDidNotAsk) {
 // (packets_dropped), as for any bad input.
 TEST_F(SpoofedResults, MalformedResultsAreDroppedAndCounted) {
   const Outcome out = RunWithForger(kOps, {}, "", /*malformed=*/true);
-  ASSERT_GT(out.heard, 0) << "the forger heard no result: is the prefix right?";
-  ASSERT_GT(out.sent, 0);
   uint64_t dropped = 0;
-  for (size_t r = 0; r < out.ranks.size(); ++r) {
-    const std::string& text = out.ranks[r].output;
-    EXPECT_EQ(out.ranks[r].exit_code, 0) << "rank " << r << ":\n" << text;
-    EXPECT_NE(text.find(absl::StrFormat("rank %d: stream ok=%d errors=0 wrong=0", r, kOps)),
-              std::string::npos)
-        << "rank " << r << ":\n" << text;
-    dropped += Count(text, "dropped=");
-  }
+  ExpectEveryResultExact(out, "dropped=", &dropped);
   // Every rank hears every forgery (a full socket may lose some): together
   // they count at least as many as were sent.
   EXPECT_GE(dropped, static_cast<uint64_t>(out.sent))
