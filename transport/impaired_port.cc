@@ -344,6 +344,9 @@ size_t ImpairedPort::RecvBurst(std::span<PacketBuffer*> out, absl::Duration time
     out[i] = ready_rx_.front();
     ready_rx_.pop_front();
   }
+  // What waits for the next call must not hold a placer's memory
+  // (Port::SetReceivePlacer).
+  for (PacketBuffer* p : ready_rx_) p->Materialize();
   return count;
 }
 

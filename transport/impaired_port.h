@@ -137,6 +137,10 @@ class ImpairedPort : public Port {
   // What the stages hold ready or due now, or what the inner port may hold.
   bool MayHoldMore() const override;
   void ReserveReceive(size_t bytes) override { inner_->ReserveReceive(bytes); }
+  // Placed packets pass a stage that is not the identity made whole
+  // (LinkImpairment::Process), so none is held past the RecvBurst that
+  // read it.
+  void SetReceivePlacer(ReceivePlacer* placer) override { inner_->SetReceivePlacer(placer); }
 
   // The configuration of peers created from now on. Existing peers keep
   // theirs.

@@ -74,7 +74,12 @@ class PacketBuffer {
   // piece of the datagram) or calls Materialize() first, as must anything
   // that reads the packet's bytes or keeps it longer (an impairment stage,
   // a port's backlog). Only a queue pair whose port says it takes such
-  // packets (Port::TakesExternalBytes) makes them. Empty otherwise.
+  // packets (Port::TakesExternalBytes) makes them.
+  // A received packet has them when its port wrote its payload straight
+  // into a ReceivePlacer's memory (Port::SetReceivePlacer): they stay
+  // there, and whatever reads the packet's bytes where they would be
+  // (a fan-out copy, an impairment stage, a queue pair that does not take
+  // them) calls Materialize() first. Empty otherwise.
   std::span<const uint8_t> external() const { return {external_, external_len_}; }
   uint32_t external_at() const { return external_at_; }
   // Aborts if [at, at + bytes.size()) is not inside len().

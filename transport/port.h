@@ -61,8 +61,49 @@ struct PortCounters {
   // EAGAIN, or an epoll asked without waiting that found no socket
   // ready): system calls that did no work.
   std::atomic<uint64_t> rx_empty_reads{0};
+  // Datagrams whose payload the port wrote straight into a ReceivePlacer's
+  // memory (rx_placed), and those read into a place that turned out not
+  // to be theirs, whose payload was then copied back into the packet
+  // (rx_place_missed): a wrong guess costs a copy, nothing else.
+  std::atomic<uint64_t> rx_placed{0};
+  std::atomic<uint64_t> rx_place_missed{0};
 
   void Add(std::atomic<uint64_t>& c, uint64_t n = 1) { c.fetch_add(n, std::memory_order_relaxed); }
+};
+
+// Where a port may write the payload of a datagram it is about to read:
+// memory of the port's owner, as a NIC writes a receive into the buffer
+// posted for it. The datagram's first `head` bytes and its last `tail`
+// (for RoCEv2: BTH, DETH and the aggregation header; pad and ICRC) stay
+// in the packet buffer, and the packet comes up with its payload as
+// external bytes (PacketBuffer::external) at `at`.
+struct ReceivePlace {
+  uint8_t* at = nullptr;
+  uint32_t len = 0;
+  uint32_t head = 0;
+  uint32_t tail = 0;
+  uint64_t id = 0;  // the placer's, handed back in ClaimPlace
+};
+
+// The owner's side of placed receives (Port::SetReceivePlacer). Called
+// only inside RecvBurst, on the thread that polls the port.
+class ReceivePlacer {
+ public:
+  virtual ~ReceivePlacer() = default;
+  // Up to out.size() places for the next datagrams sent to multicast
+  // `group`, the likeliest first; their memory must not overlap, and the
+  // port may write any bytes into any of them (a datagram that was not
+  // the one guessed, or a forged one). Returns how many it filled.
+  virtual size_t PredictPlaces(const Ipv4Endpoint& group, std::span<ReceivePlace> out) = 0;
+  // A datagram of place.head + place.len + place.tail bytes was read into
+  // `place`; `head` is its first place.head bytes (not yet checked by
+  // anyone: the ICRC comes later). True if it is the datagram the place
+  // was guessed for: the packet then comes up with its payload in the
+  // place, and the placer must not offer that memory again while the
+  // packet may still be on its way up (it may be dropped below, unseen).
+  // False: the port copies the payload into the packet before RecvBurst
+  // returns, and the place's memory holds whatever was written there.
+  virtual bool ClaimPlace(const ReceivePlace& place, std::span<const uint8_t> head) = 0;
 };
 
 class Port {
@@ -116,6 +157,13 @@ class Port {
   // (written once, so in memory), as a NIC's receive buffers are posted
   // before traffic comes. Best-effort; the default does nothing.
   virtual void ReserveReceive(size_t bytes) { (void)bytes; }
+  // Payloads of datagrams sent to a multicast group this port joined may
+  // go straight into `placer`'s memory (nullptr: never). Every packet of
+  // a RecvBurst that claimed a place is handed out by that RecvBurst
+  // (none is kept for the next), so the memory is written only while the
+  // placer is asked. The default: the port never places, and the placer
+  // is not called.
+  virtual void SetReceivePlacer(ReceivePlacer* placer) { (void)placer; }
 };
 
 }  // namespace netfold::transport

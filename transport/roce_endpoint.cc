@@ -202,19 +202,33 @@ bool RoceEndpoint::DispatchUnsupportedRequest(const PacketBuffer& p) {
   return true;
 }
 
-proto::RoceParseResult RoceEndpoint::CheckIcrc(const PacketBuffer& p, bool* solved) {
+proto::RoceParseResult RoceEndpoint::CheckIcrc(PacketBuffer& p, bool* solved) {
   const std::span<const uint8_t> bytes = p.bytes();
-  if (bytes.size() < proto::kBthSize + proto::kIcrcSize) return proto::RoceParseResult::kTruncated;
+  if (bytes.size() < proto::kBthSize + proto::kIcrcSize) {
+    p.Materialize();
+    return proto::RoceParseResult::kTruncated;
+  }
   const std::span<const uint8_t> covered = bytes.first(bytes.size() - proto::kIcrcSize);
+  const std::span<const uint8_t> part = p.external();
+  if (!part.empty() && (p.external_at() <= proto::kBthFecnByteOffset ||
+                        p.external_at() + part.size() > covered.size())) {
+    p.Materialize();  // placed over the ICRC (a placer's odd guess): whole first
+  }
   const proto::IcrcAddresses addrs{p.src.ip, p.dst.ip, p.src.port, p.dst.port, 0};
   const uint32_t received = proto::LoadIcrc(bytes.last<proto::kIcrcSize>());
   // The ICRC of identification x is the one of 0 XOR D(x) (proto/icrc.h):
-  // one CRC pass, then the identification is looked up, not recomputed.
-  const uint32_t delta = proto::ComputeIcrc(addrs, covered) ^ received;
+  // one CRC pass, then the identification is looked up, not recomputed. A
+  // payload placed in its owner's memory is read where it is.
+  const uint32_t delta = (p.external().empty() ? proto::ComputeIcrc(addrs, covered)
+                                               : proto::ComputeIcrcWithPart(
+                                                     addrs, covered, p.external_at(),
+                                                     p.external())) ^
+                         received;
   // Sent alone (identification 0), or its place in the received batch.
   if (delta == 0 || (p.ip_id != 0 && delta == icrc_ids_.Difference(covered.size(), p.ip_id))) {
     return proto::RoceParseResult::kOk;
   }
+  p.Materialize();  // the rarer paths below read the packet whole
   // A segment of a peer's GSO send that arrived alone or in another batch.
   std::optional<uint16_t> id;
   if (config_.accept_segment_identifications || config_.solve_ip_identification) {
@@ -235,6 +249,8 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
   bool solved = false;
   proto::RoceParseResult r =
       config_.check_icrc ? CheckIcrc(*p, &solved) : proto::RoceParseResult::kOk;
+  // A placed payload (Port::SetReceivePlacer) is not read here: the parse
+  // reads headers, pad count and ICRC only.
   if (r == proto::RoceParseResult::kOk) r = proto::ParseRocePacket(p->bytes(), nullptr, &view);
   if (r == proto::RoceParseResult::kOk && solved) {
     BumpCounter(counters_.ip_identification_solved);
@@ -258,6 +274,7 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
     }
     // Every attached QP gets the datagram; all but the last get a copy.
     const std::vector<uint32_t>& members = it->second;
+    if (members.size() > 1) p->Materialize();
     for (size_t i = 0; i + 1 < members.size(); ++i) {
       PacketBuffer* copy = port_->pool().Alloc();
       if (copy == nullptr) {
@@ -276,6 +293,7 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
     return;
   }
   if (auto rc = rc_qps_.find(qpn); rc != rc_qps_.end()) {
+    p->Materialize();  // an RC QP reads its payload where the packet has it
     if (!rc->second->OnPacket(view, p)) PacketPool::Free(p);
     return;
   }

@@ -149,7 +149,7 @@ class RoceEndpoint {
   // with (RoceEndpointConfig): kOk, kTruncated or kBadIcrc; `solved` when
   // that was neither 0 nor its place in the batch. One CRC pass whatever
   // the identification.
-  proto::RoceParseResult CheckIcrc(const PacketBuffer& p, bool* solved);
+  proto::RoceParseResult CheckIcrc(PacketBuffer& p, bool* solved);
   // `limit`, or less if a QP timer falls due sooner.
   absl::Duration UntilNextTimer(absl::Duration limit) const;
   // Reads what is queued, without waiting, if a QP timer is due

@@ -804,5 +804,104 @@ TEST(RoceEndpointUdp, MulticastReachesEveryReceiver) {
   }
 }
 
+// A receive placer that puts every payload of `len` bytes in the next
+// slice of its arena, in arrival order, and claims whatever comes there.
+struct ArenaPlacer : ReceivePlacer {
+  std::vector<uint8_t> arena;
+  uint32_t len = 0;
+  size_t next = 0;  // the next slice to offer
+  size_t PredictPlaces(const Ipv4Endpoint& group, std::span<ReceivePlace> out) override {
+    (void)group;
+    size_t n = 0;
+    for (; n < out.size() && (next + n + 1) * len <= arena.size(); ++n) {
+      out[n] = {.at = arena.data() + (next + n) * len,
+                .len = len,
+                .head = static_cast<uint32_t>(proto::RoceHeadersSize(BthOpcode::kUdSendOnly)),
+                .tail = static_cast<uint32_t>(proto::RocePadCount(len) + proto::kIcrcSize),
+                .id = next + n};
+    }
+    return n;
+  }
+  bool ClaimPlace(const ReceivePlace& place, std::span<const uint8_t> head) override {
+    (void)head;
+    next = place.id + 1;
+    return true;
+  }
+};
+
+// A UD queue pair that keeps placed payloads gets each datagram with its
+// payload where the port's placer had it written, whole and in order, its
+// ICRC checked over the pieces; one that does not, or a group with two
+// queue pairs (the copy for the first reads the packet), gets it whole.
+TEST(RoceEndpointUdp, PlacedPayloadsStayInTheirPlaceForAQueuePairThatKeepsThem) {
+  auto sender = UdpEndpoint();
+  auto receiver = UdpEndpoint();
+  ASSERT_TRUE(sender && receiver);
+  const Ipv4Endpoint group{0xef500000u | static_cast<uint32_t>(getpid() & 0xffff),
+                           sender->local().port};
+  ArenaPlacer placer;
+  placer.len = 1000;
+  placer.arena.assign(64 * placer.len, 0);
+  receiver->port().SetReceivePlacer(&placer);
+  UdQueuePair* keeper = *receiver->CreateUdQp({.qkey = kQkey, .pkey = kPkey, .keeps_placed = true});
+  ASSERT_TRUE(receiver->AttachMulticast(keeper->qpn(), group).ok());
+  UdQueuePair* tx = *sender->CreateUdQp({.qkey = kQkey, .pkey = kPkey});
+  auto message = [](int i) {
+    std::vector<uint8_t> m(1000);
+    for (size_t k = 0; k < m.size(); ++k) m[k] = static_cast<uint8_t>(i * 13 + k);
+    return m;
+  };
+  // Receives `n` datagrams on `qp`: the whole payload of each (placed
+  // part put back in), and how many came placed.
+  auto receive = [&](UdQueuePair* qp, int n, int* placed) {
+    std::vector<std::vector<uint8_t>> got;
+    Deadline deadline(RealClock(), absl::Seconds(5));
+    while (static_cast<int>(got.size()) < n && !deadline.Expired()) {
+      receiver->Progress(absl::Milliseconds(10));
+      UdDatagram d;
+      while (qp->PeekRecv(&d)) {
+        std::vector<uint8_t> whole(d.data.begin(), d.data.end());
+        if (!d.placed.empty()) {
+          ++*placed;
+          std::copy(d.placed.begin(), d.placed.end(), whole.begin() + static_cast<long>(d.placed_at));
+        }
+        got.push_back(whole);
+        qp->PopRecv();
+      }
+    }
+    return got;
+  };
+  auto send = [&](int from, int n) {
+    for (int i = from; i < from + n; ++i) ASSERT_TRUE(tx->PostSend(group, kMulticastQpn, kQkey, message(i)).ok());
+    sender->Flush();
+  };
+  send(0, 20);
+  int placed = 0;
+  auto got = receive(keeper, 20, &placed);
+  ASSERT_EQ(got.size(), 20u);
+  for (int i = 0; i < 20; ++i) EXPECT_EQ(got[i], message(i)) << "datagram " << i;
+  EXPECT_EQ(placed, 20);
+  EXPECT_EQ(receiver->port().counters().rx_placed, 20u);
+  for (int i = 0; i < 20; ++i) {
+    EXPECT_TRUE(std::equal(placer.arena.begin() + i * 1000, placer.arena.begin() + (i + 1) * 1000,
+                           message(i).begin()))
+        << "place " << i;
+  }
+  // Two queue pairs on the group: both whole.
+  UdQueuePair* other = *receiver->CreateUdQp({.qkey = kQkey, .pkey = kPkey});
+  ASSERT_TRUE(receiver->AttachMulticast(other->qpn(), group).ok());
+  send(20, 5);
+  placed = 0;
+  got = receive(other, 5, &placed);
+  ASSERT_EQ(got.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(got[i], message(20 + i));
+  auto kept = receive(keeper, 5, &placed);
+  ASSERT_EQ(kept.size(), 5u);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(kept[i], message(20 + i));
+  EXPECT_EQ(placed, 0);
+  EXPECT_EQ(receiver->counters().parse_drops[static_cast<size_t>(proto::RoceParseResult::kBadIcrc)], 0u);
+  receiver->port().SetReceivePlacer(nullptr);
+}
+
 }  // namespace
 }  // namespace netfold::transport

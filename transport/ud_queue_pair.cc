@@ -96,6 +96,16 @@ bool UdQueuePair::OnPacket(const proto::RocePacketView& packet, PacketBuffer* bu
   d.src_qpn = packet.deth->src_qp;
   d.imm = packet.imm;
   d.data = packet.payload;
+  if (!buffer->external().empty()) {
+    const size_t at = buffer->external_at();
+    const size_t from = static_cast<size_t>(packet.payload.data() - buffer->data());
+    if (config_.keeps_placed && at >= from && at + buffer->external().size() <= from + d.data.size()) {
+      d.placed = buffer->external();
+      d.placed_at = at - from;
+    } else {
+      buffer->Materialize();
+    }
+  }
   recv_queue_.push_back({buffer, d});
   BumpCounter(counters_.datagrams_received);
   BumpCounter(counters_.bytes_received, packet.payload.size());

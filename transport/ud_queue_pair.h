@@ -47,6 +47,10 @@ struct UdQpConfig {
   // true: datagrams are taken only from the source AllowSource() gave for
   // their destination; every other one is dropped as wrong_source.
   bool filter_sources = false;
+  // true: a datagram whose payload a port placed in its owner's memory
+  // (Port::SetReceivePlacer) stays there, and UdDatagram::placed says
+  // where; false: it is copied into the packet first, and `data` is whole.
+  bool keeps_placed = false;
 };
 
 struct UdDatagram {
@@ -55,6 +59,11 @@ struct UdDatagram {
   uint32_t src_qpn = 0;      // from the DETH
   std::optional<uint32_t> imm;
   std::span<const uint8_t> data;  // valid until PopRecv()
+  // With UdQpConfig::keeps_placed: bytes [placed_at, placed_at +
+  // placed.size()) of `data` are not there but in `placed`, where the
+  // port's receive placer had them written (empty: `data` is whole).
+  std::span<const uint8_t> placed;
+  size_t placed_at = 0;
 };
 
 struct UdQpCounters {

@@ -407,7 +407,172 @@ void UdpPort::CountRead(const Socket& s, int n) {
   }
 }
 
+size_t UdpPort::ReadSocketPlaced(Socket& s, std::span<PacketBuffer*> out, bool* out_of_places) {
+  // Guess where the next datagrams' payloads go: at most one place per
+  // packet buffer free and per packet the caller takes (a placed packet is
+  // always handed out by this call).
+  const size_t room = std::min({out.size(), kMaxBurst, static_cast<size_t>(pool_.num_free())});
+  places_.resize(kMaxBurst);
+  const size_t guessed = room == 0 ? 0 : placer_->PredictPlaces(s.bound, {places_.data(), room});
+  size_t next = 0, kept = 0;
+  s.unread = true;  // not read yet
+  for (size_t read = 0; read < kGroReads && next < guessed; ++read) {
+    // One batch (or datagram) per recvmsg, its size unknown until it is
+    // read: a recvmmsg of several would meet the second batch's packets
+    // with places guessed as if the first had been full. Each place is
+    // three pieces, the packet's head and tail in a packet buffer around
+    // the payload in the place; places of one size only (the kernel cuts
+    // a batch into equal segments). What the places do not take goes to
+    // spill_.
+    const ReceivePlace& first = places_[next];
+    const size_t size = static_cast<size_t>(first.head) + first.len + first.tail;
+    if (size == 0 || size > pool_.buffer_size()) {
+      next = guessed;  // a guess no packet buffer could hold: read as usual
+      break;
+    }
+    // A batch that may not fit in `out` whole waits for the next call: its
+    // packets beyond `out` would wait in pending_, unplaced and not yet
+    // seen by the placer, whose next guesses would then all be off.
+    const size_t per_batch =
+        config_.gro ? std::clamp<size_t>(kMaxBatchBytes / size, 1, kMaxSegments) : 1;
+    if (kept > 0 && out.size() - kept < per_batch) break;
+    size_t m = 0;
+    const size_t most = std::min({per_batch, guessed - next, out.size() - kept});
+    while (m < most) {
+      const ReceivePlace& p = places_[next + m];
+      if (static_cast<size_t>(p.head) + p.len + p.tail != size) break;
+      ++m;
+    }
+    // Room first for the batch's segments beyond its places (copied out
+    // of the spill), so that none is read only to be dropped.
+    if (pool_.num_free() < per_batch) {
+      counters_.Add(counters_.rx_no_buffer);
+      break;
+    }
+    PacketBuffer* bufs[kMaxSegments];
+    m = pool_.AllocBurst({bufs, m});
+    iovec iovs[kMaxSegments * 3 + 1];
+    for (size_t k = 0; k < m; ++k) {
+      const ReceivePlace& p = places_[next + k];
+      iovs[3 * k] = {bufs[k]->data(), p.head};
+      iovs[3 * k + 1] = {p.at, p.len};
+      iovs[3 * k + 2] = {bufs[k]->data() + p.head + p.len, p.tail};
+    }
+    spill_.resize(kGroBufferBytes);
+    iovs[3 * m] = {spill_.data(), spill_.size()};
+    sockaddr_in addr{};
+    alignas(cmsghdr) uint8_t control[CMSG_SPACE(sizeof(int))];
+    msghdr h{};
+    h.msg_name = &addr;
+    h.msg_namelen = sizeof(addr);
+    h.msg_iov = iovs;
+    h.msg_iovlen = 3 * m + 1;
+    h.msg_control = control;
+    h.msg_controllen = config_.gro ? sizeof(control) : 0;
+    const ssize_t got = recvmsg(s.fd, &h, MSG_DONTWAIT);
+    if (got < 0) {
+      CountRead(s, -1);
+      PacketPool::FreeBurst({bufs, m});
+      s.unread = false;
+      break;
+    }
+    const size_t len = static_cast<size_t>(got);
+    if (h.msg_flags & MSG_TRUNC) {
+      counters_.Add(counters_.rx_truncated);
+      PacketPool::FreeBurst({bufs, m});
+      continue;
+    }
+    const size_t segment = std::max<size_t>(SegmentSize(h, len), 1);
+    const size_t count = len == 0 ? 1 : (len + segment - 1) / segment;
+    const Ipv4Endpoint src = FromSockaddr(addr);
+    auto hand_out = [&](PacketBuffer* p, size_t k, size_t bytes) {
+      p->src = src;
+      p->dst = s.bound;
+      p->ip_id = static_cast<uint16_t>(k);
+      counters_.Add(counters_.rx_bytes, bytes);
+      counters_.Add(counters_.rx_packets);
+      if (count > 1) counters_.Add(counters_.rx_batched);
+      if (kept < out.size()) {
+        out[kept++] = p;
+      } else {
+        pending_.push_back(p);  // only copies: a placed packet always fits in out
+      }
+    };
+    // A packet copied from `bytes` into a fresh buffer.
+    auto copy_out = [&](const uint8_t* bytes, size_t n, size_t k) {
+      PacketBuffer* p = n <= pool_.buffer_size() ? pool_.Alloc() : nullptr;
+      if (p == nullptr) {
+        counters_.Add(n <= pool_.buffer_size() ? counters_.rx_no_buffer : counters_.rx_truncated);
+        return;
+      }
+      if (n > 0) std::memcpy(p->data(), bytes, n);
+      p->set_len(static_cast<uint32_t>(n));
+      hand_out(p, k, n);
+    };
+    const size_t placed = std::min(count, m);
+    if (segment != size) {
+      // Cut elsewhere than guessed (another size, a datagram alone): the
+      // bytes lie across the pieces in order. Put them together and copy
+      // each packet out.
+      gathered_.resize(std::max<size_t>(gathered_.size(), len));
+      size_t at = 0;
+      for (size_t i = 0; i <= 3 * m && at < len; ++i) {
+        const size_t n = std::min(iovs[i].iov_len, len - at);
+        std::memcpy(gathered_.data() + at, iovs[i].iov_base, n);
+        at += n;
+      }
+      for (size_t k = 0; k < count; ++k) {
+        const size_t offset = std::min(len, k * segment);
+        copy_out(gathered_.data() + offset, std::min(segment, len - offset), k);
+      }
+      counters_.Add(counters_.rx_place_missed, placed);
+      PacketPool::FreeBurst({bufs, m});
+      next += placed;
+      continue;
+    }
+    for (size_t k = 0; k < placed; ++k) {
+      // Every packet of the batch whose place was not its own is copied
+      // back before any is handed up: a payload left in another packet's
+      // place would be overwritten when that one is written out.
+      PacketBuffer* p = bufs[k];
+      const ReceivePlace& place = places_[next + k];
+      const size_t bytes = std::min(size, len - k * size);
+      p->set_len(static_cast<uint32_t>(bytes));
+      if (bytes == size && placer_->ClaimPlace(place, {p->data(), place.head})) {
+        p->SetExternal(place.head, {place.at, place.len});
+        counters_.Add(counters_.rx_placed);
+      } else {
+        if (bytes > place.head) {
+          std::memcpy(p->data() + place.head, place.at,
+                      std::min<size_t>(place.len, bytes - place.head));
+        }
+        counters_.Add(counters_.rx_place_missed);
+      }
+      hand_out(p, k, bytes);
+    }
+    PacketPool::FreeBurst({bufs + placed, m - placed});
+    for (size_t k = placed; k < count; ++k) {
+      const size_t offset = (k - placed) * size;
+      copy_out(spill_.data() + offset, std::min(size, len - placed * size - offset), k);
+    }
+    next += placed;
+  }
+  *out_of_places = next >= guessed;
+  return kept;
+}
+
 size_t UdpPort::ReadSocket(Socket& s, std::span<PacketBuffer*> out) {
+  if (placer_ != nullptr && s.bound.IsMulticast()) {
+    bool out_of_places = false;
+    const size_t n = ReadSocketPlaced(s, out, &out_of_places);
+    // Places ran out before the socket did: the rest as usual.
+    if (!out_of_places || !s.unread || n == out.size()) return n;
+    return n + ReadSocketUnplaced(s, out.subspan(n));
+  }
+  return ReadSocketUnplaced(s, out);
+}
+
+size_t UdpPort::ReadSocketUnplaced(Socket& s, std::span<PacketBuffer*> out) {
   if (config_.gro) return ReadSocketGro(s, out);
   const size_t want = std::min(out.size(), kMaxBurst);
   PacketBuffer* bufs[kMaxBurst];

@@ -101,6 +101,10 @@ class UdpPort : public Port {
   // With GRO: the batch buffers `bytes` fill, and one more, from the top
   // of their free list (where reads take them).
   void ReserveReceive(size_t bytes) override;
+  // Datagrams to a joined multicast group are read with their payloads
+  // in the placer's places (one recvmsg per batch, an iovec triple per
+  // packet), as long as it offers places; the rest as before.
+  void SetReceivePlacer(ReceivePlacer* placer) override { placer_ = placer; }
 
  private:
   struct Socket {
@@ -114,6 +118,8 @@ class UdpPort : public Port {
   // Non-blocking read of up to out.size() datagrams from `s`; notes in
   // s.unread whether it may have left some behind.
   size_t ReadSocket(Socket& s, std::span<PacketBuffer*> out);
+  // ReadSocket without places.
+  size_t ReadSocketUnplaced(Socket& s, std::span<PacketBuffer*> out);
   // Counts a read that returned `n`: an empty one, or an error.
   void CountRead(const Socket& s, int n);
   // Pending packets, then every socket in turn (busy polling).
@@ -131,6 +137,12 @@ class UdpPort : public Port {
   // their packets out as views of them, delivered to `out`, the rest to
   // pending_.
   size_t ReadSocketGro(Socket& s, std::span<PacketBuffer*> out);
+  // Reads datagrams from multicast socket `s` into the placer's places,
+  // up to out.size() of them, one batch (or datagram) per recvmsg; notes
+  // in s.unread whether the socket may hold more, and in *out_of_places
+  // whether it stopped because the placer's guesses ran out (or it had
+  // none). Packets of a batch beyond its places are copied out.
+  size_t ReadSocketPlaced(Socket& s, std::span<PacketBuffer*> out, bool* out_of_places);
   // Moves pending_ packets to `out`.
   size_t TakePending(std::span<PacketBuffer*> out);
   // Sends packets[0, n) as runs (see gso); returns how many were taken.
@@ -152,6 +164,10 @@ class UdpPort : public Port {
   bool has_epoll_pwait2_ = true;
   int64_t last_activity_ns_ = 0;  // RealClock() of the last packet sent or received
   std::vector<uint8_t> scratch_;       // a batch read when no batch buffer is free
+  ReceivePlacer* placer_ = nullptr;
+  std::vector<ReceivePlace> places_;   // ReadSocketPlaced's guesses
+  std::vector<uint8_t> spill_;         // what a placed read's places did not take
+  std::vector<uint8_t> gathered_;      // a placed read that did not fit its places, whole
   std::deque<PacketBuffer*> pending_;  // split from a batch, not yet handed out
   proto::IcrcIdentificationTable icrc_ids_;
   bool gso_works_ = true;  // cleared when the kernel refuses UDP_SEGMENT

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <thread>
 #include <numeric>
@@ -301,6 +302,158 @@ TEST(UdpPort, ExternalBytesLeaveInTheirPlaceInBatchesAndAlone) {
   }
   EXPECT_EQ(got, expected);
   EXPECT_EQ(a->pool().num_in_use(), 0u);
+}
+
+// A receive placer for the tests: places in `arena`, one per tag in
+// `guesses` (place i at i * stride), claimed by the packet whose tag (its
+// first 4 bytes) is the place's.
+struct TagPlacer : ReceivePlacer {
+  std::vector<uint8_t> arena;
+  std::vector<uint32_t> guesses;
+  uint32_t head = 16, len = 0, tail = proto::kIcrcSize, stride = 0;
+  int predictions = 0;
+  size_t PredictPlaces(const Ipv4Endpoint& group, std::span<ReceivePlace> out) override {
+    (void)group;
+    ++predictions;
+    size_t n = 0;
+    for (; n < out.size() && n < guesses.size(); ++n) {
+      out[n] = {.at = arena.data() + n * stride, .len = len, .head = head, .tail = tail,
+                .id = guesses[n]};
+    }
+    guesses.erase(guesses.begin(), guesses.begin() + static_cast<long>(n));
+    return n;
+  }
+  bool ClaimPlace(const ReceivePlace& place, std::span<const uint8_t> bytes) override {
+    uint32_t tag;
+    std::memcpy(&tag, bytes.data(), 4);
+    return tag == place.id;
+  }
+};
+
+// A multicast group for one test; its port is `sender`'s, free on this host.
+Ipv4Endpoint TestGroup(const UdpPort& sender, uint32_t salt) {
+  return {0xef4f0000u | ((static_cast<uint32_t>(getpid()) * 7 + salt) & 0xffff),
+          sender.local().port};
+}
+
+// What came: each packet's bytes made whole (but its ICRC, checked), by
+// tag; `external[tag]` says
+// where its external bytes were (nullptr: it had none).
+struct Arrived {
+  std::map<uint32_t, std::vector<uint8_t>> bytes;
+  std::map<uint32_t, const uint8_t*> external;
+};
+Arrived ReceiveWhole(Port& port, size_t n) {
+  Arrived a;
+  Deadline deadline(RealClock(), absl::Seconds(5));
+  PacketBuffer* rx[32];
+  while (a.bytes.size() < n && !deadline.Expired()) {
+    const size_t got = port.RecvBurst(rx, absl::Milliseconds(50));
+    for (size_t i = 0; i < got; ++i) {
+      a.external[Tag(rx[i])] = rx[i]->external().empty() ? nullptr : rx[i]->external().data();
+      rx[i]->Materialize();
+      EXPECT_TRUE(IcrcHolds(rx[i])) << "packet " << Tag(rx[i]);
+      // Without the ICRC: a batch's segment k carries identification k's.
+      a.bytes[Tag(rx[i])].assign(rx[i]->data(), rx[i]->data() + rx[i]->len() - proto::kIcrcSize);
+    }
+    PacketPool::FreeBurst({rx, got});
+  }
+  return a;
+}
+
+// Payloads of datagrams to a joined group go straight into the places the
+// placer guessed for them, in a segmentation batch or alone, the packet
+// keeping its head and tail; a guess that was wrong (two packets crossed)
+// is copied back into its packet before RecvBurst returns, whole and
+// right, though the other's place was written over; a batch cut at
+// another size than guessed comes out whole too; unicast is never placed,
+// nor anything when the placer has no guess.
+TEST(UdpPort, MulticastPayloadsLandInTheirPlacesAndWrongGuessesComeBackWhole) {
+  for (const bool gro : {true, false}) {
+    SCOPED_TRACE(gro ? "with UDP_GSO and UDP_GRO" : "without offloads");
+    UdpPortConfig config;
+    config.gro = gro;
+    config.gso = gro;  // without: each datagram alone, identification 0
+    auto sender = MakePort(config);
+    auto receiver = MakePort(config);
+    ASSERT_TRUE(sender && receiver);
+    const Ipv4Endpoint g = TestGroup(*sender, gro ? 1 : 2);
+    ASSERT_TRUE(receiver->JoinMulticast(g).ok());
+    TagPlacer placer;
+    constexpr uint32_t kLen = 4088;
+    placer.len = kLen - placer.head - placer.tail;
+    placer.stride = placer.len;
+    placer.arena.assign(8 * placer.stride, 0);
+    receiver->SetReceivePlacer(&placer);
+    auto send = [&](std::vector<uint32_t> tags, uint32_t len, const Ipv4Endpoint& to) {
+      std::vector<PacketBuffer*> tx;
+      std::map<uint32_t, std::vector<uint8_t>> sent;
+      for (uint32_t t : tags) {
+        PacketBuffer* p = RocePacket(*sender, to, t, len);
+        for (uint32_t k = 4; k + proto::kIcrcSize < len; ++k) p->data()[k] = static_cast<uint8_t>(t * 31 + k);
+        const proto::IcrcAddresses addrs{sender->local().ip, to.ip, sender->local().port, to.port};
+        proto::StoreIcrc(proto::ComputeIcrc(addrs, p->bytes().first(len - proto::kIcrcSize)),
+                         p->bytes().last<proto::kIcrcSize>());
+        sent[t].assign(p->data(), p->data() + len - proto::kIcrcSize);
+        tx.push_back(p);
+      }
+      EXPECT_EQ(sender->SendBurst(tx), tx.size());
+      return sent;
+    };
+    // Right guesses: every payload in its place, the packet's own bytes
+    // around it.
+    placer.guesses = {0, 1, 2, 3, 4};
+    auto sent = send({0, 1, 2, 3, 4}, kLen, g);
+    Arrived got = ReceiveWhole(*receiver, 5);
+    for (uint32_t t = 0; t < 5; ++t) {
+      EXPECT_EQ(got.bytes[t], sent[t]) << "packet " << t;
+      EXPECT_EQ(got.external[t], placer.arena.data() + t * placer.stride) << "packet " << t;
+      EXPECT_TRUE(std::equal(placer.arena.begin() + t * placer.stride,
+                             placer.arena.begin() + (t + 1) * placer.stride,
+                             sent[t].begin() + placer.head))
+          << "place " << t;
+    }
+    EXPECT_EQ(receiver->counters().rx_placed, 5u);
+    EXPECT_EQ(receiver->counters().rx_place_missed, 0u);
+    // Two packets crossed: 5 went where 6 was guessed and 6 where 5 was.
+    placer.guesses = {6, 5, 7};
+    sent = send({5, 6, 7}, kLen, g);
+    got = ReceiveWhole(*receiver, 3);
+    for (uint32_t t = 5; t < 8; ++t) EXPECT_EQ(got.bytes[t], sent[t]) << "packet " << t;
+    EXPECT_EQ(got.external[5], nullptr);
+    EXPECT_EQ(got.external[6], nullptr);
+    EXPECT_EQ(got.external[7], placer.arena.data() + 2 * placer.stride);
+    EXPECT_EQ(receiver->counters().rx_placed, 6u);
+    EXPECT_EQ(receiver->counters().rx_place_missed, 2u);
+    // Cut at another size than guessed: copied out, whole.
+    placer.guesses = {8, 9, 10};
+    sent = send({8, 9, 10}, 1000, g);
+    got = ReceiveWhole(*receiver, 3);
+    for (uint32_t t = 8; t < 11; ++t) {
+      EXPECT_EQ(got.bytes[t], sent[t]) << "packet " << t;
+      EXPECT_EQ(got.external[t], nullptr) << "packet " << t;
+    }
+    EXPECT_EQ(receiver->counters().rx_placed, 6u);
+    // Unicast: the placer is not asked.
+    const int predictions = placer.predictions;
+    placer.guesses = {11};
+    sent = send({11}, kLen, receiver->local());
+    got = ReceiveWhole(*receiver, 1);
+    EXPECT_EQ(got.bytes[11], sent[11]);
+    EXPECT_EQ(got.external[11], nullptr);
+    EXPECT_EQ(placer.predictions, predictions);
+    // No guesses (a drained socket before): read as usual, every time.
+    for (uint32_t t = 12; t < 14; ++t) {
+      sent = send({t}, kLen, g);
+      got = ReceiveWhole(*receiver, 1);
+      EXPECT_EQ(got.bytes[t], sent[t]);
+      EXPECT_EQ(got.external[t], nullptr);
+    }
+    EXPECT_EQ(receiver->counters().rx_placed, 6u);
+    receiver->SetReceivePlacer(nullptr);
+    EXPECT_EQ(sender->pool().num_in_use(), 0u);
+    EXPECT_EQ(receiver->pool().num_in_use(), 0u);
+  }
 }
 
 // Packets held past the next receive hold the batch buffer they are views
