@@ -512,6 +512,8 @@ ContextStats Context::stats() const {
     out.packets_dropped =
         link.packets_dropped + out.engines.bad_tags + data_path_->messages_dropped();
     out.foreign_packets_dropped = link.foreign_packets_dropped + out.engines.bad_tags;
+    out.results_placed = link.results_placed;
+    out.results_place_missed = link.results_place_missed;
   }
   return out;
 }

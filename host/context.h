@@ -47,6 +47,8 @@ struct ContextStats {
   uint64_t retransmissions = 0;
   uint64_t packets_dropped = 0;
   uint64_t foreign_packets_dropped = 0;  // of those, not from the switch (LeafLinkStats)
+  uint64_t results_placed = 0;           // LeafLinkStats
+  uint64_t results_place_missed = 0;
 };
 
 class Context : private GroupOwner {

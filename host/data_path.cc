@@ -34,7 +34,33 @@ absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const ContextOptions&
   NETFOLD_ASSIGN_OR_RETURN(path->link_, path->CreateLeafLink(options, slot_bytes));
   path->soft_link_ = options.transport == ContextOptions::Transport::kSoft;
   path->sender_.link = path->link_.get();
+  path->placer_.path = path.get();
+  if (path->soft_link_ && options.place_results) path->port_->SetReceivePlacer(&path->placer_);
   return path;
+}
+
+size_t DataPath::Placer::PredictPlaces(const transport::Ipv4Endpoint& group,
+                                       std::span<transport::ReceivePlace> out) {
+  (void)group;  // a group's results come to its own address; most jobs have one group busy
+  if (!armed) return 0;
+  size_t n = 0;
+  for (auto& [id, engine] : path->engines_) n += engine->PredictPlaces(out.subspan(n));
+  return n;
+}
+
+bool DataPath::Placer::ClaimPlace(const transport::ReceivePlace& place,
+                                  std::span<const uint8_t> head) {
+  constexpr size_t kRoce = proto::RoceHeadersSize(proto::BthOpcode::kUdSendOnly);
+  if (head.size() < kRoce + proto::kAggregationHeaderSize ||
+      head[0] != static_cast<uint8_t>(proto::BthOpcode::kUdSendOnly)) {
+    return false;
+  }
+  proto::AggregationHeader h;
+  if (proto::ParseAggregationHeader(head.subspan(kRoce), &h) != proto::AggregationParseResult::kOk) {
+    return false;
+  }
+  auto it = path->engines_.find(h.group_id);
+  return it != path->engines_.end() && it->second->ClaimPlace(h, place);
 }
 
 DataPath::~DataPath() {
@@ -142,12 +168,22 @@ void DataPath::Progress(absl::Duration timeout) {
   constexpr int kMessagesPerReading = 16;
   int64_t burst_ns = 0;
   int since_reading = kMessagesPerReading;
-  auto deliver = [&](std::span<const uint8_t> message) {
+  auto deliver = [&](const LinkMessage& m) {
+    const std::span<const uint8_t> message = m.bytes;
     proto::AggregationHeader h;
     std::span<const uint8_t> elements;
-    if (const proto::AggregationParseResult r =
-            proto::ParseAggregationMessage(message, &h, &elements);
-        r != proto::AggregationParseResult::kOk) {
+    proto::AggregationParseResult r = proto::ParseAggregationMessage(message, &h, &elements);
+    if (r == proto::AggregationParseResult::kOk && !m.placed.empty()) {
+      // Its elements are in the caller's buffer, where the port wrote them
+      // (Placer); the hole they left in `message` must be exactly theirs.
+      if (h.has_tag || elements.data() != message.data() + m.placed_at ||
+          elements.size() != m.placed.size()) {
+        r = proto::AggregationParseResult::kBadPayloadLength;
+      } else {
+        elements = m.placed;
+      }
+    }
+    if (r != proto::AggregationParseResult::kOk) {
       // A switch validates what it sends: this came from elsewhere, or was
       // built wrong. Dropped and counted (packets_dropped).
       ++messages_dropped_;
@@ -173,11 +209,13 @@ void DataPath::Progress(absl::Duration timeout) {
   // was a system call that found nothing two times in three
   // (docs/performance.md, "Reads that found nothing").
   constexpr int kMaxBursts = 16;
+  placer_.armed = true;
   for (int burst = 0; burst < kMaxBursts; ++burst) {
     since_reading = kMessagesPerReading;  // a wait may come first
     if (link_->Progress(wait, deliver) == 0 || !link_->MayHoldMore()) break;
     wait = absl::ZeroDuration();
   }
+  placer_.armed = false;
   if (!soft_link_) endpoint_->Progress(absl::ZeroDuration());
   if (absl::Status link = link_->status(); !link.ok()) {
     for (auto& [id, engine] : engines_) {

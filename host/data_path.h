@@ -94,6 +94,22 @@ class DataPath {
       link->ReleaseRequests(memory);
     }
   };
+  // The port's receive placer: the routed engines' guesses of where their
+  // next multicast results go, and their word on whether a datagram read
+  // into one is the result guessed (docs/host.md, "Results straight into
+  // the caller's buffer").
+  struct Placer : transport::ReceivePlacer {
+    DataPath* path = nullptr;
+    // Places are offered only while Progress reads and hands out in one
+    // go (the link's Progress): a result read elsewhere (an RC timer's
+    // read in Flush, the host algorithms driving the endpoint) waits in
+    // the UD queue, and one in the caller's memory must not wait where an
+    // operation may fail and hand its buffer back first.
+    bool armed = false;
+    size_t PredictPlaces(const transport::Ipv4Endpoint& group,
+                         std::span<transport::ReceivePlace> out) override;
+    bool ClaimPlace(const transport::ReceivePlace& place, std::span<const uint8_t> head) override;
+  };
   struct Failure {
     std::optional<uint32_t> group_id;
     absl::Status why;
@@ -107,6 +123,7 @@ class DataPath {
   // repairs and deadlines. Then the link sends.
   void PollEngines(bool timers);
 
+  Placer placer_;  // outlives endpoint_, whose port calls it
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
   std::unique_ptr<transport::RoceEndpoint> endpoint_;
   std::unique_ptr<LeafLink> link_;

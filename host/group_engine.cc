@@ -8,6 +8,7 @@
 #include "base/log.h"
 #include "host/error_codes.h"
 #include "proto/reduce_op.h"
+#include "proto/roce_packet.h"
 
 namespace netfold::host {
 
@@ -76,6 +77,11 @@ struct GroupEngine::Op {
   const uint8_t* sent_begin = nullptr;
   const uint8_t* sent_end = nullptr;
   bool sent_released = false;
+  // Its multicast results may be written straight into the caller's result
+  // buffer (PredictPlaces): that memory is only written until the op is
+  // done, so bytes of another datagram written there by mistake are
+  // overwritten before anyone reads them.
+  bool places_results = false;
   int64_t deadline_ns = 0;
   bool done = false;
   absl::Status status;
@@ -255,6 +261,16 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
     const size_t per_chunk = ElementsPerChunk(*op);
     op->num_chunks = (op->args.count + per_chunk - 1) / per_chunk;
     if (args.collective == CollectiveType::kAllreduce) op->written.assign(op->num_chunks, false);
+    // Not where the result buffer is also read: a bcast root's (its
+    // input), an in-place allreduce's or reduce's (retransmissions read
+    // the input there), nor with the integrity tag (checked over the
+    // whole message in one piece).
+    const auto* recv = static_cast<const uint8_t*>(args.recv);
+    const auto* send = static_cast<const uint8_t*>(args.send);
+    const size_t bytes = op->args.count * op->elem_size;
+    const bool overlaps = reads_send && send < recv + bytes && recv < send + bytes;
+    op->places_results = !params_.integrity_key.has_value() && !overlaps &&
+                         DeliveryOf(*op) == DeliveryMode::kMulticast;
   }
   op->id = next_op_id_++;
   op->deadline_ns = clock_.NowNanos() + absl::ToInt64Nanoseconds(params_.op_timeout);
@@ -395,6 +411,7 @@ bool GroupEngine::PostNextChunk(std::optional<int64_t>& now_ns) {
     slot.posted_ns = now;
     slot.repaired = false;
     slot.late = false;
+    slot.placed = false;
     slot.repair_backoff = RepairAfter();
     slot.repair_at_ns = now + absl::ToInt64Nanoseconds(slot.repair_backoff);
   }
@@ -477,8 +494,9 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
         chunk_status = absl::InternalError(
             absl::StrFormat("result %d carries no or wrong-sized data", h.seq));
       } else {
-        // A bcast root's result is its own input: in place, nothing to write.
-        if (a.collective != CollectiveType::kBcast || c.recv != c.send) {
+        // A bcast root's result is its own input, and a result the port
+        // placed (ClaimPlace) is where it goes: nothing to write.
+        if (elements.data() != c.recv && (a.collective != CollectiveType::kBcast || c.recv != c.send)) {
           std::memcpy(c.recv, elements.data(), elements.size());
         }
         stats_.bytes_received += elements.size();
@@ -520,6 +538,40 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
   while (low_seq_ < next_seq_ && !window_[low_seq_ % window_.size()].used) ++low_seq_;
   ++op.chunks_done;
   FinishOpIfDone(op);
+}
+
+size_t GroupEngine::PredictPlaces(std::span<transport::ReceivePlace> out) const {
+  size_t n = 0;
+  for (uint64_t seq = low_seq_; seq < next_seq_ && n < out.size(); ++seq) {
+    const InFlight& slot = window_[seq % window_.size()];
+    if (!slot.used || slot.seq != seq || slot.placed || !slot.op->places_results) continue;
+    const ChunkSpan c = Locate(*slot.op, slot.chunk);
+    if (c.recv == nullptr || c.n == 0) continue;
+    const size_t bytes = c.n * slot.op->elem_size;
+    out[n++] = {.at = c.recv,
+                .len = static_cast<uint32_t>(bytes),
+                .head = kResultHead,
+                .tail = static_cast<uint32_t>(proto::RocePadCount(bytes) + proto::kIcrcSize),
+                .id = seq};
+  }
+  return n;
+}
+
+bool GroupEngine::ClaimPlace(const AggregationHeader& h, const transport::ReceivePlace& place) {
+  if (place.id != h.seq || h.type != AggregationMessageType::kResult || !h.has_data ||
+      h.has_tag || h.status != AggregationStatus::kOk || h.tree_id != params_.tree_id ||
+      h.group_id != params_.group_id) {
+    return false;
+  }
+  InFlight& slot = window_[h.seq % window_.size()];
+  if (!slot.used || slot.seq != h.seq || slot.placed || !slot.op->places_results) return false;
+  const ChunkSpan c = Locate(*slot.op, slot.chunk);
+  if (c.recv != place.at || h.count != c.n || h.collective != slot.op->args.collective ||
+      h.dtype != slot.op->args.dtype || proto::AggregationPayloadSize(h) != place.len) {
+    return false;
+  }
+  slot.placed = true;
+  return true;
 }
 
 absl::Duration GroupEngine::RepairAfter() const {

@@ -39,6 +39,8 @@
 #include "host/resync.h"
 #include "proto/aggregation_header.h"
 #include "proto/aggregation_tag.h"
+#include "proto/roce_headers.h"
+#include "transport/port.h"
 
 namespace netfold::host {
 
@@ -188,6 +190,21 @@ class GroupEngine {
   // When Poll() next has timed work (repair, deadline); nullopt if idle.
   std::optional<int64_t> NextTimerNs() const;
 
+  // Placed receives (transport::ReceivePlacer, through the data path):
+  // where the multicast results of chunks in flight go in the caller's
+  // memory, oldest first, up to out.size(), skipping chunks whose place a
+  // result already claimed. Only operations whose result buffer is written
+  // and not read before they are done (Op::places_results).
+  size_t PredictPlaces(std::span<transport::ReceivePlace> out) const;
+  // Whether a datagram with header `h` (not yet checked by anyone) read
+  // into `place` is the result it was predicted for; if so the place is
+  // not offered again while its chunk waits.
+  bool ClaimPlace(const proto::AggregationHeader& h, const transport::ReceivePlace& place);
+  // The bytes of a multicast result before its elements: BTH, DETH and
+  // the aggregation header.
+  static constexpr uint32_t kResultHead = static_cast<uint32_t>(
+      proto::RoceHeadersSize(proto::BthOpcode::kUdSendOnly) + proto::kAggregationHeaderSize);
+
   bool Done(OpId id) const;
   // Every chunk of the operation was handed to the sender, and the sender
   // let go of its elements (RequestSender::ReleaseElements: it copied what
@@ -227,6 +244,9 @@ class GroupEngine {
     // the round trip either (counting it lengthened every wait after a
     // loss, and the next loss then held every rank back longer).
     bool late = false;
+    // A datagram claimed its place (ClaimPlace): it may still be on its
+    // way up, so the place is not offered to the port again.
+    bool placed = false;
   };
 
   // Where one chunk of an operation comes from and goes to.

@@ -116,6 +116,79 @@ TEST_F(GroupEngineTest, TheSenderLetsGoOfTheSendBufferBeforeItIsHandedBack) {
   }
 }
 
+// Placed receives (transport::ReceivePlacer): the engine offers each chunk
+// in flight its place in the result buffer, oldest first, a place once a
+// result claimed it no more, and takes a result whose elements are already
+// there without writing them; it offers nothing where the result buffer is
+// also read (in place, a bcast root) or with the integrity tag.
+TEST_F(GroupEngineTest, OffersEachChunkItsPlaceUntilAResultClaimsIt) {
+  GroupEngine e(Params(), &leaf_, clock_);
+  std::vector<int32_t> data(6, 1), out(6, -1);  // chunks of 4 and 2, K = 2
+  auto op = e.Start({.collective = CollectiveType::kAllreduce, .dtype = DataType::kInt32,
+                     .op = ReduceOp::kSum, .send = data.data(), .recv = out.data(),
+                     .count = data.size()});
+  ASSERT_TRUE(op.ok());
+  transport::ReceivePlace places[4];
+  EXPECT_EQ(e.PredictPlaces(places), 0u) << "nothing in flight";
+  e.Poll();
+  ASSERT_EQ(e.PredictPlaces(places), 2u);
+  auto* recv = reinterpret_cast<uint8_t*>(out.data());
+  EXPECT_EQ(places[0].at, recv);
+  EXPECT_EQ(places[0].len, 16u);
+  EXPECT_EQ(places[0].head, GroupEngine::kResultHead);
+  EXPECT_EQ(places[0].tail, proto::kIcrcSize);
+  EXPECT_EQ(places[1].at, recv + 16);
+  EXPECT_EQ(places[1].len, 8u);
+  AggregationHeader h0 = leaf_.Header(0), h1 = leaf_.Header(1);
+  for (AggregationHeader* h : {&h0, &h1}) {
+    h->type = AggregationMessageType::kResult;
+    h->has_data = true;
+  }
+  EXPECT_FALSE(e.ClaimPlace(h1, places[0])) << "another chunk's place";
+  AggregationHeader tagged = h0;
+  tagged.has_tag = true;
+  EXPECT_FALSE(e.ClaimPlace(tagged, places[0]));
+  ASSERT_TRUE(e.ClaimPlace(h0, places[0]));
+  EXPECT_FALSE(e.ClaimPlace(h0, places[0])) << "claimed once";
+  ASSERT_EQ(e.PredictPlaces(places), 1u) << "the claimed place is not offered again";
+  EXPECT_EQ(places[0].at, recv + 16);
+  // The port wrote chunk 0's result into its place; the engine takes it
+  // from there.
+  const int32_t sum[4] = {5, 5, 5, 5};
+  std::memcpy(recv, sum, sizeof(sum));
+  e.OnMessage(h0, {recv, 16});
+  Answer(e, 1, {7, 7});
+  ASSERT_TRUE(e.Done(*op));
+  EXPECT_TRUE(e.Finish(*op).ok());
+  EXPECT_EQ(out, (std::vector<int32_t>{5, 5, 5, 5, 7, 7}));
+  EXPECT_EQ(e.PredictPlaces(places), 0u);
+
+  // Where the result buffer is read too: no place.
+  auto none_in_flight = [&](const CollectiveArgs& args, std::optional<proto::AggregationKey> key) {
+    GroupParams p = Params();
+    p.integrity_key = key;
+    if (key) p.slot_bytes += proto::kAggregationTagSize;  // the tag's room
+    GroupEngine g(p, &leaf_, clock_);
+    EXPECT_TRUE(g.Start(args).ok());
+    g.Poll();
+    return g.PredictPlaces(places) == 0;
+  };
+  const CollectiveArgs in_place{.collective = CollectiveType::kAllreduce,
+                                .dtype = DataType::kInt32, .op = ReduceOp::kSum,
+                                .send = out.data(), .recv = out.data(), .count = out.size()};
+  EXPECT_TRUE(none_in_flight(in_place, std::nullopt)) << "in place";
+  CollectiveArgs bcast{.collective = CollectiveType::kBcast, .dtype = DataType::kInt32,
+                       .root = Params().rank, .send = out.data(), .recv = out.data(),
+                       .count = out.size()};
+  EXPECT_TRUE(none_in_flight(bcast, std::nullopt)) << "a bcast's root";
+  bcast.root = 0;
+  EXPECT_FALSE(none_in_flight(bcast, std::nullopt)) << "a bcast's other ranks";
+  CollectiveArgs apart = in_place;
+  apart.send = data.data();
+  EXPECT_TRUE(none_in_flight(apart, proto::AggregationKey{})) << "with the integrity tag";
+  EXPECT_FALSE(none_in_flight(apart, std::nullopt));
+}
+
 // Written (the failover's view, host/resync.h): the chunks whose result
 // reached the buffer, whole, and no others, also after the op failed.
 TEST_F(GroupEngineTest, WrittenSaysWhichChunksReachedTheBuffer) {

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -491,10 +492,9 @@ const char* netfold_strerror(int code) { return netfold::host::ErrorCodeName(cod
 
 const char* netfold_last_error(void) { return g_last_error.c_str(); }
 
-int netfold_get_stats(netfold_context_t ctx, netfold_stats_t* stats) {
-  if (ctx == nullptr || stats == nullptr) return Invalid("ctx or stats is NULL");
-  if (int rc = ForkedChild(ctx->pid); rc != NETFOLD_SUCCESS) return rc;
-  const netfold::host::ContextStats s = ctx->impl->stats();
+namespace {
+
+void FillStats(const netfold::host::ContextStats& s, netfold_stats_t* stats) {
   stats->ops_completed = s.engines.ops_completed;
   stats->ops_failed = s.engines.ops_failed;
   stats->chunks_posted = s.engines.chunks_posted;
@@ -508,7 +508,59 @@ int netfold_get_stats(netfold_context_t ctx, netfold_stats_t* stats) {
   stats->foreign_packets_dropped = s.foreign_packets_dropped;
   stats->host_ops = s.host_ops;
   stats->failovers = s.failovers;
+}
+
+}  // namespace
+
+int netfold_get_stats(netfold_context_t ctx, netfold_stats_t* stats) {
+  if (ctx == nullptr || stats == nullptr) return Invalid("ctx or stats is NULL");
+  if (int rc = ForkedChild(ctx->pid); rc != NETFOLD_SUCCESS) return rc;
+  FillStats(ctx->impl->stats(), stats);
   return Ok();
+}
+
+int netfold_get_counter(netfold_context_t ctx, const char* name, uint64_t* value) {
+  if (ctx == nullptr || name == nullptr || value == nullptr) {
+    return Invalid("ctx, name or value is NULL");
+  }
+  if (int rc = ForkedChild(ctx->pid); rc != NETFOLD_SUCCESS) return rc;
+  const netfold::host::ContextStats s = ctx->impl->stats();
+  netfold_stats_t stats;
+  FillStats(s, &stats);
+  static constexpr struct {
+    const char* name;
+    uint64_t netfold_stats_t::*field;
+  } kFields[] = {
+      {"ops_completed", &netfold_stats_t::ops_completed},
+      {"ops_failed", &netfold_stats_t::ops_failed},
+      {"chunks_posted", &netfold_stats_t::chunks_posted},
+      {"repairs_sent", &netfold_stats_t::repairs_sent},
+      {"bytes_sent", &netfold_stats_t::bytes_sent},
+      {"bytes_received", &netfold_stats_t::bytes_received},
+      {"link_tx_bytes", &netfold_stats_t::link_tx_bytes},
+      {"link_rx_bytes", &netfold_stats_t::link_rx_bytes},
+      {"retransmissions", &netfold_stats_t::retransmissions},
+      {"packets_dropped", &netfold_stats_t::packets_dropped},
+      {"host_ops", &netfold_stats_t::host_ops},
+      {"failovers", &netfold_stats_t::failovers},
+      {"foreign_packets_dropped", &netfold_stats_t::foreign_packets_dropped},
+  };
+  const std::string_view wanted(name);
+  for (const auto& f : kFields) {
+    if (wanted == f.name) {
+      *value = stats.*f.field;
+      return Ok();
+    }
+  }
+  if (wanted == "results_placed") {
+    *value = s.results_placed;
+    return Ok();
+  }
+  if (wanted == "results_place_missed") {
+    *value = s.results_place_missed;
+    return Ok();
+  }
+  return Invalid(absl::StrFormat("no counter named '%s'", name));
 }
 
 }  // extern "C"

@@ -112,16 +112,20 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
     NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_POLL_US", 1000000, &us));
     o->poll_window = absl::Microseconds(us);
   }
-  if (std::string v = Env("NETFOLD_PROGRESS_THREAD"); !v.empty()) {
+  auto on_off = [](const char* name, bool* out) -> absl::Status {
+    std::string v = Env(name);
+    if (v.empty()) return absl::OkStatus();
     if (v == "1" || v == "on" || v == "yes") {
-      o->progress_thread = true;
+      *out = true;
     } else if (v == "0" || v == "off" || v == "no") {
-      o->progress_thread = false;
+      *out = false;
     } else {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("NETFOLD_PROGRESS_THREAD='%s': use 1 or 0", v));
+      return absl::InvalidArgumentError(absl::StrFormat("%s='%s': use 1 or 0", name, v));
     }
-  }
+    return absl::OkStatus();
+  };
+  NETFOLD_RETURN_IF_ERROR(on_off("NETFOLD_PROGRESS_THREAD", &o->progress_thread));
+  NETFOLD_RETURN_IF_ERROR(on_off("NETFOLD_PLACE_RESULTS", &o->place_results));
   if (!Env("NETFOLD_PROGRESS_TAKEOVER_US").empty()) {
     uint32_t us = 0;
     NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_PROGRESS_TAKEOVER_US", 10000000, &us));

@@ -91,6 +91,12 @@ struct ContextOptions {
   // as a NIC would; false: only inside library calls.
   bool progress_thread = true;
   absl::Duration progress_takeover = absl::Milliseconds(1);
+  // NETFOLD_PLACE_RESULTS (docs/host.md, "Results straight into the
+  // caller's buffer"): the soft link's port writes multicast results
+  // straight into the operation's result buffer where it can, as a NIC
+  // writes a receive into posted memory; false: into packet buffers, and
+  // the engine copies them out.
+  bool place_results = true;
 };
 
 // Reads NETFOLD_* environment variables into `options` where the field was

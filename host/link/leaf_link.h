@@ -12,7 +12,7 @@
 //                  .sq_psn = psn, .pkey = job_pkey, .qkey = job_qkey});
 //   link->AttachMulticast(group_address, root_switch_data_address);
 //   link->PostRequest(header, elements, tag);      // ResourceExhausted: try later
-//   link->Progress(timeout, [&](std::span<const uint8_t> m) { ... });
+//   link->Progress(timeout, [&](const LinkMessage& m) { ... });
 //
 // Thread-safety: a link belongs to the thread that drives its context;
 // stats() may be called from that thread only; Wake() from any thread.
@@ -32,6 +32,21 @@
 namespace netfold::host {
 
 // The switch's end of the RC connection and the job's keys, from Attach.
+// A message as a link delivers it: its bytes, except that with a placed
+// part, bytes [placed_at, placed_at + placed.size()) are not in `bytes`
+// but in `placed`, where the port wrote them straight into the memory
+// its receive placer named (the caller's result buffer: the soft link's
+// multicast results, transport::ReceivePlacer). Converts from a span: a
+// message whole.
+struct LinkMessage {
+  LinkMessage(std::span<const uint8_t> whole) : bytes(whole) {}  // NOLINT: implicit
+  LinkMessage(std::span<const uint8_t> with_hole, std::span<const uint8_t> part, size_t at)
+      : bytes(with_hole), placed(part), placed_at(at) {}
+  std::span<const uint8_t> bytes;
+  std::span<const uint8_t> placed;
+  size_t placed_at = 0;
+};
+
 struct LeafPeer {
   transport::Ipv4Endpoint remote;  // the switch's data address
   uint32_t remote_qpn = 0;
@@ -56,6 +71,11 @@ struct LeafLinkStats {
   // the switch (another address, or another UDP port of its address):
   // forged results or data (soft only: a NIC counts them as it may).
   uint64_t foreign_packets_dropped = 0;
+  // Multicast results the port wrote straight into the caller's buffer,
+  // and those read into a place that was not theirs and copied (soft
+  // only: transport::PortCounters::rx_placed, rx_place_missed).
+  uint64_t results_placed = 0;
+  uint64_t results_place_missed = 0;
 };
 
 class LeafLink {
@@ -103,12 +123,12 @@ class LeafLink {
   // first send. Best-effort; a link whose buffers are fixed does nothing.
   virtual void ReserveRequests(uint32_t messages) { (void)messages; }
   // Waits at most `timeout` for traffic, then hands every received message
-  // (RC or multicast) to `deliver`; the span is valid during the call only.
+  // (RC or multicast) to `deliver`; it is valid during the call only.
   // The link may hold their acknowledgments for the next Flush, which the
   // caller makes after posting what the messages called for: both leave in
   // one burst. Returns how many packets (or completions) it took in.
   virtual size_t Progress(absl::Duration timeout,
-                          absl::FunctionRef<void(std::span<const uint8_t>)> deliver) = 0;
+                          absl::FunctionRef<void(const LinkMessage&)> deliver) = 0;
   // After a Progress that took packets in: false if the link knows it took
   // everything that had arrived by then, so that asking again at once
   // would most likely find nothing. The default: more may be waiting.

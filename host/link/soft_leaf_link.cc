@@ -51,7 +51,10 @@ absl::Status SoftLeafLink::Connect(const LeafPeer& peer) {
   // Results are taken only from the group root named at AttachMulticast:
   // the keys travel in clear and anyone can join the multicast address.
   NETFOLD_ASSIGN_OR_RETURN(
-      ud_, endpoint_->CreateUdQp({.qkey = peer.qkey, .pkey = peer.pkey, .filter_sources = true}));
+      ud_, endpoint_->CreateUdQp({.qkey = peer.qkey,
+                                    .pkey = peer.pkey,
+                                    .filter_sources = true,
+                                    .keeps_placed = true}));
   return absl::OkStatus();
 }
 
@@ -97,7 +100,7 @@ void SoftLeafLink::DetachMulticast(const transport::Ipv4Endpoint& group) {
 void SoftLeafLink::Flush() { endpoint_->Flush(); }
 
 size_t SoftLeafLink::Progress(absl::Duration timeout,
-                              absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
+                              absl::FunctionRef<void(const LinkMessage&)> deliver) {
   const size_t packets = endpoint_->Receive(timeout);  // ACKs leave with the next requests (Flush)
   transport::RecvMessage m;
   while (rc_->PeekRecv(&m)) {
@@ -107,7 +110,7 @@ size_t SoftLeafLink::Progress(absl::Duration timeout,
   if (ud_ != nullptr) {
     transport::UdDatagram d;
     while (ud_->PeekRecv(&d)) {
-      deliver(d.data);
+      deliver(LinkMessage(d.data, d.placed, d.placed_at));
       ud_->PopRecv();
     }
   }
@@ -131,6 +134,8 @@ LeafLinkStats SoftLeafLink::stats() const {
     // Read from the socket but dropped before any queue pair saw them.
     out.packets_dropped += port_->counters().rx_no_buffer.load() +
                            port_->counters().rx_truncated.load();
+    out.results_placed = port_->counters().rx_placed.load();
+    out.results_place_missed = port_->counters().rx_place_missed.load();
   }
   out.retransmissions = rc_->counters().packets_retransmitted.load();
   out.packets_dropped += rc_->counters().drops.Total();

@@ -43,7 +43,7 @@ class SoftLeafLink : public LeafLink {
   void ReserveRequests(uint32_t messages) override;
   bool MayHoldMore() const override { return endpoint_->MayHoldMore(); }
   size_t Progress(absl::Duration timeout,
-                absl::FunctionRef<void(std::span<const uint8_t>)> deliver) override;
+                absl::FunctionRef<void(const LinkMessage&)> deliver) override;
   void Wake() override { endpoint_->port().Wake(); }
   absl::Status status() const override;
   LeafLinkStats stats() const override;

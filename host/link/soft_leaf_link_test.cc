@@ -79,7 +79,7 @@ class SoftLeafLinkTest : public ::testing::Test {
   // Progress(timeout) once; how many messages it delivered.
   int ProgressOnce(absl::Duration timeout) {
     int delivered = 0;
-    link_->Progress(timeout, [&](std::span<const uint8_t>) { ++delivered; });
+    link_->Progress(timeout, [&](const LinkMessage&) { ++delivered; });
     return delivered;
   }
 

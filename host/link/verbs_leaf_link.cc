@@ -246,7 +246,7 @@ struct VerbsLeafLink::Impl {
   }
 
   // Handles one completion; returns after delivering at most one message.
-  void Complete(const ibv_wc& wc, absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
+  void Complete(const ibv_wc& wc, absl::FunctionRef<void(const LinkMessage&)> deliver) {
     std::optional<WrId> id = DecodeWrId(wc.wr_id);
     if (!id) {
       ++stats.packets_dropped;
@@ -278,7 +278,7 @@ struct VerbsLeafLink::Impl {
           ++stats.packets_dropped;
         } else {
           stats.rx_bytes += wc.byte_len - skip;
-          deliver(buf.subspan(skip, wc.byte_len - skip));
+          deliver(LinkMessage(buf.subspan(skip, wc.byte_len - skip)));
         }
         ibv_qp* qp = is_ud ? ud.get() : rc.get();
         ibv_mr* mr = is_ud ? ud_recv_mr.get() : rc_recv_mr.get();
@@ -292,7 +292,7 @@ struct VerbsLeafLink::Impl {
   }
 
   // Polls the CQ dry; returns the number of completions handled.
-  int Drain(absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
+  int Drain(absl::FunctionRef<void(const LinkMessage&)> deliver) {
     int total = 0;
     ibv_wc wcs[32];
     for (;;) {
@@ -556,7 +556,7 @@ void VerbsLeafLink::DetachMulticast(const transport::Ipv4Endpoint& group) {
 }
 
 size_t VerbsLeafLink::Progress(absl::Duration timeout,
-                               absl::FunctionRef<void(std::span<const uint8_t>)> deliver) {
+                               absl::FunctionRef<void(const LinkMessage&)> deliver) {
   Impl& m = *impl_;
   m.HandleAsyncEvents();
   if (const int n = m.Drain(deliver); n > 0 || timeout <= absl::ZeroDuration()) {

@@ -71,7 +71,7 @@ class VerbsLeafLink : public LeafLink {
   void DetachMulticast(const transport::Ipv4Endpoint& group) override;
   void Flush() override {}
   size_t Progress(absl::Duration timeout,
-                absl::FunctionRef<void(std::span<const uint8_t>)> deliver) override;
+                absl::FunctionRef<void(const LinkMessage&)> deliver) override;
   void Wake() override;
   absl::Status status() const override;
   LeafLinkStats stats() const override;

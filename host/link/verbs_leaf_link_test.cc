@@ -119,7 +119,7 @@ TEST(VerbsLeafLink, OnADeviceAnUnansweredRequestFailsTheLinkWithTheReason) {
   int delivered = 0;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (link.status().ok() && absl::Now() < deadline) {
-    link.Progress(absl::Milliseconds(50), [&](std::span<const uint8_t>) { ++delivered; });
+    link.Progress(absl::Milliseconds(50), [&](const LinkMessage&) { ++delivered; });
   }
   EXPECT_EQ(delivered, 0);
   EXPECT_EQ(link.status().code(), absl::StatusCode::kUnavailable);

@@ -476,6 +476,44 @@ std::string FloatDigest(netfold_group_t g, int n, int* errors) {
 
 }  // namespace
 
+// Results written straight into the caller's buffer (docs/host.md,
+// "Results straight into the caller's buffer"): a non-in-place allreduce
+// and a bcast a few windows long, every element checked, into a buffer
+// filled with -1 first (a payload written into the wrong chunk's place and
+// left there would show); the allreduce's input must come back unchanged.
+void Placed(netfold_group_t g) {
+  const size_t n = (3u << 20) / 4 + 123;  // not a whole number of chunks
+  std::vector<float> in(n), out(n);
+  auto first_wrong = [&](auto want) {
+    for (size_t i = 0; i < n; ++i) {
+      if (out[i] != want(i)) return static_cast<long>(i);
+    }
+    return -1L;
+  };
+  for (int round = 0; round < 3 && g_failure.empty(); ++round) {
+    auto input = [&](size_t i, int rank) { return static_cast<float>((i * 3 + rank + round) % 11); };
+    for (size_t i = 0; i < n; ++i) in[i] = input(i, g_rank);
+    std::fill(out.begin(), out.end(), -1.0f);
+    CheckRc(netfold_allreduce(g, in.data(), out.data(), n, NETFOLD_DTYPE_FP32, NETFOLD_OP_SUM),
+            "placed allreduce");
+    const long wrong = first_wrong([&](size_t i) {
+      float sum = 0;
+      for (int r = 0; r < g_size; ++r) sum += input(i, r);
+      return sum;
+    });
+    Check(wrong < 0, absl::StrFormat("round %d: allreduce element %d", round, wrong));
+    for (size_t i = 0; i < n && g_failure.empty(); ++i) {
+      Check(in[i] == input(i, g_rank), absl::StrFormat("round %d: input element %d changed", round, i));
+    }
+    const int root = round % g_size;
+    auto bcast = [&](size_t i) { return static_cast<float>((i * 5 + round) % 13); };
+    for (size_t i = 0; i < n; ++i) out[i] = g_rank == root ? bcast(i) : -1.0f;
+    CheckRc(netfold_bcast(g, out.data(), n, NETFOLD_DTYPE_FP32, root), "placed bcast");
+    const long wrong_bcast = first_wrong(bcast);
+    Check(wrong_bcast < 0, absl::StrFormat("round %d: bcast element %d", round, wrong_bcast));
+  }
+}
+
 // Reduces released at their non-roots (host/group.h): a non-root returns
 // before the root even started, may reuse its input at once, and a failure
 // after the return reaches its next call.
@@ -571,6 +609,8 @@ int main(int argc, char** argv) {
   }
   if (scenario == "sweep") {
     Sweep(**oob, g);
+  } else if (scenario == "placed") {
+    Placed(g);
   } else if (scenario == "release") {
     Released(g);
   } else if (scenario == "groups") {
@@ -823,9 +863,12 @@ int main(int argc, char** argv) {
   CheckRc(netfold_group_destroy(g), "group destroy");
   netfold_stats_t stats;
   netfold_get_stats(ctx, &stats);
+  uint64_t placed = 0, missed = 0;
+  CheckRc(netfold_get_counter(ctx, "results_placed", &placed), "results_placed");
+  CheckRc(netfold_get_counter(ctx, "results_place_missed", &missed), "results_place_missed");
   CheckRc(netfold_finalize(ctx), "finalize");
   std::printf("rank %d: %s (ops %llu, repairs %llu, retransmissions %llu, host_ops=%llu, "
-              "failovers=%llu, dropped=%llu, foreign=%llu)\n",
+              "failovers=%llu, dropped=%llu, placed=%llu, missed=%llu, foreign=%llu)\n",
               g_rank, g_failure.empty() ? "ok" : ("FAIL " + g_failure).c_str(),
               static_cast<unsigned long long>(stats.ops_completed),
               static_cast<unsigned long long>(stats.repairs_sent),
@@ -833,6 +876,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(stats.host_ops),
               static_cast<unsigned long long>(stats.failovers),
               static_cast<unsigned long long>(stats.packets_dropped),
+              static_cast<unsigned long long>(placed), static_cast<unsigned long long>(missed),
               static_cast<unsigned long long>(stats.foreign_packets_dropped));
   return g_failure.empty() ? 0 : 1;
 }

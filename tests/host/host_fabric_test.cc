@@ -368,6 +368,34 @@ TEST(HostFabric, SixtyFourMebibyteVector) {
   ExpectAllOk(ranks.Wait(absl::Minutes(5)));
 }
 
+// The count after "placed=" in a rank's last line; -1 if missing.
+long PlacedCount(const std::string& output) {
+  const size_t at = output.rfind("placed=");
+  return at == std::string::npos ? -1 : std::strtol(output.c_str() + at + 7, nullptr, 10);
+}
+
+// Multicast results go straight into the caller's buffer by default
+// (docs/host.md): exact, the input untouched, on every rank; and the same
+// bits with it turned off.
+TEST(HostFabric, ResultsPlacedInTheCallersBufferAreExact) {
+  auto fabric = StartFabric(4, "", 0, /*slots=*/0);
+  ASSERT_NE(fabric, nullptr);
+  {
+    Launch ranks(*fabric, 4, 0, {"placed"});
+    const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+    ExpectAllOk(results);
+    for (size_t r = 0; r < results.size(); ++r) {
+      EXPECT_GT(PlacedCount(results[r].output), 0) << results[r].output;
+    }
+  }
+  Launch ranks(*fabric, 4, 0, {"placed"}, {{"NETFOLD_PLACE_RESULTS", "0"}});
+  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+  ExpectAllOk(results);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_EQ(PlacedCount(results[r].output), 0) << results[r].output;
+  }
+}
+
 TEST(HostFabric, AKilledRankMakesTheOthersFailCleanlyWithinTheDeadline) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);

@@ -284,7 +284,10 @@ int netfold_request_free(netfold_request_t request);
  * [i * chunk_bytes, (i + 1) * chunk_bytes) of recvbuf (the last one
  * shorter), written whole or not at all; every chunk before first_missing
  * was written, and chunk first_missing + i if bit i % 64 of window[i / 64]
- * is set. The other chunks' bytes are as the caller left them. */
+ * is set. The other chunks' bytes are as the caller left them in an
+ * in-place allreduce; otherwise unspecified (results are written straight
+ * into recvbuf, and a chunk without its result may hold another's bytes:
+ * docs/host.md, "Results straight into the caller's buffer"). */
 #define NETFOLD_WRITTEN_WINDOW 1024
 typedef struct {
   size_t chunk_bytes;
@@ -335,6 +338,19 @@ typedef struct {
 
 /* Counters of this rank since init. Returns SUCCESS or INVALID_ARGUMENT. */
 int netfold_get_stats(netfold_context_t ctx, netfold_stats_t* stats);
+
+/* One counter of this rank since init, by name: every field of
+ * netfold_stats_t by its own name, and counters added since that struct's
+ * layout was fixed (it is part of the ABI):
+ *   "results_placed"        multicast results the rank's port read
+ *                           straight into their place in the operation's
+ *                           result buffer (as a NIC writes into posted
+ *                           memory); always 0 with the verbs transport
+ *   "results_place_missed"  multicast datagrams read into a place that
+ *                           turned out not to be theirs, then copied
+ * Returns SUCCESS, INVALID_ARGUMENT (NULL argument, unknown name), or
+ * UNAVAILABLE in a forked child. */
+int netfold_get_counter(netfold_context_t ctx, const char* name, uint64_t* value);
 
 #ifdef __cplusplus
 }  /* extern "C" */
