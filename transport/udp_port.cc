@@ -556,6 +556,14 @@ size_t UdpPort::ReadSocketPlaced(Socket& s, std::span<PacketBuffer*> out, bool* 
       copy_out(spill_.data() + offset, std::min(size, len - placed * size - offset), k);
     }
     next += placed;
+    if (count < per_batch) {
+      // A batch shorter than the sender could cut ends its burst: the
+      // socket is most likely empty, and asking would be a system call
+      // that finds nothing (epoll, level-triggered, still reports a
+      // socket that is not).
+      s.unread = false;
+      break;
+    }
   }
   *out_of_places = next >= guessed;
   return kept;
