@@ -566,8 +566,9 @@ bool GroupEngine::ClaimPlace(const AggregationHeader& h, const transport::Receiv
   InFlight& slot = window_[h.seq % window_.size()];
   if (!slot.used || slot.seq != h.seq || slot.placed || !slot.op->places_results) return false;
   const ChunkSpan c = Locate(*slot.op, slot.chunk);
+  // Its elements are then exactly the place's: count and type are the chunk's.
   if (c.recv != place.at || h.count != c.n || h.collective != slot.op->args.collective ||
-      h.dtype != slot.op->args.dtype || proto::AggregationPayloadSize(h) != place.len) {
+      h.dtype != slot.op->args.dtype) {
     return false;
   }
   slot.placed = true;

@@ -204,10 +204,7 @@ bool RoceEndpoint::DispatchUnsupportedRequest(const PacketBuffer& p) {
 
 proto::RoceParseResult RoceEndpoint::CheckIcrc(PacketBuffer& p, bool* solved) {
   const std::span<const uint8_t> bytes = p.bytes();
-  if (bytes.size() < proto::kBthSize + proto::kIcrcSize) {
-    p.Materialize();
-    return proto::RoceParseResult::kTruncated;
-  }
+  if (bytes.size() < proto::kBthSize + proto::kIcrcSize) return proto::RoceParseResult::kTruncated;
   const std::span<const uint8_t> covered = bytes.first(bytes.size() - proto::kIcrcSize);
   const std::span<const uint8_t> part = p.external();
   if (!part.empty() && (p.external_at() <= proto::kBthFecnByteOffset ||

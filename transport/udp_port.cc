@@ -378,23 +378,28 @@ size_t UdpPort::ReadSocketGro(Socket& s, std::span<PacketBuffer*> out) {
         counters_.Add(counters_.rx_no_buffer);
         continue;
       }
-      p->src = FromSockaddr(addrs[i]);
-      p->dst = s.bound;
-      p->ip_id = static_cast<uint16_t>(k);
-      counters_.Add(counters_.rx_bytes, size);
-      counters_.Add(counters_.rx_packets);
-      if (count > 1) counters_.Add(counters_.rx_batched);
-      if (kept < out.size()) {
-        out[kept++] = p;
-      } else {
-        pending_.push_back(p);
-      }
+      HandOut(p, FromSockaddr(addrs[i]), s, k, count, out, kept);
     }
   }
   // The batch buffers go back with their last packet (at once if none).
   for (size_t i = 0; i < reads; ++i) PacketPool::Free(batches[i]);
   s.unread = n == static_cast<int>(reads);  // a full read may have left more behind
   return kept;
+}
+
+void UdpPort::HandOut(PacketBuffer* p, const Ipv4Endpoint& src, const Socket& s, size_t k,
+                      size_t count, std::span<PacketBuffer*> out, size_t& kept) {
+  p->src = src;
+  p->dst = s.bound;
+  p->ip_id = static_cast<uint16_t>(k);
+  counters_.Add(counters_.rx_bytes, p->len());
+  counters_.Add(counters_.rx_packets);
+  if (count > 1) counters_.Add(counters_.rx_batched);
+  if (kept < out.size()) {
+    out[kept++] = p;
+  } else {
+    pending_.push_back(p);
+  }
 }
 
 void UdpPort::CountRead(const Socket& s, int n) {
@@ -485,19 +490,8 @@ size_t UdpPort::ReadSocketPlaced(Socket& s, std::span<PacketBuffer*> out, bool* 
     const size_t segment = std::max<size_t>(SegmentSize(h, len), 1);
     const size_t count = len == 0 ? 1 : (len + segment - 1) / segment;
     const Ipv4Endpoint src = FromSockaddr(addr);
-    auto hand_out = [&](PacketBuffer* p, size_t k, size_t bytes) {
-      p->src = src;
-      p->dst = s.bound;
-      p->ip_id = static_cast<uint16_t>(k);
-      counters_.Add(counters_.rx_bytes, bytes);
-      counters_.Add(counters_.rx_packets);
-      if (count > 1) counters_.Add(counters_.rx_batched);
-      if (kept < out.size()) {
-        out[kept++] = p;
-      } else {
-        pending_.push_back(p);  // only copies: a placed packet always fits in out
-      }
-    };
+    // Only copies can go to pending_: a placed packet always fits in out.
+    auto hand_out = [&](PacketBuffer* p, size_t k) { HandOut(p, src, s, k, count, out, kept); };
     // A packet copied from `bytes` into a fresh buffer.
     auto copy_out = [&](const uint8_t* bytes, size_t n, size_t k) {
       PacketBuffer* p = n <= pool_.buffer_size() ? pool_.Alloc() : nullptr;
@@ -507,7 +501,7 @@ size_t UdpPort::ReadSocketPlaced(Socket& s, std::span<PacketBuffer*> out, bool* 
       }
       if (n > 0) std::memcpy(p->data(), bytes, n);
       p->set_len(static_cast<uint32_t>(n));
-      hand_out(p, k, n);
+      hand_out(p, k);
     };
     const size_t placed = std::min(count, m);
     if (segment != size) {
@@ -548,7 +542,7 @@ size_t UdpPort::ReadSocketPlaced(Socket& s, std::span<PacketBuffer*> out, bool* 
         }
         counters_.Add(counters_.rx_place_missed);
       }
-      hand_out(p, k, bytes);
+      hand_out(p, k);
     }
     PacketPool::FreeBurst({bufs + placed, m - placed});
     for (size_t k = placed; k < count; ++k) {

@@ -120,6 +120,10 @@ class UdpPort : public Port {
   size_t ReadSocket(Socket& s, std::span<PacketBuffer*> out);
   // ReadSocket without places.
   size_t ReadSocketUnplaced(Socket& s, std::span<PacketBuffer*> out);
+  // Hands received packet `p` (segment k of a read of `count`, from `src`
+  // to s.bound) out: to out[kept++], or to pending_ once `out` is full.
+  void HandOut(PacketBuffer* p, const Ipv4Endpoint& src, const Socket& s, size_t k, size_t count,
+               std::span<PacketBuffer*> out, size_t& kept);
   // Counts a read that returned `n`: an empty one, or an error.
   void CountRead(const Socket& s, int n);
   // Pending packets, then every socket in turn (busy polling).

@@ -31,7 +31,6 @@
 
 namespace netfold::host {
 
-// The switch's end of the RC connection and the job's keys, from Attach.
 // A message as a link delivers it: its bytes, except that with a placed
 // part, bytes [placed_at, placed_at + placed.size()) are not in `bytes`
 // but in `placed`, where the port wrote them straight into the memory
@@ -47,6 +46,7 @@ struct LinkMessage {
   size_t placed_at = 0;
 };
 
+// The switch's end of the RC connection and the job's keys, from Attach.
 struct LeafPeer {
   transport::Ipv4Endpoint remote;  // the switch's data address
   uint32_t remote_qpn = 0;
