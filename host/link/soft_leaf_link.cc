@@ -101,7 +101,14 @@ void SoftLeafLink::Flush() { endpoint_->Flush(); }
 
 size_t SoftLeafLink::Progress(absl::Duration timeout,
                               absl::FunctionRef<void(const LinkMessage&)> deliver) {
-  const size_t packets = endpoint_->Receive(timeout);  // ACKs leave with the next requests (Flush)
+  // The endpoint is shared: the host algorithms' channels and a Flush read
+  // it too, and what they read for this link waits in its queue pairs. Not
+  // behind a wait: a result read that way sat there a whole `timeout`
+  // (10 ms in Group::Wait) while the socket stayed empty
+  // (docs/performance.md, "Results another reader took").
+  const bool waiting = rc_->num_recv_queued() > 0 || (ud_ != nullptr && ud_->num_recv_queued() > 0);
+  // ACKs leave with the next requests (Flush).
+  const size_t packets = endpoint_->Receive(waiting ? absl::ZeroDuration() : timeout);
   transport::RecvMessage m;
   while (rc_->PeekRecv(&m)) {
     deliver(m.data);

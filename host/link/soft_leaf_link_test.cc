@@ -1,7 +1,8 @@
 // The soft leaf link over real UDP sockets on loopback, against a bare
 // RoCEv2 endpoint standing for the leaf switch: whether a Progress left
 // packets behind (MayHoldMore), which is when the data path reads again
-// at once instead of going on to its repair timers.
+// at once instead of going on to its repair timers; and that what another
+// reader of the shared endpoint took is delivered without a wait.
 #include "host/link/soft_leaf_link.h"
 
 #include <cstdint>
@@ -112,6 +113,25 @@ TEST_F(SoftLeafLinkTest, SaysWhetherAProgressLeftPacketsBehind) {
   EXPECT_EQ(delivered, 200);
   EXPECT_FALSE(link_->MayHoldMore());
   EXPECT_EQ(ProgressOnce(absl::ZeroDuration()), 0);
+}
+
+// Another reader of the shared endpoint (the host algorithms' channels
+// progress it too) takes the link's packets into its queue pairs: the
+// link's next Progress hands them over without first waiting for more.
+TEST_F(SoftLeafLinkTest, DeliversWhatAnotherReaderTookWithoutWaiting) {
+  ASSERT_NO_FATAL_FAILURE(SwitchSends(1));
+  // Waits for the packet and dispatches it to the link's RC queue pair;
+  // then its ACK leaves (no timer of the link's is left to end a wait).
+  ASSERT_EQ(rank_->Progress(absl::Seconds(5)), 1u);
+  const absl::Time acked = absl::Now() + absl::Seconds(5);
+  while (qp_->num_outstanding() > 0 && absl::Now() < acked) {
+    rank_->Progress(absl::Milliseconds(1));
+    switch_->Progress(absl::ZeroDuration());
+  }
+  ASSERT_EQ(qp_->num_outstanding(), 0u) << "the rank's ACK did not reach the switch";
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(ProgressOnce(absl::Seconds(5)), 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "waited with a message in hand";
 }
 
 }  // namespace
