@@ -485,6 +485,10 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
     }
     if (guard.Expired()) {
       it->second.outcome = absl::DeadlineExceededError("operation did not complete in time");
+      // The caller gets its buffers back: nothing may write into them after
+      // (results placed in the caller's buffer, docs/host.md), so the
+      // engine lets go of every chunk of the group's.
+      if (!it->second.on_host) engine_->Fail(*it->second.outcome);
       break;
     }
     Progress(absl::Milliseconds(10));

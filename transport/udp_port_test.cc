@@ -306,11 +306,13 @@ TEST(UdpPort, ExternalBytesLeaveInTheirPlaceInBatchesAndAlone) {
 
 // A receive placer for the tests: places in `arena`, one per tag in
 // `guesses` (place i at i * stride), claimed by the packet whose tag (its
-// first 4 bytes) is the place's.
+// first 4 bytes) is the place's. A guess is made once, or with `repeat`
+// every time until claimed (as a group engine offers a chunk its place).
 struct TagPlacer : ReceivePlacer {
   std::vector<uint8_t> arena;
   std::vector<uint32_t> guesses;
   uint32_t head = 16, len = 0, tail = proto::kIcrcSize, stride = 0;
+  bool repeat = false;
   int predictions = 0;
   size_t PredictPlaces(const Ipv4Endpoint& group, std::span<ReceivePlace> out) override {
     (void)group;
@@ -320,7 +322,7 @@ struct TagPlacer : ReceivePlacer {
       out[n] = {.at = arena.data() + n * stride, .len = len, .head = head, .tail = tail,
                 .id = guesses[n]};
     }
-    guesses.erase(guesses.begin(), guesses.begin() + static_cast<long>(n));
+    if (!repeat) guesses.erase(guesses.begin(), guesses.begin() + static_cast<long>(n));
     return n;
   }
   bool ClaimPlace(const ReceivePlace& place, std::span<const uint8_t> bytes) override {
@@ -454,6 +456,39 @@ TEST(UdpPort, MulticastPayloadsLandInTheirPlacesAndWrongGuessesComeBackWhole) {
     EXPECT_EQ(sender->pool().num_in_use(), 0u);
     EXPECT_EQ(receiver->pool().num_in_use(), 0u);
   }
+}
+
+// A placed read needs a free packet buffer for each packet a batch may
+// hold; with fewer (a small pool, or buffers held elsewhere) the socket is
+// read as usual instead of not at all, and nothing counts as dropped.
+TEST(UdpPort, APlacedReadShortOfBuffersReadsAsUsual) {
+  UdpPortConfig config;
+  config.pool.num_buffers = 12;  // fewer than a batch of 4 KiB packets may hold (15)
+  auto sender = MakePort();
+  auto receiver = MakePort(config);
+  ASSERT_TRUE(sender && receiver);
+  const Ipv4Endpoint g = TestGroup(*sender, 3);
+  ASSERT_TRUE(receiver->JoinMulticast(g).ok());
+  TagPlacer placer;
+  constexpr uint32_t kLen = 4088;
+  placer.len = kLen - placer.head - placer.tail;
+  placer.stride = placer.len;
+  placer.arena.assign(4 * placer.stride, 0);
+  placer.guesses = {1, 2, 3, 4};  // not the packet's: offered again and again
+  placer.repeat = true;
+  receiver->SetReceivePlacer(&placer);
+  PacketBuffer* p = RocePacket(*sender, g, 0, kLen);
+  const proto::IcrcAddresses addrs{sender->local().ip, g.ip, sender->local().port, g.port};
+  proto::StoreIcrc(proto::ComputeIcrc(addrs, p->bytes().first(kLen - proto::kIcrcSize)),
+                   p->bytes().last<proto::kIcrcSize>());
+  const std::vector<uint8_t> sent(p->data(), p->data() + kLen - proto::kIcrcSize);
+  PacketBuffer* tx[1] = {p};
+  ASSERT_EQ(sender->SendBurst(tx), 1u);
+  Arrived got = ReceiveWhole(*receiver, 1);
+  EXPECT_EQ(got.bytes[0], sent);
+  EXPECT_EQ(receiver->counters().rx_no_buffer, 0u);
+  receiver->SetReceivePlacer(nullptr);
+  EXPECT_EQ(receiver->pool().num_in_use(), 0u);
 }
 
 // Packets held past the next receive hold the batch buffer they are views
