@@ -122,6 +122,7 @@ TEST(CApi, NullHandlesAreInvalidArguments) {
   EXPECT_EQ(netfold_request_test(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_request_wait(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_request_free(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_progress(nullptr, 0), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_group_destroy(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_finalize(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_query_caps(nullptr, nullptr), NETFOLD_ERR_INVALID_ARGUMENT);

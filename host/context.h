@@ -72,6 +72,9 @@ class Context : private GroupOwner {
   uint32_t max_groups() const { return max_groups_; }
   ContextStats stats() const;
   uint64_t job_id() const { return job_id_; }
+  // Moves the data path for up to `timeout` on the calling thread
+  // (netfold_progress; ProgressThread::DriveFor).
+  void DriveFor(absl::Duration timeout) { progress_->DriveFor(timeout); }
 
  private:
   explicit Context(const ContextOptions& options);

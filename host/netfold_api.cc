@@ -443,6 +443,16 @@ int netfold_request_wait(netfold_request_t request) {
   return request->result;
 }
 
+int netfold_progress(netfold_context_t ctx, int timeout_us) {
+  if (ctx == nullptr) return Invalid("ctx is NULL");
+  if (timeout_us < 0 || timeout_us > 1000000) {
+    return Invalid(absl::StrFormat("timeout_us %d is not within 0..1000000", timeout_us));
+  }
+  if (int rc = ForkedChild(ctx->pid); rc != NETFOLD_SUCCESS) return rc;
+  ctx->impl->DriveFor(absl::Microseconds(timeout_us));
+  return Ok();
+}
+
 int netfold_request_free(netfold_request_t request) {
   if (request == nullptr) return Invalid("request is NULL");
   int rc = NETFOLD_SUCCESS;

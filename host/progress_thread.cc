@@ -121,7 +121,7 @@ void ProgressThread::Enter() {
   if (Depth(this)++ > 0) return;
   inside_.fetch_add(1);  // seq_cst, paired with Run's driving_ store
   last_enter_ns_.store(Now(), std::memory_order_relaxed);
-  if (driving_.load()) wake_();
+  if (driving_.load() || app_driving_.load() > 0) wake_();
   // Back before the timer Leave armed fired: the parked thread sleeps on.
   if (armed_.load(std::memory_order_relaxed) && armed_.exchange(false)) Disarm();
   mu_.Lock();
@@ -165,6 +165,16 @@ ProgressThread::Outside::~Outside() {
   if (depth_ == 0) return;
   p_.Enter();
   Depth(&p_) = depth_;
+}
+
+void ProgressThread::DriveFor(absl::Duration timeout) {
+  Inside inside(*this);
+  app_driving_.fetch_add(1);  // seq_cst, paired with Enter's inside_ update
+  // A thread that entered before the mark could be seen was not told to
+  // wake this one: do not wait in front of it.
+  if (inside_.load() > 1) timeout = absl::ZeroDuration();
+  drive_(timeout);
+  app_driving_.fetch_sub(1);
 }
 
 bool ProgressThread::AwaitAbsence() {

@@ -118,6 +118,13 @@ class ProgressThread {
   // wants to start or finish an operation of its own).
   bool OthersWaiting() const { return inside_.load() > 1; }
 
+  // The calling thread drives the data path for up to `timeout`, inside
+  // (netfold_progress: a thread of the application's own that moves the
+  // operations while others compute). Another application thread entering
+  // meanwhile wakes it as it wakes the progress thread, so a call never
+  // waits for the drive longer than a wake-up.
+  void DriveFor(absl::Duration timeout);
+
   ProgressThreadStats stats() const;
   bool running() const { return thread_.joinable(); }
 
@@ -148,6 +155,7 @@ class ProgressThread {
   absl::Mutex mu_;                        // the data path lock
   std::atomic<int> inside_{0};            // application threads inside
   std::atomic<bool> driving_{false};      // the thread holds mu_ and drives
+  std::atomic<int> app_driving_{0};       // an application thread in DriveFor
   std::atomic<int64_t> last_leave_ns_{0};
   std::atomic<int64_t> last_enter_ns_{0};
   std::atomic<bool> last_call_long_{false};  // the last call lasted takeover_after

@@ -36,6 +36,8 @@ class FakePath {
   }
   // What the application does inside the library: it drives too.
   void AppDrives() { Progress(absl::ZeroDuration()); }
+  // Some thread is in Progress now.
+  bool driving() const { return driving_.load(); }
 
  private:
   absl::Mutex mu_;
@@ -217,6 +219,29 @@ TEST(ProgressThread, ShortCallsAfterLongOnesLeaveThePark) {
   // every 2-16 ms for the rest.
   EXPECT_GT(progress.stats().wakeups - before, 20u);
   progress.Stop();
+}
+
+// netfold_progress: an application thread drives for as long as it asked
+// (here 30 s, until woken); another that enters meanwhile wakes it and gets
+// in at once, with the thread or without it.
+TEST(ProgressThread, AnApplicationThreadThatDrivesIsWokenByAnotherEntering) {
+  for (const bool enabled : {true, false}) {
+    SCOPED_TRACE(enabled ? "with the thread" : "without");
+    FakePath path;
+    ProgressThreadOptions o = Fast();
+    o.enabled = enabled;
+    ProgressThread progress(o, [&](absl::Duration t) { path.Progress(t); }, [&] { path.Wake(); });
+    progress.Start();
+    std::thread driver([&] { progress.DriveFor(absl::Seconds(30)); });
+    ASSERT_TRUE(WaitFor([&] { return path.driving(); }));
+    const absl::Time start = absl::Now();
+    {
+      ProgressThread::Inside inside(progress);
+      EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "kept waiting behind the drive";
+    }
+    driver.join();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  }
 }
 
 TEST(ProgressThread, DisabledMeansNoThreadButTheLockStillHolds) {

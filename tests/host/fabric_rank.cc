@@ -47,6 +47,9 @@
 //                others completed; a bcast rooted at rank 1, or at rank 0
 //                itself), while they are in netfold_group_destroy; every
 //                rank (the root) must end with the exact result
+//   progress     with NETFOLD_PROGRESS_THREAD=0: a 3 MiB allreduce moved by
+//                netfold_progress alone (no test or wait until its counter
+//                says it completed), its result checked; bad timeouts refused
 //   outage N     a stream that stops at its first error (the test kills a
 //                switch), then waits for $NETFOLD_TEST_PHASE2 to exist,
 //                joins the fabric again and runs N more operations that
@@ -481,6 +484,40 @@ std::string FloatDigest(netfold_group_t g, int n, int* errors) {
 // and a bcast a few windows long, every element checked, into a buffer
 // filled with -1 first (a payload written into the wrong chunk's place and
 // left there would show); the allreduce's input must come back unchanged.
+// netfold_progress moves an operation longer than the window to its end
+// by itself: nothing else enters the library (the test turns the progress
+// thread off) until the context's counter says it completed.
+void Progressed(netfold_context_t ctx, netfold_group_t g) {
+  Check(netfold_progress(ctx, -1) == NETFOLD_ERR_INVALID_ARGUMENT, "a negative timeout accepted");
+  Check(netfold_progress(ctx, 1000001) == NETFOLD_ERR_INVALID_ARGUMENT, "a timeout over 1 s accepted");
+  Check(netfold_progress(nullptr, 0) == NETFOLD_ERR_INVALID_ARGUMENT, "a NULL context accepted");
+  const size_t n = (3u << 20) / 4;
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<float>((i + g_rank) % 7);
+  netfold_stats_t before{}, now{};
+  CheckRc(netfold_get_stats(ctx, &before), "get_stats");
+  netfold_request_t r = nullptr;
+  CheckRc(netfold_allreduce_nb(g, NETFOLD_IN_PLACE, v.data(), n, NETFOLD_DTYPE_FP32, NETFOLD_OP_SUM, &r),
+          "allreduce_nb");
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  int calls = 0;
+  do {
+    CheckRc(netfold_progress(ctx, 2000), "progress");
+    ++calls;
+    CheckRc(netfold_get_stats(ctx, &now), "get_stats");
+  } while (now.ops_completed == before.ops_completed && now.ops_failed == before.ops_failed &&
+           absl::Now() < deadline && g_failure.empty());
+  Check(now.ops_completed > before.ops_completed,
+        absl::StrFormat("not completed by netfold_progress (%d calls)", calls));
+  CheckRc(netfold_request_wait(r), "request_wait");
+  netfold_request_free(r);
+  for (size_t i = 0; i < n && g_failure.empty(); i += 4099) {
+    float want = 0;
+    for (int k = 0; k < g_size; ++k) want += static_cast<float>((i + k) % 7);
+    Check(v[i] == want, absl::StrFormat("progressed allreduce element %d", i));
+  }
+}
+
 void Placed(netfold_group_t g) {
   const size_t n = (3u << 20) / 4 + 123;  // not a whole number of chunks
   std::vector<float> in(n), out(n);
@@ -611,6 +648,8 @@ int main(int argc, char** argv) {
     Sweep(**oob, g);
   } else if (scenario == "placed") {
     Placed(g);
+  } else if (scenario == "progress") {
+    Progressed(ctx, g);
   } else if (scenario == "release") {
     Released(g);
   } else if (scenario == "groups") {

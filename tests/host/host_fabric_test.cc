@@ -396,6 +396,15 @@ TEST(HostFabric, ResultsPlacedInTheCallersBufferAreExact) {
   }
 }
 
+// netfold_progress alone moves an operation longer than the window to its
+// end (docs/host.md, "Progress and threads"), with no progress thread.
+TEST(HostFabric, NetfoldProgressAloneMovesAnOperation) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 4, 0, {"progress"}, {{"NETFOLD_PROGRESS_THREAD", "0"}});
+  ExpectAllOk(ranks.Wait(absl::Minutes(3)));
+}
+
 TEST(HostFabric, AKilledRankMakesTheOthersFailCleanlyWithinTheDeadline) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);

@@ -277,6 +277,17 @@ int netfold_request_test(netfold_request_t request);
 int netfold_request_wait(netfold_request_t request);
 /* Frees a request. A request still in progress is waited for first. */
 int netfold_request_free(netfold_request_t request);
+/* Moves the context's data path for up to timeout_us microseconds
+ * (0..1000000): acknowledgments, results into their buffers, the next
+ * chunks of the operations in flight of every group. Returns once traffic
+ * or a timer was handled, timeout_us passed, or another thread of the
+ * application entered the library (it is not kept waiting). For a thread
+ * of the application's own that completes requests while others compute:
+ * waiting in here and testing after each return, it moves operations as
+ * a blocking wait does, where netfold_request_test alone moves them only
+ * while it runs (docs/host.md, "Progress and threads"). SUCCESS or
+ * INVALID_ARGUMENT. */
+int netfold_progress(netfold_context_t ctx, int timeout_us);
 
 /* For a failover that runs again only what the fabric did not deliver (the
  * MPI interposer's; docs/host.md, "Failover"): which chunks of a failed
