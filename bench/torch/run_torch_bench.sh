@@ -7,7 +7,8 @@
 #   bench/torch/run_torch_bench.sh [RANKS] [SIZES] [SECONDS] [--gloo-only]
 #   bench/torch/run_torch_bench.sh 4,8 8,65536,1048576,16777216 1
 #
-# Environment: BUILD_DIR (default build). Prints the lines of
+# Environment: BUILD_DIR (default build); TORCH_BENCH_WAIT=future: each
+# call async_op=True and a wait on its future (DDP's way). Prints the lines of
 # torch_allreduce_bench.py (ratio = netfold / gloo, same run); with
 # --gloo-only, the control run: jobs of gloo alone.
 set -eu
@@ -39,5 +40,5 @@ for n in $(echo "$ranks" | tr ',' ' '); do
   # "0" under Python 3.11 (docs/pytorch.md).
   timeout 1800 /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node "$n" \
     --redirects 1 --tee 1 --log_dir "$logs" "$here/bench/torch/torch_allreduce_bench.py" \
-    --sizes "$sizes" --seconds "$seconds" $only 2>/dev/null | sed -n 's/^\[default0\]://p' | grep '^torch_bench'
+    --sizes "$sizes" --seconds "$seconds" --wait "${TORCH_BENCH_WAIT:-blocking}" $only 2>/dev/null | sed -n 's/^\[default0\]://p' | grep '^torch_bench'
 done

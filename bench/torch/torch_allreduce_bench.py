@@ -11,7 +11,9 @@ torchrun with a fabric up and build/host/torch on PYTHONPATH):
 
 For each size (bytes of float32, SUM) and backend: a few warm-up calls, then
 as many blocking all_reduce calls as fill --seconds on rank 0 (at least
---min-iterations; the same count on every rank), timed on every rank. Rank 0 prints one line per size,
+--min-iterations; the same count on every rank), timed on every rank. With
+--wait future each call is all_reduce(async_op=True) and a wait on its
+future, as DDP's gradient hooks complete their buckets. Rank 0 prints one line per size,
 
   torch_bench ranks=8 bytes=65536 netfold_us=... gloo_us=... ratio=...
 
@@ -36,15 +38,23 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=3, help="alternations of the two backends")
     p.add_argument("--min-iterations", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--wait", choices=("blocking", "future"), default="blocking",
+                   help="blocking all_reduce, or async_op=True and a wait on the Work's future")
     p.add_argument("--gloo-only", action="store_true",
                    help="a job of gloo alone (no netfold in the processes): the control run")
     return p.parse_args()
 
 
+WAIT = "blocking"
+
+
 def timed(tensor, group, calls):
     start = time.perf_counter()
     for _ in range(calls):
-        dist.all_reduce(tensor, group=group)
+        if WAIT == "future":
+            dist.all_reduce(tensor, group=group, async_op=True).get_future().wait()
+        else:
+            dist.all_reduce(tensor, group=group)
     return time.perf_counter() - start
 
 
@@ -64,7 +74,9 @@ def mean_call_us(tensor, group, seconds, min_iterations, warmup, gloo):
 
 
 def main():
+    global WAIT
     args = parse_args()
+    WAIT = args.wait
     if args.gloo_only:
         dist.init_process_group("gloo")
         gloo = dist.group.WORLD

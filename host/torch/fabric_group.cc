@@ -12,6 +12,8 @@ namespace {
 constexpr std::chrono::microseconds kFirstPoll(50);
 constexpr std::chrono::microseconds kLongestPoll(2000);
 constexpr std::chrono::milliseconds kReapInterval(10);
+// The longest one netfold_progress of the completion thread waits.
+constexpr int kDriveUs = 2000;
 
 }  // namespace
 
@@ -112,8 +114,21 @@ void FabricGroup::CompleteInOrder() {
     bool done = true;
     for (const c10::intrusive_ptr<WorkNetfold>& w : mine) done = w->Drive(/*block=*/drain) && done;
     mine.clear();  // a dropped Work's last reference goes here, not under the lock
+    // Until they are done this thread moves the data path itself, waiting
+    // in the library as a blocking wait does (netfold_progress returns at
+    // each packet, and at once when a collective starts on another
+    // thread). Testing at intervals moved the data only at each test: the
+    // library's progress thread takes over only after a millisecond away,
+    // so a future-driven allreduce (DDP's) of 1-16 MiB took twice a
+    // blocking one's time (docs/performance.md, "Futures"). Not while
+    // another thread holds the group's calls: that one drives.
+    bool drove = false;
+    if (!done && !drain && calls_.try_lock()) {
+      calls_.unlock();
+      drove = netfold_progress(context_->handle(), kDriveUs) == NETFOLD_SUCCESS;
+    }
     lock.lock();
-    if (done) {
+    if (done || drove) {
       poll = kFirstPoll;
     } else if (!wanted_ && !closing_) {
       queue_cv_.wait_for(lock, poll);
