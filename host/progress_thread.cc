@@ -120,8 +120,13 @@ void ProgressThread::Sleep(absl::Duration timeout) {
 void ProgressThread::Enter() {
   if (Depth(this)++ > 0) return;
   inside_.fetch_add(1);  // seq_cst, paired with Run's driving_ store
+  const bool to_drive = DrivingHere();
+  if (!to_drive) calls_inside_.fetch_add(1);  // seq_cst, paired with DriveFor's app_driving_
   last_enter_ns_.store(Now(), std::memory_order_relaxed);
-  if (driving_.load() || app_driving_.load() > 0) wake_();
+  // An application thread in DriveFor gives way to a call, not to another
+  // DriveFor: that one queues for the lock (two would cut each other short
+  // at every turn and spin).
+  if (driving_.load() || (!to_drive && app_driving_.load() > 0)) wake_();
   // Back before the timer Leave armed fired: the parked thread sleeps on.
   if (armed_.load(std::memory_order_relaxed) && armed_.exchange(false)) Disarm();
   mu_.Lock();
@@ -134,6 +139,7 @@ void ProgressThread::Leave() {
                          absl::ToInt64Nanoseconds(options_.takeover_after);
   last_leave_ns_.store(now, std::memory_order_relaxed);
   last_call_long_.store(long_call, std::memory_order_relaxed);
+  if (!DrivingHere()) calls_inside_.fetch_sub(1);
   mu_.Unlock();
   inside_.fetch_sub(1);  // seq_cst, paired with Park's parked_ store
   if (parked_.load()) {
@@ -167,14 +173,28 @@ ProgressThread::Outside::~Outside() {
   Depth(&p_) = depth_;
 }
 
+bool& ProgressThread::DrivingHere() {
+  thread_local bool driving = false;
+  return driving;
+}
+
 void ProgressThread::DriveFor(absl::Duration timeout) {
-  Inside inside(*this);
-  app_driving_.fetch_add(1);  // seq_cst, paired with Enter's inside_ update
-  // A thread that entered before the mark could be seen was not told to
-  // wake this one: do not wait in front of it.
-  if (inside_.load() > 1) timeout = absl::ZeroDuration();
-  drive_(timeout);
-  app_driving_.fetch_sub(1);
+  if (Depth(this) > 0) {  // called from inside: the caller holds the lock
+    drive_(absl::ZeroDuration());
+    return;
+  }
+  DrivingHere() = true;
+  {
+    Inside inside(*this);
+    app_driving_.fetch_add(1);  // seq_cst, paired with Enter's calls_inside_
+    // A call that entered before the mark could be seen was not told to
+    // wake this thread: do not wait in front of it. Other drivers are not
+    // calls: they queue for the lock.
+    if (calls_inside_.load() > 0) timeout = absl::ZeroDuration();
+    drive_(timeout);
+    app_driving_.fetch_sub(1);
+  }
+  DrivingHere() = false;
 }
 
 bool ProgressThread::AwaitAbsence() {

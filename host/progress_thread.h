@@ -121,8 +121,9 @@ class ProgressThread {
   // The calling thread drives the data path for up to `timeout`, inside
   // (netfold_progress: a thread of the application's own that moves the
   // operations while others compute). Another application thread entering
-  // meanwhile wakes it as it wakes the progress thread, so a call never
-  // waits for the drive longer than a wake-up.
+  // for a call meanwhile wakes it as it wakes the progress thread, so a
+  // call never waits for the drive longer than a wake-up; another DriveFor
+  // waits for the lock instead.
   void DriveFor(absl::Duration timeout);
 
   ProgressThreadStats stats() const;
@@ -155,7 +156,10 @@ class ProgressThread {
   absl::Mutex mu_;                        // the data path lock
   std::atomic<int> inside_{0};            // application threads inside
   std::atomic<bool> driving_{false};      // the thread holds mu_ and drives
-  std::atomic<int> app_driving_{0};       // an application thread in DriveFor
+  std::atomic<int> app_driving_{0};       // application threads driving in DriveFor
+  std::atomic<int> calls_inside_{0};      // application threads inside, not for DriveFor
+  // True while the calling thread is in DriveFor.
+  static bool& DrivingHere();
   std::atomic<int64_t> last_leave_ns_{0};
   std::atomic<int64_t> last_enter_ns_{0};
   std::atomic<bool> last_call_long_{false};  // the last call lasted takeover_after

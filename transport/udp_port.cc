@@ -450,9 +450,9 @@ size_t UdpPort::ReadSocketPlaced(Socket& s, std::span<PacketBuffer*> out, bool* 
     }
     // Room first for the batch's segments beyond its places (copied out
     // of the spill), so that none is read only to be dropped. Without it,
-    // read as usual: a batch read unplaced needs no free packet buffer (its
-    // packets are views of a batch buffer), and one left in the socket
-    // would wait there as long as the buffers stay held.
+    // read as usual: with UDP_GRO a batch read unplaced needs no free
+    // packet buffer (its packets are views of a batch buffer), and one left
+    // in the socket would wait there as long as the buffers stay held.
     if (pool_.num_free() < per_batch) {
       next = guessed;
       break;

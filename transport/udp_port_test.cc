@@ -463,7 +463,7 @@ TEST(UdpPort, MulticastPayloadsLandInTheirPlacesAndWrongGuessesComeBackWhole) {
 // read as usual instead of not at all, and nothing counts as dropped.
 TEST(UdpPort, APlacedReadShortOfBuffersReadsAsUsual) {
   UdpPortConfig config;
-  config.pool.num_buffers = 12;  // fewer than a batch of 4 KiB packets may hold (15)
+  config.pool.num_buffers = 12;  // fewer than a batch of 4088-byte packets may hold (16)
   auto sender = MakePort();
   auto receiver = MakePort(config);
   ASSERT_TRUE(sender && receiver);

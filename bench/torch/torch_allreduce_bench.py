@@ -45,38 +45,33 @@ def parse_args():
     return p.parse_args()
 
 
-WAIT = "blocking"
-
-
-def timed(tensor, group, calls):
+def timed(tensor, group, calls, wait):
     start = time.perf_counter()
     for _ in range(calls):
-        if WAIT == "future":
+        if wait == "future":
             dist.all_reduce(tensor, group=group, async_op=True).get_future().wait()
         else:
             dist.all_reduce(tensor, group=group)
     return time.perf_counter() - start
 
 
-def mean_call_us(tensor, group, seconds, min_iterations, warmup, gloo):
+def mean_call_us(tensor, group, seconds, min_iterations, warmup, gloo, wait):
     """The slowest rank's mean time per blocking all_reduce, in microseconds."""
-    timed(tensor, group, warmup)
+    timed(tensor, group, warmup, wait)
     # Every rank must make the same number of calls (they are collective):
     # rank 0 times a few and says how many fill `seconds`.
-    probe = timed(tensor, group, min_iterations) / min_iterations
+    probe = timed(tensor, group, min_iterations, wait) / min_iterations
     calls = torch.tensor([max(min_iterations, int(seconds / probe))], dtype=torch.int64)
     dist.broadcast(calls, src=0, group=gloo)
     dist.barrier(group=gloo)
-    mine = torch.tensor([timed(tensor, group, calls.item()) / calls.item() * 1e6],
+    mine = torch.tensor([timed(tensor, group, calls.item(), wait) / calls.item() * 1e6],
                         dtype=torch.float64)
     dist.all_reduce(mine, op=dist.ReduceOp.MAX, group=gloo)
     return mine.item()
 
 
 def main():
-    global WAIT
     args = parse_args()
-    WAIT = args.wait
     if args.gloo_only:
         dist.init_process_group("gloo")
         gloo = dist.group.WORLD
@@ -92,7 +87,8 @@ def main():
         for _ in range(args.rounds):
             for name, group in backends:
                 results[name].append(mean_call_us(tensor, group, args.seconds,
-                                                  args.min_iterations, args.warmup, gloo))
+                                                  args.min_iterations, args.warmup, gloo,
+                                                  args.wait))
         if rank == 0 and args.gloo_only:
             g = statistics.fmean(results["gloo"])
             rounds = " ".join(f"{b:.0f}" for b in results["gloo"])

@@ -105,7 +105,9 @@ size_t SoftLeafLink::Progress(absl::Duration timeout,
   // it too, and what they read for this link waits in its queue pairs. Not
   // behind a wait: a result read that way sat there a whole `timeout`
   // (10 ms in Group::Wait) while the socket stayed empty
-  // (docs/performance.md, "Results another reader took").
+  // (docs/performance.md, "Results another reader took"). This relies on
+  // every Progress emptying both queues (below): one that left messages
+  // behind would make every later Progress return at once.
   const bool waiting = rc_->num_recv_queued() > 0 || (ud_ != nullptr && ud_->num_recv_queued() > 0);
   // ACKs leave with the next requests (Flush).
   const size_t packets = endpoint_->Receive(waiting ? absl::ZeroDuration() : timeout);

@@ -121,7 +121,9 @@ void FabricGroup::CompleteInOrder() {
     // library's progress thread takes over only after a millisecond away,
     // so a future-driven allreduce (DDP's) of 1-16 MiB took twice a
     // blocking one's time (docs/performance.md, "Futures"). Not while
-    // another thread holds the group's calls: that one drives.
+    // another thread holds the group's calls: that one drives. (The
+    // try_lock is a hint: a call that starts just after it only makes the
+    // drive return early.)
     bool drove = false;
     if (!done && !drain && calls_.try_lock()) {
       calls_.unlock();

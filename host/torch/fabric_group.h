@@ -12,14 +12,16 @@
 // The completion thread completes the Works nobody will wait for: those
 // whose future was asked for (getFuture wakes it) and those their caller
 // dropped (only the queue holds them; it looks for them every 10 ms while
-// Works are in flight, and sleeps while none is). It tests them
+// Works are in flight, and sleeps while none is). Until they are done it
+// moves the data itself, waiting in netfold_progress (the context's, not
+// the group's: it takes no mutex, and a collective started on another
+// thread makes it return at once), and tests them after each return
 // (netfold_request_test, never blocking the caller's next collective on the
-// mutex) at growing intervals, 50 us doubling up to 2 ms: libnetfold's own
-// progress thread moves the data while nobody is in the library, so the
-// interval bounds how late a future is seen complete, not how fast the data
-// moves. A Work its caller waits for costs this thread nothing: a loop of
-// blocking collectives wakes it once per 10 ms at most. Works completed by
-// their callers leave the queue at the next Submit.
+// mutex). While another thread holds the mutex (a wait(): that one drives)
+// it tests at growing intervals instead, 50 us doubling up to 2 ms. A Work
+// its caller waits for costs this thread nothing: a loop of blocking
+// collectives wakes it once per 10 ms at most. Works completed by their
+// callers leave the queue at the next Submit.
 //
 // Destroy() (also the destructor) refuses new collectives, completes every
 // Work in flight, stops the thread and destroys the netfold group

@@ -18,8 +18,10 @@
 // for a Work nobody will wait for: one whose future was asked for (DDP
 // waits on futures) or that its caller dropped, so that it still completes
 // and releases its tensors. libnetfold allows one thread at a time on a group, so each of
-// them calls netfold only while holding the group's `calls` mutex; wait()
-// blocks on it, isCompleted() and the completion thread only try it. The
+// them calls netfold's group and request functions only while holding the
+// group's `calls` mutex; wait() blocks on it, isCompleted() and the
+// completion thread only try it (the completion thread's netfold_progress,
+// a call on the context, takes no group mutex). The
 // finishing step, the Work's own completion and the future (whose
 // callbacks run inline) happen after the mutex is released.
 //

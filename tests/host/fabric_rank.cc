@@ -479,11 +479,6 @@ std::string FloatDigest(netfold_group_t g, int n, int* errors) {
 
 }  // namespace
 
-// Results written straight into the caller's buffer (docs/host.md,
-// "Results straight into the caller's buffer"): a non-in-place allreduce
-// and a bcast a few windows long, every element checked, into a buffer
-// filled with -1 first (a payload written into the wrong chunk's place and
-// left there would show); the allreduce's input must come back unchanged.
 // netfold_progress moves an operation longer than the window to its end
 // by itself: nothing else enters the library (the test turns the progress
 // thread off) until the context's counter says it completed.
@@ -518,6 +513,11 @@ void Progressed(netfold_context_t ctx, netfold_group_t g) {
   }
 }
 
+// Results written straight into the caller's buffer (docs/host.md,
+// "Results straight into the caller's buffer"): a non-in-place allreduce
+// and a bcast a few windows long, every element checked, into a buffer
+// filled with -1 first (a payload written into the wrong chunk's place and
+// left there would show); the allreduce's input must come back unchanged.
 void Placed(netfold_group_t g) {
   const size_t n = (3u << 20) / 4 + 123;  // not a whole number of chunks
   std::vector<float> in(n), out(n);

@@ -279,14 +279,20 @@ int netfold_request_wait(netfold_request_t request);
 int netfold_request_free(netfold_request_t request);
 /* Moves the context's data path for up to timeout_us microseconds
  * (0..1000000): acknowledgments, results into their buffers, the next
- * chunks of the operations in flight of every group. Returns once traffic
- * or a timer was handled, timeout_us passed, or another thread of the
- * application entered the library (it is not kept waiting). For a thread
- * of the application's own that completes requests while others compute:
- * waiting in here and testing after each return, it moves operations as
- * a blocking wait does, where netfold_request_test alone moves them only
- * while it runs (docs/host.md, "Progress and threads"). SUCCESS or
- * INVALID_ARGUMENT. */
+ * chunks of the fabric's operations in flight, of every group. Returns
+ * once traffic or a timer was handled, timeout_us passed, or another
+ * thread of the application entered the library for a call (which is not
+ * kept waiting; two threads in netfold_progress take turns). It may first
+ * wait for the data path behind another thread's call (a wait hands it
+ * over at its next packet, at most 10 ms later). For a thread of the
+ * application's own that completes requests while others compute: waiting
+ * in here and testing after each return, it moves the fabric's operations
+ * as a blocking wait does, where netfold_request_test alone moves them
+ * only while it runs (docs/host.md, "Progress and threads"). Operations
+ * that run on the hosts (NETFOLD_ALGORITHM=ring..., or after a failover)
+ * move in netfold_request_test/wait and the progress thread only. Every
+ * call must have returned before netfold_finalize. SUCCESS,
+ * INVALID_ARGUMENT, or UNAVAILABLE in a child of fork(). */
 int netfold_progress(netfold_context_t ctx, int timeout_us);
 
 /* For a failover that runs again only what the fabric did not deliver (the
