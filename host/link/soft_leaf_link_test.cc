@@ -5,6 +5,8 @@
 // reader of the shared endpoint took is delivered without a wait.
 #include "host/link/soft_leaf_link.h"
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -13,6 +15,7 @@
 #include "base/clock.h"
 #include "gtest/gtest.h"
 #include "transport/impaired_port.h"
+#include "transport/queue_pair_common.h"
 #include "transport/roce_endpoint.h"
 #include "transport/udp_port.h"
 
@@ -132,6 +135,24 @@ TEST_F(SoftLeafLinkTest, DeliversWhatAnotherReaderTookWithoutWaiting) {
   const absl::Time start = absl::Now();
   EXPECT_EQ(ProgressOnce(absl::Seconds(5)), 1);
   EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "waited with a message in hand";
+}
+
+// The same for a multicast result (the case that stalled torch's calls:
+// docs/performance.md, "Results another reader took"): read by another
+// reader into the link's UD queue pair, delivered without a wait.
+TEST_F(SoftLeafLinkTest, DeliversAMulticastResultAnotherReaderTookWithoutWaiting) {
+  const transport::Ipv4Endpoint group{
+      0xef4f0000u | ((static_cast<uint32_t>(getpid()) * 7 + 9) & 0xffff), switch_->local().port};
+  ASSERT_TRUE(link_->AttachMulticast(group, switch_->local()).ok());
+  auto ud = switch_->CreateUdQp({.qkey = 0x11});
+  ASSERT_TRUE(ud.ok()) << ud.status();
+  ASSERT_TRUE((*ud)->PostSend(group, transport::kMulticastQpn, 0x11,
+                              std::vector<uint8_t>(64, 7)).ok());
+  switch_->Progress(absl::ZeroDuration());
+  ASSERT_EQ(rank_->Progress(absl::Seconds(5)), 1u);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(ProgressOnce(absl::Seconds(5)), 1);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1)) << "waited with a result in hand";
 }
 
 }  // namespace
