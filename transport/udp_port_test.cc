@@ -187,11 +187,16 @@ TEST(UdpPort, WakeFromAnotherThreadEndsAWait) {
 
 // A RoCEv2-shaped payload of `len` bytes: a tag, filler, and the ICRC of
 // `addrs` (identification 0, as a queue pair builds it).
-PacketBuffer* RocePacket(Port& port, const Ipv4Endpoint& dst, uint32_t tag, uint32_t len) {
-  PacketBuffer* p = Packet(port, dst, tag, len);
+// (Again) the ICRC of `p`'s first `len` bytes, sent by `port` to `dst`.
+void StoreRoceIcrc(const Port& port, const Ipv4Endpoint& dst, PacketBuffer* p, uint32_t len) {
   const proto::IcrcAddresses addrs{port.local().ip, dst.ip, port.local().port, dst.port};
   proto::StoreIcrc(proto::ComputeIcrc(addrs, p->bytes().first(len - proto::kIcrcSize)),
                    p->bytes().last<proto::kIcrcSize>());
+}
+
+PacketBuffer* RocePacket(Port& port, const Ipv4Endpoint& dst, uint32_t tag, uint32_t len) {
+  PacketBuffer* p = Packet(port, dst, tag, len);
+  StoreRoceIcrc(port, dst, p, len);
   return p;
 }
 
@@ -314,6 +319,12 @@ struct TagPlacer : ReceivePlacer {
   uint32_t head = 16, len = 0, tail = proto::kIcrcSize, stride = 0;
   bool repeat = false;
   int predictions = 0;
+  // Places for the payloads of `places` packets of `packet_len` bytes.
+  void SizeFor(uint32_t packet_len, size_t places) {
+    len = packet_len - head - tail;
+    stride = len;
+    arena.assign(places * stride, 0);
+  }
   size_t PredictPlaces(const Ipv4Endpoint& group, std::span<ReceivePlace> out) override {
     (void)group;
     ++predictions;
@@ -383,9 +394,7 @@ TEST(UdpPort, MulticastPayloadsLandInTheirPlacesAndWrongGuessesComeBackWhole) {
     ASSERT_TRUE(receiver->JoinMulticast(g).ok());
     TagPlacer placer;
     constexpr uint32_t kLen = 4088;
-    placer.len = kLen - placer.head - placer.tail;
-    placer.stride = placer.len;
-    placer.arena.assign(8 * placer.stride, 0);
+    placer.SizeFor(kLen, 8);
     receiver->SetReceivePlacer(&placer);
     auto send = [&](std::vector<uint32_t> tags, uint32_t len, const Ipv4Endpoint& to) {
       std::vector<PacketBuffer*> tx;
@@ -393,9 +402,7 @@ TEST(UdpPort, MulticastPayloadsLandInTheirPlacesAndWrongGuessesComeBackWhole) {
       for (uint32_t t : tags) {
         PacketBuffer* p = RocePacket(*sender, to, t, len);
         for (uint32_t k = 4; k + proto::kIcrcSize < len; ++k) p->data()[k] = static_cast<uint8_t>(t * 31 + k);
-        const proto::IcrcAddresses addrs{sender->local().ip, to.ip, sender->local().port, to.port};
-        proto::StoreIcrc(proto::ComputeIcrc(addrs, p->bytes().first(len - proto::kIcrcSize)),
-                         p->bytes().last<proto::kIcrcSize>());
+        StoreRoceIcrc(*sender, to, p, len);
         sent[t].assign(p->data(), p->data() + len - proto::kIcrcSize);
         tx.push_back(p);
       }
@@ -471,16 +478,11 @@ TEST(UdpPort, APlacedReadShortOfBuffersReadsAsUsual) {
   ASSERT_TRUE(receiver->JoinMulticast(g).ok());
   TagPlacer placer;
   constexpr uint32_t kLen = 4088;
-  placer.len = kLen - placer.head - placer.tail;
-  placer.stride = placer.len;
-  placer.arena.assign(4 * placer.stride, 0);
+  placer.SizeFor(kLen, 4);
   placer.guesses = {1, 2, 3, 4};  // not the packet's: offered again and again
   placer.repeat = true;
   receiver->SetReceivePlacer(&placer);
   PacketBuffer* p = RocePacket(*sender, g, 0, kLen);
-  const proto::IcrcAddresses addrs{sender->local().ip, g.ip, sender->local().port, g.port};
-  proto::StoreIcrc(proto::ComputeIcrc(addrs, p->bytes().first(kLen - proto::kIcrcSize)),
-                   p->bytes().last<proto::kIcrcSize>());
   const std::vector<uint8_t> sent(p->data(), p->data() + kLen - proto::kIcrcSize);
   PacketBuffer* tx[1] = {p};
   ASSERT_EQ(sender->SendBurst(tx), 1u);
