@@ -10,6 +10,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/first_touch_cost.h"
 #include "base/wakeup_cost.h"
 #include "tools/run_command.h"
 
@@ -124,6 +125,12 @@ std::string MachineLine() {
   if (!c.ok()) return line + " (wake-up cost not measured: " + c.status().ToString() + ")";
   absl::StrAppendFormat(&line, "; a wake-up costs %.1f us of CPU on one", c->same_cpu_us);
   if (c->other_cpu_us) absl::StrAppendFormat(&line, ", %.1f us across two", *c->other_cpu_us);
+  const absl::StatusOr<FirstTouchCost> t = MeasureFirstTouchCost(256);
+  if (!t.ok()) return line + " (first-touch cost not measured: " + t.status().ToString() + ")";
+  absl::StrAppendFormat(&line,
+                        "; the kernel's first read of a page the application wrote %.1f us, "
+                        "the next %.1f us",
+                        t->read_first_us, t->read_again_us);
   return line;
 }
 

@@ -52,8 +52,11 @@ std::string HumanSize(long bytes);
 std::string Us(double us);
 
 // "machine: 2 cores; a wake-up costs 5.1 us of CPU on one, 12.4 us across
-// two": what a fabric of sleeping processes pays per burst here
-// (base/wakeup_cost.h), measured now (~0.1 s), for the header of a run.
+// two; the kernel's first read of a page the application wrote 8.3 us, the
+// next 3.0 us": what a fabric of sleeping processes pays per burst here
+// (base/wakeup_cost.h), and what a first call on fresh buffers pays per
+// page (base/first_touch_cost.h), measured now (~0.1 s), for the header of
+// a run.
 std::string MachineLine();
 
 // Runs bench/plot_bench.py (found beside `self`) on `csv_path` into

@@ -77,6 +77,10 @@ TEST(BenchResults, TheMachineLineSaysCoresAndWhatAWakeUpCosts) {
   if (sysconf(_SC_NPROCESSORS_ONLN) >= 2) {
     EXPECT_NE(line.find(" us across two"), std::string::npos) << line;
   }
+  EXPECT_NE(line.find("; the kernel's first read of a page the application wrote "),
+            std::string::npos)
+      << line;
+  EXPECT_NE(line.find(" us, the next "), std::string::npos) << line;
 }
 
 }  // namespace
