@@ -1,7 +1,7 @@
 // What the kernel's first access to a page the application has written
 // costs, against its next ones. Nothing on bare metal or with nested paging
 // in hardware; on a hypervisor that shadows the guest's page tables it is a
-// fault per page (~5-7 us on the PVM guests of docs/performance.md), paid
+// fault per page (6-7.5 us on the PVM guest of docs/performance.md), paid
 // when a send reads a fresh buffer or a receive writes one: a long
 // operation's first call on fresh buffers (docs/performance.md, "A fresh
 // buffer's first operation"). `netfold bench` prints it beside the wake-up
@@ -29,6 +29,7 @@ struct FirstTouchCost {
 // same for writes into `pages` other fresh pages. Nothing leaves the
 // process; the pipe never blocks (non-blocking, one page in it at a time).
 // InvalidArgument for pages < 1; ResourceExhausted without memory or a pipe.
+// Thread-safe: each call has its own pipe and pages.
 absl::StatusOr<FirstTouchCost> MeasureFirstTouchCost(int pages);
 
 }  // namespace netfold
