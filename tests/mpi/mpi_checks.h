@@ -10,7 +10,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -31,22 +30,33 @@ constexpr bool kIsPair = std::is_same_v<T, FloatInt> || std::is_same_v<T, Double
                          std::is_same_v<T, LongInt> || std::is_same_v<T, TwoInt> ||
                          std::is_same_v<T, ShortInt>;
 
-// Inputs whose exact result is the same in any reduction order.
+// splitmix64's finalizer: every bit of the result depends on every bit of x.
+inline uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+// Inputs whose exact result is the same in any reduction order. A hash of
+// (seed, i, rank), not a generator seeded per element: every rank makes
+// every rank's inputs for its references, and seeding a Mersenne twister
+// per element was 85 % of the MPI tests' CPU.
 template <typename T>
 T Input(int rank, size_t i, uint64_t seed, MPI_Op op) {
-  std::mt19937_64 rng(seed * 1000003 + i * 7919 + static_cast<uint64_t>(rank) * 104729);
-  const int small = static_cast<int>(rng() % 9) - 4;
+  const uint64_t h = Mix(Mix(Mix(seed) ^ i) ^ static_cast<uint64_t>(rank));
+  const int small = static_cast<int>(h % 9) - 4;
   if constexpr (kIsPair<T>) {
     T t{};
     t.v = static_cast<decltype(t.v)>(small);
     t.i = rank;
     return t;
   } else if constexpr (std::is_floating_point_v<T>) {
-    if (op == MPI_PROD) return rng() % 2 ? T(1) : T(-1);
+    if (op == MPI_PROD) return (h >> 40) % 2 ? T(1) : T(-1);
     return static_cast<T>(small);
   } else {
-    if (op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR) return static_cast<T>(rng() % 3);
-    return static_cast<T>(rng());  // integers wrap: any value is exact
+    if (op == MPI_LAND || op == MPI_LOR || op == MPI_LXOR) return static_cast<T>((h >> 40) % 3);
+    return static_cast<T>(h);  // integers wrap: any value is exact
   }
 }
 

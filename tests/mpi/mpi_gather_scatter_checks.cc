@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
