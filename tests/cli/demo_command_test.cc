@@ -2,67 +2,32 @@
 // on 4 hosts, clean and with seeded faults on every link, exits 0 with every
 // row verified by every rank, and a long allreduce's row is followed by its
 // first call timed apart (docs/operations.md, "The demo").
-#include <unistd.h>
-
-#include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tools/run_command.h"
+#include "tests/cli/run_cli.h"
 
 namespace netfold {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The demo on 4 hosts with `extra` arguments, within 120 s (it takes one
 // or two on an idle machine).
-Result RunDemo(const std::vector<std::string>& extra) {
+CliResult RunDemo(const std::vector<std::string>& extra) {
   std::vector<std::string> argv = {NETFOLD_CLI, "demo", "--quick", "--hosts", "4"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  const std::string err_path =
-      absl::StrFormat("%s/demo_command_test.%d.err", ::testing::TempDir(), getpid());
-  std::remove(err_path.c_str());
-  tools::CommandOptions options;
-  options.timeout = absl::Seconds(120);
-  options.stderr_path = err_path;
-  Result r;
-  absl::StatusOr<tools::CommandResult> run = tools::RunCommand(argv, options);
-  if (run.ok()) {
-    r.out = run->output;
-    r.exit_code = run->exit_code;
-  } else {
-    r.err = run.status().ToString() + "\n";
-  }
-  r.err += ReadAll(err_path);
-  std::remove(err_path.c_str());
-  return r;
+  return RunCli(argv, absl::Seconds(120), "demo_command_test");
 }
 
 // Checks the table: every operation's row verified by the 4 ranks, and the
 // 1 MiB allreduce's row followed by its first call's.
-void ExpectEveryRowVerified(const Result& r) {
+void ExpectEveryRowVerified(const CliResult& r) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr(" checks, 0 failed."));
   EXPECT_THAT(r.out, HasSubstr("all results verified on every rank; fabric stopped."));
@@ -96,7 +61,7 @@ void ExpectEveryRowVerified(const Result& r) {
 TEST(DemoCommand, EveryResultIsVerifiedByEveryRank) { ExpectEveryRowVerified(RunDemo({})); }
 
 TEST(DemoCommand, EveryResultIsVerifiedUnderSeededFaultsOnEveryLink) {
-  const Result r = RunDemo({"--faults", "--seed", "3"});
+  const CliResult r = RunDemo({"--faults", "--seed", "3"});
   ExpectEveryRowVerified(r);
   EXPECT_THAT(r.out, HasSubstr("seeded faults on every link"));
 }

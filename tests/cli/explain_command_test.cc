@@ -10,9 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -25,7 +23,7 @@
 #include "netfold/netfold.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "tools/local_fabric.h"
-#include "tools/run_command.h"
+#include "tests/cli/run_cli.h"
 
 namespace netfold {
 namespace {
@@ -33,39 +31,12 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // Runs the netfold CLI with `args` (words separated by spaces) as an
-// argument vector (tools/run_command.h), stdin from /dev/null, within 30 s.
-Result RunNetfold(const std::string& args) {
+// argument vector (tests/cli/run_cli.h), stdin from /dev/null, within 30 s.
+CliResult RunNetfold(const std::string& args) {
   std::vector<std::string> argv = {NETFOLD_CLI};
   for (absl::string_view w : absl::StrSplit(args, ' ', absl::SkipEmpty())) argv.emplace_back(w);
-  const std::string err_path =
-      absl::StrFormat("%s/explain_command_test.%d.err", ::testing::TempDir(), getpid());
-  std::remove(err_path.c_str());
-  tools::CommandOptions options;
-  options.timeout = absl::Seconds(30);
-  options.stderr_path = err_path;
-  Result r;
-  absl::StatusOr<tools::CommandResult> run = tools::RunCommand(argv, options);
-  if (run.ok()) {
-    r.out = run->output;
-    r.exit_code = run->exit_code;
-  }
-  r.err = ReadAll(err_path);
-  std::remove(err_path.c_str());
-  return r;
+  return RunCli(argv, absl::Seconds(30), "explain_command_test");
 }
 
 // A world of one rank: the out-of-band exchanges are copies.
@@ -136,7 +107,7 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   EXPECT_THAT(refusal, HasSubstr(reason));
 
   // The same reason from the CLI, with the address from --manager...
-  Result r = RunNetfold(absl::StrFormat("explain --job %d --manager %s", job, manager));
+  CliResult r = RunNetfold(absl::StrFormat("explain --job %d --manager %s", job, manager));
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr(absl::StrFormat("a group of job %d, ranks 0", job)));
   EXPECT_THAT(r.out, HasSubstr("does not fit"));
@@ -175,7 +146,7 @@ TEST(NetfoldStatus, AManagerRestartedOverATornJournalSaysSo) {
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   const std::string status = "status --state-dir " + (*fabric)->state_dir();
   const std::string state = (*fabric)->state_dir() + "/manager-state";
-  Result r = RunNetfold(status);
+  CliResult r = RunNetfold(status);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr(absl::StrFormat("state: %s journaled, ", state)));
   EXPECT_THAT(r.out, Not(HasSubstr("WARNING")));
