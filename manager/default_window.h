@@ -2,8 +2,8 @@
 // manager's defaults (JobLimits), but no larger than the topology's switches
 // hold: P at most the smallest `slot_bytes`, K at most a quarter of the
 // fewest `slots`, so that every switch holds four groups of the default
-// size (a topology of 64-slot switches gets K = 16, one of 256 or more the
-// default 64). Admission applies it to a job's quota; `netfold bench`
+// size (a topology of 64-slot switches gets K = 16, one of 512 or more the
+// default 128). Admission applies it to a job's quota; `netfold bench`
 // prints it.
 //
 //   DefaultWindow w = DefaultWindowFor(options.limits, topology);

@@ -106,7 +106,7 @@ struct DpdkBackendConfig {
   bool busy_poll = false;        // spin instead of the idle backoff
   bool bridge = true;            // forward frames not for the switch
   uint32_t mbufs_per_link = 2047;
-  uint32_t mbuf_data_size = 0;   // 0 = path_mtu + 4096 (room for af_packet frames)
+  uint32_t mbuf_data_size = 0;   // 0 = max(8192, path_mtu + 256) (room for af_packet frames)
 };
 
 // The data-plane thread's wait when idle on a port that can be woken: long,

@@ -726,7 +726,7 @@ const std::vector<Command>& Commands() {
        .synopsis = "--out DIR [--hosts ADDR,...] [--days N] [--force]",
        .summary = "make a fabric's TLS files for daemons on several machines: a new CA\n"
                   "(ca.pem) and a server certificate and key (server.pem, server.key) for\n"
-                  "127.0.0.1, localhost and --hosts (the addresses the manager and the\n"
+                  "127.0.0.1, ::1, localhost and --hosts (the addresses the manager and the\n"
                   "switches' admin APIs listen on, comma-separated IPs or DNS names).\n"
                   "--out DIR (made 0700)  --days N (365)  --force: replace a set in DIR",
        .flags = {"force"},
@@ -756,7 +756,8 @@ const std::vector<Command>& Commands() {
        .valued = {"ranks", "sizes", "seconds", "rounds", "slots", "out", "poll-us", "testbed",
                   "topology"},
        .max_positional = 1,
-       .words = {"allreduce", "reduce", "bcast", "barrier"},
+       .words = {"allreduce", "reduce", "bcast", "barrier", "allgather", "reduce_scatter",
+                 "allreduce_in_place", "reduce_in_place"},
        .run = Bench},
       {.name = "help",
        .synopsis = "[COMMAND]",

@@ -136,7 +136,8 @@ TEST(Netfold, BashCompletionCompletes) {
   EXPECT_EQ(Complete(script, "netfold explain --job 3 --ra"), "--ranks");
   EXPECT_EQ(Complete(script, "netfold fault leaf0 --di"), "--direction");
   EXPECT_EQ(Complete(script, "netfold fault leaf0 --direction s"), "send");
-  EXPECT_EQ(Complete(script, "netfold bench all"), "allreduce");
+  EXPECT_EQ(Complete(script, "netfold bench all"), "allreduce allgather allreduce_in_place");
+  EXPECT_EQ(Complete(script, "netfold bench reduce_"), "reduce_scatter reduce_in_place");
   EXPECT_EQ(Complete(script, "netfold help comp"), "completion");
   EXPECT_EQ(Complete(script, "netfold demo --hosts "), "");  // a number: nothing to offer
   std::remove(script.c_str());
