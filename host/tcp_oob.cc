@@ -7,6 +7,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -41,22 +43,26 @@ absl::Status OobError(std::string_view what) {
                        NETFOLD_ERR_OOB);
 }
 
-// Waits for `events` on fd until the deadline.
-absl::Status WaitFd(int fd, short events, absl::Time deadline) {
+// Waits for `events` on fd until the deadline, or until *stop (if given)
+// is set: a server being destroyed looks at it every 100 ms.
+absl::Status WaitFd(int fd, short events, absl::Time deadline,
+                    const std::atomic<bool>* stop = nullptr) {
   while (true) {
+    if (stop != nullptr && stop->load()) return absl::CancelledError("stopped");
     const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
     pollfd p{fd, events, 0};
-    int rc = poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, 1000)));
+    int rc = poll(&p, 1, static_cast<int>(std::min<int64_t>(ms, stop != nullptr ? 100 : 1000)));
     if (rc > 0) return absl::OkStatus();
     if (rc < 0 && errno != EINTR) return ErrnoToStatus(errno, "poll");
     if (absl::Now() >= deadline) return OobError("timed out waiting for a peer");
   }
 }
 
-absl::Status WriteAll(int fd, const void* data, size_t n, absl::Time deadline) {
+absl::Status WriteAll(int fd, const void* data, size_t n, absl::Time deadline,
+                      const std::atomic<bool>* stop = nullptr) {
   const uint8_t* p = static_cast<const uint8_t*>(data);
   while (n > 0) {
-    NETFOLD_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline));
+    NETFOLD_RETURN_IF_ERROR(WaitFd(fd, POLLOUT, deadline, stop));
     ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (w < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
@@ -68,10 +74,11 @@ absl::Status WriteAll(int fd, const void* data, size_t n, absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status ReadAll(int fd, void* data, size_t n, absl::Time deadline) {
+absl::Status ReadAll(int fd, void* data, size_t n, absl::Time deadline,
+                     const std::atomic<bool>* stop = nullptr) {
   uint8_t* p = static_cast<uint8_t*>(data);
   while (n > 0) {
-    NETFOLD_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline));
+    NETFOLD_RETURN_IF_ERROR(WaitFd(fd, POLLIN, deadline, stop));
     ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
     if (r == 0) return OobError("the peer closed the connection");
     if (r < 0) {
@@ -92,9 +99,9 @@ absl::Status WriteRequest(int fd, const Request& r, absl::Time deadline) {
   return WriteAll(fd, buf, sizeof(buf), deadline);
 }
 
-absl::StatusOr<Request> ReadRequest(int fd, absl::Time deadline) {
+absl::StatusOr<Request> ReadRequest(int fd, absl::Time deadline, const std::atomic<bool>* stop) {
   uint8_t buf[13];
-  NETFOLD_RETURN_IF_ERROR(ReadAll(fd, buf, sizeof(buf), deadline));
+  NETFOLD_RETURN_IF_ERROR(ReadAll(fd, buf, sizeof(buf), deadline, stop));
   Request r;
   r.op = buf[0];
   std::memcpy(&r.root, buf + 1, 4);
@@ -103,6 +110,23 @@ absl::StatusOr<Request> ReadRequest(int fd, absl::Time deadline) {
     return OobError("malformed request");
   }
   return r;
+}
+
+// Connects `fd` (non-blocking) to `sa` by the deadline: a peer that drops
+// the SYNs (a full accept queue, a filter) would otherwise hold a blocking
+// connect for the kernel's SYN retries, about two minutes.
+absl::Status ConnectBy(int fd, const sockaddr_in& sa, absl::Time deadline) {
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof(sa)) == 0) {
+    return absl::OkStatus();
+  }
+  if (errno != EINPROGRESS && errno != EINTR) return ErrnoToStatus(errno, "connect");
+  if (absl::Status s = WaitFd(fd, POLLOUT, deadline); !s.ok()) {
+    return absl::DeadlineExceededError("connect: no answer from the server in time");
+  }
+  int err = 0;
+  socklen_t len = sizeof(err);
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  return err == 0 ? absl::OkStatus() : ErrnoToStatus(err, "connect");
 }
 
 }  // namespace
@@ -163,17 +187,18 @@ void TcpOobServer::Serve() {
   absl::Time deadline = absl::Now() + timeout_;
   while (connected < size_) {
     if (stop_.load()) return finish(absl::CancelledError("stopped"));
+    // Checked on every pass: connections that never say hello must not
+    // keep the server accepting past its deadline.
+    if (absl::Now() >= deadline) return finish(OobError("not every rank connected in time"));
     pollfd p{listen_fd_, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) {
-      if (absl::Now() >= deadline) return finish(OobError("not every rank connected in time"));
-      continue;
-    }
+    if (poll(&p, 1, 100) <= 0) continue;
     int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (fd < 0) continue;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     uint32_t hello[3];
-    if (!ReadAll(fd, hello, sizeof(hello), absl::Now() + absl::Seconds(10)).ok() ||
+    const absl::Time hello_by = std::min(deadline, absl::Now() + absl::Seconds(10));
+    if (!ReadAll(fd, hello, sizeof(hello), hello_by, &stop_).ok() ||
         hello[0] != kMagic || hello[1] >= static_cast<uint32_t>(size_) ||
         hello[2] != static_cast<uint32_t>(size_) || fds[hello[1]] >= 0) {
       close(fd);
@@ -189,7 +214,7 @@ void TcpOobServer::Serve() {
     Request first{};
     data.clear();
     for (int r = 0; r < size_; ++r) {
-      auto req = ReadRequest(fds[r], deadline);
+      auto req = ReadRequest(fds[r], deadline, &stop_);
       if (!req.ok()) return finish(req.status());
       if (r == 0) {
         first = *req;
@@ -203,7 +228,8 @@ void TcpOobServer::Serve() {
       if (sends && req->bytes > 0) {
         const size_t at = req->op == kOpAllgather ? data.size() : 0;
         data.resize(at + req->bytes);
-        if (absl::Status s = ReadAll(fds[r], data.data() + at, req->bytes, deadline); !s.ok()) {
+        if (absl::Status s = ReadAll(fds[r], data.data() + at, req->bytes, deadline, &stop_);
+            !s.ok()) {
           return finish(s);
         }
       }
@@ -212,13 +238,13 @@ void TcpOobServer::Serve() {
       return finish(OobError("bcast root out of range"));
     }
     if (first.op == kOpBye) {
-      for (int r = 0; r < size_; ++r) (void)WriteAll(fds[r], &kMagic, 4, deadline);
+      for (int r = 0; r < size_; ++r) (void)WriteAll(fds[r], &kMagic, 4, deadline, &stop_);
       return finish(absl::OkStatus());
     }
     for (int r = 0; r < size_; ++r) {
       uint64_t n = data.size();
-      absl::Status s = WriteAll(fds[r], &n, sizeof(n), deadline);
-      if (s.ok() && n > 0) s = WriteAll(fds[r], data.data(), n, deadline);
+      absl::Status s = WriteAll(fds[r], &n, sizeof(n), deadline, &stop_);
+      if (s.ok() && n > 0) s = WriteAll(fds[r], data.data(), n, deadline, &stop_);
       if (!s.ok()) return finish(s);
     }
   }
@@ -233,13 +259,15 @@ absl::StatusOr<std::unique_ptr<TcpOob>> TcpOob::Connect(const std::string& addre
   NETFOLD_ASSIGN_OR_RETURN(transport::Ipv4Endpoint ep, transport::ParseIpv4Endpoint(address, 0));
   const absl::Time deadline = absl::Now() + timeout;
   while (true) {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    // Non-blocking: every read and write waits in poll with a deadline.
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return ErrnoToStatus(errno, "socket");
     sockaddr_in sa{};
     sa.sin_family = AF_INET;
     sa.sin_addr.s_addr = htonl(ep.ip);
     sa.sin_port = htons(ep.port);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) == 0) {
+    const absl::Status connected = ConnectBy(fd, sa, deadline);
+    if (connected.ok()) {
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       const uint32_t hello[3] = {kMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(size)};
@@ -249,11 +277,12 @@ absl::StatusOr<std::unique_ptr<TcpOob>> TcpOob::Connect(const std::string& addre
       }
       return std::unique_ptr<TcpOob>(new TcpOob(fd, rank, size));
     }
-    const int err = errno;
     close(fd);
     if (absl::Now() >= deadline) {
-      return WithErrorCode(ErrnoToStatus(err, absl::StrFormat("connect to OOB server %s", address)),
-                           NETFOLD_ERR_OOB);
+      return WithErrorCode(
+          absl::Status(connected.code(), absl::StrFormat("connect to OOB server %s: %s", address,
+                                                         connected.message())),
+          NETFOLD_ERR_OOB);
     }
     absl::SleepFor(absl::Milliseconds(20));  // the server may not listen yet
   }

@@ -1,10 +1,18 @@
 #include "host/tcp_oob.h"
 
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "transport/ipv4_endpoint.h"
 
 namespace netfold::host {
 namespace {
@@ -81,6 +89,77 @@ TEST(TcpOob, BadArgumentsAreRefused) {
   EXPECT_FALSE(TcpOob::Connect("127.0.0.1:1", 3, 2).ok());
   EXPECT_FALSE(TcpOob::Connect("not an address", 0, 1).ok());
   EXPECT_FALSE(TcpOob::Connect("127.0.0.1:1", 0, 1, absl::Milliseconds(100)).ok());
+}
+
+// A server whose accept queue is full drops every SYN, so a connect to it
+// neither succeeds nor fails until the kernel gives up (about two minutes
+// with the default tcp_syn_retries): the rank's connect must still end at
+// its own deadline.
+TEST(TcpOob, ConnectEndsAtItsDeadlineWhenTheServerDropsSyns) {
+  const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(listener, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+  ASSERT_EQ(listen(listener, 0), 0);  // never accepted from
+  socklen_t len = sizeof(sa);
+  ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  // Fill the accept queue: connections the kernel completes until it is full.
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    (void)connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    fillers.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(50));
+  const std::string address = absl::StrFormat("127.0.0.1:%d", ntohs(sa.sin_port));
+  const absl::Time start = absl::Now();
+  auto oob = TcpOob::Connect(address, 0, 1, absl::Seconds(1));
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_FALSE(oob.ok());
+  EXPECT_LT(took, absl::Seconds(5)) << "connect ignored its deadline";
+  EXPECT_GE(took, absl::Milliseconds(900));
+  for (int fd : fillers) close(fd);
+  close(listener);
+}
+
+// A server whose ranks connected and then say nothing (a rank stopped in a
+// debugger) still goes away at once when destroyed, not after its timeout.
+TEST(TcpOob, ServerStopsAtOnceWhileItsRanksAreSilent) {
+  auto server = TcpOobServer::Start(2, "127.0.0.1:0", absl::Seconds(60));
+  ASSERT_TRUE(server.ok());
+  auto a = TcpOob::Connect((*server)->address(), 0, 2, absl::Seconds(10));
+  auto b = TcpOob::Connect((*server)->address(), 1, 2, absl::Seconds(10));
+  ASSERT_TRUE(a.ok() && b.ok());
+  absl::SleepFor(absl::Milliseconds(200));  // both accepted: it waits for their requests
+  const absl::Time start = absl::Now();
+  server->reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5)) << "the server waited for its silent ranks";
+}
+
+// Connections that never say hello do not keep the server accepting past
+// its deadline.
+TEST(TcpOob, StrayConnectionsDoNotExtendTheAcceptDeadline) {
+  auto server = TcpOobServer::Start(2, "127.0.0.1:0", absl::Milliseconds(500));
+  ASSERT_TRUE(server.ok());
+  transport::Ipv4Endpoint ep = *transport::ParseIpv4Endpoint((*server)->address(), 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(ep.ip);
+  sa.sin_port = htons(ep.port);
+  std::vector<int> strays;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
+    strays.push_back(fd);  // silent: no hello
+  }
+  const absl::Status s = (*server)->Wait(absl::Seconds(5));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("not every rank connected"), std::string_view::npos) << s;
+  for (int fd : strays) close(fd);
 }
 
 }  // namespace
