@@ -121,6 +121,7 @@ absl::Status ConnectBy(int fd, const sockaddr_in& sa, absl::Time deadline) {
   }
   if (errno != EINPROGRESS && errno != EINTR) return ErrnoToStatus(errno, "connect");
   if (absl::Status s = WaitFd(fd, POLLOUT, deadline); !s.ok()) {
+    if (absl::Now() < deadline) return s;  // poll failed
     return absl::DeadlineExceededError("connect: no answer from the server in time");
   }
   int err = 0;
@@ -139,7 +140,8 @@ absl::StatusOr<std::unique_ptr<TcpOobServer>> TcpOobServer::Start(int size,
   std::unique_ptr<TcpOobServer> server(new TcpOobServer());
   server->size_ = size;
   server->timeout_ = timeout;
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: accept4 never waits (poll says when to call it).
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return ErrnoToStatus(errno, "socket");
   server->listen_fd_ = fd;
   int one = 1;
@@ -280,7 +282,7 @@ absl::StatusOr<std::unique_ptr<TcpOob>> TcpOob::Connect(const std::string& addre
     close(fd);
     if (absl::Now() >= deadline) {
       return WithErrorCode(
-          absl::Status(connected.code(), absl::StrFormat("connect to OOB server %s: %s", address,
+          absl::Status(connected.code(), absl::StrFormat("OOB server %s: %s", address,
                                                          connected.message())),
           NETFOLD_ERR_OOB);
     }

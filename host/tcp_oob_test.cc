@@ -1,8 +1,8 @@
 #include "host/tcp_oob.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "transport/ipv4_endpoint.h"
@@ -98,6 +99,11 @@ TEST(TcpOob, BadArgumentsAreRefused) {
 TEST(TcpOob, ConnectEndsAtItsDeadlineWhenTheServerDropsSyns) {
   const int listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(listener, 0);
+  std::vector<int> fillers;
+  absl::Cleanup close_all = [&] {
+    for (int fd : fillers) close(fd);
+    close(listener);
+  };
   sockaddr_in sa{};
   sa.sin_family = AF_INET;
   sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -105,24 +111,26 @@ TEST(TcpOob, ConnectEndsAtItsDeadlineWhenTheServerDropsSyns) {
   ASSERT_EQ(listen(listener, 0), 0);  // never accepted from
   socklen_t len = sizeof(sa);
   ASSERT_EQ(getsockname(listener, reinterpret_cast<sockaddr*>(&sa), &len), 0);
-  // Fill the accept queue: connections the kernel completes until it is full.
-  std::vector<int> fillers;
+  // Fill the accept queue: the kernel completes the first connection and,
+  // the queue then full, drops the SYNs of the others.
   for (int i = 0; i < 4; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     ASSERT_GE(fd, 0);
-    (void)connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
     fillers.push_back(fd);
+    (void)connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
   }
-  absl::SleepFor(absl::Milliseconds(50));
+  pollfd first{fillers[0], POLLOUT, 0};
+  ASSERT_EQ(poll(&first, 1, 5000), 1) << "the first connection did not complete";
   const std::string address = absl::StrFormat("127.0.0.1:%d", ntohs(sa.sin_port));
   const absl::Time start = absl::Now();
   auto oob = TcpOob::Connect(address, 0, 1, absl::Seconds(1));
   const absl::Duration took = absl::Now() - start;
-  EXPECT_FALSE(oob.ok());
+  ASSERT_FALSE(oob.ok());
+  // Timed out waiting for an answer (not refused and retried until then).
+  EXPECT_EQ(oob.status().code(), absl::StatusCode::kDeadlineExceeded) << oob.status();
+  EXPECT_NE(oob.status().message().find("no answer"), std::string_view::npos) << oob.status();
   EXPECT_LT(took, absl::Seconds(5)) << "connect ignored its deadline";
   EXPECT_GE(took, absl::Milliseconds(900));
-  for (int fd : fillers) close(fd);
-  close(listener);
 }
 
 // A server whose ranks connected and then say nothing (a rank stopped in a
@@ -150,16 +158,18 @@ TEST(TcpOob, StrayConnectionsDoNotExtendTheAcceptDeadline) {
   sa.sin_addr.s_addr = htonl(ep.ip);
   sa.sin_port = htons(ep.port);
   std::vector<int> strays;
+  absl::Cleanup close_all = [&] {
+    for (int fd : strays) close(fd);
+  };
   for (int i = 0; i < 3; ++i) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     ASSERT_GE(fd, 0);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
     strays.push_back(fd);  // silent: no hello
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)), 0);
   }
   const absl::Status s = (*server)->Wait(absl::Seconds(5));
   EXPECT_FALSE(s.ok());
   EXPECT_NE(s.message().find("not every rank connected"), std::string_view::npos) << s;
-  for (int fd : strays) close(fd);
 }
 
 }  // namespace
