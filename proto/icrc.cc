@@ -3,6 +3,9 @@
 #include <zlib.h>
 #if NETFOLD_HAVE_ISAL
 #include <isa-l/crc.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 #endif
 
 #include <cstdlib>
@@ -28,9 +31,28 @@ constexpr size_t kUdpChecksumOffset = 6;
 // with carry-less multiply folding (PCLMULQDQ/VPCLMULQDQ, chosen at run
 // time): about ten times zlib's rate on a 4 KiB packet (docs/performance.md
 // "transport/"), and every RoCEv2 packet is covered once on each side.
+//
+// ISA-L's assembly returns with the upper halves of the vector registers
+// in use (its AVX-512 kernel does not end with VZEROUPPER, as compiled
+// code does). Left so, every legacy-SSE instruction the caller's thread
+// runs afterwards, in the application too (Debian's reference BLAS is
+// such code), pays for that state: a dgemm after one collective took 6x
+// its time (docs/performance.md, "The application's SSE code after a
+// collective"). VZEROUPPER gives the state back clean; the ABI lets a
+// callee clobber those halves, and it costs about a cycle.
+#if NETFOLD_HAVE_ISAL && defined(__x86_64__)
+__attribute__((target("avx"))) void ZeroUpper() { _mm256_zeroupper(); }
+// Only a CPU with AVX has the state to clean (and the instruction).
+const bool kCpuHasAvx = __builtin_cpu_supports("avx");
+#endif
+
 uint32_t Crc(uint32_t crc, const uint8_t* data, size_t size) {
 #if NETFOLD_HAVE_ISAL
-  return crc32_gzip_refl(crc, data, size);
+  const uint32_t result = crc32_gzip_refl(crc, data, size);
+#if defined(__x86_64__)
+  if (kCpuHasAvx) ZeroUpper();
+#endif
+  return result;
 #else
   return static_cast<uint32_t>(crc32_z(crc, data, size));
 #endif
