@@ -6,10 +6,10 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
+#include "base/vector_state.h"
 #include "gtest/gtest.h"
 #include "proto/icrc.h"
 
@@ -17,20 +17,6 @@ namespace netfold::proto {
 namespace {
 
 #if defined(__x86_64__)
-// XINUSE bits of the vector state a legacy-SSE instruction can stumble
-// on: the upper halves of YMM0-15 (2) and of ZMM0-15 (6).
-constexpr uint64_t kUpperState = (1u << 2) | (1u << 6);
-
-// Whether XGETBV with ECX = 1 reports which state components are in use.
-bool CanReadStateInUse() {
-  unsigned a = 0, b = 0, c = 0, d = 0;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || (c & bit_OSXSAVE) == 0 || (c & bit_AVX) == 0) {
-    return false;
-  }
-  if (!__get_cpuid_count(0xD, 1, &a, &b, &c, &d)) return false;
-  return (a & (1u << 2)) != 0;
-}
-__attribute__((target("xsave"))) uint64_t StateInUse() { return _xgetbv(1); }
 __attribute__((target("avx"))) void UseUpperHalves() {
   asm volatile("vpcmpeqd %%ymm1, %%ymm1, %%ymm1" ::: "xmm1");
 }
@@ -41,16 +27,14 @@ TEST(IcrcVectorState, LeavesTheUpperHalvesOfTheVectorRegistersUnused) {
 #if !defined(__x86_64__)
   GTEST_SKIP() << "x86-64 only";
 #else
-  if (!CanReadStateInUse()) {
+  if (!UpperVectorStateInUse().has_value()) {
     GTEST_SKIP() << "this CPU does not report which vector state is in use (XGETBV 1)";
   }
   // The check itself: it sees the state used, and VZEROUPPER release it.
   UseUpperHalves();
-  if ((StateInUse() & kUpperState) == 0) {
-    GTEST_SKIP() << "this CPU does not track the upper halves' state";
-  }
+  if (!*UpperVectorStateInUse()) GTEST_SKIP() << "this CPU does not track the upper halves' state";
   ZeroUpperHalves();
-  ASSERT_EQ(StateInUse() & kUpperState, 0u);
+  ASSERT_FALSE(*UpperVectorStateInUse());
 
   // Packets of every size the kernels dispatch on, the largest a whole
   // 4 KiB payload.
@@ -59,10 +43,9 @@ TEST(IcrcVectorState, LeavesTheUpperHalvesOfTheVectorRegistersUnused) {
     std::vector<uint8_t> covered(size);
     for (size_t i = 0; i < size; ++i) covered[i] = static_cast<uint8_t>(i * 7);
     const uint32_t icrc = ComputeIcrc(addrs, covered);
-    const uint64_t in_use = StateInUse();
-    EXPECT_EQ(in_use & kUpperState, 0u)
-        << size << " bytes: the ICRC left the upper halves in use (state 0x" << std::hex
-        << in_use << ", icrc 0x" << icrc << ")";
+    EXPECT_FALSE(*UpperVectorStateInUse())
+        << size << " bytes: the ICRC left the upper halves in use (icrc 0x" << std::hex << icrc
+        << ")";
   }
 #endif
 }

@@ -66,11 +66,13 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
 
+#include "base/vector_state.h"
 #include "netfold/netfold.h"
 #include "tests/mpi/mpi_checks.h"
 
@@ -737,7 +739,16 @@ int main(int argc, char** argv) {
     std::printf("MPI_Init took %.3f s\n", init_seconds);
     std::fflush(stdout);
   }
-  if (what == "sweep") Sweep(MPI_COMM_WORLD, argc > 2 && std::string(argv[2]) == "big");
+  if (what == "sweep") {
+    Sweep(MPI_COMM_WORLD, argc > 2 && std::string(argv[2]) == "big");
+    // The fabric ran on this thread: it must hand the vector registers back
+    // with their upper halves unused, or the application's legacy-SSE code
+    // runs several times slower from here on (base/vector_state.h).
+    if (const std::optional<bool> in_use = netfold::UpperVectorStateInUse(); in_use.has_value()) {
+      ++g_checks;
+      if (*in_use) Fail("the collectives left the vector registers' upper halves in use");
+    }
+  }
   else if (what == "comms") Comms();
   else if (what == "hierarchy") Hierarchy(per_host, argc > 2 && std::string(argv[2]) == "quick");
   else if (what == "fallback") Fallback();
