@@ -22,7 +22,8 @@ namespace netfold {
 #if defined(__x86_64__)
 namespace vector_state_internal {
 // XINUSE bits a legacy-SSE instruction can stumble on: the upper halves of
-// YMM0-15 (2) and of ZMM0-15 (6).
+// YMM0-15 (2) and of ZMM0-15 (6). Not ZMM16-31 (7): SSE code cannot reach
+// them, and VZEROUPPER does not clear them.
 inline constexpr uint64_t kUpperState = (1u << 2) | (1u << 6);
 __attribute__((target("xsave"))) inline uint64_t StateInUse() { return _xgetbv(1); }
 inline bool CanReadStateInUse() {
@@ -37,11 +38,24 @@ inline bool CanReadStateInUse() {
 #endif
 
 // True or false on a CPU that reports it; nullopt where it cannot be known
-// (not x86-64, no AVX, or no XGETBV 1).
+// (not x86-64, no AVX, no XGETBV 1, or a CPU that does not show the state
+// coming and going: the SDM lets XINUSE stay set). The reading comes first;
+// the check that the CPU tracks the state runs after it (it leaves the
+// upper halves unused).
 inline std::optional<bool> UpperVectorStateInUse() {
 #if defined(__x86_64__)
-  if (!vector_state_internal::CanReadStateInUse()) return std::nullopt;
-  return (vector_state_internal::StateInUse() & vector_state_internal::kUpperState) != 0;
+  using namespace vector_state_internal;
+  if (!CanReadStateInUse()) return std::nullopt;
+  const bool in_use = (StateInUse() & kUpperState) != 0;
+  // Plain asm, not an AVX function: the compiler would end that with its
+  // own VZEROUPPER.
+  asm volatile("vpcmpeqd %%ymm1, %%ymm1, %%ymm1" ::: "xmm1");
+  const bool seen_used = (StateInUse() & kUpperState) != 0;
+  asm volatile("vzeroupper" ::: "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7",
+               "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+  const bool seen_unused = (StateInUse() & kUpperState) == 0;
+  if (!seen_used || !seen_unused) return std::nullopt;
+  return in_use;
 #else
   return std::nullopt;
 #endif
