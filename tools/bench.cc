@@ -81,6 +81,10 @@ std::string RatioRange(const Results& results, const std::string& a, const std::
 namespace {
 
 constexpr std::string_view kInPlace = "_in_place";
+// The collectives bench measures, and those of them that run in place.
+constexpr std::string_view kBenchBases[] = {"allreduce", "reduce",    "bcast",
+                                            "barrier",   "allgather", "reduce_scatter"};
+bool RunsInPlace(std::string_view base) { return base == "allreduce" || base == "reduce"; }
 
 bool InPlace(const std::string& op) {
   return op.size() > kInPlace.size() &&
@@ -100,17 +104,31 @@ absl::Status CheckBenchOp(const std::string& op) {
   // "iallreduce", "ibcast", ...: the nonblocking form, waited for at once;
   // "allreduce_in_place", "reduce_in_place": MPI_IN_PLACE.
   const std::string base = BenchBase(op);
-  if (base != "allreduce" && base != "reduce" && base != "bcast" && base != "barrier" &&
-      base != "allgather" && base != "reduce_scatter") {
+  if (std::find(std::begin(kBenchBases), std::end(kBenchBases), base) == std::end(kBenchBases)) {
     return absl::InvalidArgumentError(
         "the collective must be allreduce, reduce, bcast, barrier, allgather or reduce_scatter, "
         "or one of them with an i in front (iallreduce: the nonblocking form), or allreduce or "
         "reduce with _in_place after it (MPI_IN_PLACE)");
   }
-  if (InPlace(op) && base != "allreduce" && base != "reduce") {
+  if (InPlace(op) && !RunsInPlace(base)) {
     return absl::InvalidArgumentError("only allreduce and reduce run in place (_in_place)");
   }
   return absl::OkStatus();
+}
+
+std::vector<std::string> BenchOps() {
+  std::vector<std::string> ops;
+  for (const std::string_view nonblocking : {"", "i"}) {
+    for (const std::string_view base : kBenchBases) {
+      ops.push_back(std::string(nonblocking) + std::string(base));
+    }
+    for (const std::string_view base : kBenchBases) {
+      if (RunsInPlace(base)) {
+        ops.push_back(std::string(nonblocking) + std::string(base) + std::string(kInPlace));
+      }
+    }
+  }
+  return ops;
 }
 
 int RunBench(const BenchOptions& o) {

@@ -41,6 +41,9 @@ struct BenchOptions {
 
 // OK if `op` is a collective bench measures (allreduce, ..., iallreduce, ...).
 absl::Status CheckBenchOp(const std::string& op);
+// Every form CheckBenchOp accepts (for the shell's completion): the
+// collectives, then their _in_place forms, then the same with an i in front.
+std::vector<std::string> BenchOps();
 int RunBench(const BenchOptions& options);
 // `--testbed` (tools/bench_testbed.cc): needs root, mpirun and the checkout's
 // deploy/testbed; a CSV with the link rate per row, a table and plots.

@@ -2,6 +2,7 @@
 // (tools/bench_results.h): medians per field, ratios only from rounds that
 // measured both variants.
 #include "tools/bench_results.h"
+#include "tools/bench.h"
 
 #include <unistd.h>
 
@@ -81,6 +82,16 @@ TEST(BenchResults, TheMachineLineSaysCoresAndWhatAWakeUpCosts) {
             std::string::npos)
       << line;
   EXPECT_NE(line.find(" us, the next "), std::string::npos) << line;
+}
+
+// The shell offers what bench accepts, and bench refuses what is not one.
+TEST(BenchOps, EveryFormOfferedIsAcceptedAndOthersAreNot) {
+  const std::vector<std::string> ops = BenchOps();
+  EXPECT_EQ(ops.size(), 16u);
+  for (const std::string& op : ops) EXPECT_TRUE(CheckBenchOp(op).ok()) << op;
+  for (const char* bad : {"bcast_in_place", "alltoall", "iiallreduce", ""}) {
+    EXPECT_FALSE(CheckBenchOp(bad).ok()) << bad;
+  }
 }
 
 }  // namespace
