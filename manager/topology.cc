@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
+#include "proto/control/plane_name.h"
 #include "proto/slot_size.h"
 
 namespace netfold::manager {
@@ -43,8 +44,13 @@ absl::Status ReadCapacity(const YAML::Node& node, std::string_view where, Capaci
 
 absl::Status ParseInto(const YAML::Node& root, TopologyDescription* desc) {
   NETFOLD_RETURN_IF_ERROR(
-      CheckKeys(root, {"name", "defaults", "switches", "links", "hosts"}, "topology"));
+      CheckKeys(root, {"name", "planes", "defaults", "switches", "links", "hosts"}, "topology"));
   NETFOLD_ASSIGN_OR_RETURN(desc->name, ReadString(root["name"], "name"));
+  if (root["planes"].IsDefined()) {
+    NETFOLD_ASSIGN_OR_RETURN(uint64_t planes,
+                             ReadUint(root["planes"], "planes", control::kMaxPlanes));
+    desc->planes = static_cast<uint32_t>(planes);
+  }
 
   Capacity defaults;
   if (root["defaults"].IsDefined()) {
@@ -122,6 +128,11 @@ absl::StatusOr<Topology> Topology::Build(const TopologyDescription& desc) {
   }
   topo.name_ = desc.name;
   if (desc.switches.empty()) return absl::InvalidArgumentError("topology has no switches");
+  if (desc.planes < 1 || desc.planes > control::kMaxPlanes) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("planes %d: a fabric has 1..%d data planes", desc.planes,
+                        control::kMaxPlanes));
+  }
 
   absl::flat_hash_map<std::string, int> switch_index;
   for (const auto& s : desc.switches) {
@@ -217,6 +228,20 @@ absl::StatusOr<Topology> Topology::Build(const TopologyDescription& desc) {
   for (SwitchSpec& s : topo.switches_) {
     std::sort(s.up.begin(), s.up.end());
     std::sort(s.down.begin(), s.down.end());
+  }
+  // Planes 1..: copies of plane 0, linked among themselves.
+  topo.planes_ = desc.planes;
+  const int per_plane = static_cast<int>(topo.switches_.size());
+  for (uint32_t plane = 1; plane < desc.planes; ++plane) {
+    const int offset = static_cast<int>(plane) * per_plane;
+    for (int i = 0; i < per_plane; ++i) {
+      SwitchSpec copy = topo.switches_[i];
+      copy.name = control::PlaneSwitchName(copy.name, plane);
+      copy.plane = plane;
+      for (int& up : copy.up) up += offset;
+      for (int& down : copy.down) down += offset;
+      topo.switches_.push_back(std::move(copy));
+    }
   }
   return topo;
 }

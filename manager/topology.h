@@ -21,6 +21,16 @@
 //
 // A link joins two switches whose tiers differ by exactly one; hosts hang off
 // tier-0 switches. Unknown keys are errors, so a typo does not go unnoticed.
+//
+// Data planes (`planes: N`, docs/manager.md "Data planes"): every switch runs
+// N independent data planes (netfold-switchd's transport.planes), each a
+// switch of its own to the manager. The topology then holds N copies of the
+// switches and links, plane-major: plane 0's are the file's, under their
+// names, at indices 0..S-1; plane p's are named NAME@p
+// (proto/control/plane_name.h) at p*S.., linked among themselves as plane
+// 0's are, each with the capacity declared for its switch. A host hangs off
+// its leaf in every plane (HostSpec.switch_index is plane 0's; LeafIn gives
+// the others), so trees are planned per plane, plane 0's first.
 // A Topology is immutable once built; const methods are thread-safe.
 #ifndef NETFOLD_MANAGER_TOPOLOGY_H_
 #define NETFOLD_MANAGER_TOPOLOGY_H_
@@ -45,6 +55,7 @@ struct Capacity {
 
 struct SwitchSpec {
   std::string name;
+  uint32_t plane = 0;  // the data plane this switch is (0 without planes)
   uint32_t tier = 0;
   Capacity capacity;
   std::vector<int> up;     // switch indices one tier up, ascending
@@ -54,12 +65,13 @@ struct SwitchSpec {
 
 struct HostSpec {
   std::string name;
-  int switch_index = -1;
+  int switch_index = -1;  // its leaf in plane 0
 };
 
 // The pieces of a topology before validation (what the YAML holds).
 struct TopologyDescription {
   std::string name;
+  uint32_t planes = 1;
   struct Switch {
     std::string name;
     uint32_t tier = 0;
@@ -76,7 +88,8 @@ bool IsValidName(std::string_view name);
 class Topology {
  public:
   // Validates `desc`: unique valid names, positive capacities, known link
-  // ends, tiers one apart, no duplicate links, hosts on tier-0 switches.
+  // ends, tiers one apart, no duplicate links, hosts on tier-0 switches,
+  // 1..kMaxPlanes planes; then adds the switches of planes 1.. (above).
   // InvalidArgument names the first offending entry.
   static absl::StatusOr<Topology> Build(const TopologyDescription& desc);
   // Parses YAML text (format above). InvalidArgument with the line and
@@ -88,6 +101,15 @@ class Topology {
   const std::string& name() const { return name_; }
   int num_switches() const { return static_cast<int>(switches_.size()); }
   int num_hosts() const { return static_cast<int>(hosts_.size()); }
+  // Data planes, and switches in each (num_switches() = planes() x that).
+  uint32_t planes() const { return planes_; }
+  int num_switches_per_plane() const { return num_switches() / static_cast<int>(planes_); }
+  // The switch `sw` is in plane `plane` (`sw` itself for its own plane).
+  int InPlane(int sw, uint32_t plane) const {
+    return sw % num_switches_per_plane() + static_cast<int>(plane) * num_switches_per_plane();
+  }
+  // Host `host`'s leaf in `plane`.
+  int LeafIn(int host, uint32_t plane) const { return InPlane(hosts_[host].switch_index, plane); }
   const SwitchSpec& switch_at(int index) const { return switches_[index]; }
   const HostSpec& host_at(int index) const { return hosts_[index]; }
   const std::vector<SwitchSpec>& switches() const { return switches_; }
@@ -101,6 +123,7 @@ class Topology {
   Topology() = default;
 
   std::string name_;
+  uint32_t planes_ = 1;
   std::vector<SwitchSpec> switches_;
   std::vector<HostSpec> hosts_;
 };

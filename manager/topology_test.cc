@@ -104,6 +104,55 @@ TEST(Topology, DefaultsApplyAndOverride) {
   EXPECT_EQ(t->switch_at(0).capacity.slots, 16u);
 }
 
+// `planes: 3`: plane 0 is the file's, planes 1 and 2 are copies named
+// NAME@p, linked among themselves, each host on its leaf in every plane.
+TEST(Topology, PlanesCopyTheSwitchesAndLinksPerPlane) {
+  std::string yaml = std::string("name: t\nplanes: 3\ndefaults:\n  capacity: ") + kCap +
+                     "\nswitches:\n  - {name: root, tier: 1, capacity: {slots: 64}}\n"
+                     "  - {name: leaf0, tier: 0}\n  - {name: leaf1, tier: 0}\n"
+                     "links:\n  - [leaf0, root]\n  - [leaf1, root]\n"
+                     "hosts:\n  - {name: h0, switch: leaf0}\n  - {name: h1, switch: leaf1}\n";
+  absl::StatusOr<Topology> t = Topology::Parse(yaml);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->planes(), 3u);
+  EXPECT_EQ(t->num_switches_per_plane(), 3);
+  ASSERT_EQ(t->num_switches(), 9);
+  EXPECT_EQ(t->num_hosts(), 2);
+  for (uint32_t plane = 0; plane < 3; ++plane) {
+    const std::string at = plane == 0 ? "" : "@" + std::to_string(plane);
+    const int root = t->FindSwitch("root" + at);
+    const int leaf0 = t->FindSwitch("leaf0" + at);
+    const int leaf1 = t->FindSwitch("leaf1" + at);
+    ASSERT_EQ(root, static_cast<int>(plane) * 3) << plane;
+    ASSERT_GE(leaf0, 0);
+    ASSERT_GE(leaf1, 0);
+    EXPECT_EQ(t->switch_at(root).plane, plane);
+    EXPECT_EQ(t->switch_at(root).capacity.slots, 64u);   // the switch's own
+    EXPECT_EQ(t->switch_at(leaf0).capacity.slots, 16u);  // the defaults
+    EXPECT_EQ(t->switch_at(root).down, (std::vector<int>{leaf0, leaf1}));
+    EXPECT_EQ(t->switch_at(leaf1).up, (std::vector<int>{root}));
+    EXPECT_EQ(t->LeafIn(t->FindHost("h0"), plane), leaf0);
+    EXPECT_EQ(t->LeafIn(t->FindHost("h1"), plane), leaf1);
+    EXPECT_EQ(t->InPlane(t->FindSwitch("leaf1"), plane), leaf1);
+    EXPECT_EQ(t->InPlane(leaf1, 0), t->FindSwitch("leaf1"));
+  }
+  // No link between planes.
+  EXPECT_FALSE(t->Linked(t->FindSwitch("leaf0"), t->FindSwitch("root@1")));
+  EXPECT_EQ(t->host_at(0).switch_index, t->FindSwitch("leaf0"));
+}
+
+TEST(Topology, PlanesMustBeOneToSixteen) {
+  for (const char* planes : {"0", "17"}) {
+    std::string yaml = std::string("name: t\nplanes: ") + planes + "\ndefaults:\n  capacity: " +
+                       kCap + "\nswitches:\n  - {name: s}\n";
+    absl::StatusOr<Topology> t = Topology::Parse(yaml);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << planes;
+    EXPECT_NE(t.status().message().find("planes"), std::string::npos) << t.status();
+  }
+  // A name with '@' is never a topology's own: it would collide with a plane's.
+  EXPECT_FALSE(IsValidName("leaf0@1"));
+}
+
 TEST(Topology, ValidNames) {
   EXPECT_TRUE(IsValidName("leaf-0.a_b"));
   EXPECT_FALSE(IsValidName(""));

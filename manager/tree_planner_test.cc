@@ -70,6 +70,32 @@ TEST(TreePlanner, TwoLevelTrimsToTheLowestCoveringSwitch) {
   EXPECT_EQ(wide->Find(topo->FindSwitch("leaf3")), nullptr);
 }
 
+// With planes, every plane has its own trees, plane 0's first (their ids
+// unchanged), each over that plane's switches alone.
+TEST(TreePlanner, EveryPlaneHasTreesOfItsOwn) {
+  absl::StatusOr<Topology> topo = Topology::Parse(
+      "name: t\nplanes: 2\ndefaults: {capacity: {trees: 4, groups: 4, slots: 16, "
+      "slot_bytes: 256, qps: 8}}\nswitches:\n  - {name: root, tier: 1}\n"
+      "  - {name: leaf0, tier: 0}\n  - {name: leaf1, tier: 0}\n"
+      "links:\n  - [leaf0, root]\n  - [leaf1, root]\n"
+      "hosts:\n  - {name: h0, switch: leaf0}\n  - {name: h1, switch: leaf1}\n");
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  std::vector<Tree> trees = PlanTrees(*topo);
+  ASSERT_EQ(trees.size(), 2u);
+  EXPECT_EQ(topo->switch_at(trees[0].root).name, "root");
+  EXPECT_EQ(topo->switch_at(trees[1].root).name, "root@1");
+  for (uint32_t plane = 0; plane < 2; ++plane) {
+    EXPECT_EQ(trees[plane].switches.size(), 3u);
+    for (int sw : trees[plane].switches) EXPECT_EQ(topo->switch_at(sw).plane, plane);
+  }
+  // Members at their plane-1 leaves: the plane-1 tree holds them, plane 0's does not.
+  std::vector<MemberLeaf> members = {{0, topo->LeafIn(0, 1)}, {1, topo->LeafIn(1, 1)}};
+  absl::StatusOr<Subtree> sub = TrimSubtree(*topo, trees[1], members);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  EXPECT_EQ(Names(*topo, *sub), (std::vector<std::string>{"root@1", "leaf0@1", "leaf1@1"}));
+  EXPECT_FALSE(TrimSubtree(*topo, trees[0], members).ok());
+}
+
 TEST(TreePlanner, FatTreeHasOneTreePerCore) {
   absl::StatusOr<Topology> topo = LoadExampleTopology("fat_tree.yaml");
   ASSERT_TRUE(topo.ok()) << topo.status();

@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "proto/control/plane_name.h"
 #include "switch/control_commands.h"
 #include "transport/multi_queue_udp_port.h"
 #include "transport/udp_port.h"
@@ -97,7 +98,10 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
                                                                   DataPlaneThread* shared) {
   NETFOLD_RETURN_IF_ERROR(ValidateSwitchdConfig(config));
   std::unique_ptr<SwitchDaemon> d(new SwitchDaemon(config));
-  d->config_.data_plane.name = config.name;
+  // A data plane other than the first is a switch of its own to the fabric.
+  d->config_.name = control::PlaneSwitchName(config.name, config.plane);
+  d->config_.data_plane.name = d->config_.name;
+  const std::string& name = d->config_.name;
 
   NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Port> backend, CreateBackendPort(config));
   d->data_address_ = backend->local();
@@ -124,7 +128,7 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
       if (!peer.ok()) return peer.status();
       NETFOLD_RETURN_IF_ERROR(port->SetPeerImpairment(*peer, f.direction, f.impairment));
     }
-    NETFOLD_LOG(kWarning) << "switch " << config.name << ": link fault " << f.peer << " "
+    NETFOLD_LOG(kWarning) << "switch " << name << ": link fault " << f.peer << " "
                           << transport::LinkDirectionName(f.direction) << ": "
                           << f.impairment.ToString();
   }
@@ -138,7 +142,7 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
         .idle_wait = config.idle_wait.value_or(d->dp_->CanWake() ? kIdleWaitWoken
                                                                  : absl::Milliseconds(1)),
         .sched_batch = config.sched_batch,
-        .name = config.name});
+        .name = name});
     shared = d->own_thread_.get();
   }
   NETFOLD_RETURN_IF_ERROR(shared->Add(d->dp_.get(), [raw = d.get()] { raw->AfterPass(); }));
@@ -147,7 +151,7 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
   const uint64_t incarnation = NewIncarnation();
   const control::SwitchCapacity capacity = CapacityOf(d->config_.data_plane, config.max_trees);
   if (!config.admin_address.empty()) {
-    SwitchIdentity identity{.name = config.name,
+    SwitchIdentity identity{.name = name,
                             .data_address = d->data_address_.ToString(),
                             .incarnation = incarnation,
                             .started = absl::Now(),
@@ -169,7 +173,7 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
   if (!config.manager_address.empty()) {
     SwitchAgentOptions options;
     options.manager_address = config.manager_address;
-    options.name = config.name;
+    options.name = name;
     options.data_address = d->data_address_.ToString();
     options.admin_address = d->admin_address_;
     options.credential = config.credential;
@@ -189,7 +193,7 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
     d->agent_->Start();
   }
   NETFOLD_LOG(kWarning) << absl::StrFormat(
-      "netfold-switchd %s: data plane %s (%s), admin %s, %s", config.name,
+      "netfold-switchd %s: data plane %s (%s), admin %s, %s", name,
       d->data_address_.ToString(), config.backend,
       d->admin_address_.empty() ? "off" : d->admin_address_,
       config.manager_address.empty()

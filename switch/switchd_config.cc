@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "config/yaml_reader.h"
 #include "proto/aggregation_header.h"
+#include "proto/control/plane_name.h"
 #include "proto/slot_size.h"
 
 namespace netfold::sw {
@@ -266,7 +267,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(
         t, {"path_mtu", "ack_timeout_ms", "host_ack_timeout_ms", "ack_delay_us", "retry_count",
-            "link_failure_ms", "idle_wait_us", "poll_us", "packet_buffers", "receive_queues", "ip_identification",
+            "link_failure_ms", "idle_wait_us", "poll_us", "packet_buffers", "receive_queues", "planes", "ip_identification",
             "scheduling"},
         "transport"));
     NETFOLD_RETURN_IF_ERROR(
@@ -294,6 +295,8 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
         ReadOptionalUint(t, "packet_buffers", "transport", 1u << 20, &c.packet_buffers));
     NETFOLD_RETURN_IF_ERROR(
         ReadOptionalUint(t, "receive_queues", "transport", 16, &c.receive_queues));
+    NETFOLD_RETURN_IF_ERROR(
+        ReadOptionalUint(t, "planes", "transport", control::kMaxPlanes, &c.planes));
     std::string id = c.data_plane.solve_ip_identification ? "solve" : "zero";
     NETFOLD_RETURN_IF_ERROR(ReadOptionalString(t, "ip_identification", "transport", &id));
     if (id != "zero" && id != "solve") {
@@ -527,6 +530,19 @@ absl::Status ValidateSwitchdConfig(const SwitchdConfig& c) {
   }
   if (c.idle_wait && *c.idle_wait < absl::ZeroDuration()) {
     return invalid("transport.idle_wait_us must not be negative");
+  }
+  if (c.planes < 1 || c.planes > control::kMaxPlanes) {
+    return invalid(absl::StrFormat("transport.planes must be 1..%d", control::kMaxPlanes));
+  }
+  if (c.plane >= c.planes) {
+    return invalid(absl::StrFormat("plane %d of a switch with %d planes", c.plane, c.planes));
+  }
+  if (c.planes > 1 && c.backend != "udp") {
+    return invalid("transport.planes is for the udp backend: each plane has a port of its own");
+  }
+  if (c.planes > 1 && (!c.static_qps.empty() || !c.static_groups.empty())) {
+    return invalid("transport.planes: static QPs and groups belong to one data plane; run "
+                   "static mode with one plane");
   }
   for (const LinkFaultSpec& f : c.link_faults) {
     if (f.peer != "default" && f.peer != "all" && !transport::ParseIpv4Endpoint(f.peer).ok()) {

@@ -37,7 +37,7 @@
 //   job_quota: {groups: 64, slots: 2048, qps: 256}
 //   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 1000, retry_count: 7,
 //               idle_wait_us: (automatic), poll_us: 0, packet_buffers: 8192,
-//               receive_queues: 0, scheduling: batch}
+//               receive_queues: 0, planes: 1, scheduling: batch}
 //   link_faults:
 //     - {peer: default, direction: both, impairment: "drop=0.01,seed=3"}
 //     - {peer: 127.0.0.1:5000, direction: send, impairment: "down=1"}
@@ -163,6 +163,16 @@ struct SwitchdConfig {
   // "Receive queues"). 0 (the default): the data-plane thread reads the one
   // socket itself. Opt-in: the threads take cores the ranks may need.
   uint32_t receive_queues = 0;
+  // Data planes (transport.planes, docs/switch.md "Data planes"): the
+  // switch runs this many independent data planes, each a switch of its own
+  // to the fabric (proto/control/plane_name.h: NAME, NAME@1, ...) with its
+  // own ports, QPs, groups and thread, the way a NIC spreads flows over
+  // queues. 1 (the default): one data plane, as always. udp backend.
+  uint32_t planes = 1;
+  // The plane this config runs (netfold-switchd expands one config into
+  // `planes` of them; not a YAML key): the name it registers is
+  // PlaneSwitchName(name, plane).
+  uint32_t plane = 0;
   // The data-plane thread runs as SCHED_BATCH (transport.scheduling: batch,
   // the default) or SCHED_OTHER (normal). Batch: its wakeups do not preempt
   // the thread running on that core (an MPI rank on a shared machine); it

@@ -53,6 +53,15 @@ TEST(SwitchdConfig, ReceiveQueuesAreOptIn) {
   EXPECT_TRUE(ValidateSwitchdConfig(*c).ok());
 }
 
+TEST(SwitchdConfig, OneDataPlaneUnlessAskedForMore) {
+  EXPECT_EQ(SwitchdConfig{}.planes, 1u);
+  absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig("name: a\ntransport: {planes: 4}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->planes, 4u);
+  EXPECT_EQ(c->plane, 0u);
+  EXPECT_TRUE(ValidateSwitchdConfig(*c).ok());
+}
+
 TEST(SwitchdConfig, ParsesEveryKey) {
   absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig(kFull);
   ASSERT_TRUE(c.ok()) << c.status();
@@ -218,6 +227,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadCase{"transport: {poll_us: 1000001}\n", "transport.poll_us"},
         BadCase{"transport: {poll_us: -5}\n", "transport.poll_us"},
         BadCase{"transport: {receive_queues: 17}\n", "transport.receive_queues"},
+        BadCase{"transport: {planes: 17}\n", "transport.planes"},
         BadCase{"data_address: localhost\n", "not an ip:port address"},
         BadCase{"link_faults: {peer: all}\n", "expected a list"},
         BadCase{"link_faults:\n  - {peer: all, impairment: \"drop=2\"}\n",
@@ -285,6 +295,17 @@ INSTANTIATE_TEST_SUITE_P(
                     "must be positive"},
         InvalidCase{"name: a\ntransport: {receive_queues: 2, poll_us: 100}\n",
                     absl::StatusCode::kInvalidArgument, "do not go together"},
+        InvalidCase{"name: a\ntransport: {planes: 0}\n", absl::StatusCode::kInvalidArgument,
+                    "transport.planes must be 1..16"},
+        InvalidCase{"name: a\nbackend: dpdk\ndpdk: {links: [{device: x}]}\ntransport: {planes: 2}\n",
+#ifdef NETFOLD_HAVE_DPDK
+                    absl::StatusCode::kInvalidArgument, "planes is for the udp backend"},
+#else
+                    absl::StatusCode::kUnimplemented, "without DPDK"},
+#endif
+        InvalidCase{"name: a\ntransport: {planes: 2}\nstatic:\n  qps: [{qpn: 5, psn: 1, remote: "
+                    "{address: 127.0.0.1:1, qpn: 9, psn: 0}}]\n",
+                    absl::StatusCode::kInvalidArgument, "static mode with one plane"},
         InvalidCase{"name: a\nlog_level: loud\n", absl::StatusCode::kInvalidArgument,
                     "log_level 'loud'"},
         InvalidCase{"name: a\nadmin_address: nowhere\n", absl::StatusCode::kInvalidArgument,

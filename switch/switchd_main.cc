@@ -16,19 +16,23 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "base/daemon.h"
 #include "base/log.h"
+#include "proto/control/plane_name.h"
 #include "config/command_line.h"
 #include "switch/data_plane_thread.h"
 #include "switch/switch_daemon.h"
 #include "switch/switchd_config.h"
+#include "transport/ipv4_endpoint.h"
 
 ABSL_FLAG(std::string, config, "", "YAML config file (docs/switch.md)");
 ABSL_FLAG(std::string, name, "",
@@ -79,6 +83,10 @@ ABSL_FLAG(bool, in_process_links, true,
 ABSL_FLAG(int, receive_queues, -1,
           "udp backend: threads that read the data port, 0..16 (default 0: the data-plane "
           "thread reads it; docs/switch.md, \"Receive queues\")");
+ABSL_FLAG(int, planes, -1,
+          "udp backend: independent data planes, 1..16, each a switch of its own to the "
+          "fabric (NAME, NAME@1, ...) with its own ports and thread (default 1; docs/switch.md, "
+          "\"Data planes\")");
 ABSL_FLAG(int, poll_us, -1,
           "udp backend: read without sleeping this long after the last packet, 0..1000000 "
           "(default 0: sleep at once)");
@@ -178,23 +186,51 @@ absl::StatusOr<SwitchdConfig> BuildConfig() {
     return s;
   }
   if (receive_queues >= 0) config.receive_queues = static_cast<uint32_t>(receive_queues);
+  int64_t planes = -1;
+  if (absl::Status s = set_int(absl::GetFlag(FLAGS_planes), "planes", control::kMaxPlanes, &planes);
+      !s.ok()) {
+    return s;
+  }
+  if (planes >= 0) config.planes = static_cast<uint32_t>(planes);
   return config;
 }
 
-// One config per name of a comma-separated --name: the port files' {name}
-// becomes each switch's name. Several switches in one process need ports
-// the kernel picks and a backend that can share a thread.
-absl::StatusOr<std::vector<SwitchdConfig>> SplitByName(const SwitchdConfig& config) {
+// One config per switch the process runs: per name of a comma-separated
+// --name, and per data plane of each (transport.planes: NAME, NAME@1, ...;
+// proto/control/plane_name.h). The port files' {name} becomes each one's
+// name. Several switches need a backend that can share a thread and ports of
+// their own: the kernel's (port 0), or, for the planes of one switch, the
+// given ports counted up (plane p at port + p).
+absl::StatusOr<std::vector<SwitchdConfig>> SplitSwitches(const SwitchdConfig& config) {
   std::vector<std::string> names = absl::StrSplit(config.name, ',');
-  if (names.size() == 1) return std::vector<SwitchdConfig>{config};
-  auto refuse = [](const std::string& why) {
-    return absl::InvalidArgumentError("several switches in one process (--name A,B,..): " + why);
+  const uint32_t planes = config.planes;
+  if (names.size() == 1 && planes == 1) return std::vector<SwitchdConfig>{config};
+  auto refuse = [&](const std::string& why) {
+    return absl::InvalidArgumentError(
+        (names.size() > 1 ? "several switches in one process (--name A,B,..): "
+                          : "several data planes (--planes N): ") +
+        why);
   };
-  if (config.data_address.port != 0) {
-    return refuse("--data_address needs port 0 (each switch gets a port of its own)");
+  if (names.size() > 1) {
+    if (config.data_address.port != 0) {
+      return refuse("--data_address needs port 0 (each switch gets a port of its own)");
+    }
+    if (config.backend != "udp" || config.poll_window > absl::ZeroDuration()) {
+      return refuse("only the udp backend without poll_us can share a thread");
+    }
   }
-  if (config.backend != "udp" || config.poll_window > absl::ZeroDuration()) {
-    return refuse("only the udp backend without poll_us can share a thread");
+  std::optional<transport::Ipv4Endpoint> admin;
+  if (!config.admin_address.empty()) {
+    absl::StatusOr<transport::Ipv4Endpoint> a = transport::ParseIpv4Endpoint(config.admin_address);
+    if (!a.ok()) {
+      return refuse(absl::StrFormat("admin_address '%s' is not ip:port", config.admin_address));
+    }
+    admin = *a;
+  }
+  for (const uint16_t port : {config.data_address.port, admin ? admin->port : uint16_t{0}}) {
+    if (port != 0 && port + planes - 1 > 65535) {
+      return refuse(absl::StrFormat("port %d + %d planes goes past 65535", port, planes));
+    }
   }
   for (const std::string* file : {&config.data_port_file, &config.admin_port_file}) {
     if (!file->empty() && file->find("{name}") == std::string::npos) {
@@ -209,12 +245,22 @@ absl::StatusOr<std::vector<SwitchdConfig>> SplitByName(const SwitchdConfig& conf
     if (std::count(names.begin(), names.end(), name) > 1) {
       return refuse(absl::StrFormat("'%s' is named twice", name));
     }
-    SwitchdConfig c = config;
-    c.name = name;
-    c.data_plane.in_process_links = absl::GetFlag(FLAGS_in_process_links);
-    c.data_port_file = absl::StrReplaceAll(c.data_port_file, {{"{name}", name}});
-    c.admin_port_file = absl::StrReplaceAll(c.admin_port_file, {{"{name}", name}});
-    out.push_back(std::move(c));
+    for (uint32_t plane = 0; plane < planes; ++plane) {
+      SwitchdConfig c = config;
+      c.name = name;
+      c.plane = plane;
+      const std::string switch_name = control::PlaneSwitchName(name, plane);
+      if (c.data_address.port != 0) c.data_address.port = static_cast<uint16_t>(c.data_address.port + plane);
+      if (admin && admin->port != 0) {
+        transport::Ipv4Endpoint a = *admin;
+        a.port = static_cast<uint16_t>(a.port + plane);
+        c.admin_address = a.ToString();
+      }
+      if (names.size() > 1) c.data_plane.in_process_links = absl::GetFlag(FLAGS_in_process_links);
+      c.data_port_file = absl::StrReplaceAll(c.data_port_file, {{"{name}", switch_name}});
+      c.admin_port_file = absl::StrReplaceAll(c.admin_port_file, {{"{name}", switch_name}});
+      out.push_back(std::move(c));
+    }
   }
   return out;
 }
@@ -236,7 +282,7 @@ int Main(int argc, char** argv) {
 
   absl::StatusOr<SwitchdConfig> config = BuildConfig();
   if (!config.ok()) return Fail(2, config.status());
-  absl::StatusOr<std::vector<SwitchdConfig>> configs = SplitByName(*config);
+  absl::StatusOr<std::vector<SwitchdConfig>> configs = SplitSwitches(*config);
   if (!configs.ok()) return Fail(2, configs.status());
   for (SwitchdConfig& c : *configs) {
     if (absl::Status s = ValidateSwitchdConfig(c); !s.ok()) return Fail(2, s);
@@ -262,18 +308,22 @@ int Main(int argc, char** argv) {
   if (!config->log_level.empty()) SetLogLevel(*ParseLogLevel(config->log_level));
   SetLogTag(absl::StrFormat("switchd %s", absl::StrReplaceAll(config->name, {{",", "+"}})));
 
-  // With several switches, one thread runs every data plane (the daemons
-  // stop before it goes); with one, the daemon runs its own.
-  std::unique_ptr<DataPlaneThread> shared;
-  if (configs->size() > 1) {
-    shared = std::make_unique<DataPlaneThread>(DataPlaneThreadOptions{
-        .idle_wait = config->idle_wait.value_or(kIdleWaitWoken),
-        .sched_batch = config->sched_batch,
-        .name = config->name});
+  // With several switches, one thread per data plane runs that plane of
+  // every switch (the daemons stop before the threads go); a switch alone
+  // runs a thread of its own for each of its planes.
+  std::vector<std::unique_ptr<DataPlaneThread>> shared;
+  if (absl::StrContains(config->name, ',')) {
+    for (uint32_t plane = 0; plane < config->planes; ++plane) {
+      shared.push_back(std::make_unique<DataPlaneThread>(DataPlaneThreadOptions{
+          .idle_wait = config->idle_wait.value_or(kIdleWaitWoken),
+          .sched_batch = config->sched_batch,
+          .name = control::PlaneSwitchName(configs->front().name, plane)}));
+    }
   }
   std::vector<std::unique_ptr<SwitchDaemon>> daemons;
   for (const SwitchdConfig& c : *configs) {
-    absl::StatusOr<std::unique_ptr<SwitchDaemon>> daemon = SwitchDaemon::Start(c, shared.get());
+    absl::StatusOr<std::unique_ptr<SwitchDaemon>> daemon =
+        SwitchDaemon::Start(c, shared.empty() ? nullptr : shared[c.plane].get());
     if (!daemon.ok()) return Fail(1, daemon.status());
     if (!c.data_port_file.empty()) {
       if (absl::Status s = WritePortFile(c.data_port_file, (*daemon)->data_address().port);

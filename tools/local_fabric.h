@@ -60,6 +60,11 @@ struct LocalFabricOptions {
   uint32_t default_slots = 0;       // manager's default K
   int switch_poll_us = 0;           // switches' --poll_us (0: they sleep in epoll at once)
   int switch_receive_queues = 0;    // switches' --receive_queues (0: none)
+  // Data planes of every switch (docs/manager.md, "Data planes"): with a
+  // generated topology its `planes:`; with a topology file, 0 takes the
+  // file's and anything else must match it. The switches run with
+  // --planes of the topology.
+  int planes = 0;
   // kOne: every switch in one netfold-switchd process, on one data-plane
   // thread (fewer processes, no wakeup between leaf and root:
   // docs/switch.md). kEach: a process per switch (fault tests that kill one

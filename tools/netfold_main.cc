@@ -35,6 +35,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "proto/control/netfold_control.grpc.pb.h"
+#include "proto/control/plane_name.h"
 #include "tools/bench.h"
 #include "tools/demo.h"
 #include "tools/explain.h"
@@ -238,6 +239,10 @@ int Up(int argc, char** argv) {
   if (o.switch_receive_queues > 0 && o.switch_poll_us > 0) {
     return Fail("--receive-queues and --poll-us do not go together: the queues sleep until a "
                 "packet comes");
+  }
+  if (args.Has("planes") && (!absl::SimpleAtoi(args.Get("planes"), &o.planes) || o.planes < 1 ||
+                             o.planes > static_cast<int>(control::kMaxPlanes))) {
+    return Fail(absl::StrFormat("--planes must be a number from 1 to %d", control::kMaxPlanes));
   }
   auto fabric = LocalFabric::Start(o);
   if (!fabric.ok()) return Fail(std::string(fabric.status().message()));
@@ -671,7 +676,7 @@ const std::vector<Command>& Commands() {
       {.name = "up",
        .synopsis = "[--topology FILE | --hosts N] [--state-dir DIR] [--faults IMPAIRMENT] "
                    "[--poll-us N] [--switch-processes auto|one|each] [--receive-queues N] "
-                   "[--plaintext]",
+                   "[--planes N] [--plaintext]",
        .summary = "start a manager and the switches of a topology in the background and print\n"
                   "what to export.   --topology FILE | --hosts N (8)   --state-dir DIR\n"
                   "--faults IMPAIRMENT (on every switch port, e.g. drop=0.01,seed=3)\n"
@@ -682,11 +687,13 @@ const std::vector<Command>& Commands() {
                   "switches and hosts (kill one switch alone with each)\n"
                   "--receive-queues N: each switch reads its port with N threads (opt-in;\n"
                   "docs/switch.md, \"Receive queues\")\n"
+                  "--planes N: N data planes, each switch a thread per plane (the topology's\n"
+                  "planes:; docs/manager.md, \"Data planes\")\n"
                   "--plaintext: no TLS on the control plane (the credential crosses loopback\n"
                   "in clear; the default is TLS with a new CA per fabric)",
        .flags = {"plaintext"},
        .valued = {"topology", "hosts", "state-dir", "faults", "poll-us", "switch-processes",
-                  "receive-queues"},
+                  "receive-queues", "planes"},
        .run = Up},
       {.name = "down",
        .synopsis = "[--state-dir DIR]",

@@ -167,7 +167,9 @@ class SwitchdTest : public ::testing::Test {
 
   // Starts netfold-managerd with its journal in the test directory, on a
   // port of the kernel's choice (or `port` again, after a restart).
-  void StartManager(int port = 0) {
+  // `topology`: a file of its own instead of switchd_test.yaml.
+  void StartManager(int port = 0, std::string topology = "") {
+    if (topology.empty()) topology = std::string(NETFOLD_TOPOLOGY_DIR) + "/switchd_test.yaml";
     const std::string config = dir_.path() + "/manager.yaml";
     {
       std::ofstream out(config);
@@ -177,8 +179,7 @@ class SwitchdTest : public ::testing::Test {
     const std::string port_file = dir_.path() + "/managerd.port";
     std::remove(port_file.c_str());
     absl::StatusOr<std::unique_ptr<Subprocess>> p = Subprocess::Start(
-        {NETFOLD_MANAGERD, "--config", config, "--topology",
-         std::string(NETFOLD_TOPOLOGY_DIR) + "/switchd_test.yaml", "--listen",
+        {NETFOLD_MANAGERD, "--config", config, "--topology", topology, "--listen",
          absl::StrFormat("127.0.0.1:%d", port), "--state_dir", dir_.path() + "/state",
          "--port_file", port_file, "--credential_file", credential_file_, "--tls_dir",
          dir_.path()},

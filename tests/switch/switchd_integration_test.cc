@@ -462,6 +462,12 @@ TEST_F(SwitchdTest, SeveralSwitchesInOneProcessRefuseWhatTheyCannotShare) {
        "needs a {name}"},
       {{"--name", "a,b,a", "--data_address", "127.0.0.1:0"}, "'a' is named twice"},
       {{"--name", "a,b", "--data_address", "127.0.0.1:0", "--poll_us", "50"}, "without poll_us"},
+      {{"--name", "a", "--planes", "3", "--data_address", "127.0.0.1:65534"},
+       "port 65534 + 3 planes goes past 65535"},
+      {{"--name", "a", "--planes", "2", "--data_address", "127.0.0.1:0", "--data_port_file",
+        dir_.path() + "/x.port"},
+       "several data planes (--planes N): the port file"},
+      {{"--name", "a", "--planes", "17"}, "--planes 17 is larger than 16"},
   };
   int n = 0;
   for (const auto& [args, reason] : cases) {
@@ -474,6 +480,53 @@ TEST_F(SwitchdTest, SeveralSwitchesInOneProcessRefuseWhatTheyCannotShare) {
     ASSERT_TRUE(status.has_value());
     EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 2) << reason << ": " << *status;
     EXPECT_NE((*p)->Log().find(reason), std::string::npos) << (*p)->Log();
+  }
+}
+
+// A switch with two data planes (--planes 2) is two switches to the
+// manager, s0 and s0@1, each with ports and a thread of its own: both
+// register and come UP, each plane heard at its own data address, and
+// SIGTERM stops both cleanly.
+TEST_F(SwitchdTest, DataPlanesRegisterAsSwitchesOfTheirOwn) {
+  const std::string topology = dir_.path() + "/planes.yaml";
+  {
+    std::ofstream out(topology);
+    out << "name: planes\nplanes: 2\n"
+        << "defaults: {capacity: {trees: 64, groups: 64, slots: 256, slot_bytes: 4048, qps: 128}}\n"
+        << "switches:\n  - {name: s0, tier: 0}\n"
+        << "hosts:\n  - {name: h0, switch: s0}\n  - {name: h1, switch: s0}\n";
+  }
+  StartManager(0, topology);
+  StartSwitchdProcess("s0", {"s0", "s0@1"},
+                      {"--name", "s0", "--planes", "2", "--data_address", "127.0.0.1:0",
+                       "--manager", manager_address_});
+  if (HasFailure()) return;
+  ASSERT_NE(data_port_.at("s0"), data_port_.at("s0@1"));
+  const bool up = WaitUntil(
+      [&] {
+        const control::GetStatusResponse st = Status();
+        int n = 0;
+        for (const auto& sw : st.switches()) {
+          if (sw.state() != control::SwitchStatus::UP) continue;
+          const std::string want = absl::StrFormat("127.0.0.1:%d", data_port_.at(sw.name()));
+          if (sw.data_address() == want) ++n;
+        }
+        return st.switches_size() == 2 && n == 2;
+      },
+      absl::Seconds(20), absl::Milliseconds(50));
+  ASSERT_TRUE(up) << Status().DebugString();
+  // Each plane answers for itself on its admin port.
+  EXPECT_EQ(Counters("s0").data_address(), absl::StrFormat("127.0.0.1:%d", data_port_.at("s0")));
+  EXPECT_EQ(Counters("s0@1").data_address(),
+            absl::StrFormat("127.0.0.1:%d", data_port_.at("s0@1")));
+
+  Subprocess& process = *switchd_.at("s0");
+  process.Signal(SIGTERM);
+  std::optional<int> status = process.Wait(absl::Seconds(20));
+  ASSERT_TRUE(status.has_value()) << "the planes did not exit after SIGTERM";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "status " << *status;
+  for (const char* name : {"netfold-switchd s0 stopped:", "netfold-switchd s0@1 stopped:"}) {
+    EXPECT_NE(process.Log().find(name), std::string::npos) << process.Log();
   }
 }
 
