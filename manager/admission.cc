@@ -214,7 +214,7 @@ absl::Status CheckJobRequest(const FabricState& state, const control::CreateJobR
 
 absl::Status CheckGroupRequest(const Job& job, const std::vector<uint32_t>& ranks,
                                uint32_t num_slots, uint32_t slot_bytes, GroupRequest* out,
-                               std::vector<Shortfall>* shortfalls) {
+                               std::vector<Shortfall>* shortfalls, uint32_t plane) {
   if (ranks.empty()) return absl::InvalidArgumentError("a group needs at least one rank");
   for (size_t i = 0; i < ranks.size(); ++i) {
     if (!job.ranks.count(ranks[i])) {
@@ -250,13 +250,18 @@ absl::Status CheckGroupRequest(const Job& job, const std::vector<uint32_t>& rank
                        1, 0));
   }
   out->members.clear();
+  out->plane = plane;
   for (uint32_t r : ranks) {
-    const Rank& rank = job.ranks.at(r);
-    if (!rank.attached) {
+    const LeafAttachment* a = job.ranks.at(r).In(plane);
+    if (a == nullptr || !a->attached) {
       return absl::FailedPreconditionError(
-          absl::StrFormat("rank %d of job %d is not attached (call Attach first)", r, job.id));
+          plane == 0
+              ? absl::StrFormat("rank %d of job %d is not attached (call Attach first)", r, job.id)
+              : absl::StrFormat("rank %d of job %d is not attached in plane %d (call Attach "
+                                "with plane %d first)",
+                                r, job.id, plane, plane));
     }
-    out->members.emplace_back(r, rank.leaf);
+    out->members.emplace_back(r, a->leaf);
   }
   return absl::OkStatus();
 }

@@ -54,12 +54,12 @@ absl::Status CheckJobRequest(const FabricState& state, const control::CreateJobR
                              std::vector<std::pair<int, uint32_t>>* qps_per_leaf,
                              std::vector<Shortfall>* shortfalls);
 
-// A group of `job` over `ranks` (ascending): known, distinct, attached
-// ranks, K and P (0: the job's quota) and the group count within the job's
-// quota. Fills the allocator's request.
+// A group of `job` over `ranks` (ascending) in data plane `plane`: known,
+// distinct ranks attached in that plane, K and P (0: the job's quota) and
+// the group count within the job's quota. Fills the allocator's request.
 absl::Status CheckGroupRequest(const Job& job, const std::vector<uint32_t>& ranks,
                                uint32_t num_slots, uint32_t slot_bytes, GroupRequest* out,
-                               std::vector<Shortfall>* shortfalls);
+                               std::vector<Shortfall>* shortfalls, uint32_t plane = 0);
 
 // The integrity key a new job gets: 32 random bytes if it asked for
 // integrity or the manager requires it (ManagerOptions::require_integrity),

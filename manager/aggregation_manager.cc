@@ -232,6 +232,9 @@ absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
   std::string leaf_name;
   std::string reason;
   control::ManagerMessage create;
+  const uint32_t plane = req.plane();
+  int leaf_index = -1;
+  bool reserved = false;  // a QP reserved at a leaf of plane > 0 for this first attach
   {
     absl::MutexLock lock(&mu_);
     NETFOLD_ASSIGN_OR_RETURN(Job * job, AuthenticateJob(state_.jobs, req.job()));
@@ -240,18 +243,37 @@ absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
       return absl::InvalidArgumentError(
           absl::StrFormat("job %d has no rank %d", job->id, req.rank()));
     }
+    if (plane >= topo_->planes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rank %d: plane %d, but the fabric has %d data plane(s)", req.rank(), plane,
+          topo_->planes()));
+    }
     Rank& rank = it->second;
     NETFOLD_RETURN_IF_ERROR(CheckRankEndpoint(req.rank(), req.endpoint()));
-    leaf_name = state_.SwitchName(rank.leaf);
-    const Switch& leaf = state_.switches[rank.leaf];
+    leaf_index = topo_->InPlane(rank.leaf, plane);
+    leaf_name = state_.SwitchName(leaf_index);
+    const Switch& leaf = state_.switches[leaf_index];
     if (leaf.state != SwitchState::kUp) {
       return absl::UnavailableError(absl::StrFormat(
           "leaf switch %s of rank %d is not up (%s)", leaf_name, req.rank(),
           leaf.state == SwitchState::kDead ? leaf.dead_reason : "not registered or reconciling"));
     }
-    if (rank.attached) {
-      reason = absl::StrFormat("rank %d of job %d attached again", rank.rank, job->id);
-      revoked = state_.DetachRanks(*job, {rank.rank}, reason, /*destroy_qp=*/true, &out);
+    if (rank.AttachedIn(plane)) {
+      reason = plane == 0 ? absl::StrFormat("rank %d of job %d attached again", rank.rank, job->id)
+                          : absl::StrFormat("rank %d of job %d attached again in plane %d",
+                                            rank.rank, job->id, plane);
+      revoked = state_.DetachRanks(*job, {rank.rank}, reason, /*destroy_qp=*/true, &out, plane);
+    }
+    if (rank.In(plane) == nullptr) {
+      // The first attach in a plane above 0 takes a QP of that leaf for
+      // the job, as job creation took plane 0's.
+      std::vector<Shortfall> why;
+      absl::Status s = state_.alloc.ReserveQps({{leaf_index, 1u}}, &why);
+      if (!s.ok()) {
+        return absl::ResourceExhaustedError(absl::StrFormat(
+            "rank %d could not attach in plane %d: %s", req.rank(), plane, s.message()));
+      }
+      reserved = true;
     }
     create.mutable_create_qp()->mutable_peer()->mutable_host()->set_job_id(job->id);
     create.mutable_create_qp()->mutable_peer()->mutable_host()->set_rank(rank.rank);
@@ -265,6 +287,10 @@ absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
       commander_->Execute({{leaf_name, create}}, options_.command_timeout);
   absl::Status s = CommandStatus(leaf_name, results[0]);
   if (!s.ok()) {
+    if (reserved) {
+      absl::MutexLock lock(&mu_);
+      state_.alloc.ReleaseQps({{leaf_index, 1u}});
+    }
     return absl::Status(s.code() == absl::StatusCode::kResourceExhausted
                             ? s.code()
                             : absl::StatusCode::kUnavailable,
@@ -277,24 +303,31 @@ absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
     absl::MutexLock lock(&mu_);
     Job& job = state_.jobs.at(req.job().job_id());  // op_mu_ held: the job is still there
     Rank& rank = job.ranks.at(req.rank());
-    rank.attached = true;
-    rank.host_endpoint = req.endpoint();
-    rank.leaf_qpn = qp.qpn();
-    rank.leaf_psn = qp.psn();
+    LeafAttachment& a = plane == 0 ? rank : rank.planes[plane];
+    a.leaf = leaf_index;
+    a.attached = true;
+    a.host_endpoint = req.endpoint();
+    a.leaf_qpn = qp.qpn();
+    a.leaf_psn = qp.psn();
     rank.last_seen = state_.clock.Now();
     journaled = state_.records.PutJob(job);
     if (journaled.ok()) {
       resp.set_leaf_switch(leaf_name);
-      resp.mutable_switch_endpoint()->set_address(state_.switches[rank.leaf].data_address);
+      resp.mutable_switch_endpoint()->set_address(state_.switches[leaf_index].data_address);
       resp.mutable_switch_endpoint()->set_qpn(qp.qpn());
       resp.mutable_switch_endpoint()->set_psn(qp.psn());
       resp.set_pkey(job.pkey);
       resp.set_qkey(job.qkey);
+      resp.set_planes(topo_->planes());
       state_.MaybeSnapshot();
     } else {
-      rank.attached = false;
-      rank.leaf_qpn = 0;
-      rank.leaf_psn = 0;
+      a.attached = false;
+      a.leaf_qpn = 0;
+      a.leaf_psn = 0;
+      if (reserved) {
+        rank.planes.erase(plane);
+        state_.alloc.ReleaseQps({{leaf_index, 1u}});
+      }
     }
   }
   if (!journaled.ok()) {
@@ -373,8 +406,12 @@ absl::StatusOr<control::CreateGroupResponse> AggregationManager::CreateGroup(
     }
     GroupRequest greq;
     std::vector<Shortfall> why;
-    NETFOLD_RETURN_IF_ERROR(
-        CheckGroupRequest(*job, ranks, req.num_slots(), req.slot_bytes(), &greq, &why));
+    if (req.plane() >= topo_->planes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "plane %d, but the fabric has %d data plane(s)", req.plane(), topo_->planes()));
+    }
+    NETFOLD_RETURN_IF_ERROR(CheckGroupRequest(*job, ranks, req.num_slots(), req.slot_bytes(),
+                                              &greq, &why, req.plane()));
     if (!why.empty()) {
       return absl::ResourceExhaustedError(
           absl::StrFormat("group not created: %s", JoinShortfalls(why)));
@@ -565,13 +602,17 @@ void AggregationManager::HandleSwitchDeath(int sw) {
       std::vector<uint64_t> g = state_.DropLink(key, reason, /*mark_down=*/false, &out);
       failed.insert(failed.end(), g.begin(), g.end());
     }
+    // The ranks lose their attachment in the dead leaf's plane only.
+    const uint32_t plane = topo_->switch_at(sw).plane;
     for (auto& [jid, job] : state_.jobs) {
       std::vector<uint32_t> ranks;
       for (const auto& [r, rank] : job.ranks) {
-        if (rank.leaf == sw && rank.attached) ranks.push_back(r);
+        const LeafAttachment* a = rank.In(plane);
+        if (a != nullptr && a->leaf == sw && a->attached) ranks.push_back(r);
       }
       if (ranks.empty()) continue;
-      std::vector<uint64_t> g = state_.DetachRanks(job, ranks, reason, /*destroy_qp=*/false, &out);
+      std::vector<uint64_t> g =
+          state_.DetachRanks(job, ranks, reason, /*destroy_qp=*/false, &out, plane);
       failed.insert(failed.end(), g.begin(), g.end());
     }
     for (const auto& [gid, g] : state_.groups) {
@@ -592,10 +633,12 @@ void AggregationManager::HandleQpFailure(const QpFailure& f) {
     reason = absl::StrFormat("QP %d on switch %s failed: %s", f.qpn,
                              state_.SwitchName(f.switch_index), f.reason);
     bool found = false;
+    const uint32_t plane = topo_->switch_at(f.switch_index).plane;
     for (auto& [jid, job] : state_.jobs) {
       for (auto& [r, rank] : job.ranks) {
-        if (rank.attached && rank.leaf == f.switch_index && rank.leaf_qpn == f.qpn) {
-          failed = state_.DetachRanks(job, {r}, reason, /*destroy_qp=*/true, &out);
+        const LeafAttachment* a = rank.In(plane);
+        if (a != nullptr && a->attached && a->leaf == f.switch_index && a->leaf_qpn == f.qpn) {
+          failed = state_.DetachRanks(job, {r}, reason, /*destroy_qp=*/true, &out, plane);
           found = true;
           break;
         }
@@ -634,12 +677,14 @@ void AggregationManager::Reconcile(int sw) {
     Switch& s = state_.switches[sw];
     if (s.state != SwitchState::kReconciling) return;
     std::set<uint32_t> expected_qpns;
+    const uint32_t plane = topo_->switch_at(sw).plane;
     for (auto& [jid, job] : state_.jobs) {
       std::vector<uint32_t> missing;
       for (const auto& [r, rank] : job.ranks) {
-        if (rank.leaf != sw || !rank.attached) continue;
-        if (s.reported_qpns.count(rank.leaf_qpn)) {
-          expected_qpns.insert(rank.leaf_qpn);
+        const LeafAttachment* a = rank.In(plane);
+        if (a == nullptr || a->leaf != sw || !a->attached) continue;
+        if (s.reported_qpns.count(a->leaf_qpn)) {
+          expected_qpns.insert(a->leaf_qpn);
         } else {
           missing.push_back(r);
         }
@@ -647,7 +692,7 @@ void AggregationManager::Reconcile(int sw) {
       if (missing.empty()) continue;
       std::vector<uint64_t> g = state_.DetachRanks(
           job, missing, absl::StrFormat("switch %s lost the ranks' QPs (restarted?)", name),
-          /*destroy_qp=*/false, &out);
+          /*destroy_qp=*/false, &out, plane);
       failed.insert(failed.end(), g.begin(), g.end());
     }
     std::vector<LinkKey> lost;

@@ -180,6 +180,7 @@ absl::StatusOr<Placement> Allocator::PlanGroup(const GroupRequest& request,
   std::vector<Shortfall> shortfalls;
   bool any_tree_holds_members = false;
   for (uint32_t id : order) {
+    if (topo_->switch_at(trees_[id].root).plane != request.plane) continue;
     Placement placement;
     std::optional<Shortfall> s = CheckTree(trees_[id], request, &placement);
     if (!s.has_value()) return placement;

@@ -63,6 +63,7 @@ struct GroupRequest {
   std::vector<MemberLeaf> members;  // (rank, leaf switch index), distinct ranks
   uint32_t num_slots = 0;           // K
   uint32_t slot_bytes = 0;          // P
+  uint32_t plane = 0;               // only this data plane's trees (members' leaves there)
 };
 
 // Where a group goes and what it holds. `new_links` are the child switches

@@ -55,15 +55,50 @@ struct Switch {
   bool death_pending = false;  // disconnected/timed out, Tick handles it
 };
 
-struct Rank {
-  uint32_t rank = 0;
-  std::string host;
-  int leaf = -1;
+// A rank's connection to its leaf switch in one data plane: the rank's RC
+// QP and the leaf's (docs/manager.md, "Data planes").
+struct LeafAttachment {
+  int leaf = -1;  // the rank's leaf switch in this plane
   bool attached = false;
   control::Endpoint host_endpoint;
   uint32_t leaf_qpn = 0;
   uint32_t leaf_psn = 0;
+};
+
+// A rank of a job. Its attachment in plane 0 is the rank's own fields (a
+// fabric without planes has no other); those in planes 1.. are in
+// `planes`, from its first Attach there on: the leaf's QP is reserved for
+// the job from then, as plane 0's is from the job's creation.
+struct Rank : LeafAttachment {
+  uint32_t rank = 0;
+  std::string host;
+  std::map<uint32_t, LeafAttachment> planes;  // plane (>= 1) -> attachment
   absl::Duration last_seen;
+
+  // The attachment in `plane`; nullptr if the rank never attached there.
+  LeafAttachment* In(uint32_t plane) {
+    if (plane == 0) return this;
+    auto it = planes.find(plane);
+    return it == planes.end() ? nullptr : &it->second;
+  }
+  const LeafAttachment* In(uint32_t plane) const {
+    return const_cast<Rank*>(this)->In(plane);
+  }
+  bool AttachedIn(uint32_t plane) const {
+    const LeafAttachment* a = In(plane);
+    return a != nullptr && a->attached;
+  }
+  // fn(plane, attachment) for plane 0 and every plane in `planes`, in order.
+  template <typename Fn>
+  void ForEachAttachment(Fn&& fn) {
+    fn(0u, static_cast<LeafAttachment&>(*this));
+    for (auto& [plane, a] : planes) fn(plane, a);
+  }
+  template <typename Fn>
+  void ForEachAttachment(Fn&& fn) const {
+    fn(0u, static_cast<const LeafAttachment&>(*this));
+    for (const auto& [plane, a] : planes) fn(plane, a);
+  }
 };
 
 struct Job {

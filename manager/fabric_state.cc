@@ -61,6 +61,7 @@ control::GroupInfo FabricState::DescribeGroup(const Group& g) const {
     info.set_root_data_address(switches[static_cast<size_t>(root)].data_address);
   }
   info.set_tag(g.tag);
+  info.set_plane(GroupPlane(g));
   for (uint32_t r : g.ranks) {
     for (const SubtreeNode& n : g.placement.subtree.nodes) {
       auto pos = std::find(n.host_ranks.begin(), n.host_ranks.end(), r);
@@ -158,12 +159,14 @@ void FabricState::DestroyJob(Job& job, const std::string& reason, Outbox* out) {
   }
   std::map<int, uint32_t> qps;
   for (auto& [r, rank] : job.ranks) {
-    qps[rank.leaf] += 1;
-    if (rank.attached && Reachable(rank.leaf)) {
-      control::ManagerMessage m;
-      m.mutable_destroy_qp()->set_qpn(rank.leaf_qpn);
-      out->Add(SwitchName(rank.leaf), std::move(m));
-    }
+    rank.ForEachAttachment([&](uint32_t, const LeafAttachment& a) {
+      qps[a.leaf] += 1;
+      if (a.attached && Reachable(a.leaf)) {
+        control::ManagerMessage m;
+        m.mutable_destroy_qp()->set_qpn(a.leaf_qpn);
+        out->Add(SwitchName(a.leaf), std::move(m));
+      }
+    });
   }
   alloc.ReleaseQps(std::vector<std::pair<int, uint32_t>>(qps.begin(), qps.end()));
   if (job.pkey != kDefaultPkey) pkeys_used.erase(job.pkey);
@@ -182,35 +185,46 @@ void FabricState::DestroyJob(Job& job, const std::string& reason, Outbox* out) {
 
 std::vector<uint64_t> FabricState::DetachRanks(Job& job, const std::vector<uint32_t>& ranks,
                                                const std::string& reason, bool destroy_qp,
-                                               Outbox* out) {
+                                               Outbox* out, std::optional<uint32_t> only_plane) {
   std::vector<uint64_t> lost;
-  std::vector<uint32_t> detached;
+  std::map<uint32_t, std::vector<uint32_t>> detached;  // plane -> ranks
   for (uint32_t r : ranks) {
     Rank& rank = job.ranks.at(r);
-    if (!rank.attached) continue;
-    rank.attached = false;
-    detached.push_back(r);
-    if (destroy_qp && Reachable(rank.leaf)) {
-      control::ManagerMessage m;
-      m.mutable_destroy_qp()->set_qpn(rank.leaf_qpn);
-      out->Add(SwitchName(rank.leaf), std::move(m));
-    }
-    rank.leaf_qpn = 0;
-    rank.leaf_psn = 0;
+    std::set<uint32_t> planes;
+    rank.ForEachAttachment([&](uint32_t plane, LeafAttachment& a) {
+      if (!a.attached || (only_plane && *only_plane != plane)) return;
+      planes.insert(plane);
+      detached[plane].push_back(r);
+      a.attached = false;
+      if (destroy_qp && Reachable(a.leaf)) {
+        control::ManagerMessage m;
+        m.mutable_destroy_qp()->set_qpn(a.leaf_qpn);
+        out->Add(SwitchName(a.leaf), std::move(m));
+      }
+      a.leaf_qpn = 0;
+      a.leaf_psn = 0;
+    });
     for (uint64_t gid : job.groups) {
       const Group& g = groups.at(gid);
-      if (std::binary_search(g.ranks.begin(), g.ranks.end(), r)) lost.push_back(gid);
+      if (planes.count(GroupPlane(g)) && std::binary_search(g.ranks.begin(), g.ranks.end(), r)) {
+        lost.push_back(gid);
+      }
     }
   }
   if (detached.empty()) return lost;
   (void)records.PutJob(job);
-  control::JobEvent ev;
-  ev.set_kind(control::JobEvent::RANK_DETACHED);
-  for (uint32_t r : detached) ev.add_ranks(r);
-  ev.set_reason(reason);
-  NETFOLD_LOG(kWarning) << "job " << job.id << ": ranks " << RanksText(detached)
-                        << " detached: " << reason;
-  events.Publish(job.id, ev, {});
+  // One event per plane: a host keeps its attachments in the others.
+  for (const auto& [plane, in_plane] : detached) {
+    control::JobEvent ev;
+    ev.set_kind(control::JobEvent::RANK_DETACHED);
+    for (uint32_t r : in_plane) ev.add_ranks(r);
+    ev.set_reason(reason);
+    ev.set_plane(plane);
+    NETFOLD_LOG(kWarning) << "job " << job.id << ": ranks " << RanksText(in_plane) << " detached"
+                          << (plane == 0 ? "" : absl::StrFormat(" in plane %d", plane)) << ": "
+                          << reason;
+    events.Publish(job.id, ev, {});
+  }
   std::sort(lost.begin(), lost.end());
   lost.erase(std::unique(lost.begin(), lost.end()), lost.end());
   return lost;
@@ -229,13 +243,14 @@ bool FabricState::ReplanGroup(uint64_t group_id, const std::string& reason, Outb
   GroupRequest req;
   req.num_slots = g.placement.num_slots;
   req.slot_bytes = g.placement.slot_bytes;
+  req.plane = GroupPlane(g);
   for (uint32_t r : g.ranks) {
-    const Rank& rank = job.ranks.at(r);
-    if (!rank.attached) {
+    const LeafAttachment* a = job.ranks.at(r).In(req.plane);
+    if (a == nullptr || !a->attached) {
       replan_failure = absl::StrFormat("rank %d is detached", r);
       break;
     }
-    req.members.emplace_back(r, rank.leaf);
+    req.members.emplace_back(r, a->leaf);
   }
   if (replan_failure.empty()) {
     absl::StatusOr<Placement> p = alloc.PlanGroup(req, nullptr, old_tree);

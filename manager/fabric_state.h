@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -83,6 +84,11 @@ struct FabricState {
   std::string MulticastAddress(uint32_t index) const;
   // What the members of `group` are told about it (CreateGroup, re-plans).
   control::GroupInfo DescribeGroup(const Group& group) const;
+  // The data plane of a group's tree (0 without planes).
+  uint32_t GroupPlane(const Group& group) const {
+    const int root = group.placement.subtree.root();
+    return root < 0 ? 0 : topo.switch_at(root).plane;
+  }
 
   // ---- Transitions.
   // Sets a switch's state and whether the allocator may use it.
@@ -102,9 +108,11 @@ struct FabricState {
   // Marks ranks detached, destroying their leaf QPs when `destroy_qp` (the
   // switch still has them), journals the job and publishes RANK_DETACHED.
   // Returns the groups that lost a member, ascending, for the caller to
-  // fail (re-plan or revoke).
+  // fail (re-plan or revoke). In every data plane, or with `only_plane`
+  // in that one alone (its groups are the ones lost).
   std::vector<uint64_t> DetachRanks(Job& job, const std::vector<uint32_t>& ranks,
-                                    const std::string& reason, bool destroy_qp, Outbox* out);
+                                    const std::string& reason, bool destroy_qp, Outbox* out,
+                                    std::optional<uint32_t> only_plane = std::nullopt);
   // A group lost a switch, link or member: releases it and, with
   // `options.replan_on_failure` and every member still attached, plans it
   // again on another tree (epoch + 1, kInstalling) and returns true for the

@@ -180,7 +180,8 @@ control::ManagerMessage InstallMessage(const FabricState& state, const Group& g,
     control::GroupChild* c = ig->add_children();
     c->set_rank(r);
     c->add_subtree_ranks(r);
-    c->set_qpn(job.ranks.at(r).leaf_qpn);
+    const LeafAttachment* a = job.ranks.at(r).In(state.topo.switch_at(node.switch_index).plane);
+    c->set_qpn(a == nullptr ? 0 : a->leaf_qpn);
   }
   for (int child : node.child_switches) {
     control::GroupChild* c = ig->add_children();

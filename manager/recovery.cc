@@ -66,8 +66,28 @@ void RecoverJob(const state::JobRecord& rec, Rebuild& b) {
     rank.leaf_qpn = r.leaf_qpn();
     rank.leaf_psn = r.leaf_psn();
     rank.last_seen = b.now;
-    qps[rank.leaf] += 1;
-    if (rank.attached) b.holders.insert(rank.leaf);
+    for (const state::PlaneAttachmentRecord& pr : r.planes()) {
+      if (pr.plane() == 0 || pr.plane() >= topo.planes() || rank.planes.count(pr.plane())) {
+        NETFOLD_LOG(kWarning) << "recover: job " << job.id << " rank " << r.rank()
+                              << " has an attachment in plane " << pr.plane() << ", which "
+                              << "the topology does not have (or has twice)";
+        ok = false;
+        break;
+      }
+      LeafAttachment& a = rank.planes[pr.plane()];
+      a.leaf = topo.LeafIn(host, pr.plane());
+      a.attached = pr.attached();
+      a.host_endpoint.set_address(pr.host_address());
+      a.host_endpoint.set_qpn(pr.host_qpn());
+      a.host_endpoint.set_psn(pr.host_psn());
+      a.leaf_qpn = pr.leaf_qpn();
+      a.leaf_psn = pr.leaf_psn();
+    }
+    if (!ok) break;
+    rank.ForEachAttachment([&](uint32_t, const LeafAttachment& a) {
+      qps[a.leaf] += 1;
+      if (a.attached) b.holders.insert(a.leaf);
+    });
     job.ranks[rank.rank] = rank;
   }
   if (ok) {
@@ -135,8 +155,11 @@ bool RecoverNodes(const state::GroupRecord& rec, const Job& job, const Topology&
     for (int c : node.child_switches) ok = ok && c >= 0;
     for (uint32_t r : node.host_ranks) {
       auto rank_it = job.ranks.find(r);
-      ok = ok && rank_it != job.ranks.end() && rank_it->second.attached &&
-           rank_it->second.leaf == node.switch_index;
+      const LeafAttachment* a =
+          rank_it == job.ranks.end() || node.switch_index < 0
+              ? nullptr
+              : rank_it->second.In(topo.switch_at(node.switch_index).plane);
+      ok = ok && a != nullptr && a->attached && a->leaf == node.switch_index;
     }
     nodes->push_back(std::move(node));
   }

@@ -114,31 +114,34 @@ class ManagerTest : public testing::Test {
     return c;
   }
 
+  // The rank's endpoint: 10.0.0.(rank+1):4791, QPN 100 + rank + 1000 x plane.
   absl::StatusOr<control::AttachResponse> Attach(const control::CreateJobResponse& job,
-                                                 uint32_t rank) {
+                                                 uint32_t rank, uint32_t plane = 0) {
     control::AttachRequest req;
     *req.mutable_job() = Creds(job);
     req.set_rank(rank);
+    req.set_plane(plane);
     req.mutable_endpoint()->set_address(absl::StrFormat("10.0.0.%d:4791", rank + 1));
-    req.mutable_endpoint()->set_qpn(100 + rank);
+    req.mutable_endpoint()->set_qpn(100 + rank + 1000 * plane);
     req.mutable_endpoint()->set_psn(rank);
     return am_->Attach(req);
   }
 
-  void AttachAll(const control::CreateJobResponse& job, uint32_t n) {
-    for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(Attach(job, r).ok()) << "rank " << r;
+  void AttachAll(const control::CreateJobResponse& job, uint32_t n, uint32_t plane = 0) {
+    for (uint32_t r = 0; r < n; ++r) ASSERT_TRUE(Attach(job, r, plane).ok()) << "rank " << r;
   }
 
   absl::StatusOr<control::GroupInfo> Group(const control::CreateJobResponse& job,
                                            const std::vector<uint32_t>& ranks,
                                            const std::string& tag = "", uint32_t k = 0,
-                                           uint32_t p = 0) {
+                                           uint32_t p = 0, uint32_t plane = 0) {
     control::CreateGroupRequest req;
     *req.mutable_job() = Creds(job);
     for (uint32_t r : ranks) req.add_ranks(r);
     req.set_tag(tag);
     req.set_num_slots(k);
     req.set_slot_bytes(p);
+    req.set_plane(plane);
     absl::StatusOr<control::CreateGroupResponse> resp = am_->CreateGroup(req);
     if (!resp.ok()) return resp.status();
     return resp->group();
