@@ -5,12 +5,14 @@
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "auth/fabric_credential.h"
 #include "auth/tls_files.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
+#include "proto/control/plane_name.h"
 
 namespace netfold::host {
 
@@ -236,31 +238,96 @@ absl::Status Context::Join(Oob& world) {
 
   NETFOLD_ASSIGN_OR_RETURN(data_path_, DataPath::Create(options_, slot_bytes_));
   LeafLink& link = data_path_->link();
+  control::AttachResponse attached;
+  NETFOLD_RETURN_IF_ERROR(AttachLink(0, link, &attached));
+  NETFOLD_ASSIGN_OR_RETURN(leaf_address_,
+                           transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
+  planes_ = std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes);
+  NETFOLD_LOG(kInfo) << absl::StrFormat(
+      "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x%s%s)",
+      options_.rank, job_id_, link.address(), link.qpn(), attached.leaf_switch(),
+      leaf_address_.ToString(), attached.switch_endpoint().qpn(),
+      options_.transport == ContextOptions::Transport::kVerbs ? "verbs" : "soft", pkey_,
+      integrity_key_ ? ", integrity tag" : "",
+      planes_ > 1 ? absl::StrFormat(", %d data planes", planes_) : "");
+  return absl::OkStatus();
+}
+
+absl::Status Context::AttachLink(uint32_t plane, LeafLink& link,
+                                 control::AttachResponse* attached) {
   absl::BitGen gen;
   const uint32_t psn = absl::Uniform<uint32_t>(gen, 0, 1u << 24);
   control::AttachRequest attach;
   attach.set_rank(static_cast<uint32_t>(options_.rank));
+  attach.set_plane(plane);
   attach.mutable_endpoint()->set_address(link.address());
   attach.mutable_endpoint()->set_qpn(link.qpn());
   attach.mutable_endpoint()->set_psn(psn);
-  NETFOLD_ASSIGN_OR_RETURN(control::AttachResponse attached, manager_->Attach(attach));
+  NETFOLD_ASSIGN_OR_RETURN(*attached, manager_->Attach(attach));
   LeafPeer peer;
   NETFOLD_ASSIGN_OR_RETURN(peer.remote,
-                           transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
-  peer.remote_qpn = attached.switch_endpoint().qpn();
-  peer.rq_psn = attached.switch_endpoint().psn();
+                           transport::ParseIpv4Endpoint(attached->switch_endpoint().address()));
+  peer.remote_qpn = attached->switch_endpoint().qpn();
+  peer.rq_psn = attached->switch_endpoint().psn();
   peer.sq_psn = psn;
   peer.pkey = pkey_;
   peer.qkey = qkey_;
-  NETFOLD_RETURN_IF_ERROR(link.Connect(peer));
-  leaf_address_ = peer.remote;
-  NETFOLD_LOG(kInfo) << absl::StrFormat(
-      "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x%s)",
-      options_.rank, job_id_, link.address(), link.qpn(), attached.leaf_switch(),
-      peer.remote.ToString(), peer.remote_qpn,
-      options_.transport == ContextOptions::Transport::kVerbs ? "verbs" : "soft", pkey_,
-      integrity_key_ ? ", integrity tag" : "");
+  return link.Connect(peer);
+}
+
+absl::Status Context::EnsurePlane(uint32_t plane) {
+  if (lost_planes_.load() & (1u << plane)) {
+    return absl::UnavailableError(absl::StrFormat(
+        "rank %d lost its attachment in data plane %d", options_.rank, plane));
+  }
+  if (data_path_->has_plane(plane)) return absl::OkStatus();
+  NETFOLD_ASSIGN_OR_RETURN(LeafLink * link, data_path_->AddPlane(plane));
+  control::AttachResponse attached;
+  absl::Status s;
+  {
+    ProgressThread::Outside outside(*progress_);  // the manager may take its time
+    s = AttachLink(plane, *link, &attached);
+  }
+  if (!s.ok()) {
+    data_path_->RemovePlane(plane);
+    return s;
+  }
+  NETFOLD_LOG(kInfo) << absl::StrFormat("rank %d attached in data plane %d: QP 0x%06x -> %s %s",
+                                        options_.rank, plane, link->qpn(), attached.leaf_switch(),
+                                        attached.switch_endpoint().address());
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint32_t> Context::ChoosePlane(Oob& group_oob) {
+  std::string choice;
+  if (group_oob.rank() == 0) {
+    const uint32_t usable = options_.planes == 0 ? planes_ : std::min(planes_, options_.planes);
+    uint32_t plane = 0;
+    for (uint32_t i = 0; i < usable; ++i) {
+      const uint32_t p = (next_plane_ + i) % usable;
+      if (!(lost_planes_.load() & (1u << p))) {
+        plane = p;
+        break;
+      }
+    }
+    next_plane_ = (plane + 1) % std::max<uint32_t>(usable, 1);
+    choice = std::to_string(plane);
+  }
+  NETFOLD_RETURN_IF_ERROR(group_oob.BcastString(&choice, 0));
+  uint32_t plane = 0;
+  if (!absl::SimpleAtoi(choice, &plane) || plane >= planes_) {
+    return absl::InternalError(absl::StrFormat("group rank 0 chose data plane '%s'", choice));
+  }
+  if (plane == 0) return 0u;
+  absl::Status all = AgreeOnStatus(group_oob, EnsurePlane(plane));
+  if (!all.ok()) {
+    if (group_oob.rank() == 0) {
+      NETFOLD_LOG(kWarning) << "data plane " << plane << " cannot take the group (" << all.message()
+                            << "): it goes on plane 0";
+    }
+    return 0u;
+  }
+  return plane;
 }
 
 // On the manager client's control thread: the data path applies it.
@@ -281,6 +348,17 @@ void Context::OnEvent(const control::JobEvent& e) {
                                NETFOLD_ERR_ABORTED));
       break;
     case control::JobEvent::RANK_DETACHED:
+      if (e.plane() != 0) {
+        // One data plane's attachment: that plane's groups fail, the
+        // others go on; the plane is not chosen again.
+        if (e.plane() < control::kMaxPlanes) lost_planes_.fetch_or(1u << e.plane());
+        data_path_->PostPlaneFailure(
+            e.plane(), WithErrorCode(absl::UnavailableError(absl::StrFormat(
+                                         "data plane %d lost its leaf: %s", e.plane(), e.reason())),
+                                     NETFOLD_ERR_UNAVAILABLE));
+        break;
+      }
+      [[fallthrough]];
     case control::JobEvent::JOB_DESTROYED:
       lost_fabric_ = true;
       data_path_->PostFailure(
@@ -337,7 +415,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     GroupOwner* owner = this;  // a private base: converted here, where it is accessible
     auto group = std::make_unique<Group>(owner, std::move(setup));
     if (group->engine() != nullptr) {
-      data_path_->Route(static_cast<uint32_t>(group->group_id()), group->engine());
+      data_path_->Route(static_cast<uint32_t>(group->group_id()), group->engine(), group->plane());
     }
     groups_.push_back(group.get());
     return group;
@@ -351,7 +429,9 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
   };
   if (hosts_only) return host_group("the policy asks for host algorithms");
 
-  absl::StatusOr<control::GroupInfo> info = RequestGroup(group_oob, world_ranks);
+  absl::StatusOr<uint32_t> plane = ChoosePlane(group_oob);
+  if (!plane.ok()) return plane.status();
+  absl::StatusOr<control::GroupInfo> info = RequestGroup(group_oob, world_ranks, *plane);
   if (!info.ok()) {
     // The fabric cannot serve the group (no resources, a switch or the
     // manager gone): the hosts can, unless the policy forbids it.
@@ -365,7 +445,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
   if (may_fall_back) {
     absl::Status hosts = connect_hosts(FabricTree(*info, world_ranks));
     if (absl::Status all = AgreeOnStatus(group_oob, hosts); !all.ok()) {
-      if (setup.multicast) data_path_->link().DetachMulticast(*setup.multicast);
+      if (setup.multicast) data_path_->link(setup.plane).DetachMulticast(*setup.multicast);
       return all;
     }
   }
@@ -373,10 +453,12 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
 }
 
 absl::StatusOr<control::GroupInfo> Context::RequestGroup(Oob& group_oob,
-                                                         const std::vector<int>& world_ranks) {
+                                                         const std::vector<int>& world_ranks,
+                                                         uint32_t plane) {
   std::string outcome;
   if (group_oob.rank() == 0) {
     control::CreateGroupRequest req;
+    req.set_plane(plane);
     for (int r : world_ranks) req.add_ranks(static_cast<uint32_t>(r));
     req.set_num_slots(options_.num_slots);
     req.set_slot_bytes(options_.slot_bytes);
@@ -422,7 +504,16 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   params.op_timeout = options_.timeout;
   params.integrity_key = integrity_key_;
   for (int r : setup.world_ranks) params.members.push_back(static_cast<uint32_t>(r));
-  LeafLink& link = data_path_->link();
+  if (!data_path_->has_plane(info.plane())) {
+    // The plane was agreed before the request (ChoosePlane): a manager
+    // that placed it elsewhere is not one this library can follow.
+    return AgreeOnStatus(group_oob, absl::InternalError(absl::StrFormat(
+                                        "the manager placed group %d in data plane %d, where "
+                                        "this rank is not attached",
+                                        info.group_id(), info.plane())));
+  }
+  setup.plane = info.plane();
+  LeafLink& link = data_path_->link(setup.plane);
   if (mine.ok() && params.delivery == proto::DeliveryMode::kMulticast &&
       proto::kAggregationHeaderSize + params.slot_bytes > link.max_datagram_payload()) {
     mine = absl::FailedPreconditionError(absl::StrFormat(
@@ -449,7 +540,8 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
     }
     if (mine.ok()) setup.multicast = *mc;
   }
-  setup.engine = std::make_unique<GroupEngine>(params, data_path_->sender(), DataPath::clock());
+  setup.engine =
+      std::make_unique<GroupEngine>(params, data_path_->sender(setup.plane), DataPath::clock());
   setup.description = absl::StrFormat(
       "group %d: tree %d, root switch %s, %d switches, K=%d, P=%d, %s", info.group_id(),
       info.tree_id(), info.root_switch(), info.switches_size(), info.num_slots(),
@@ -488,7 +580,9 @@ void Context::Forget(Group& group) {
   if (group.engine() == nullptr) return;  // the hosts served it from the start
   retired_ += group.engine()->stats();
   data_path_->Unroute(static_cast<uint32_t>(group.group_id()));
-  if (group.multicast()) data_path_->link().DetachMulticast(*group.multicast());
+  if (group.multicast() && data_path_->has_plane(group.plane())) {
+    data_path_->link(group.plane()).DetachMulticast(*group.multicast());
+  }
 }
 
 ContextStats Context::stats() const {

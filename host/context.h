@@ -82,7 +82,17 @@ class Context : private GroupOwner {
   // Group rank 0 asks the manager for the group; every member gets the
   // answer (or the manager's refusal).
   absl::StatusOr<control::GroupInfo> RequestGroup(Oob& group_oob,
-                                                  const std::vector<int>& world_ranks);
+                                                  const std::vector<int>& world_ranks,
+                                                  uint32_t plane);
+  // Attaches `link` (in RESET) in data plane `plane` at the manager and
+  // connects it to the leaf it names; the manager's answer in `attached`.
+  absl::Status AttachLink(uint32_t plane, LeafLink& link, control::AttachResponse* attached);
+  // The data plane of a new group (docs/host.md, "Data planes"): group
+  // rank 0 takes the next of the planes it may use, round-robin; every
+  // member attaches there if it has not yet (EnsurePlane), and the group
+  // goes to plane 0 if one cannot. With the data path's lock held.
+  absl::StatusOr<uint32_t> ChoosePlane(Oob& group_oob);
+  absl::Status EnsurePlane(uint32_t plane);
   // The group's fabric side in `setup`: its engine and, for multicast
   // delivery, the group address joined. The members agree on the outcome.
   absl::Status JoinFabricGroup(Oob& group_oob, const control::GroupInfo& info, GroupSetup& setup);
@@ -112,6 +122,12 @@ class Context : private GroupOwner {
   transport::Ipv4Endpoint leaf_address_;
   uint32_t num_slots_ = 8, slot_bytes_ = 4032, max_groups_ = 0;
   uint64_t groups_created_ = 0;  // for idempotency tags
+  // Data planes: the fabric's (from Attach), the next one this rank gives
+  // a group it creates, and those lost at the manager (bit p: plane p's
+  // attachment was detached; not used again).
+  uint32_t planes_ = 1;
+  uint32_t next_plane_ = 0;
+  std::atomic<uint32_t> lost_planes_{0};
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
 
   std::unique_ptr<DataPath> data_path_;

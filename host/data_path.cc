@@ -9,6 +9,7 @@
 #include "base/status_macros.h"
 #include "host/error_codes.h"
 #include "host/link/soft_leaf_link.h"
+#include "proto/control/plane_name.h"
 #ifdef NETFOLD_HAVE_VERBS
 #include "host/link/verbs_leaf_link.h"
 #endif
@@ -31,9 +32,12 @@ absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const ContextOptions&
   path->port_ = new transport::ImpairedPort(std::move(udp), faults, faults, path->clock());
   path->endpoint_ = std::make_unique<transport::RoceEndpoint>(
       std::unique_ptr<transport::Port>(path->port_), path->clock());
-  NETFOLD_ASSIGN_OR_RETURN(path->link_, path->CreateLeafLink(options, slot_bytes));
+  path->links_.resize(1);
+  NETFOLD_ASSIGN_OR_RETURN(path->links_[0].link, path->CreateLeafLink(options, slot_bytes));
+  path->links_[0].sender = std::make_unique<LeafSender>();
+  path->links_[0].sender->link = path->links_[0].link.get();
+  path->reserved_requests_.assign(1, 0);
   path->soft_link_ = options.transport == ContextOptions::Transport::kSoft;
-  path->sender_.link = path->link_.get();
   path->placer_.path = path.get();
   if (path->soft_link_ && options.place_results) path->port_->SetReceivePlacer(&path->placer_);
   return path;
@@ -44,7 +48,7 @@ size_t DataPath::Placer::PredictPlaces(const transport::Ipv4Endpoint& group,
   (void)group;  // a group's results come to its own address; most jobs have one group busy
   if (!armed) return 0;
   size_t n = 0;
-  for (auto& [id, engine] : path->engines_) n += engine->PredictPlaces(out.subspan(n));
+  for (auto& [id, routed] : path->engines_) n += routed.engine->PredictPlaces(out.subspan(n));
   return n;
 }
 
@@ -60,13 +64,58 @@ bool DataPath::Placer::ClaimPlace(const transport::ReceivePlace& place,
     return false;
   }
   auto it = path->engines_.find(h.group_id);
-  return it != path->engines_.end() && it->second->ClaimPlace(h, place);
+  return it != path->engines_.end() && it->second.engine->ClaimPlace(h, place);
 }
 
 DataPath::~DataPath() {
   engines_.clear();
-  link_.reset();
+  links_.clear();
   endpoint_.reset();
+}
+
+absl::StatusOr<LeafLink*> DataPath::AddPlane(uint32_t plane) {
+  if (plane == 0 || plane >= control::kMaxPlanes) {
+    return absl::InvalidArgumentError(absl::StrFormat("no data plane %d to add", plane));
+  }
+  if (has_plane(plane)) return links_[plane].link.get();
+  if (!soft_link_) {
+    return absl::FailedPreconditionError(
+        "data planes other than 0 need NETFOLD_TRANSPORT=soft (a NIC link is one QP)");
+  }
+  // Another QP on the same engine and port: the planes' messages are read
+  // together and each link takes its own. Its stats leave the port's
+  // counters to plane 0's link, which counts them once.
+  NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<SoftLeafLink> soft,
+                           SoftLeafLink::Create(endpoint_.get(), nullptr));
+  if (links_.size() <= plane) {
+    links_.resize(plane + 1);
+    reserved_requests_.resize(plane + 1, 0);
+  }
+  links_[plane].link = std::move(soft);
+  links_[plane].sender = std::make_unique<LeafSender>();
+  links_[plane].sender->link = links_[plane].link.get();
+  return links_[plane].link.get();
+}
+
+void DataPath::RemovePlane(uint32_t plane) {
+  if (plane == 0 || !has_plane(plane)) return;
+  links_[plane] = PlaneLink();
+}
+
+LeafLinkStats DataPath::link_stats() const {
+  LeafLinkStats sum;
+  for (const PlaneLink& p : links_) {
+    if (p.link == nullptr) continue;
+    const LeafLinkStats s = p.link->stats();
+    sum.tx_bytes += s.tx_bytes;
+    sum.rx_bytes += s.rx_bytes;
+    sum.retransmissions += s.retransmissions;
+    sum.packets_dropped += s.packets_dropped;
+    sum.foreign_packets_dropped += s.foreign_packets_dropped;
+    sum.results_placed += s.results_placed;
+    sum.results_place_missed += s.results_place_missed;
+  }
+  return sum;
 }
 
 absl::StatusOr<std::unique_ptr<LeafLink>> DataPath::CreateLeafLink(const ContextOptions& options,
@@ -99,15 +148,15 @@ absl::StatusOr<std::unique_ptr<LeafLink>> DataPath::CreateLeafLink(const Context
 #endif
 }
 
-void DataPath::Route(uint32_t group_id, GroupEngine* engine) {
-  engines_[group_id] = engine;
-  // Each engine keeps up to K requests in flight on the one link, and
+void DataPath::Route(uint32_t group_id, GroupEngine* engine, uint32_t plane) {
+  engines_[group_id] = {engine, plane};
+  // Each engine keeps up to K requests in flight on its plane's link, and
   // the link's queue holds them until the switch acknowledges them.
   // Their results come back by multicast into the port's buffers.
-  reserved_requests_ += engine->params().num_slots;
+  reserved_requests_.at(plane) += engine->params().num_slots;
   reserved_result_bytes_ +=
       size_t{engine->params().num_slots} * (engine->params().slot_bytes + kResultOverhead);
-  link_->ReserveRequests(reserved_requests_ + kRequestsBeyondWindows);
+  link(plane).ReserveRequests(reserved_requests_[plane] + kRequestsBeyondWindows);
   if (soft_link_) port_->ReserveReceive(reserved_result_bytes_);  // a NIC's come elsewhere
 }
 
@@ -116,6 +165,12 @@ void DataPath::Unroute(uint32_t group_id) { engines_.erase(group_id); }
 void DataPath::PostFailure(std::optional<uint32_t> group_id, absl::Status why) {
   absl::MutexLock lock(&failures_mu_);
   failures_.push_back({group_id, std::move(why)});
+  has_failures_.store(true, std::memory_order_release);
+}
+
+void DataPath::PostPlaneFailure(uint32_t plane, absl::Status why) {
+  absl::MutexLock lock(&failures_mu_);
+  failures_.push_back({std::nullopt, std::move(why), plane});
   has_failures_.store(true, std::memory_order_release);
 }
 
@@ -129,22 +184,28 @@ void DataPath::ApplyFailures() {
   }
   for (const Failure& f : failures) {
     if (!f.group_id) {
-      for (auto& [id, engine] : engines_) engine->Fail(f.why);
+      for (auto& [id, routed] : engines_) {
+        if (!f.plane || routed.plane == *f.plane) routed.engine->Fail(f.why);
+      }
     } else if (auto it = engines_.find(*f.group_id); it != engines_.end()) {
-      it->second->Fail(f.why);
+      it->second.engine->Fail(f.why);
     }
   }
 }
 
 void DataPath::PollEngines(bool timers) {
-  for (auto& [id, engine] : engines_) {
+  for (auto& [id, routed] : engines_) {
     if (timers) {
-      engine->Poll();
+      routed.engine->Poll();
     } else {
-      engine->Post();
+      routed.engine->Post();
     }
   }
-  link_->Flush();
+  // A soft link flushes the engine all the planes' links share: once.
+  for (const PlaneLink& p : links_) {
+    if (p.link != nullptr) p.link->Flush();
+    if (soft_link_) break;
+  }
 }
 
 void DataPath::Progress(absl::Duration timeout) {
@@ -156,7 +217,7 @@ void DataPath::Progress(absl::Duration timeout) {
   auto until = [&](std::optional<int64_t> t) {
     if (t) wait = std::min(wait, absl::Nanoseconds(std::max<int64_t>(0, *t - clock().NowNanos())));
   };
-  for (auto& [id, engine] : engines_) until(engine->NextTimerNs());
+  for (auto& [id, routed] : engines_) until(routed.engine->NextTimerNs());
   // With a NIC link the soft engine (the host algorithms' queue pairs) is
   // not behind the link's wait: wake for its timers, move it below.
   if (!soft_link_) until(endpoint_->NextTimerNs());
@@ -201,7 +262,7 @@ void DataPath::Progress(absl::Duration timeout) {
       burst_ns = clock().NowNanos();
       since_reading = 1;
     }
-    it->second->OnMessage(h, elements, message, burst_ns);
+    it->second.engine->OnMessage(h, elements, message, burst_ns);
   };
   // A process that was not scheduled for a while finds many bursts
   // waiting: read them (a bounded number) before judging any result lost.
@@ -210,16 +271,31 @@ void DataPath::Progress(absl::Duration timeout) {
   // (docs/performance.md, "Reads that found nothing").
   constexpr int kMaxBursts = 16;
   placer_.armed = true;
+  LeafLink& first = *links_[0].link;
+  for (size_t plane = 1; plane < links_.size(); ++plane) {
+    if (links_[plane].link != nullptr && links_[plane].link->HoldsMessages()) {
+      wait = absl::ZeroDuration();  // another reader took them: no wait for more
+    }
+  }
   for (int burst = 0; burst < kMaxBursts; ++burst) {
     since_reading = kMessagesPerReading;  // a wait may come first
-    if (link_->Progress(wait, deliver) == 0 || !link_->MayHoldMore()) break;
+    const size_t packets = first.Progress(wait, deliver);
+    // The other planes' links share plane 0's engine (AddPlane): that read
+    // took their packets too, which they hand over without a read of their own.
+    for (size_t plane = 1; plane < links_.size(); ++plane) {
+      if (links_[plane].link != nullptr) links_[plane].link->Drain(deliver);
+    }
+    if (packets == 0 || !first.MayHoldMore()) break;
     wait = absl::ZeroDuration();
   }
   placer_.armed = false;
   if (!soft_link_) endpoint_->Progress(absl::ZeroDuration());
-  if (absl::Status link = link_->status(); !link.ok()) {
-    for (auto& [id, engine] : engines_) {
-      engine->Fail(WithErrorCode(link, NETFOLD_ERR_UNAVAILABLE));
+  for (size_t plane = 0; plane < links_.size(); ++plane) {
+    if (links_[plane].link == nullptr) continue;
+    if (absl::Status link = links_[plane].link->status(); !link.ok()) {
+      for (auto& [id, routed] : engines_) {
+        if (routed.plane == plane) routed.engine->Fail(WithErrorCode(link, NETFOLD_ERR_UNAVAILABLE));
+      }
     }
   }
   PollEngines(/*timers=*/true);

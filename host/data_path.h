@@ -53,31 +53,47 @@ class DataPath {
   DataPath(const DataPath&) = delete;
   DataPath& operator=(const DataPath&) = delete;
 
-  LeafLink& link() { return *link_; }
+  // The leaf link in data plane `plane` (docs/host.md, "Data planes"):
+  // plane 0's from Create on, the others' once AddPlane made them.
+  LeafLink& link(uint32_t plane = 0) { return *links_.at(plane).link; }
+  bool has_plane(uint32_t plane) const {
+    return plane < links_.size() && links_[plane].link != nullptr;
+  }
+  // A leaf link for data plane `plane` (> 0), in RESET like plane 0's at
+  // Create: a QP of its own on the same soft engine and port (the verbs
+  // transport has one plane: FailedPrecondition). RemovePlane drops one
+  // that could not be attached; its engines must be unrouted.
+  absl::StatusOr<LeafLink*> AddPlane(uint32_t plane);
+  void RemovePlane(uint32_t plane);
   // The soft engine, for the host algorithms' queue pairs.
   transport::RoceEndpoint& endpoint() { return *endpoint_; }
-  // Sends an engine's requests up the leaf link's RC QP.
-  RequestSender* sender() { return &sender_; }
+  // Sends an engine's requests up the RC QP of the leaf link in `plane`.
+  RequestSender* sender(uint32_t plane = 0) { return links_.at(plane).sender.get(); }
   // What the path's timers and deadlines run on, and its engines' must:
   // the process's awake clock (base/awake_clock.h), so that a stop of the
   // whole machine does not expire every operation at once.
   static Clock& clock() { return ProcessAwakeClock(); }
 
-  // Results for `group_id` go to `engine` (not owned) until Unroute.
-  void Route(uint32_t group_id, GroupEngine* engine);
+  // Results for `group_id` go to `engine` (not owned) until Unroute; its
+  // requests go up the link of `plane`, whose failure fails it.
+  void Route(uint32_t group_id, GroupEngine* engine, uint32_t plane = 0);
   void Unroute(uint32_t group_id);
 
   // Fails the engine of `group_id` (every engine if nullopt) with `why` at
   // the next Progress. Any thread.
   void PostFailure(std::optional<uint32_t> group_id, absl::Status why);
+  // Fails every engine of data plane `plane` (its link lost at the
+  // manager) with `why` at the next Progress. Any thread.
+  void PostPlaneFailure(uint32_t plane, absl::Status why);
 
   // Moves traffic, waiting at most `timeout` (less when an engine has
   // timed work).
   void Progress(absl::Duration timeout);
   // Makes a Progress waiting in another thread return soon. Any thread.
-  void Wake() { link_->Wake(); }
+  void Wake() { links_[0].link->Wake(); }
 
-  LeafLinkStats link_stats() const { return link_->stats(); }
+  // Summed over the planes' links.
+  LeafLinkStats link_stats() const;
   // Messages the link delivered that no engine took: a malformed
   // aggregation header, or a group this rank does not have (one destroyed,
   // or forged). Counted in the rank's packets_dropped.
@@ -113,6 +129,16 @@ class DataPath {
   struct Failure {
     std::optional<uint32_t> group_id;
     absl::Status why;
+    std::optional<uint32_t> plane;  // every engine of this plane
+  };
+  // A data plane's leaf link and the sender over it.
+  struct PlaneLink {
+    std::unique_ptr<LeafLink> link;
+    std::unique_ptr<LeafSender> sender;
+  };
+  struct Routed {
+    GroupEngine* engine = nullptr;
+    uint32_t plane = 0;
   };
 
   DataPath() = default;
@@ -126,16 +152,15 @@ class DataPath {
   Placer placer_;  // outlives endpoint_, whose port calls it
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
   std::unique_ptr<transport::RoceEndpoint> endpoint_;
-  std::unique_ptr<LeafLink> link_;
-  LeafSender sender_;
+  std::vector<PlaneLink> links_;  // by data plane; [0] always there
   bool soft_link_ = true;  // the link's Progress moves the soft engine too
-  absl::flat_hash_map<uint32_t, GroupEngine*> engines_;  // by data-plane group id
+  absl::flat_hash_map<uint32_t, Routed> engines_;  // by data-plane group id
   uint64_t messages_dropped_ = 0;
-  // The link's send buffers reserved for the windows of the engines routed
-  // so far (never shrunk: they are ready for the next group), and what
-  // waits beyond them for the switch's ACKs.
+  // Each link's send buffers reserved for the windows of the engines
+  // routed to it so far (never shrunk: they are ready for the next group),
+  // and what waits beyond them for the switch's ACKs.
   static constexpr uint32_t kRequestsBeyondWindows = 32;
-  uint32_t reserved_requests_ = 0;
+  std::vector<uint32_t> reserved_requests_;  // by plane
   // And the port's receive memory for their results: a result packet
   // carries up to P bytes and ~80 of headers (BTH, DETH, aggregation header,
   // tag, ICRC).

@@ -65,6 +65,7 @@ struct GroupSetup {
   std::unique_ptr<GroupEngine> engine;     // null: the hosts serve it from the start
   std::unique_ptr<HostCollectives> host;   // null: no host fallback (policy innetwork)
   std::optional<transport::Ipv4Endpoint> multicast;  // joined for its results
+  uint32_t plane = 0;  // the data plane of its tree: its leaf link there
   std::string description;
   // Reduces this rank is not the root of that may complete in the
   // background at once (Wait releases them; ContextOptions::released_reduces).
@@ -83,6 +84,7 @@ class Group {
         engine_(std::move(setup.engine)),
         host_(std::move(setup.host)),
         multicast_(setup.multicast),
+        plane_(setup.plane),
         description_(std::move(setup.description)),
         max_released_(setup.released_reduces) {}
   ~Group();
@@ -123,6 +125,8 @@ class Group {
   const GroupEngine* engine() const { return engine_.get(); }
   // The multicast address the group's results come to, if any.
   const std::optional<transport::Ipv4Endpoint>& multicast() const { return multicast_; }
+  // The data plane whose leaf link carries its requests and results.
+  uint32_t plane() const { return plane_; }
   // True while the fabric serves the group; false once the hosts do (from
   // the start, or after a failover).
   bool on_fabric() const { return mode_ == Mode::kFabric; }
@@ -202,6 +206,7 @@ class Group {
   bool failed_over_ = false;
   bool fabric_failed_ = false;
   const std::optional<transport::Ipv4Endpoint> multicast_;
+  const uint32_t plane_;
   std::string description_;
   bool destroyed_ = false;
   // Released reduces whose Wait returned and which are not settled yet,

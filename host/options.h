@@ -60,6 +60,10 @@ struct ContextOptions {
   // returned (docs/host.md, "Lifecycle"); 0: none, a reduce returns when
   // it completes. The MPI interposer asks for 1 (its failover needs it).
   uint32_t released_reduces = 8;
+  // NETFOLD_PLANES (0..16): how many of the fabric's data planes this
+  // rank's groups are spread over (docs/host.md, "Data planes"); 0 (the
+  // default): all the fabric has, 1: plane 0 alone.
+  uint32_t planes = 0;
   absl::Duration repair_after = absl::Milliseconds(20);
   // NETFOLD_ALGORITHM (docs/algorithms.md): auto (the fabric, else the
   // hosts; failover), innetwork (the fabric only), ring, bidir, tree,

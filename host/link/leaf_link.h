@@ -129,6 +129,16 @@ class LeafLink {
   // one burst. Returns how many packets (or completions) it took in.
   virtual size_t Progress(absl::Duration timeout,
                           absl::FunctionRef<void(const LinkMessage&)> deliver) = 0;
+  // Hands `deliver` what the link's queue pairs already hold, without
+  // reading: for a link that shares another's engine (a data plane's,
+  // DataPath::AddPlane), whose read took its packets too. Returns how many
+  // messages. The default: a Progress that does not wait.
+  virtual size_t Drain(absl::FunctionRef<void(const LinkMessage&)> deliver) {
+    return Progress(absl::ZeroDuration(), deliver);
+  }
+  // Whether its queue pairs hold messages not handed over yet (then a
+  // Progress of the link that shares its engine must not wait).
+  virtual bool HoldsMessages() const { return false; }
   // After a Progress that took packets in: false if the link knows it took
   // everything that had arrived by then, so that asking again at once
   // would most likely find nothing. The default: more may be waiting.

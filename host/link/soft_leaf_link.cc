@@ -108,25 +108,36 @@ size_t SoftLeafLink::Progress(absl::Duration timeout,
   // (docs/performance.md, "Results another reader took"). This relies on
   // every Progress emptying both queues (below): one that left messages
   // behind would make every later Progress return at once.
-  const bool waiting = rc_->num_recv_queued() > 0 || (ud_ != nullptr && ud_->num_recv_queued() > 0);
   // ACKs leave with the next requests (Flush).
-  const size_t packets = endpoint_->Receive(waiting ? absl::ZeroDuration() : timeout);
+  const size_t packets = endpoint_->Receive(HoldsMessages() ? absl::ZeroDuration() : timeout);
+  (void)Drain(deliver);
+  return packets;
+}
+
+bool SoftLeafLink::HoldsMessages() const {
+  return rc_->num_recv_queued() > 0 || (ud_ != nullptr && ud_->num_recv_queued() > 0);
+}
+
+size_t SoftLeafLink::Drain(absl::FunctionRef<void(const LinkMessage&)> deliver) {
+  size_t n = 0;
   transport::RecvMessage m;
   while (rc_->PeekRecv(&m)) {
     deliver(m.data);
     rc_->PopRecv();
+    ++n;
   }
   if (ud_ != nullptr) {
     transport::UdDatagram d;
     while (ud_->PeekRecv(&d)) {
       deliver(LinkMessage(d.data, d.placed, d.placed_at));
       ud_->PopRecv();
+      ++n;
     }
   }
   transport::SendCompletion sc;
   while (rc_->PollSendCompletion(&sc)) {
   }
-  return packets;
+  return n;
 }
 
 absl::Status SoftLeafLink::status() const {
@@ -153,8 +164,12 @@ LeafLinkStats SoftLeafLink::stats() const {
     out.foreign_packets_dropped += ud_->counters().drops.Get(transport::QpDropReason::kWrongSource);
   }
   out.foreign_packets_dropped += rc_->counters().drops.Get(transport::QpDropReason::kWrongSource);
-  out.packets_dropped += endpoint_->counters().drops.Total();
-  for (const auto& c : endpoint_->counters().parse_drops) out.packets_dropped += c.load();
+  // The engine's drops, like the port's, are counted by the link that
+  // owns the port (a data plane's link shares them: DataPath::AddPlane).
+  if (port_ != nullptr) {
+    out.packets_dropped += endpoint_->counters().drops.Total();
+    for (const auto& c : endpoint_->counters().parse_drops) out.packets_dropped += c.load();
+  }
   return out;
 }
 

@@ -22,6 +22,9 @@ class SoftLeafLink : public LeafLink {
  public:
   // `endpoint` and `port` (the endpoint's port, for byte counters; may be
   // null) are not owned and must outlive the link. Creates the RC QP in INIT.
+  // Without a port the link's stats leave out the port's and the engine's
+  // counters: a data plane's link, beside the link that counts them
+  // (DataPath::AddPlane).
   static absl::StatusOr<std::unique_ptr<SoftLeafLink>> Create(transport::RoceEndpoint* endpoint,
                                                               const transport::ImpairedPort* port);
   ~SoftLeafLink() override;
@@ -44,6 +47,8 @@ class SoftLeafLink : public LeafLink {
   bool MayHoldMore() const override { return endpoint_->MayHoldMore(); }
   size_t Progress(absl::Duration timeout,
                 absl::FunctionRef<void(const LinkMessage&)> deliver) override;
+  size_t Drain(absl::FunctionRef<void(const LinkMessage&)> deliver) override;
+  bool HoldsMessages() const override;
   void Wake() override { endpoint_->port().Wake(); }
   absl::Status status() const override;
   LeafLinkStats stats() const override;

@@ -36,9 +36,11 @@ using testing::RankResult;
 
 // `slots` 0: the manager's own K and P.
 std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& faults = "",
-                                                 int receive_queues = 0, uint32_t slots = 8) {
+                                                 int receive_queues = 0, uint32_t slots = 8,
+                                                 int planes = 0) {
   tools::LocalFabricOptions o;
   o.hosts = hosts;
+  o.planes = planes;
   o.default_slot_bytes = slots > 0 ? 1024 : 0;
   o.default_slots = slots;
   o.switch_receive_queues = receive_queues;
@@ -484,6 +486,37 @@ TEST(HostFabric, AMemberBehindInABcastGetsItsResultFromTheRoot) {
 
 TEST(HostFabric, ABcastRootBehindFailsOverWithTheOthersThatKeptNothing) {
   RunWithRankZeroBehind("bcast0");
+}
+
+// Data planes (docs/host.md): on a fabric of two, a job's groups go to the
+// planes in turn (the "groups" scenario's three groups over all ranks, two
+// of them used at once: planes 0, 1, 0), every result exact; each plane's
+// switches carried traffic. With NETFOLD_PLANES=1 plane 1 carries none.
+TEST(HostFabric, GroupsTakeTheDataPlanesInTurn) {
+  for (const char* planes : {"0", "1"}) {
+    SCOPED_TRACE(std::string("NETFOLD_PLANES=") + planes);
+    auto fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
+    ASSERT_NE(fabric, nullptr);
+    Launch ranks(*fabric, 4, 0, {"groups"}, {{"NETFOLD_PLANES", planes}});
+    const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+    ExpectAllOk(results);
+    for (const RankResult& r : results) {
+      EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
+                                                                << r.output;
+    }
+    const std::vector<std::string> names = fabric->switch_names();
+    const std::vector<std::string> admins = fabric->switch_admin_addresses();
+    ASSERT_EQ(names.size(), 6u);  // root, leaf0, leaf1 in each plane
+    for (size_t i = 0; i < names.size(); ++i) {
+      const uint64_t packets = SwitchCounters(*fabric, admins[i]).port().rx_packets();
+      const bool plane1 = names[i].find('@') != std::string::npos;
+      if (plane1 && std::string(planes) == "1") {
+        EXPECT_EQ(packets, 0u) << names[i];
+      } else {
+        EXPECT_GT(packets, 0u) << names[i];
+      }
+    }
+  }
 }
 
 }  // namespace
