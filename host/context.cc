@@ -238,11 +238,17 @@ absl::Status Context::Join(Oob& world) {
 
   NETFOLD_ASSIGN_OR_RETURN(data_path_, DataPath::Create(options_, slot_bytes_));
   LeafLink& link = data_path_->link();
-  control::AttachResponse attached;
-  NETFOLD_RETURN_IF_ERROR(AttachLink(0, link, &attached));
+  uint32_t psn = 0;
+  NETFOLD_ASSIGN_OR_RETURN(control::AttachResponse attached, RequestAttach(0, link, &psn));
+  NETFOLD_RETURN_IF_ERROR(ConnectLink(link, attached, psn));
   NETFOLD_ASSIGN_OR_RETURN(leaf_address_,
                            transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
-  planes_ = std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes);
+  // A NIC link is one QP: other planes need the soft transport.
+  planes_ = data_path_->soft() ? std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes)
+                               : 1;
+  // Jobs side by side start on different planes (each job's first group
+  // is most often its busiest: MPI_COMM_WORLD).
+  next_plane_ = static_cast<uint32_t>(job_id_ % planes_);
   NETFOLD_LOG(kInfo) << absl::StrFormat(
       "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x%s%s)",
       options_.rank, job_id_, link.address(), link.qpn(), attached.leaf_switch(),
@@ -253,22 +259,27 @@ absl::Status Context::Join(Oob& world) {
   return absl::OkStatus();
 }
 
-absl::Status Context::AttachLink(uint32_t plane, LeafLink& link,
-                                 control::AttachResponse* attached) {
+absl::StatusOr<control::AttachResponse> Context::RequestAttach(uint32_t plane,
+                                                               const LeafLink& link,
+                                                               uint32_t* psn) {
   absl::BitGen gen;
-  const uint32_t psn = absl::Uniform<uint32_t>(gen, 0, 1u << 24);
+  *psn = absl::Uniform<uint32_t>(gen, 0, 1u << 24);
   control::AttachRequest attach;
   attach.set_rank(static_cast<uint32_t>(options_.rank));
   attach.set_plane(plane);
   attach.mutable_endpoint()->set_address(link.address());
   attach.mutable_endpoint()->set_qpn(link.qpn());
-  attach.mutable_endpoint()->set_psn(psn);
-  NETFOLD_ASSIGN_OR_RETURN(*attached, manager_->Attach(attach));
+  attach.mutable_endpoint()->set_psn(*psn);
+  return manager_->Attach(attach);
+}
+
+absl::Status Context::ConnectLink(LeafLink& link, const control::AttachResponse& attached,
+                                  uint32_t psn) {
   LeafPeer peer;
   NETFOLD_ASSIGN_OR_RETURN(peer.remote,
-                           transport::ParseIpv4Endpoint(attached->switch_endpoint().address()));
-  peer.remote_qpn = attached->switch_endpoint().qpn();
-  peer.rq_psn = attached->switch_endpoint().psn();
+                           transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
+  peer.remote_qpn = attached.switch_endpoint().qpn();
+  peer.rq_psn = attached.switch_endpoint().psn();
   peer.sq_psn = psn;
   peer.pkey = pkey_;
   peer.qkey = qkey_;
@@ -282,23 +293,29 @@ absl::Status Context::EnsurePlane(uint32_t plane) {
   }
   if (data_path_->has_plane(plane)) return absl::OkStatus();
   NETFOLD_ASSIGN_OR_RETURN(LeafLink * link, data_path_->AddPlane(plane));
-  control::AttachResponse attached;
-  absl::Status s;
+  uint32_t psn = 0;
+  absl::StatusOr<control::AttachResponse> attached;
   {
     ProgressThread::Outside outside(*progress_);  // the manager may take its time
-    s = AttachLink(plane, *link, &attached);
+    attached = RequestAttach(plane, *link, &psn);
   }
+  // Back under the lock: the link's QPs belong to the data path's thread.
+  absl::Status s = attached.ok() ? ConnectLink(*link, *attached, psn) : attached.status();
   if (!s.ok()) {
     data_path_->RemovePlane(plane);
     return s;
   }
+  data_path_->MarkPlaneReady(plane);
   NETFOLD_LOG(kInfo) << absl::StrFormat("rank %d attached in data plane %d: QP 0x%06x -> %s %s",
-                                        options_.rank, plane, link->qpn(), attached.leaf_switch(),
-                                        attached.switch_endpoint().address());
+                                        options_.rank, plane, link->qpn(), attached->leaf_switch(),
+                                        attached->switch_endpoint().address());
   return absl::OkStatus();
 }
 
 absl::StatusOr<uint32_t> Context::ChoosePlane(Oob& group_oob) {
+  // Every member has the fabric's planes from the same manager: without
+  // planes nobody asks (no round of the OOB).
+  if (planes_ == 1) return 0u;
   std::string choice;
   if (group_oob.rank() == 0) {
     const uint32_t usable = options_.planes == 0 ? planes_ : std::min(planes_, options_.planes);
@@ -319,7 +336,12 @@ absl::StatusOr<uint32_t> Context::ChoosePlane(Oob& group_oob) {
     return absl::InternalError(absl::StrFormat("group rank 0 chose data plane '%s'", choice));
   }
   if (plane == 0) return 0u;
-  absl::Status all = AgreeOnStatus(group_oob, EnsurePlane(plane));
+  const absl::Status mine = EnsurePlane(plane);
+  if (!mine.ok()) {
+    NETFOLD_LOG(kWarning) << "rank " << options_.rank << ": cannot attach in data plane " << plane
+                          << ": " << mine.message();
+  }
+  absl::Status all = AgreeOnStatus(group_oob, mine);
   if (!all.ok()) {
     if (group_oob.rank() == 0) {
       NETFOLD_LOG(kWarning) << "data plane " << plane << " cannot take the group (" << all.message()
@@ -349,8 +371,13 @@ void Context::OnEvent(const control::JobEvent& e) {
       break;
     case control::JobEvent::RANK_DETACHED:
       if (e.plane() != 0) {
-        // One data plane's attachment: that plane's groups fail, the
-        // others go on; the plane is not chosen again.
+        // This rank's attachment in one data plane: that plane's groups
+        // fail, the others go on; the plane is not chosen again. (Another
+        // rank's loss revokes the groups it is in: GROUP_REVOKED.)
+        if (std::find(e.ranks().begin(), e.ranks().end(), static_cast<uint32_t>(options_.rank)) ==
+            e.ranks().end()) {
+          break;
+        }
         if (e.plane() < control::kMaxPlanes) lost_planes_.fetch_or(1u << e.plane());
         data_path_->PostPlaneFailure(
             e.plane(), WithErrorCode(absl::UnavailableError(absl::StrFormat(
@@ -440,7 +467,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     }
     return info.status();
   }
-  NETFOLD_RETURN_IF_ERROR(JoinFabricGroup(group_oob, *info, setup));
+  NETFOLD_RETURN_IF_ERROR(JoinFabricGroup(group_oob, *info, *plane, setup));
   // The hosts stand by to take over if the fabric fails mid-job.
   if (may_fall_back) {
     absl::Status hosts = connect_hosts(FabricTree(*info, world_ranks));
@@ -483,7 +510,7 @@ absl::StatusOr<control::GroupInfo> Context::RequestGroup(Oob& group_oob,
 }
 
 absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& info,
-                                      GroupSetup& setup) {
+                                      uint32_t plane, GroupSetup& setup) {
   setup.group_id = info.group_id();
   absl::Status mine = absl::OkStatus();
   if (info.group_id() > 0xffffffffull || info.tree_id() > 0xffff) {
@@ -504,7 +531,7 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   params.op_timeout = options_.timeout;
   params.integrity_key = integrity_key_;
   for (int r : setup.world_ranks) params.members.push_back(static_cast<uint32_t>(r));
-  if (!data_path_->has_plane(info.plane())) {
+  if (info.plane() != plane || !data_path_->has_plane(info.plane())) {
     // The plane was agreed before the request (ChoosePlane): a manager
     // that placed it elsewhere is not one this library can follow.
     return AgreeOnStatus(group_oob, absl::InternalError(absl::StrFormat(

@@ -84,9 +84,13 @@ class Context : private GroupOwner {
   absl::StatusOr<control::GroupInfo> RequestGroup(Oob& group_oob,
                                                   const std::vector<int>& world_ranks,
                                                   uint32_t plane);
-  // Attaches `link` (in RESET) in data plane `plane` at the manager and
-  // connects it to the leaf it names; the manager's answer in `attached`.
-  absl::Status AttachLink(uint32_t plane, LeafLink& link, control::AttachResponse* attached);
+  // Attaches `link` (in RESET) in data plane `plane` at the manager: the
+  // manager's answer, and the PSN this side starts at in `psn`. A call to
+  // the manager: outside the data path's lock.
+  absl::StatusOr<control::AttachResponse> RequestAttach(uint32_t plane, const LeafLink& link,
+                                                        uint32_t* psn);
+  // Connects `link` to the leaf the manager named: with the lock held.
+  absl::Status ConnectLink(LeafLink& link, const control::AttachResponse& attached, uint32_t psn);
   // The data plane of a new group (docs/host.md, "Data planes"): group
   // rank 0 takes the next of the planes it may use, round-robin; every
   // member attaches there if it has not yet (EnsurePlane), and the group
@@ -94,8 +98,10 @@ class Context : private GroupOwner {
   absl::StatusOr<uint32_t> ChoosePlane(Oob& group_oob);
   absl::Status EnsurePlane(uint32_t plane);
   // The group's fabric side in `setup`: its engine and, for multicast
-  // delivery, the group address joined. The members agree on the outcome.
-  absl::Status JoinFabricGroup(Oob& group_oob, const control::GroupInfo& info, GroupSetup& setup);
+  // delivery, the group address joined, in the data plane agreed
+  // (`plane`). The members agree on the outcome.
+  absl::Status JoinFabricGroup(Oob& group_oob, const control::GroupInfo& info, uint32_t plane,
+                               GroupSetup& setup);
   void OnEvent(const control::JobEvent& event);
   // False once the fabric failed under this rank (its leaf link failed, a
   // group of its was revoked or lost its switches, the manager detached the

@@ -32,7 +32,9 @@ absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const ContextOptions&
   path->port_ = new transport::ImpairedPort(std::move(udp), faults, faults, path->clock());
   path->endpoint_ = std::make_unique<transport::RoceEndpoint>(
       std::unique_ptr<transport::Port>(path->port_), path->clock());
+  path->links_.reserve(control::kMaxPlanes);
   path->links_.resize(1);
+  path->links_[0].ready = true;
   NETFOLD_ASSIGN_OR_RETURN(path->links_[0].link, path->CreateLeafLink(options, slot_bytes));
   path->links_[0].sender = std::make_unique<LeafSender>();
   path->links_[0].sender->link = path->links_[0].link.get();
@@ -78,6 +80,10 @@ absl::StatusOr<LeafLink*> DataPath::AddPlane(uint32_t plane) {
     return absl::InvalidArgumentError(absl::StrFormat("no data plane %d to add", plane));
   }
   if (has_plane(plane)) return links_[plane].link.get();
+  if (plane < links_.size() && links_[plane].link != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("data plane %d is being attached by another call", plane));
+  }
   if (!soft_link_) {
     return absl::FailedPreconditionError(
         "data planes other than 0 need NETFOLD_TRANSPORT=soft (a NIC link is one QP)");
@@ -97,8 +103,12 @@ absl::StatusOr<LeafLink*> DataPath::AddPlane(uint32_t plane) {
   return links_[plane].link.get();
 }
 
+void DataPath::MarkPlaneReady(uint32_t plane) {
+  if (plane < links_.size() && links_[plane].link != nullptr) links_[plane].ready = true;
+}
+
 void DataPath::RemovePlane(uint32_t plane) {
-  if (plane == 0 || !has_plane(plane)) return;
+  if (plane == 0 || plane >= links_.size() || links_[plane].ready) return;
   links_[plane] = PlaneLink();
 }
 

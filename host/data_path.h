@@ -56,15 +56,20 @@ class DataPath {
   // The leaf link in data plane `plane` (docs/host.md, "Data planes"):
   // plane 0's from Create on, the others' once AddPlane made them.
   LeafLink& link(uint32_t plane = 0) { return *links_.at(plane).link; }
+  // Whether the link of `plane` is attached and connected (MarkPlaneReady).
   bool has_plane(uint32_t plane) const {
-    return plane < links_.size() && links_[plane].link != nullptr;
+    return plane < links_.size() && links_[plane].link != nullptr && links_[plane].ready;
   }
   // A leaf link for data plane `plane` (> 0), in RESET like plane 0's at
-  // Create: a QP of its own on the same soft engine and port (the verbs
-  // transport has one plane: FailedPrecondition). RemovePlane drops one
-  // that could not be attached; its engines must be unrouted.
+  // Create: a QP of its own on the same soft engine and port. Not usable
+  // (has_plane) until MarkPlaneReady; RemovePlane drops it if it could not
+  // be attached. FailedPrecondition for the verbs transport (one QP) and
+  // while another caller is attaching the same plane.
   absl::StatusOr<LeafLink*> AddPlane(uint32_t plane);
+  void MarkPlaneReady(uint32_t plane);
+  // Drops a link that never became ready (no engine can use it).
   void RemovePlane(uint32_t plane);
+  bool soft() const { return soft_link_; }
   // The soft engine, for the host algorithms' queue pairs.
   transport::RoceEndpoint& endpoint() { return *endpoint_; }
   // Sends an engine's requests up the RC QP of the leaf link in `plane`.
@@ -135,6 +140,7 @@ class DataPath {
   struct PlaneLink {
     std::unique_ptr<LeafLink> link;
     std::unique_ptr<LeafSender> sender;
+    bool ready = false;  // attached and connected: engines may use it
   };
   struct Routed {
     GroupEngine* engine = nullptr;
@@ -152,7 +158,9 @@ class DataPath {
   Placer placer_;  // outlives endpoint_, whose port calls it
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
   std::unique_ptr<transport::RoceEndpoint> endpoint_;
-  std::vector<PlaneLink> links_;  // by data plane; [0] always there
+  // By data plane; [0] always there. Reserved for every plane at Create:
+  // Wake reads [0] from any thread while AddPlane may add one.
+  std::vector<PlaneLink> links_;
   bool soft_link_ = true;  // the link's Progress moves the soft engine too
   absl::flat_hash_map<uint32_t, Routed> engines_;  // by data-plane group id
   uint64_t messages_dropped_ = 0;

@@ -80,7 +80,7 @@ void AddJobsAndGroups(const FabricState& state, control::GetStatusResponse* resp
     js->set_name(job.name);
     js->set_num_ranks(static_cast<uint32_t>(job.ranks.size()));
     uint32_t attached = 0;
-    for (const auto& [r, rank] : job.ranks) attached += rank.attached ? 1 : 0;
+    for (const auto& [r, rank] : job.ranks) attached += rank.AttachedAnywhere() ? 1 : 0;
     js->set_num_attached(attached);
     *js->mutable_quota() = job.quota;
     js->set_num_groups(static_cast<uint32_t>(job.groups.size()));

@@ -258,6 +258,24 @@ absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
           "leaf switch %s of rank %d is not up (%s)", leaf_name, req.rank(),
           leaf.state == SwitchState::kDead ? leaf.dead_reason : "not registered or reconciling"));
     }
+    if (const LeafAttachment* a = rank.In(plane);
+        a != nullptr && a->attached && a->host_endpoint.address() == req.endpoint().address() &&
+        a->host_endpoint.qpn() == req.endpoint().qpn() &&
+        a->host_endpoint.psn() == req.endpoint().psn()) {
+      // The same endpoint again: a retry whose answer was lost. The
+      // attachment stands (replacing it would revoke what the rank is
+      // about to use).
+      control::AttachResponse resp;
+      resp.set_leaf_switch(leaf_name);
+      resp.mutable_switch_endpoint()->set_address(leaf.data_address);
+      resp.mutable_switch_endpoint()->set_qpn(a->leaf_qpn);
+      resp.mutable_switch_endpoint()->set_psn(a->leaf_psn);
+      resp.set_pkey(job->pkey);
+      resp.set_qkey(job->qkey);
+      resp.set_planes(topo_->planes());
+      rank.last_seen = state_.clock.Now();
+      return resp;
+    }
     if (rank.AttachedIn(plane)) {
       reason = plane == 0 ? absl::StrFormat("rank %d of job %d attached again", rank.rank, job->id)
                           : absl::StrFormat("rank %d of job %d attached again in plane %d",
@@ -381,13 +399,18 @@ absl::StatusOr<control::CreateGroupResponse> AggregationManager::CreateGroup(
     std::vector<uint32_t> ranks(req.ranks().begin(), req.ranks().end());
     std::sort(ranks.begin(), ranks.end());
     if (req.tag().size() > 128) return absl::InvalidArgumentError("tag is longer than 128 bytes");
+    if (req.plane() >= topo_->planes()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "plane %d, but the fabric has %d data plane(s)", req.plane(), topo_->planes()));
+    }
     if (!req.tag().empty()) {
       for (uint64_t gid : job->groups) {
         const Group& g = state_.groups.at(gid);
         if (g.tag != req.tag()) continue;
-        if (g.ranks != ranks) {
+        if (g.ranks != ranks || state_.GroupPlane(g) != req.plane()) {
           return absl::AlreadyExistsError(
-              absl::StrFormat("tag '%s' already names group %d of job %d, with other ranks",
+              absl::StrFormat("tag '%s' already names group %d of job %d, with other ranks or "
+                              "in another data plane",
                               req.tag(), gid, job->id));
         }
         if (g.state != GroupState::kReady) {
@@ -406,10 +429,6 @@ absl::StatusOr<control::CreateGroupResponse> AggregationManager::CreateGroup(
     }
     GroupRequest greq;
     std::vector<Shortfall> why;
-    if (req.plane() >= topo_->planes()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "plane %d, but the fabric has %d data plane(s)", req.plane(), topo_->planes()));
-    }
     NETFOLD_RETURN_IF_ERROR(CheckGroupRequest(*job, ranks, req.num_slots(), req.slot_bytes(),
                                               &greq, &why, req.plane()));
     if (!why.empty()) {

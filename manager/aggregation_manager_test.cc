@@ -71,7 +71,8 @@ TEST_F(ManagerTest, JobAndGroupLifecycleOnTwoLevel) {
   EXPECT_EQ(job.quota().slot_bytes(), 4032u);
 
   AttachAll(job, 8);
-  absl::StatusOr<control::AttachResponse> a = Attach(job, 7);  // again: replaces the QP
+  // Again from a new endpoint (a restarted data path): replaces the QP.
+  absl::StatusOr<control::AttachResponse> a = Attach(job, 7, 0, /*attempt=*/1);
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->leaf_switch(), "leaf3");
   EXPECT_EQ(a->switch_endpoint().address(), fabric_->Get("leaf3")->data_address());

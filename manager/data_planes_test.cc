@@ -1,6 +1,7 @@
 // The manager over a fabric of data planes (docs/manager.md, "Data planes"):
 // ranks attach in each plane, a group uses the plane it asks for, and a
 // plane's failures, re-attaches and the journal keep to that plane.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,12 +28,26 @@ const std::vector<std::string> kHosts = {"h0", "h1", "h2", "h3"};
 
 class DataPlanesTest : public ManagerTest {
  protected:
-  void StartPlanes(ManagerOptions options = {}) {
-    options.host_timeout = absl::ZeroDuration();
+  void StartPlanes(ManagerOptions options = NoHostTimeout()) {
     absl::StatusOr<Topology> topo = Topology::Parse(kTwoPlanes);
     ASSERT_TRUE(topo.ok()) << topo.status();
     StartOn(*std::move(topo), options);
     RegisterAll();
+  }
+
+  static ManagerOptions NoHostTimeout() {
+    ManagerOptions options;
+    options.host_timeout = absl::ZeroDuration();
+    return options;
+  }
+
+  void HostHeartbeats(const control::CreateJobResponse& job, const std::vector<uint32_t>& ranks) {
+    for (uint32_t r : ranks) {
+      control::HostHeartbeatRequest hb;
+      *hb.mutable_job() = Creds(job);
+      hb.set_rank(r);
+      ASSERT_TRUE(am_->HostHeartbeat(hb).ok());
+    }
   }
 
   uint32_t UsedQps(const std::string& name) {
@@ -159,7 +174,7 @@ TEST_F(DataPlanesTest, AttachingAgainInOnePlaneLeavesTheOthers) {
   absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1, 2, 3}, "b", 0, 0, 1);
   ASSERT_TRUE(g0.ok() && g1.ok());
   const uint32_t qps_before = UsedQps("leaf0@1");
-  ASSERT_TRUE(Attach(job, 0, 1).ok());
+  ASSERT_TRUE(Attach(job, 0, 1, /*attempt=*/1).ok());  // a new endpoint
   EXPECT_FALSE(fabric_->Get("leaf0@1")->HasGroup(g1->group_id()));
   EXPECT_TRUE(fabric_->Get("leaf0")->HasGroup(g0->group_id()));
   EXPECT_EQ(UsedQps("leaf0@1"), qps_before);  // the reservation is the rank's, not the QP's
@@ -194,6 +209,110 @@ TEST_F(DataPlanesTest, PlaneAttachmentsAndGroupsSurviveAManagerRestart) {
   EXPECT_TRUE(fabric_->Get("leaf0@1")->HasGroup(g1->group_id()));
   EXPECT_TRUE(Group(job, {1, 3}, "c", 0, 0, 1).ok());  // still attached in plane 1
   ExpectLedgerMatchesSwitches();
+}
+
+// The same endpoint again is a retry whose answer was lost: the same
+// attachment, nothing revoked, nothing published.
+TEST_F(DataPlanesTest, AttachingAgainFromTheSameEndpointIsARetry) {
+  StartPlanes();
+  control::CreateJobResponse job = CreateJob(kHosts);
+  AttachAll(job, 4);
+  AttachAll(job, 4, 1);
+  absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1, 2, 3}, "b", 0, 0, 1);
+  ASSERT_TRUE(g1.ok());
+  std::shared_ptr<EventStream> w = Watch(job, 0);
+  for (uint32_t plane : {0u, 1u}) {
+    absl::StatusOr<control::AttachResponse> first = Attach(job, 0, plane);
+    absl::StatusOr<control::AttachResponse> again = Attach(job, 0, plane);
+    ASSERT_TRUE(first.ok() && again.ok());
+    EXPECT_EQ(again->switch_endpoint().DebugString(), first->switch_endpoint().DebugString());
+  }
+  EXPECT_TRUE(fabric_->Get("leaf0@1")->HasGroup(g1->group_id()));
+  EXPECT_TRUE(Drain(*w).empty());
+  ExpectLedgerMatchesSwitches();
+}
+
+// A host that falls silent is detached in every plane (an event per
+// plane), and its groups of both planes are revoked.
+TEST_F(DataPlanesTest, ASilentHostIsDetachedInEveryPlane) {
+  ManagerOptions options;
+  options.host_timeout = absl::Seconds(5);
+  StartPlanes(options);
+  control::CreateJobResponse job = CreateJob(kHosts);
+  AttachAll(job, 4);
+  AttachAll(job, 4, 1);
+  absl::StatusOr<control::GroupInfo> g0 = Group(job, {0, 3}, "a");
+  absl::StatusOr<control::GroupInfo> g1 = Group(job, {1, 3}, "b", 0, 0, 1);
+  ASSERT_TRUE(g0.ok() && g1.ok());
+  std::shared_ptr<EventStream> w = Watch(job, 3);  // a member of both groups
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(absl::Milliseconds(500));
+    Heartbeats();
+    HostHeartbeats(job, {0, 1, 2});  // rank 3 went quiet
+    am_->Tick();
+  }
+  std::set<uint32_t> planes_detached;
+  std::set<uint64_t> revoked;
+  for (const JobEvent& e : Drain(*w)) {
+    if (e.kind() == JobEvent::RANK_DETACHED) {
+      EXPECT_EQ(e.ranks_size(), 1);
+      planes_detached.insert(e.plane());
+    }
+    if (e.kind() == JobEvent::GROUP_REVOKED) revoked.insert(e.group_id());
+  }
+  EXPECT_EQ(planes_detached, (std::set<uint32_t>{0, 1}));
+  EXPECT_EQ(revoked, (std::set<uint64_t>{g0->group_id(), g1->group_id()}));
+  ExpectLedgerMatchesSwitches();
+}
+
+// A job whose ranks lost plane 0 (their leaf died) but are attached in
+// plane 1 is not abandoned: plane 1 goes on serving it.
+TEST_F(DataPlanesTest, AJobAttachedInAnotherPlaneIsNotAbandoned) {
+  ManagerOptions options = NoHostTimeout();
+  options.abandoned_job_timeout = absl::Seconds(3);
+  StartPlanes(options);
+  control::CreateJobResponse job = CreateJob({"h0", "h1"});  // both on leaf0
+  AttachAll(job, 2);
+  AttachAll(job, 2, 1);
+  absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1}, "b", 0, 0, 1);
+  ASSERT_TRUE(g1.ok());
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(absl::Milliseconds(500));
+    Heartbeats({"leaf0"});
+    am_->Tick();
+  }
+  const control::GetStatusResponse st = am_->GetStatus();
+  EXPECT_EQ(SwitchStatus(st, "leaf0")->state(), control::SwitchStatus::DEAD);
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).num_attached(), 2u);
+  EXPECT_TRUE(fabric_->Get("leaf0@1")->HasGroup(g1->group_id()));
+}
+
+// A manager restarted over a topology with fewer planes forgets the
+// attachments in the planes gone, and keeps the job.
+TEST_F(DataPlanesTest, ARestartWithFewerPlanesKeepsTheJob) {
+  TempDir dir;
+  state_dir_ = dir.path() + "/state";
+  StartPlanes();
+  control::CreateJobResponse job = CreateJob(kHosts);
+  AttachAll(job, 4);
+  AttachAll(job, 4, 1);
+  ASSERT_TRUE(Group(job, {0, 1, 2, 3}, "a").ok());
+  ASSERT_TRUE(Group(job, {0, 1, 2, 3}, "b", 0, 0, 1).ok());
+
+  std::string one_plane = kTwoPlanes;
+  one_plane.replace(one_plane.find("planes: 2"), 9, "planes: 1");
+  absl::StatusOr<Topology> topo = Topology::Parse(one_plane);
+  ASSERT_TRUE(topo.ok()) << topo.status();
+  am_.reset();
+  topo_ = std::make_unique<Topology>(*std::move(topo));
+  fabric_ = std::make_unique<FakeFabric>(*topo_);
+  StartManager();
+  const control::GetStatusResponse st = am_->GetStatus();
+  ASSERT_EQ(st.jobs_size(), 1);
+  EXPECT_EQ(st.jobs(0).num_attached(), 4u);
+  EXPECT_EQ(st.groups_size(), 1);  // plane 1's group had no tree left
+  EXPECT_EQ(Attach(job, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -141,8 +141,9 @@ TEST_F(ManagerTest, WatchReplaysMissedEventsAndEndsWithTheJob) {
   absl::StatusOr<control::GroupInfo> g = Group(job, {0, 1});
   ASSERT_TRUE(g.ok());
   std::shared_ptr<EventStream> first = Watch(job, 0);
-  // Rank 0 re-attaches: its group is revoked (sequence 1 and 2).
-  ASSERT_TRUE(Attach(job, 0).ok());
+  // Rank 0 re-attaches from a new endpoint: its group is revoked
+  // (sequence 1 and 2).
+  ASSERT_TRUE(Attach(job, 0, 0, /*attempt=*/1).ok());
   std::vector<JobEvent> ev = Drain(*first);
   ASSERT_EQ(ev.size(), 2u);
   // A new stream for the same rank replaces the old one and can replay.

@@ -6,7 +6,9 @@
 //
 //   const Job& job = state.jobs.at(job_id);
 //   for (const auto& [r, rank] : job.ranks) {
-//     if (rank.attached) qpns.push_back(rank.leaf_qpn);
+//     rank.ForEachAttachment([&](uint32_t plane, const LeafAttachment& a) {
+//       if (a.attached) qpns.push_back(a.leaf_qpn);   // at switch a.leaf
+//     });
 //   }
 //
 // Not thread-safe: the manager guards them with its state lock.
@@ -87,6 +89,12 @@ struct Rank : LeafAttachment {
   bool AttachedIn(uint32_t plane) const {
     const LeafAttachment* a = In(plane);
     return a != nullptr && a->attached;
+  }
+  // Attached in some plane: the rank is there (liveness, admin).
+  bool AttachedAnywhere() const {
+    bool any = false;
+    ForEachAttachment([&](uint32_t, const LeafAttachment& a) { any = any || a.attached; });
+    return any;
   }
   // fn(plane, attachment) for plane 0 and every plane in `planes`, in order.
   template <typename Fn>

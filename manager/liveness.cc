@@ -45,7 +45,7 @@ void SweepJobs(FabricState& state, absl::Duration now, LivenessSweep* due) {
   if (timeout <= absl::ZeroDuration()) return;
   for (auto& [jid, job] : state.jobs) {
     bool any_attached = false;
-    for (const auto& [r, rank] : job.ranks) any_attached = any_attached || rank.attached;
+    for (const auto& [r, rank] : job.ranks) any_attached = any_attached || rank.AttachedAnywhere();
     if (any_attached) {
       job.unattached_since.reset();
     } else if (!job.unattached_since) {
@@ -62,7 +62,7 @@ void SweepRanks(const FabricState& state, absl::Duration now, LivenessSweep* due
   for (const auto& [jid, job] : state.jobs) {
     std::vector<uint32_t> ranks;
     for (const auto& [r, rank] : job.ranks) {
-      if (rank.attached && now - rank.last_seen > timeout) ranks.push_back(r);
+      if (rank.AttachedAnywhere() && now - rank.last_seen > timeout) ranks.push_back(r);
     }
     if (!ranks.empty()) due->silent_ranks.emplace_back(jid, std::move(ranks));
   }

@@ -68,11 +68,14 @@ void RecoverJob(const state::JobRecord& rec, Rebuild& b) {
     rank.last_seen = b.now;
     for (const state::PlaneAttachmentRecord& pr : r.planes()) {
       if (pr.plane() == 0 || pr.plane() >= topo.planes() || rank.planes.count(pr.plane())) {
+        // A topology with fewer planes than before: the attachment is
+        // forgotten (its QP, if a switch still has it, is removed when the
+        // switch reconciles; the snapshot written at the end of recovery
+        // leaves it out), the job and its other planes go on.
         NETFOLD_LOG(kWarning) << "recover: job " << job.id << " rank " << r.rank()
-                              << " has an attachment in plane " << pr.plane() << ", which "
-                              << "the topology does not have (or has twice)";
-        ok = false;
-        break;
+                              << ": forgetting its attachment in plane " << pr.plane()
+                              << ", which the topology does not have (or names twice)";
+        continue;
       }
       LeafAttachment& a = rank.planes[pr.plane()];
       a.leaf = topo.LeafIn(host, pr.plane());
@@ -83,7 +86,6 @@ void RecoverJob(const state::JobRecord& rec, Rebuild& b) {
       a.leaf_qpn = pr.leaf_qpn();
       a.leaf_psn = pr.leaf_psn();
     }
-    if (!ok) break;
     rank.ForEachAttachment([&](uint32_t, const LeafAttachment& a) {
       qps[a.leaf] += 1;
       if (a.attached) b.holders.insert(a.leaf);

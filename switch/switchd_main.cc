@@ -317,7 +317,7 @@ int Main(int argc, char** argv) {
       shared.push_back(std::make_unique<DataPlaneThread>(DataPlaneThreadOptions{
           .idle_wait = config->idle_wait.value_or(kIdleWaitWoken),
           .sched_batch = config->sched_batch,
-          .name = control::PlaneSwitchName(configs->front().name, plane)}));
+          .name = plane == 0 ? config->name : absl::StrFormat("%s@%d", config->name, plane)}));
     }
   }
   std::vector<std::unique_ptr<SwitchDaemon>> daemons;

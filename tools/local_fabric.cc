@@ -348,7 +348,8 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
   one_switch_process_ = plane0_names.size() > 1 && options.switch_poll_us == 0 &&
                         (options.switch_processes == SwitchProcesses::kOne ||
                          (options.switch_processes == SwitchProcesses::kAuto &&
-                          UsableCpus() < plane0_names.size() + host_names_.size()));
+                          UsableCpus() < plane0_names.size() * topo.planes() +
+                                             host_names_.size()));
   if (one_switch_process_) {
     // The thread runs them in this order each pass: leaves first, so that
     // what they send up is read by their parents in the same pass.
@@ -475,6 +476,12 @@ absl::Status LocalFabric::Kill(const std::string& name, int signal) {
   for (Daemon& d : daemons_) {
     if (d.name != name && d.switches.size() > 1 &&
         std::find(d.switches.begin(), d.switches.end(), name) != d.switches.end()) {
+      if (name.find('@') != std::string::npos) {
+        return absl::FailedPreconditionError(absl::StrFormat(
+            "%s is a data plane of a switch: its planes share one process (%s), signalled "
+            "together by the switch's name",
+            name, absl::StrJoin(d.switches, ", ")));
+      }
       return absl::FailedPreconditionError(absl::StrFormat(
           "switch %s shares its process with %s: start the fabric with a process per "
           "switch (switch_processes kEach, netfold up --switch-processes each) to signal it "

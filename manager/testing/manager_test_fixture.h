@@ -114,16 +114,19 @@ class ManagerTest : public testing::Test {
     return c;
   }
 
-  // The rank's endpoint: 10.0.0.(rank+1):4791, QPN 100 + rank + 1000 x plane.
+  // The rank's endpoint: 10.0.0.(rank+1):4791, QPN 100 + rank + 1000 x plane,
+  // PSN rank + 100 x attempt (another attempt: a new endpoint, which
+  // replaces the attachment; the same one again is a retry).
   absl::StatusOr<control::AttachResponse> Attach(const control::CreateJobResponse& job,
-                                                 uint32_t rank, uint32_t plane = 0) {
+                                                 uint32_t rank, uint32_t plane = 0,
+                                                 uint32_t attempt = 0) {
     control::AttachRequest req;
     *req.mutable_job() = Creds(job);
     req.set_rank(rank);
     req.set_plane(plane);
     req.mutable_endpoint()->set_address(absl::StrFormat("10.0.0.%d:4791", rank + 1));
     req.mutable_endpoint()->set_qpn(100 + rank + 1000 * plane);
-    req.mutable_endpoint()->set_psn(rank);
+    req.mutable_endpoint()->set_psn(rank + 100 * attempt);
     return am_->Attach(req);
   }
 

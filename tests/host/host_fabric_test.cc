@@ -490,8 +490,9 @@ TEST(HostFabric, ABcastRootBehindFailsOverWithTheOthersThatKeptNothing) {
 
 // Data planes (docs/host.md): on a fabric of two, a job's groups go to the
 // planes in turn (the "groups" scenario's three groups over all ranks, two
-// of them used at once: planes 0, 1, 0), every result exact; each plane's
-// switches carried traffic. With NETFOLD_PLANES=1 plane 1 carries none.
+// of them used at once: planes p, 1 - p, p from p = job id mod 2), every
+// result exact; each plane's switches carried traffic. With
+// NETFOLD_PLANES=1 plane 1 carries none.
 TEST(HostFabric, GroupsTakeTheDataPlanesInTurn) {
   for (const char* planes : {"0", "1"}) {
     SCOPED_TRACE(std::string("NETFOLD_PLANES=") + planes);

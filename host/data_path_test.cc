@@ -1,0 +1,67 @@
+// A rank's data path with data planes (docs/host.md, "Data planes"): a
+// plane's link is usable only once attached, and a plane's failure fails
+// that plane's engines alone.
+#include "host/data_path.h"
+
+#include <memory>
+
+#include "gtest/gtest.h"
+#include "host/group_engine.h"
+#include "host/options.h"
+
+namespace netfold::host {
+namespace {
+
+std::unique_ptr<DataPath> NewPath() {
+  ContextOptions options;  // soft transport on 127.0.0.1
+  absl::StatusOr<std::unique_ptr<DataPath>> path = DataPath::Create(options, 4032);
+  EXPECT_TRUE(path.ok()) << path.status();
+  return path.ok() ? *std::move(path) : nullptr;
+}
+
+TEST(DataPathPlanes, APlanesLinkIsUsableOnlyOnceReady) {
+  std::unique_ptr<DataPath> path = NewPath();
+  ASSERT_NE(path, nullptr);
+  EXPECT_TRUE(path->has_plane(0));
+  EXPECT_FALSE(path->has_plane(1));
+  EXPECT_EQ(path->AddPlane(0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(path->AddPlane(16).status().code(), absl::StatusCode::kInvalidArgument);
+
+  absl::StatusOr<LeafLink*> link = path->AddPlane(2);
+  ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_NE((*link)->qpn(), path->link(0).qpn());  // a QP of its own
+  EXPECT_EQ((*link)->address(), path->link(0).address());  // on the same port
+  EXPECT_FALSE(path->has_plane(2));  // not attached yet
+  // Another caller attaching the same plane meanwhile is told so.
+  EXPECT_EQ(path->AddPlane(2).status().code(), absl::StatusCode::kFailedPrecondition);
+  path->RemovePlane(2);  // its attach failed: gone, and may be tried again
+  ASSERT_TRUE(path->AddPlane(2).ok());
+  path->MarkPlaneReady(2);
+  EXPECT_TRUE(path->has_plane(2));
+  path->RemovePlane(2);  // a ready plane stays: engines may use it
+  EXPECT_TRUE(path->has_plane(2));
+  EXPECT_FALSE(path->has_plane(1));
+}
+
+TEST(DataPathPlanes, APlanesFailureFailsThatPlanesEnginesAlone) {
+  std::unique_ptr<DataPath> path = NewPath();
+  ASSERT_NE(path, nullptr);
+  ASSERT_TRUE(path->AddPlane(1).ok());
+  path->MarkPlaneReady(1);
+  GroupParams params;
+  params.group_id = 7;
+  GroupEngine on0(params, path->sender(0), DataPath::clock());
+  params.group_id = 8;
+  GroupEngine on1(params, path->sender(1), DataPath::clock());
+  path->Route(7, &on0, 0);
+  path->Route(8, &on1, 1);
+  path->PostPlaneFailure(1, absl::UnavailableError("plane 1 lost its leaf"));
+  path->Progress(absl::ZeroDuration());
+  EXPECT_TRUE(on0.failure().ok()) << on0.failure();
+  EXPECT_EQ(on1.failure().code(), absl::StatusCode::kUnavailable);
+  path->Unroute(7);
+  path->Unroute(8);
+}
+
+}  // namespace
+}  // namespace netfold::host
