@@ -185,9 +185,15 @@ control::ExplainResponse ExplainReport(const FabricState& state,
     }
     std::vector<uint32_t> ranks(req.group().ranks().begin(), req.group().ranks().end());
     std::sort(ranks.begin(), ranks.end());
+    if (req.group().plane() >= state.topo.planes()) {
+      return Malformed(std::move(resp), std::move(why),
+                       absl::InvalidArgumentError(absl::StrFormat(
+                           "plane %d, but the fabric has %d data plane(s)", req.group().plane(),
+                           state.topo.planes())));
+    }
     GroupRequest greq;
     absl::Status s = CheckGroupRequest(it->second, ranks, req.group().num_slots(),
-                                       req.group().slot_bytes(), &greq, &why);
+                                       req.group().slot_bytes(), &greq, &why, req.group().plane());
     if (!s.ok()) return Malformed(std::move(resp), std::move(why), s);
     if (!why.empty()) return Explained(std::move(resp), why, "");
     absl::StatusOr<Placement> p = state.alloc.PlanGroup(greq, &why);

@@ -76,6 +76,13 @@ TEST_F(DataPlanesTest, RanksAttachInEachPlaneAndGroupsUseThePlaneTheyAskFor) {
   EXPECT_NE(early.status().message().find("not attached in plane 1"), std::string::npos)
       << early.status();
   EXPECT_EQ(UsedQps("leaf0@1"), 0u);
+  control::ExplainRequest ex;
+  ex.mutable_group()->set_job_id(job.job_id());
+  for (uint32_t r = 0; r < 4; ++r) ex.mutable_group()->add_ranks(r);
+  ex.mutable_group()->set_plane(1);
+  control::ExplainResponse why = am_->Explain(ex);
+  EXPECT_FALSE(why.fits());
+  EXPECT_NE(why.summary().find("not attached in plane 1"), std::string::npos) << why.summary();
 
   // In the other order than plane 0's, so that the leaves' QPNs for the
   // ranks differ between planes.
@@ -92,6 +99,11 @@ TEST_F(DataPlanesTest, RanksAttachInEachPlaneAndGroupsUseThePlaneTheyAskFor) {
     plane1_qpn[r] = a->switch_endpoint().qpn();
   }
   EXPECT_EQ(UsedQps("leaf0@1"), 2u);  // reserved at the first attach there
+  why = am_->Explain(ex);
+  EXPECT_TRUE(why.fits()) << why.summary();
+  EXPECT_NE(why.summary().find("root root@1"), std::string::npos) << why.summary();
+  ex.mutable_group()->set_plane(2);
+  EXPECT_FALSE(am_->Explain(ex).fits());
 
   absl::StatusOr<control::GroupInfo> g0 = Group(job, {0, 1, 2, 3}, "a");
   absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1, 2, 3}, "b", 0, 0, 1);

@@ -78,13 +78,17 @@ absl::StatusOr<ExplainOptions> ParseExplainOptions(
   }
   for (const auto& [key, field] : {std::pair<const char*, uint32_t*>{"slots", &o.num_slots},
                                    {"slot-bytes", &o.slot_bytes},
-                                   {"groups", &o.max_groups}}) {
+                                   {"groups", &o.max_groups},
+                                   {"plane", &o.plane}}) {
     if (absl::Status s = Number(values, key, field); !s.ok()) return s;
   }
   if (o.job_id.has_value() == !o.hosts.empty()) {
     return absl::InvalidArgumentError(
         "say what to explain: --job ID (a group of a running job) or --hosts H0,H1,... (a new "
         "job)");
+  }
+  if (!o.job_id && o.plane != 0) {
+    return absl::InvalidArgumentError("--plane is where a group goes: use it with --job");
   }
   if (o.job_id && o.max_groups != 0) {
     return absl::InvalidArgumentError("--groups is a new job's quota: use it with --hosts");
@@ -116,6 +120,7 @@ absl::StatusOr<control::ExplainRequest> BuildExplainRequest(
   group->set_job_id(*o.job_id);
   group->set_num_slots(o.num_slots);
   group->set_slot_bytes(o.slot_bytes);
+  group->set_plane(o.plane);
   if (!o.ranks.empty()) {
     for (uint32_t r : o.ranks) group->add_ranks(r);
     return req;

@@ -134,6 +134,8 @@ TEST(Netfold, BashCompletionCompletes) {
   EXPECT_EQ(Complete(script, "netfold st"), "status");
   EXPECT_EQ(Complete(script, "netfold ex"), "explain");
   EXPECT_EQ(Complete(script, "netfold explain --job 3 --ra"), "--ranks");
+  EXPECT_EQ(Complete(script, "netfold explain --job 3 --pl"), "--plane");
+  EXPECT_EQ(Complete(script, "netfold up --plan"), "--planes");
   EXPECT_EQ(Complete(script, "netfold fault leaf0 --di"), "--direction");
   EXPECT_EQ(Complete(script, "netfold fault leaf0 --direction s"), "send");
   EXPECT_EQ(Complete(script, "netfold bench all"), "allreduce allgather allreduce_in_place");
