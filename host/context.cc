@@ -243,12 +243,17 @@ absl::Status Context::Join(Oob& world) {
   NETFOLD_RETURN_IF_ERROR(ConnectLink(link, attached, psn));
   NETFOLD_ASSIGN_OR_RETURN(leaf_address_,
                            transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
-  // A NIC link is one QP: other planes need the soft transport.
-  planes_ = data_path_->soft() ? std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes)
-                               : 1;
+  // The fabric's: the same at every rank (ChoosePlane's OOB round depends
+  // on it), whatever each rank's transport.
+  planes_ = std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes);
+  // A NIC link is one QP: a rank on verbs keeps the groups it creates on
+  // plane 0 (as a member, it sends them there by failing to attach).
+  usable_planes_ = !data_path_->soft()       ? 1
+                   : options_.planes == 0    ? planes_
+                                             : std::min(planes_, options_.planes);
   // Jobs side by side start on different planes (each job's first group
   // is most often its busiest: MPI_COMM_WORLD).
-  next_plane_ = static_cast<uint32_t>(job_id_ % planes_);
+  next_plane_ = static_cast<uint32_t>(job_id_ % usable_planes_);
   NETFOLD_LOG(kInfo) << absl::StrFormat(
       "rank %d joined job %d: %s QP 0x%06x -> %s %s QP 0x%06x (%s transport, P_Key 0x%04x%s%s)",
       options_.rank, job_id_, link.address(), link.qpn(), attached.leaf_switch(),
@@ -262,8 +267,10 @@ absl::Status Context::Join(Oob& world) {
 absl::StatusOr<control::AttachResponse> Context::RequestAttach(uint32_t plane,
                                                                const LeafLink& link,
                                                                uint32_t* psn) {
-  absl::BitGen gen;
-  *psn = absl::Uniform<uint32_t>(gen, 0, 1u << 24);
+  if (*psn == 0) {
+    absl::BitGen gen;
+    *psn = absl::Uniform<uint32_t>(gen, 1, 1u << 24);
+  }
   control::AttachRequest attach;
   attach.set_rank(static_cast<uint32_t>(options_.rank));
   attach.set_plane(plane);
@@ -292,20 +299,29 @@ absl::Status Context::EnsurePlane(uint32_t plane) {
         "rank %d lost its attachment in data plane %d", options_.rank, plane));
   }
   if (data_path_->has_plane(plane)) return absl::OkStatus();
-  NETFOLD_ASSIGN_OR_RETURN(LeafLink * link, data_path_->AddPlane(plane));
-  uint32_t psn = 0;
+  uint32_t psn = 0;  // an earlier attempt's, if its answer did not come
+  NETFOLD_ASSIGN_OR_RETURN(LeafLink * link, data_path_->AddPlane(plane, &psn));
   absl::StatusOr<control::AttachResponse> attached;
   {
     ProgressThread::Outside outside(*progress_);  // the manager may take its time
     attached = RequestAttach(plane, *link, &psn);
   }
+  if (!attached.ok()) {
+    // The manager may have attached it: the next attempt names the same
+    // endpoint, which it takes as a retry, not as a replacement.
+    data_path_->AttachFailed(plane, psn);
+    return attached.status();
+  }
   // Back under the lock: the link's QPs belong to the data path's thread.
-  absl::Status s = attached.ok() ? ConnectLink(*link, *attached, psn) : attached.status();
-  if (!s.ok()) {
+  if (absl::Status s = ConnectLink(*link, *attached, psn); !s.ok()) {
     data_path_->RemovePlane(plane);
     return s;
   }
   data_path_->MarkPlaneReady(plane);
+  if (lost_planes_.load() & (1u << plane)) {
+    return absl::UnavailableError(absl::StrFormat(
+        "rank %d lost its attachment in data plane %d", options_.rank, plane));
+  }
   NETFOLD_LOG(kInfo) << absl::StrFormat("rank %d attached in data plane %d: QP 0x%06x -> %s %s",
                                         options_.rank, plane, link->qpn(), attached->leaf_switch(),
                                         attached->switch_endpoint().address());
@@ -318,7 +334,7 @@ absl::StatusOr<uint32_t> Context::ChoosePlane(Oob& group_oob) {
   if (planes_ == 1) return 0u;
   std::string choice;
   if (group_oob.rank() == 0) {
-    const uint32_t usable = options_.planes == 0 ? planes_ : std::min(planes_, options_.planes);
+    const uint32_t usable = usable_planes_;
     uint32_t plane = 0;
     for (uint32_t i = 0; i < usable; ++i) {
       const uint32_t p = (next_plane_ + i) % usable;
@@ -337,7 +353,7 @@ absl::StatusOr<uint32_t> Context::ChoosePlane(Oob& group_oob) {
   }
   if (plane == 0) return 0u;
   const absl::Status mine = EnsurePlane(plane);
-  if (!mine.ok()) {
+  if (!mine.ok() && data_path_->soft()) {  // on verbs, expected: no warning
     NETFOLD_LOG(kWarning) << "rank " << options_.rank << ": cannot attach in data plane " << plane
                           << ": " << mine.message();
   }
@@ -459,6 +475,18 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
   absl::StatusOr<uint32_t> plane = ChoosePlane(group_oob);
   if (!plane.ok()) return plane.status();
   absl::StatusOr<control::GroupInfo> info = RequestGroup(group_oob, world_ranks, *plane);
+  if (!info.ok() && *plane != 0) {
+    // Every member has the same answer (RequestGroup broadcasts it), so
+    // all go to plane 0 together; a plane the manager no longer has (a
+    // topology changed under a restart) is not chosen again.
+    if (absl::IsInvalidArgument(info.status())) lost_planes_.fetch_or(1u << *plane);
+    if (group_oob.rank() == 0) {
+      NETFOLD_LOG(kWarning) << "data plane " << *plane << " refused the group ("
+                            << info.status().message() << "): it goes on plane 0";
+    }
+    *plane = 0;
+    info = RequestGroup(group_oob, world_ranks, 0);
+  }
   if (!info.ok()) {
     // The fabric cannot serve the group (no resources, a switch or the
     // manager gone): the hosts can, unless the policy forbids it.

@@ -87,6 +87,7 @@ class Context : private GroupOwner {
   // Attaches `link` (in RESET) in data plane `plane` at the manager: the
   // manager's answer, and the PSN this side starts at in `psn`. A call to
   // the manager: outside the data path's lock.
+  // `*psn` 0: a new one is picked (and returned there).
   absl::StatusOr<control::AttachResponse> RequestAttach(uint32_t plane, const LeafLink& link,
                                                         uint32_t* psn);
   // Connects `link` to the leaf the manager named: with the lock held.
@@ -132,6 +133,7 @@ class Context : private GroupOwner {
   // a group it creates, and those lost at the manager (bit p: plane p's
   // attachment was detached; not used again).
   uint32_t planes_ = 1;
+  uint32_t usable_planes_ = 1;  // of those, the ones this rank gives its groups
   uint32_t next_plane_ = 0;
   std::atomic<uint32_t> lost_planes_{0};
   absl::Duration heartbeat_interval_ = absl::Seconds(1);

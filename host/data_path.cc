@@ -32,12 +32,12 @@ absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const ContextOptions&
   path->port_ = new transport::ImpairedPort(std::move(udp), faults, faults, path->clock());
   path->endpoint_ = std::make_unique<transport::RoceEndpoint>(
       std::unique_ptr<transport::Port>(path->port_), path->clock());
-  path->links_.reserve(control::kMaxPlanes);
   path->links_.resize(1);
   path->links_[0].ready = true;
   NETFOLD_ASSIGN_OR_RETURN(path->links_[0].link, path->CreateLeafLink(options, slot_bytes));
   path->links_[0].sender = std::make_unique<LeafSender>();
   path->links_[0].sender->link = path->links_[0].link.get();
+  path->wake_link_ = path->links_[0].link.get();
   path->reserved_requests_.assign(1, 0);
   path->soft_link_ = options.transport == ContextOptions::Transport::kSoft;
   path->placer_.path = path.get();
@@ -75,14 +75,21 @@ DataPath::~DataPath() {
   endpoint_.reset();
 }
 
-absl::StatusOr<LeafLink*> DataPath::AddPlane(uint32_t plane) {
+absl::StatusOr<LeafLink*> DataPath::AddPlane(uint32_t plane, uint32_t* psn) {
+  *psn = 0;
   if (plane == 0 || plane >= control::kMaxPlanes) {
     return absl::InvalidArgumentError(absl::StrFormat("no data plane %d to add", plane));
   }
   if (has_plane(plane)) return links_[plane].link.get();
   if (plane < links_.size() && links_[plane].link != nullptr) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("data plane %d is being attached by another call", plane));
+    PlaneLink& pending = links_[plane];
+    if (pending.attaching) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("data plane %d is being attached by another call", plane));
+    }
+    pending.attaching = true;  // an attach that got no answer: retried as it was
+    *psn = pending.psn;
+    return pending.link.get();
   }
   if (!soft_link_) {
     return absl::FailedPreconditionError(
@@ -100,11 +107,21 @@ absl::StatusOr<LeafLink*> DataPath::AddPlane(uint32_t plane) {
   links_[plane].link = std::move(soft);
   links_[plane].sender = std::make_unique<LeafSender>();
   links_[plane].sender->link = links_[plane].link.get();
+  links_[plane].attaching = true;
   return links_[plane].link.get();
 }
 
+void DataPath::AttachFailed(uint32_t plane, uint32_t psn) {
+  if (plane == 0 || plane >= links_.size() || links_[plane].ready) return;
+  links_[plane].attaching = false;
+  links_[plane].psn = psn;
+}
+
 void DataPath::MarkPlaneReady(uint32_t plane) {
-  if (plane < links_.size() && links_[plane].link != nullptr) links_[plane].ready = true;
+  if (plane < links_.size() && links_[plane].link != nullptr) {
+    links_[plane].ready = true;
+    links_[plane].attaching = false;
+  }
 }
 
 void DataPath::RemovePlane(uint32_t plane) {

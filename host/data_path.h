@@ -60,13 +60,18 @@ class DataPath {
   bool has_plane(uint32_t plane) const {
     return plane < links_.size() && links_[plane].link != nullptr && links_[plane].ready;
   }
-  // A leaf link for data plane `plane` (> 0), in RESET like plane 0's at
-  // Create: a QP of its own on the same soft engine and port. Not usable
-  // (has_plane) until MarkPlaneReady; RemovePlane drops it if it could not
-  // be attached. FailedPrecondition for the verbs transport (one QP) and
-  // while another caller is attaching the same plane.
-  absl::StatusOr<LeafLink*> AddPlane(uint32_t plane);
+  // A leaf link for data plane `plane` (> 0), not connected, as plane 0's
+  // at Create: a QP of its own on the same soft engine and port. Not
+  // usable (has_plane) until MarkPlaneReady. An attach whose answer did
+  // not come (AttachFailed) leaves it for the next call, with the PSN it
+  // was attached with in `*psn` (0 for a new link: the caller picks), so
+  // that the retry names the same endpoint. FailedPrecondition for the
+  // verbs transport (one QP) and while another call is attaching it.
+  absl::StatusOr<LeafLink*> AddPlane(uint32_t plane, uint32_t* psn);
   void MarkPlaneReady(uint32_t plane);
+  // The manager's answer did not come: the link waits for a retry with
+  // the same endpoint (`psn`).
+  void AttachFailed(uint32_t plane, uint32_t psn);
   // Drops a link that never became ready (no engine can use it).
   void RemovePlane(uint32_t plane);
   bool soft() const { return soft_link_; }
@@ -95,7 +100,7 @@ class DataPath {
   // timed work).
   void Progress(absl::Duration timeout);
   // Makes a Progress waiting in another thread return soon. Any thread.
-  void Wake() { links_[0].link->Wake(); }
+  void Wake() { wake_link_->Wake(); }
 
   // Summed over the planes' links.
   LeafLinkStats link_stats() const;
@@ -140,7 +145,9 @@ class DataPath {
   struct PlaneLink {
     std::unique_ptr<LeafLink> link;
     std::unique_ptr<LeafSender> sender;
-    bool ready = false;  // attached and connected: engines may use it
+    bool ready = false;      // attached and connected: engines may use it
+    bool attaching = false;  // a call is attaching it now
+    uint32_t psn = 0;        // the PSN of an attach whose answer did not come
   };
   struct Routed {
     GroupEngine* engine = nullptr;
@@ -158,9 +165,9 @@ class DataPath {
   Placer placer_;  // outlives endpoint_, whose port calls it
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
   std::unique_ptr<transport::RoceEndpoint> endpoint_;
-  // By data plane; [0] always there. Reserved for every plane at Create:
-  // Wake reads [0] from any thread while AddPlane may add one.
+  // By data plane; [0] always there.
   std::vector<PlaneLink> links_;
+  LeafLink* wake_link_ = nullptr;  // plane 0's, for Wake from any thread
   bool soft_link_ = true;  // the link's Progress moves the soft engine too
   absl::flat_hash_map<uint32_t, Routed> engines_;  // by data-plane group id
   uint64_t messages_dropped_ = 0;

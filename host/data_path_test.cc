@@ -22,31 +22,45 @@ std::unique_ptr<DataPath> NewPath() {
 TEST(DataPathPlanes, APlanesLinkIsUsableOnlyOnceReady) {
   std::unique_ptr<DataPath> path = NewPath();
   ASSERT_NE(path, nullptr);
+  uint32_t psn = 7;
   EXPECT_TRUE(path->has_plane(0));
   EXPECT_FALSE(path->has_plane(1));
-  EXPECT_EQ(path->AddPlane(0).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(path->AddPlane(16).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(path->AddPlane(0, &psn).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(path->AddPlane(16, &psn).status().code(), absl::StatusCode::kInvalidArgument);
 
-  absl::StatusOr<LeafLink*> link = path->AddPlane(2);
+  absl::StatusOr<LeafLink*> link = path->AddPlane(2, &psn);
   ASSERT_TRUE(link.ok()) << link.status();
+  EXPECT_EQ(psn, 0u);  // a new link: the caller picks its PSN
   EXPECT_NE((*link)->qpn(), path->link(0).qpn());  // a QP of its own
   EXPECT_EQ((*link)->address(), path->link(0).address());  // on the same port
   EXPECT_FALSE(path->has_plane(2));  // not attached yet
-  // Another caller attaching the same plane meanwhile is told so.
-  EXPECT_EQ(path->AddPlane(2).status().code(), absl::StatusCode::kFailedPrecondition);
-  path->RemovePlane(2);  // its attach failed: gone, and may be tried again
-  ASSERT_TRUE(path->AddPlane(2).ok());
+  // Another call attaching the same plane meanwhile is told so.
+  EXPECT_EQ(path->AddPlane(2, &psn).status().code(), absl::StatusCode::kFailedPrecondition);
+  // The manager's answer did not come: the next call gets the same link
+  // and PSN, so that it names the same endpoint again (a retry).
+  const uint32_t qpn = (*link)->qpn();
+  path->AttachFailed(2, 1234);
+  absl::StatusOr<LeafLink*> again = path->AddPlane(2, &psn);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->qpn(), qpn);
+  EXPECT_EQ(psn, 1234u);
   path->MarkPlaneReady(2);
   EXPECT_TRUE(path->has_plane(2));
   path->RemovePlane(2);  // a ready plane stays: engines may use it
   EXPECT_TRUE(path->has_plane(2));
-  EXPECT_FALSE(path->has_plane(1));
+  // A link that could not be connected is dropped and made anew.
+  ASSERT_TRUE(path->AddPlane(3, &psn).ok());
+  path->RemovePlane(3);
+  EXPECT_FALSE(path->has_plane(3));
+  ASSERT_TRUE(path->AddPlane(3, &psn).ok());
+  EXPECT_EQ(psn, 0u);
 }
 
 TEST(DataPathPlanes, APlanesFailureFailsThatPlanesEnginesAlone) {
   std::unique_ptr<DataPath> path = NewPath();
   ASSERT_NE(path, nullptr);
-  ASSERT_TRUE(path->AddPlane(1).ok());
+  uint32_t psn = 0;
+  ASSERT_TRUE(path->AddPlane(1, &psn).ok());
   path->MarkPlaneReady(1);
   GroupParams params;
   params.group_id = 7;

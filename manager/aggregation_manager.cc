@@ -267,7 +267,7 @@ absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
       // about to use).
       control::AttachResponse resp;
       resp.set_leaf_switch(leaf_name);
-      resp.mutable_switch_endpoint()->set_address(leaf.data_address);
+      resp.mutable_switch_endpoint()->set_address(state_.switches[a->leaf].data_address);
       resp.mutable_switch_endpoint()->set_qpn(a->leaf_qpn);
       resp.mutable_switch_endpoint()->set_psn(a->leaf_psn);
       resp.set_pkey(job->pkey);

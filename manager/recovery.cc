@@ -69,9 +69,11 @@ void RecoverJob(const state::JobRecord& rec, Rebuild& b) {
     for (const state::PlaneAttachmentRecord& pr : r.planes()) {
       if (pr.plane() == 0 || pr.plane() >= topo.planes() || rank.planes.count(pr.plane())) {
         // A topology with fewer planes than before: the attachment is
-        // forgotten (its QP, if a switch still has it, is removed when the
-        // switch reconciles; the snapshot written at the end of recovery
-        // leaves it out), the job and its other planes go on.
+        // forgotten (the snapshot written at the end of recovery leaves it
+        // out; the plane's switch is no longer the manager's, so its QP
+        // stays there until that switch restarts), the job and its other
+        // planes go on. The ranks' libraries learn it from their next
+        // group in that plane, which the manager refuses.
         NETFOLD_LOG(kWarning) << "recover: job " << job.id << " rank " << r.rank()
                               << ": forgetting its attachment in plane " << pr.plane()
                               << ", which the topology does not have (or names twice)";

@@ -12,7 +12,10 @@
 # MPI_LIB overrides the interposer (another build's, for an A/B).
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
-build=$(cd "${BUILD_DIR:-$here/build}" && pwd)
+build=$(cd "${BUILD_DIR:-$here/build}" 2>/dev/null && pwd) || {
+  echo "side_by_side.sh: no build directory ${BUILD_DIR:-$here/build}" >&2
+  exit 2
+}
 jobs=${1:?JOBS}
 np=${2:?RANKS}
 op=${3:?OP}
@@ -22,17 +25,20 @@ flags=${6:-}
 lib=${MPI_LIB:-$build/host/mpi/libnetfold_mpi.so}
 state=$(mktemp -d "${TMPDIR:-/tmp}/netfold-sbs.XXXXXX")
 pids=()
+status=0
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
   NETFOLD_STATE_DIR=$state "$build/tools/netfold" down >/dev/null 2>&1
-  rm -rf "$state"
+  if [ "$status" = 0 ]; then rm -rf "$state"; else echo "logs kept in $state" >&2; fi
 }
 trap cleanup EXIT
 # shellcheck disable=SC2086  # FLAGS is a list of flags
-if ! "$build/tools/netfold" up --state-dir "$state" $flags >"$state/up.out" 2>&1; then
+if ! timeout 60 "$build/tools/netfold" up --state-dir "$state" $flags >"$state/up.out" 2>&1; then
   cat "$state/up.out" >&2
+  status=1
   exit 1
 fi
+unset NETFOLD_MANAGER NETFOLD_CREDENTIAL_FILE NETFOLD_TLS_CA  # the fabric's alone
 eval "$(grep '^export' "$state/up.out")"
 for j in $(seq "$jobs"); do
   timeout $((secs + 120)) mpirun --allow-run-as-root --oversubscribe -np "$np" \
@@ -41,11 +47,10 @@ for j in $(seq "$jobs"); do
     "$build/bench/mpi/collective_bench" "$op" "$size" "$secs" >"$state/job$j.out" 2>&1 &
   pids+=($!)
 done
-status=0
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 pids=()
 for j in $(seq "$jobs"); do
   awk -F, -v j="$j" '/^[0-9]+,/ { printf "job %d %s %s %s\n", j, $1, $3, $4 }' "$state/job$j.out"
-  grep -q '^[0-9]*,' "$state/job$j.out" || { echo "job $j failed:" >&2; tail -5 "$state/job$j.out" >&2; status=1; }
+  grep -Eq '^[0-9]+,' "$state/job$j.out" || { echo "job $j failed:" >&2; tail -5 "$state/job$j.out" >&2; status=1; }
 done
 exit $status
