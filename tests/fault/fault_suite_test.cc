@@ -45,8 +45,9 @@ std::string Ops(int base) { return std::to_string(base * Soak()); }
 // one; true: netfold up's choice for this machine.
 std::unique_ptr<tools::LocalFabric> StartFabric(int hosts, const std::string& switch_faults = "",
                                                 const std::string& topology = "",
-                                                bool one_switch_process = true) {
+                                                bool one_switch_process = true, int planes = 0) {
   tools::LocalFabricOptions o;
+  o.planes = planes;
   if (!one_switch_process) o.switch_processes = tools::LocalFabricOptions::SwitchProcesses::kEach;
   o.hosts = hosts;
   o.topology_file = topology;
@@ -389,6 +390,36 @@ std::pair<int, std::string> Cli(const std::string& args) {
   while (fgets(buf, sizeof(buf), f) != nullptr) out += buf;
   const int status = pclose(f);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+// Data planes (docs/host.md): a job's two groups are on two planes; one
+// plane's leaf is cut off (`netfold fault leaf0@1 down=1`, both ways, every
+// peer). Its group goes over to the hosts, the other stays on the fabric,
+// and no operation of either fails or is wrong.
+TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesOnlyItsGroupToTheHosts) {
+  auto fabric = StartFabric(2, "", "", true, /*planes=*/2);
+  ASSERT_NE(fabric, nullptr);
+  const std::string m = " --state-dir " + fabric->state_dir();
+  testing::ReleaseFlag release;
+  // h0 on leaf0 and h1 on leaf1: each group's tree goes through its
+  // plane's root.
+  Launch ranks(*fabric, 2, 0, {"planes_until"}, {{"NETFOLD_TEST_RELEASE", release.path}});
+  const int not_streaming = ranks.WaitForEveryOutput("streaming", kSay);
+  ASSERT_EQ(not_streaming, -1) << ranks.output(not_streaming);
+  absl::SleepFor(absl::Milliseconds(500));
+  auto [rc, out] = Cli("fault leaf0@1 down=1" + m);
+  ASSERT_EQ(rc, 0) << out;
+  // The plane's link fails within its 3 s without an ACK; the group moves.
+  absl::SleepFor(absl::Seconds(6));
+  release.Raise();
+  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+  testing::ExpectStreamExact(results, /*no_failover=*/false);
+  for (size_t r = 0; r < results.size(); ++r) {
+    // One group of two went to the hosts; the other stayed on the fabric.
+    EXPECT_NE(results[r].output.find("failovers=1,"), std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+  }
+  ExpectNoLeaks(*fabric);
 }
 
 TEST(LinkFaultsAtRunTime, NetfoldFaultChangesALiveSwitchAndTheJobStaysExact) {
