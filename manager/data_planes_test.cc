@@ -1,6 +1,7 @@
 // The manager over a fabric of data planes (docs/manager.md, "Data planes"):
 // ranks attach in each plane, a group uses the plane it asks for, and a
 // plane's failures, re-attaches and the journal keep to that plane.
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -244,35 +245,39 @@ TEST_F(DataPlanesTest, AttachingAgainFromTheSameEndpointIsARetry) {
   ExpectLedgerMatchesSwitches();
 }
 
-// A host that falls silent is detached in every plane (an event per
-// plane), and its groups of both planes are revoked.
+// A host that falls silent is detached in every plane it is attached in
+// (an event per plane), one attached in plane 1 alone included, and its
+// groups of both planes are revoked.
 TEST_F(DataPlanesTest, ASilentHostIsDetachedInEveryPlane) {
   ManagerOptions options;
   options.host_timeout = absl::Seconds(5);
   StartPlanes(options);
   control::CreateJobResponse job = CreateJob(kHosts);
-  AttachAll(job, 4);
-  AttachAll(job, 4, 1);
-  absl::StatusOr<control::GroupInfo> g0 = Group(job, {0, 3}, "a");
+  AttachAll(job, 3);
+  AttachAll(job, 4, 1);  // rank 3 in plane 1 alone
+  absl::StatusOr<control::GroupInfo> g0 = Group(job, {0, 2}, "a");
   absl::StatusOr<control::GroupInfo> g1 = Group(job, {1, 3}, "b", 0, 0, 1);
   ASSERT_TRUE(g0.ok() && g1.ok());
-  std::shared_ptr<EventStream> w = Watch(job, 3);  // a member of both groups
+  std::shared_ptr<EventStream> w0 = Watch(job, 0);  // a member of g0
+  std::shared_ptr<EventStream> w1 = Watch(job, 1);  // and of g1
   for (int i = 0; i < 12; ++i) {
     clock_.Advance(absl::Milliseconds(500));
     Heartbeats();
-    HostHeartbeats(job, {0, 1, 2});  // rank 3 went quiet
+    HostHeartbeats(job, {0, 1});  // ranks 2 and 3 went quiet
     am_->Tick();
   }
-  std::set<uint32_t> planes_detached;
+  std::map<uint32_t, std::set<uint32_t>> detached;  // plane -> ranks
   std::set<uint64_t> revoked;
-  for (const JobEvent& e : Drain(*w)) {
-    if (e.kind() == JobEvent::RANK_DETACHED) {
-      EXPECT_EQ(e.ranks_size(), 1);
-      planes_detached.insert(e.plane());
+  for (EventStream* w : {w0.get(), w1.get()}) {
+    for (const JobEvent& e : Drain(*w)) {
+      if (e.kind() == JobEvent::RANK_DETACHED) {
+        detached[e.plane()].insert(e.ranks().begin(), e.ranks().end());
+      }
+      if (e.kind() == JobEvent::GROUP_REVOKED) revoked.insert(e.group_id());
     }
-    if (e.kind() == JobEvent::GROUP_REVOKED) revoked.insert(e.group_id());
   }
-  EXPECT_EQ(planes_detached, (std::set<uint32_t>{0, 1}));
+  EXPECT_EQ(detached[0], (std::set<uint32_t>{2}));
+  EXPECT_EQ(detached[1], (std::set<uint32_t>{2, 3}));
   EXPECT_EQ(revoked, (std::set<uint64_t>{g0->group_id(), g1->group_id()}));
   ExpectLedgerMatchesSwitches();
 }
