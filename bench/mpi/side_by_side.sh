@@ -10,6 +10,9 @@
 # Prints one line per job: "job N SIZE avg_us p50_us". BUILD_DIR (default
 # build/) names the build whose netfold and libnetfold_mpi.so run;
 # MPI_LIB overrides the interposer (another build's, for an A/B).
+# THREADS=1: also the CPU each thread of the switches' processes took over
+# 3 s from the middle of the run ("thread TID ticks", 100 ticks a second;
+# each data plane is a thread), for SECONDS of at least 8.
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
 build=$(cd "${BUILD_DIR:-$here/build}" 2>/dev/null && pwd) || {
@@ -47,6 +50,20 @@ for j in $(seq "$jobs"); do
     "$build/bench/mpi/collective_bench" "$op" "$size" "$secs" >"$state/job$j.out" 2>&1 &
   pids+=($!)
 done
+if [ "${THREADS:-0}" = 1 ]; then
+  sleep $((secs / 2))
+  ticks() {  # TID utime+stime of every thread of every switch process
+    for pid in $(pgrep -f "$build/switch/netfold-switchd"); do
+      for t in /proc/"$pid"/task/*; do
+        awk -v t="$(basename "$t")" '{ print t, $14 + $15 }' "$t/stat" 2>/dev/null
+      done
+    done | sort
+  }
+  ticks >"$state/t0"
+  sleep 3
+  ticks >"$state/t1"
+  join "$state/t0" "$state/t1" | awk '$3 > $2 { printf "thread %s %d ticks\n", $1, $3 - $2 }'
+fi
 for p in "${pids[@]}"; do wait "$p" || status=1; done
 pids=()
 for j in $(seq "$jobs"); do
