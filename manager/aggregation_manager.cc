@@ -23,6 +23,20 @@ namespace {
 
 int64_t Ms(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 
+// What a rank attached as `a` (its leaf and the leaf's QP) is told.
+control::AttachResponse AttachAnswer(const FabricState& state, const Job& job,
+                                     const LeafAttachment& a) {
+  control::AttachResponse resp;
+  resp.set_leaf_switch(state.SwitchName(a.leaf));
+  resp.mutable_switch_endpoint()->set_address(state.switches[a.leaf].data_address);
+  resp.mutable_switch_endpoint()->set_qpn(a.leaf_qpn);
+  resp.mutable_switch_endpoint()->set_psn(a.leaf_psn);
+  resp.set_pkey(job.pkey);
+  resp.set_qkey(job.qkey);
+  resp.set_planes(state.topo.planes());
+  return resp;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -265,16 +279,8 @@ absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
       // The same endpoint again: a retry whose answer was lost. The
       // attachment stands (replacing it would revoke what the rank is
       // about to use).
-      control::AttachResponse resp;
-      resp.set_leaf_switch(leaf_name);
-      resp.mutable_switch_endpoint()->set_address(state_.switches[a->leaf].data_address);
-      resp.mutable_switch_endpoint()->set_qpn(a->leaf_qpn);
-      resp.mutable_switch_endpoint()->set_psn(a->leaf_psn);
-      resp.set_pkey(job->pkey);
-      resp.set_qkey(job->qkey);
-      resp.set_planes(topo_->planes());
       rank.last_seen = state_.clock.Now();
-      return resp;
+      return AttachAnswer(state_, *job, *a);
     }
     if (rank.AttachedIn(plane)) {
       reason = plane == 0 ? absl::StrFormat("rank %d of job %d attached again", rank.rank, job->id)
@@ -330,13 +336,7 @@ absl::StatusOr<control::AttachResponse> AggregationManager::Attach(
     rank.last_seen = state_.clock.Now();
     journaled = state_.records.PutJob(job);
     if (journaled.ok()) {
-      resp.set_leaf_switch(leaf_name);
-      resp.mutable_switch_endpoint()->set_address(state_.switches[leaf_index].data_address);
-      resp.mutable_switch_endpoint()->set_qpn(qp.qpn());
-      resp.mutable_switch_endpoint()->set_psn(qp.psn());
-      resp.set_pkey(job.pkey);
-      resp.set_qkey(job.qkey);
-      resp.set_planes(topo_->planes());
+      resp = AttachAnswer(state_, job, a);
       state_.MaybeSnapshot();
     } else {
       a.attached = false;

@@ -51,6 +51,20 @@ class DataPlanesTest : public ManagerTest {
     }
   }
 
+  // A job of the four hosts, every rank attached in both planes.
+  control::CreateJobResponse JobInBothPlanes() {
+    control::CreateJobResponse job = CreateJob(kHosts);
+    AttachAll(job, 4);
+    AttachAll(job, 4, 1);
+    return job;
+  }
+
+  // A group of all four ranks in `plane`.
+  absl::StatusOr<control::GroupInfo> GroupOfAll(const control::CreateJobResponse& job,
+                                                const std::string& tag, uint32_t plane) {
+    return Group(job, {0, 1, 2, 3}, tag, 0, 0, plane);
+  }
+
   uint32_t UsedQps(const std::string& name) {
     const control::GetStatusResponse st = am_->GetStatus();
     const control::SwitchStatus* s = SwitchStatus(st, name);
@@ -106,8 +120,8 @@ TEST_F(DataPlanesTest, RanksAttachInEachPlaneAndGroupsUseThePlaneTheyAskFor) {
   ex.mutable_group()->set_plane(2);
   EXPECT_FALSE(am_->Explain(ex).fits());
 
-  absl::StatusOr<control::GroupInfo> g0 = Group(job, {0, 1, 2, 3}, "a");
-  absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1, 2, 3}, "b", 0, 0, 1);
+  absl::StatusOr<control::GroupInfo> g0 = GroupOfAll(job, "a", 0);
+  absl::StatusOr<control::GroupInfo> g1 = GroupOfAll(job, "b", 1);
   ASSERT_TRUE(g0.ok()) << g0.status();
   ASSERT_TRUE(g1.ok()) << g1.status();
   EXPECT_EQ(g0->plane(), 0u);
@@ -144,11 +158,9 @@ TEST_F(DataPlanesTest, RanksAttachInEachPlaneAndGroupsUseThePlaneTheyAskFor) {
 
 TEST_F(DataPlanesTest, APlanesDeadLeafTakesOnlyThatPlanesGroups) {
   StartPlanes();
-  control::CreateJobResponse job = CreateJob(kHosts);
-  AttachAll(job, 4);
-  AttachAll(job, 4, 1);
-  absl::StatusOr<control::GroupInfo> g0 = Group(job, {0, 1, 2, 3}, "a");
-  absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1, 2, 3}, "b", 0, 0, 1);
+  control::CreateJobResponse job = JobInBothPlanes();
+  absl::StatusOr<control::GroupInfo> g0 = GroupOfAll(job, "a", 0);
+  absl::StatusOr<control::GroupInfo> g1 = GroupOfAll(job, "b", 1);
   ASSERT_TRUE(g0.ok() && g1.ok());
   std::shared_ptr<EventStream> w0 = Watch(job, 0);
 
@@ -180,18 +192,16 @@ TEST_F(DataPlanesTest, APlanesDeadLeafTakesOnlyThatPlanesGroups) {
 
 TEST_F(DataPlanesTest, AttachingAgainInOnePlaneLeavesTheOthers) {
   StartPlanes();
-  control::CreateJobResponse job = CreateJob(kHosts);
-  AttachAll(job, 4);
-  AttachAll(job, 4, 1);
-  absl::StatusOr<control::GroupInfo> g0 = Group(job, {0, 1, 2, 3}, "a");
-  absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1, 2, 3}, "b", 0, 0, 1);
+  control::CreateJobResponse job = JobInBothPlanes();
+  absl::StatusOr<control::GroupInfo> g0 = GroupOfAll(job, "a", 0);
+  absl::StatusOr<control::GroupInfo> g1 = GroupOfAll(job, "b", 1);
   ASSERT_TRUE(g0.ok() && g1.ok());
   const uint32_t qps_before = UsedQps("leaf0@1");
   ASSERT_TRUE(Attach(job, 0, 1, /*attempt=*/1).ok());  // a new endpoint
   EXPECT_FALSE(fabric_->Get("leaf0@1")->HasGroup(g1->group_id()));
   EXPECT_TRUE(fabric_->Get("leaf0")->HasGroup(g0->group_id()));
   EXPECT_EQ(UsedQps("leaf0@1"), qps_before);  // the reservation is the rank's, not the QP's
-  EXPECT_TRUE(Group(job, {0, 1, 2, 3}, "c", 0, 0, 1).ok());
+  EXPECT_TRUE(GroupOfAll(job, "c", 1).ok());
   ExpectLedgerMatchesSwitches();
 }
 
@@ -199,10 +209,8 @@ TEST_F(DataPlanesTest, PlaneAttachmentsAndGroupsSurviveAManagerRestart) {
   TempDir dir;
   state_dir_ = dir.path() + "/state";
   StartPlanes();
-  control::CreateJobResponse job = CreateJob(kHosts);
-  AttachAll(job, 4);
-  AttachAll(job, 4, 1);
-  absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1, 2, 3}, "b", 0, 0, 1);
+  control::CreateJobResponse job = JobInBothPlanes();
+  absl::StatusOr<control::GroupInfo> g1 = GroupOfAll(job, "b", 1);
   ASSERT_TRUE(g1.ok()) << g1.status();
   const control::GetStatusResponse before = am_->GetStatus();
   int commands_before = 0;
@@ -228,10 +236,8 @@ TEST_F(DataPlanesTest, PlaneAttachmentsAndGroupsSurviveAManagerRestart) {
 // attachment, nothing revoked, nothing published.
 TEST_F(DataPlanesTest, AttachingAgainFromTheSameEndpointIsARetry) {
   StartPlanes();
-  control::CreateJobResponse job = CreateJob(kHosts);
-  AttachAll(job, 4);
-  AttachAll(job, 4, 1);
-  absl::StatusOr<control::GroupInfo> g1 = Group(job, {0, 1, 2, 3}, "b", 0, 0, 1);
+  control::CreateJobResponse job = JobInBothPlanes();
+  absl::StatusOr<control::GroupInfo> g1 = GroupOfAll(job, "b", 1);
   ASSERT_TRUE(g1.ok());
   std::shared_ptr<EventStream> w = Watch(job, 0);
   for (uint32_t plane : {0u, 1u}) {
@@ -311,11 +317,9 @@ TEST_F(DataPlanesTest, ARestartWithFewerPlanesKeepsTheJob) {
   TempDir dir;
   state_dir_ = dir.path() + "/state";
   StartPlanes();
-  control::CreateJobResponse job = CreateJob(kHosts);
-  AttachAll(job, 4);
-  AttachAll(job, 4, 1);
-  ASSERT_TRUE(Group(job, {0, 1, 2, 3}, "a").ok());
-  ASSERT_TRUE(Group(job, {0, 1, 2, 3}, "b", 0, 0, 1).ok());
+  control::CreateJobResponse job = JobInBothPlanes();
+  ASSERT_TRUE(GroupOfAll(job, "a", 0).ok());
+  ASSERT_TRUE(GroupOfAll(job, "b", 1).ok());
 
   std::string one_plane = kTwoPlanes;
   one_plane.replace(one_plane.find("planes: 2"), 9, "planes: 1");

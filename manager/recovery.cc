@@ -59,12 +59,7 @@ void RecoverJob(const state::JobRecord& rec, Rebuild& b) {
     rank.rank = r.rank();
     rank.host = r.host();
     rank.leaf = topo.host_at(host).switch_index;
-    rank.attached = r.attached();
-    rank.host_endpoint.set_address(r.host_address());
-    rank.host_endpoint.set_qpn(r.host_qpn());
-    rank.host_endpoint.set_psn(r.host_psn());
-    rank.leaf_qpn = r.leaf_qpn();
-    rank.leaf_psn = r.leaf_psn();
+    ReadAttachment(r, &rank);  // plane 0's
     rank.last_seen = b.now;
     for (const state::PlaneAttachmentRecord& pr : r.planes()) {
       if (pr.plane() == 0 || pr.plane() >= topo.planes() || rank.planes.count(pr.plane())) {
@@ -81,12 +76,7 @@ void RecoverJob(const state::JobRecord& rec, Rebuild& b) {
       }
       LeafAttachment& a = rank.planes[pr.plane()];
       a.leaf = topo.LeafIn(host, pr.plane());
-      a.attached = pr.attached();
-      a.host_endpoint.set_address(pr.host_address());
-      a.host_endpoint.set_qpn(pr.host_qpn());
-      a.host_endpoint.set_psn(pr.host_psn());
-      a.leaf_qpn = pr.leaf_qpn();
-      a.leaf_psn = pr.leaf_psn();
+      ReadAttachment(pr, &a);
     }
     rank.ForEachAttachment([&](uint32_t, const LeafAttachment& a) {
       qps[a.leaf] += 1;

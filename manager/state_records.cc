@@ -28,21 +28,11 @@ state::JobRecord StateRecords::JobRecord(const Job& job) const {
     state::RankRecord* rr = rec.add_ranks();
     rr->set_rank(r.rank);
     rr->set_host(r.host);
-    rr->set_attached(r.attached);
-    rr->set_host_address(r.host_endpoint.address());
-    rr->set_host_qpn(r.host_endpoint.qpn());
-    rr->set_host_psn(r.host_endpoint.psn());
-    rr->set_leaf_qpn(r.leaf_qpn);
-    rr->set_leaf_psn(r.leaf_psn);
+    WriteAttachment(r, rr);  // plane 0's
     for (const auto& [plane, a] : r.planes) {
       state::PlaneAttachmentRecord* pr = rr->add_planes();
       pr->set_plane(plane);
-      pr->set_attached(a.attached);
-      pr->set_host_address(a.host_endpoint.address());
-      pr->set_host_qpn(a.host_endpoint.qpn());
-      pr->set_host_psn(a.host_endpoint.psn());
-      pr->set_leaf_qpn(a.leaf_qpn);
-      pr->set_leaf_psn(a.leaf_psn);
+      WriteAttachment(a, pr);
     }
   }
   return rec;

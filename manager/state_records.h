@@ -32,6 +32,29 @@
 
 namespace netfold::manager {
 
+// A rank's attachment in one data plane to and from its record: a
+// RankRecord (plane 0's, in the rank's own fields) or a
+// PlaneAttachmentRecord, whose fields have the same names. The leaf is
+// not recorded: recovery finds it from the host and the plane.
+template <typename Record>
+void WriteAttachment(const LeafAttachment& a, Record* rec) {
+  rec->set_attached(a.attached);
+  rec->set_host_address(a.host_endpoint.address());
+  rec->set_host_qpn(a.host_endpoint.qpn());
+  rec->set_host_psn(a.host_endpoint.psn());
+  rec->set_leaf_qpn(a.leaf_qpn);
+  rec->set_leaf_psn(a.leaf_psn);
+}
+template <typename Record>
+void ReadAttachment(const Record& rec, LeafAttachment* a) {
+  a->attached = rec.attached();
+  a->host_endpoint.set_address(rec.host_address());
+  a->host_endpoint.set_qpn(rec.host_qpn());
+  a->host_endpoint.set_psn(rec.host_psn());
+  a->leaf_qpn = rec.leaf_qpn();
+  a->leaf_psn = rec.leaf_psn();
+}
+
 // The largest group id the manager hands out: the aggregation header
 // (docs/protocol.md) carries group_id in 32 bits. Tree ids stay below
 // kMaxTrees (tree_planner.h) for its 16-bit tree_id.

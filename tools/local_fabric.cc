@@ -263,6 +263,7 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
         topo.planes()));
   }
   for (const auto& sw : topo.switches()) switch_names_.push_back(sw.name);
+  planes_ = topo.planes();
   for (int h = 0; h < topo.num_hosts(); ++h) host_names_.push_back(topo.host_at(h).name);
 
   // A new credential for every fabric (docs/security.md).
@@ -476,7 +477,7 @@ absl::Status LocalFabric::Kill(const std::string& name, int signal) {
   for (Daemon& d : daemons_) {
     if (d.name != name && d.switches.size() > 1 &&
         std::find(d.switches.begin(), d.switches.end(), name) != d.switches.end()) {
-      if (name.find('@') != std::string::npos) {
+      if (auto plane = control::SplitPlaneSwitchName(name); plane && plane->second != 0) {
         return absl::FailedPreconditionError(absl::StrFormat(
             "%s is a data plane of a switch: its planes share one process (%s), signalled "
             "together by the switch's name",

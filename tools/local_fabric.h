@@ -106,7 +106,10 @@ class LocalFabric {
   // (tools/multicast_claim.h).
   int multicast_octet() const { return multicast_claim_ ? multicast_claim_->octet() : 0; }
   const std::string& topology_file() const { return topology_file_; }
+  // Every switch of every data plane (NAME, NAME@1, ...), plane-major.
   const std::vector<std::string>& switch_names() const { return switch_names_; }
+  // The topology's data planes (1 without planes).
+  uint32_t planes() const { return planes_; }
   // True if every switch runs in one process (switch_processes resolved).
   bool one_switch_process() const { return one_switch_process_; }
   std::vector<std::string> host_names() const { return host_names_; }
@@ -181,6 +184,7 @@ class LocalFabric {
   std::string tls_ca_file_;
   auth::ClientAuth client_auth_;
   std::vector<std::string> switch_names_;
+  uint32_t planes_ = 1;
   absl::flat_hash_map<std::string, std::string> switch_admin_;  // name -> ip:port
   std::vector<std::string> host_names_;
   std::vector<Daemon> daemons_;

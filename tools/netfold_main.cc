@@ -248,12 +248,9 @@ int Up(int argc, char** argv) {
   if (!fabric.ok()) return Fail(std::string(fabric.status().message()));
   (*fabric)->Release();
   // A switch's planes are counted once: "3 switches x 2 data planes".
-  size_t switches = 0;
-  for (const std::string& name : (*fabric)->switch_names()) {
-    switches += name.find('@') == std::string::npos ? 1 : 0;
-  }
-  const size_t planes = switches == 0 ? 1 : (*fabric)->switch_names().size() / switches;
-  std::printf("netfold fabric up: %zu switches%s (%s), topology %s, logs in %s\n", switches,
+  const uint32_t planes = (*fabric)->planes();
+  std::printf("netfold fabric up: %zu switches%s (%s), topology %s, logs in %s\n",
+              (*fabric)->switch_names().size() / planes,
               planes > 1 ? absl::StrFormat(" x %d data planes", planes).c_str() : "",
               (*fabric)->one_switch_process() ? "one process" : "a process each",
               (*fabric)->topology_file().c_str(), (*fabric)->state_dir().c_str());

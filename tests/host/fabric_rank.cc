@@ -428,6 +428,48 @@ struct StreamResult {
   std::string first_error;
 };
 
+// Checked operations on `groups` in turn until the test creates
+// $NETFOLD_TEST_RELEASE (at most 10 minutes); prints "streaming" after the
+// first and the tally at the end, and fails unless every one succeeded
+// with the exact result. Every 20 operations the ranks agree (out of band)
+// whether to stop, so that they all run the same number. Nothing runs if
+// a group is missing (its creation failed at every rank alike).
+void StreamUntilReleased(netfold::host::Oob& oob, const std::vector<netfold_group_t>& groups) {
+  const char* flag = std::getenv("NETFOLD_TEST_RELEASE");
+  const absl::Time deadline = absl::Now() + absl::Minutes(10);
+  StreamResult r;
+  auto stop = [&] {
+    const uint8_t mine = flag == nullptr || access(flag, F_OK) == 0 || absl::Now() >= deadline;
+    std::vector<uint8_t> all(static_cast<size_t>(g_size));
+    if (!oob.Allgather(&mine, all.data(), 1).ok()) return true;
+    for (uint8_t v : all) {
+      if (v != 0) return true;
+    }
+    return false;
+  };
+  const bool all_there =
+      std::find(groups.begin(), groups.end(), nullptr) == groups.end() && !groups.empty();
+  for (uint64_t k = 0; all_there && (k % 20 != 0 || !stop()); ++k) {
+    bool wrong = false;
+    const int rc = CheckedOperation(groups[k % groups.size()], k, &wrong);
+    if (rc == NETFOLD_SUCCESS && !wrong) {
+      ++r.ok;
+    } else if (wrong) {
+      ++r.wrong;
+    } else if (++r.errors == 1) {
+      r.first_error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
+    }
+    if (k == 0) {
+      std::printf("rank %d: streaming\n", g_rank);
+      std::fflush(stdout);
+    }
+  }
+  std::printf("rank %d: stream ok=%d errors=%d wrong=%d%s%s\n", g_rank, r.ok, r.errors, r.wrong,
+              r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
+  Check(flag != nullptr, "NETFOLD_TEST_RELEASE is not set");
+  Check(r.ok > 0 && r.errors == 0 && r.wrong == 0, "operations failed or were wrong");
+}
+
 StreamResult Stream(netfold_group_t g, int n, bool stop_at_error, int lag_us = 0) {
   StreamResult r;
   for (int k = 0; k < n; ++k) {
@@ -780,74 +822,12 @@ int main(int argc, char** argv) {
     // every operation must succeed whatever happens to either plane.
     netfold_group_t g2 = nullptr;
     CheckRc(netfold_group_create(ctx, &gs, &g2), "second group");
-    const char* flag = std::getenv("NETFOLD_TEST_RELEASE");
-    const absl::Time deadline = absl::Now() + absl::Minutes(10);
-    StreamResult r;
-    auto stop = [&] {
-      const uint8_t mine = flag == nullptr || access(flag, F_OK) == 0 || absl::Now() >= deadline;
-      std::vector<uint8_t> all(static_cast<size_t>(g_size));
-      if (!(*oob)->Allgather(&mine, all.data(), 1).ok()) return true;
-      for (uint8_t v : all) {
-        if (v != 0) return true;
-      }
-      return false;
-    };
-    for (uint64_t k = 0; g_failure.empty() && (k % 20 != 0 || !stop()); ++k) {
-      bool wrong = false;
-      const int rc = CheckedOperation(k % 2 == 0 ? g : g2, k, &wrong);
-      if (rc == NETFOLD_SUCCESS && !wrong) {
-        ++r.ok;
-      } else if (wrong) {
-        ++r.wrong;
-      } else if (++r.errors == 1) {
-        r.first_error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
-      }
-      if (k == 0) {
-        std::printf("rank %d: streaming\n", g_rank);
-        std::fflush(stdout);
-      }
-    }
-    std::printf("rank %d: stream ok=%d errors=%d wrong=%d%s%s\n", g_rank, r.ok, r.errors, r.wrong,
-                r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
-    Check(flag != nullptr, "NETFOLD_TEST_RELEASE is not set");
-    Check(r.ok > 0 && r.errors == 0 && r.wrong == 0, "operations failed or were wrong");
+    StreamUntilReleased(**oob, {g, g2});
     if (g2) CheckRc(netfold_group_destroy(g2), "destroy g2");
   } else if (scenario == "until") {
     // The test decides how long the job runs (e.g. across a manager's
     // absence): every operation must succeed, whatever happens meanwhile.
-    const char* flag = std::getenv("NETFOLD_TEST_RELEASE");
-    const absl::Time deadline = absl::Now() + absl::Minutes(10);
-    StreamResult r;
-    // Every 20 operations the ranks agree (out of band) whether to stop, so
-    // that they all run the same number.
-    auto stop = [&] {
-      const uint8_t mine = flag == nullptr || access(flag, F_OK) == 0 || absl::Now() >= deadline;
-      std::vector<uint8_t> all(static_cast<size_t>(g_size));
-      if (!(*oob)->Allgather(&mine, all.data(), 1).ok()) return true;
-      for (uint8_t v : all) {
-        if (v != 0) return true;
-      }
-      return false;
-    };
-    for (uint64_t k = 0; k % 20 != 0 || !stop(); ++k) {
-      bool wrong = false;
-      const int rc = CheckedOperation(g, k, &wrong);
-      if (rc == NETFOLD_SUCCESS && !wrong) {
-        ++r.ok;
-      } else if (wrong) {
-        ++r.wrong;
-      } else if (++r.errors == 1) {
-        r.first_error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
-      }
-      if (k == 0) {
-        std::printf("rank %d: streaming\n", g_rank);
-        std::fflush(stdout);
-      }
-    }
-    std::printf("rank %d: stream ok=%d errors=%d wrong=%d%s%s\n", g_rank, r.ok, r.errors, r.wrong,
-                r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
-    Check(flag != nullptr, "NETFOLD_TEST_RELEASE is not set");
-    Check(r.ok > 0 && r.errors == 0 && r.wrong == 0, "operations failed or were wrong");
+    StreamUntilReleased(**oob, {g});
   } else if (scenario == "hold") {
     // Holds the group until the test creates $NETFOLD_TEST_RELEASE.
     std::printf("rank %d: holding\n", g_rank);
