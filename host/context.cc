@@ -6,6 +6,8 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "auth/fabric_credential.h"
 #include "auth/tls_files.h"
@@ -80,6 +82,23 @@ std::optional<algorithms::TreeSpec> FabricTree(const control::GroupInfo& info,
     return std::nullopt;
   }
   return tree;
+}
+
+// Whether every group's tree has the first one's shape: the same nodes in
+// the same order, each with the same children (switch nodes by index,
+// ranks by world rank), so that a channel folds its chunks in the order
+// another would.
+bool SameTreeShape(const std::vector<control::GroupInfo>& infos) {
+  auto shape = [](const control::GroupInfo& info) {
+    std::vector<std::vector<int32_t>> nodes;
+    for (const control::GroupNode& node : info.nodes()) {
+      nodes.emplace_back(node.children().begin(), node.children().end());
+    }
+    return nodes;
+  };
+  const auto first = shape(infos.front());
+  return std::all_of(infos.begin(), infos.end(),
+                     [&](const control::GroupInfo& i) { return shape(i) == first; });
 }
 
 // The members' exchanges wait for other processes: outside the data path's
@@ -180,18 +199,21 @@ absl::Status Context::Join(Oob& world) {
   // The job takes the default partition if any rank asks for it (a RoCE
   // NIC knows no other P_Key).
   // So does integrity (docs/security.md), if any rank asks for it: one
-  // byte per rank, bit 0 the partition, bit 1 integrity.
+  // byte per rank, bit 0 the partition, bit 1 integrity (bits 3 to 7 below).
   const uint8_t wants = static_cast<uint8_t>(
       (options_.default_partition || options_.transport == ContextOptions::Transport::kVerbs
            ? 1
            : 0) |
-      (options_.integrity ? 2 : 0));
+      (options_.integrity ? 2 : 0) | (std::min(options_.channels, control::kMaxPlanes) << 3));
   std::vector<uint8_t> partitions(static_cast<size_t>(options_.world_size));
   NETFOLD_RETURN_IF_ERROR(world.Allgather(&wants, partitions.data(), 1));
   const bool default_partition =
       std::any_of(partitions.begin(), partitions.end(), [](uint8_t v) { return (v & 1) != 0; });
   const bool integrity =
       std::any_of(partitions.begin(), partitions.end(), [](uint8_t v) { return (v & 2) != 0; });
+  // And the most channels any rank asks for (bits 3 to 7), so that every
+  // rank knows how much a group may have in flight (num_slots()).
+  for (uint8_t v : partitions) channels_ = std::max<uint32_t>(channels_, v >> 3);
 
   // Rank 0 creates the job; everyone learns the outcome.
   std::string outcome;
@@ -248,6 +270,7 @@ absl::Status Context::Join(Oob& world) {
   planes_ = std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes);
   // A NIC link is one QP: a rank on verbs keeps the groups it creates on
   // plane 0 (as a member, it sends them there by failing to attach).
+  channels_ = std::clamp<uint32_t>(channels_, 1, planes_);
   usable_planes_ = !data_path_->soft()       ? 1
                    : options_.planes == 0    ? planes_
                                              : std::min(planes_, options_.planes);
@@ -328,44 +351,54 @@ absl::Status Context::EnsurePlane(uint32_t plane) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<uint32_t> Context::ChoosePlane(Oob& group_oob) {
+absl::StatusOr<std::vector<uint32_t>> Context::ChoosePlanes(Oob& group_oob) {
   // Every member has the fabric's planes from the same manager: without
   // planes nobody asks (no round of the OOB).
-  if (planes_ == 1) return 0u;
+  if (planes_ == 1) return std::vector<uint32_t>{0};
   std::string choice;
   if (group_oob.rank() == 0) {
+    // The next planes in turn, skipping those lost; as many as the job's
+    // channels.
     const uint32_t usable = usable_planes_;
-    uint32_t plane = 0;
-    for (uint32_t i = 0; i < usable; ++i) {
+    std::vector<uint32_t> chosen;
+    for (uint32_t i = 0; i < usable && chosen.size() < channels_; ++i) {
       const uint32_t p = (next_plane_ + i) % usable;
-      if (!(lost_planes_.load() & (1u << p))) {
-        plane = p;
-        break;
-      }
+      if (!(lost_planes_.load() & (1u << p))) chosen.push_back(p);
     }
-    next_plane_ = (plane + 1) % std::max<uint32_t>(usable, 1);
-    choice = std::to_string(plane);
+    if (chosen.empty()) chosen.push_back(0);
+    next_plane_ = (chosen.front() + 1) % std::max<uint32_t>(usable, 1);
+    choice = absl::StrJoin(chosen, ",");
   }
   NETFOLD_RETURN_IF_ERROR(group_oob.BcastString(&choice, 0));
-  uint32_t plane = 0;
-  if (!absl::SimpleAtoi(choice, &plane) || plane >= planes_) {
-    return absl::InternalError(absl::StrFormat("group rank 0 chose data plane '%s'", choice));
+  std::vector<uint32_t> planes;
+  for (absl::string_view field : absl::StrSplit(choice, ',')) {
+    uint32_t plane = 0;
+    if (!absl::SimpleAtoi(field, &plane) || plane >= planes_ ||
+        std::find(planes.begin(), planes.end(), plane) != planes.end() ||
+        planes.size() >= control::kMaxPlanes) {
+      return absl::InternalError(absl::StrFormat("group rank 0 chose data planes '%s'", choice));
+    }
+    planes.push_back(plane);
   }
-  if (plane == 0) return 0u;
-  const absl::Status mine = EnsurePlane(plane);
-  if (!mine.ok() && data_path_->soft()) {  // on verbs, expected: no warning
-    NETFOLD_LOG(kWarning) << "rank " << options_.rank << ": cannot attach in data plane " << plane
-                          << ": " << mine.message();
+  if (planes == std::vector<uint32_t>{0}) return planes;
+  absl::Status mine = absl::OkStatus();
+  for (uint32_t plane : planes) {
+    if (plane == 0 || !mine.ok()) continue;
+    mine = EnsurePlane(plane);
+    if (!mine.ok() && data_path_->soft()) {  // on verbs, expected: no warning
+      NETFOLD_LOG(kWarning) << "rank " << options_.rank << ": cannot attach in data plane "
+                            << plane << ": " << mine.message();
+    }
   }
   absl::Status all = AgreeOnStatus(group_oob, mine);
   if (!all.ok()) {
     if (group_oob.rank() == 0) {
-      NETFOLD_LOG(kWarning) << "data plane " << plane << " cannot take the group (" << all.message()
-                            << "): it goes on plane 0";
+      NETFOLD_LOG(kWarning) << "data planes " << choice << " cannot take the group ("
+                            << all.message() << "): it goes on plane 0";
     }
-    return 0u;
+    return std::vector<uint32_t>{0};
   }
-  return plane;
+  return planes;
 }
 
 // On the manager client's control thread: the data path applies it.
@@ -457,8 +490,11 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
   auto adopt = [&]() {
     GroupOwner* owner = this;  // a private base: converted here, where it is accessible
     auto group = std::make_unique<Group>(owner, std::move(setup));
-    if (group->engine() != nullptr) {
-      data_path_->Route(static_cast<uint32_t>(group->group_id()), group->engine(), group->plane());
+    if (Channels* fabric = group->fabric(); fabric != nullptr) {
+      for (size_t c = 0; c < fabric->size(); ++c) {
+        data_path_->Route(static_cast<uint32_t>(fabric->channel(c).group_id), &fabric->engine(c),
+                          fabric->channel(c).plane);
+      }
     }
     groups_.push_back(group.get());
     return group;
@@ -472,39 +508,93 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
   };
   if (hosts_only) return host_group("the policy asks for host algorithms");
 
-  absl::StatusOr<uint32_t> plane = ChoosePlane(group_oob);
-  if (!plane.ok()) return plane.status();
-  absl::StatusOr<control::GroupInfo> info = RequestGroup(group_oob, world_ranks, *plane);
-  if (!info.ok() && *plane != 0) {
+  absl::StatusOr<std::vector<uint32_t>> planes = ChoosePlanes(group_oob);
+  if (!planes.ok()) return planes.status();
+  absl::StatusOr<std::vector<control::GroupInfo>> infos =
+      RequestGroups(group_oob, world_ranks, *planes);
+  if (!infos.ok() && *planes != std::vector<uint32_t>{0}) {
     // Every member has the same answer (RequestGroup broadcasts it), so
-    // all go to plane 0 together; a plane the manager no longer has (a
-    // topology changed under a restart) is not chosen again.
-    if (absl::IsInvalidArgument(info.status())) lost_planes_.fetch_or(1u << *plane);
+    // all go to plane 0 together, on one channel.
     if (group_oob.rank() == 0) {
-      NETFOLD_LOG(kWarning) << "data plane " << *plane << " refused the group ("
-                            << info.status().message() << "): it goes on plane 0";
+      NETFOLD_LOG(kWarning) << "data planes " << absl::StrJoin(*planes, ",")
+                            << " refused the group (" << infos.status().message()
+                            << "): it goes on plane 0";
     }
-    *plane = 0;
-    info = RequestGroup(group_oob, world_ranks, 0);
+    *planes = {0};
+    infos = RequestGroups(group_oob, world_ranks, *planes);
   }
-  if (!info.ok()) {
+  if (!infos.ok()) {
     // The fabric cannot serve the group (no resources, a switch or the
     // manager gone): the hosts can, unless the policy forbids it.
-    if (may_fall_back && HostsCanStandIn(info.status())) {
-      return host_group(std::string(info.status().message()));
+    if (may_fall_back && HostsCanStandIn(infos.status())) {
+      return host_group(std::string(infos.status().message()));
     }
-    return info.status();
+    return infos.status();
   }
-  NETFOLD_RETURN_IF_ERROR(JoinFabricGroup(group_oob, *info, *plane, setup));
+  if (infos->size() > 1 && !SameTreeShape(*infos)) {
+    // Channels fold their chunks in their own trees: trees of another
+    // shape would fold elements in another order, and the result would
+    // not be the bits one channel gives. One channel, then.
+    if (group_oob.rank() == 0) {
+      NETFOLD_LOG(kWarning) << "the data planes' trees for the group differ in shape: it runs on "
+                               "one channel (plane "
+                            << (*planes)[0] << ")";
+      for (size_t c = 1; c < infos->size(); ++c) {
+        (void)ReleaseAtManager((*infos)[c].group_id(), /*fabric_failed=*/false);
+      }
+    }
+    infos->resize(1);
+    planes->resize(1);
+  }
+  for (size_t c = 0; c < infos->size(); ++c) {
+    absl::Status joined = JoinFabricGroup(group_oob, (*infos)[c], (*planes)[c],
+                                          static_cast<uint32_t>(c),
+                                          static_cast<uint32_t>(infos->size()), setup);
+    if (!joined.ok()) {
+      LeaveFabricGroups(setup);
+      return joined;
+    }
+  }
+  setup.group_id = setup.channels.front().group_id;
   // The hosts stand by to take over if the fabric fails mid-job.
   if (may_fall_back) {
-    absl::Status hosts = connect_hosts(FabricTree(*info, world_ranks));
+    absl::Status hosts = connect_hosts(FabricTree(infos->front(), world_ranks));
     if (absl::Status all = AgreeOnStatus(group_oob, hosts); !all.ok()) {
-      if (setup.multicast) data_path_->link(setup.plane).DetachMulticast(*setup.multicast);
+      LeaveFabricGroups(setup);
       return all;
     }
   }
   return adopt();
+}
+
+void Context::LeaveFabricGroups(GroupSetup& setup) {
+  for (FabricChannel& c : setup.channels) {
+    if (c.multicast) data_path_->link(c.plane).DetachMulticast(*c.multicast);
+  }
+  setup.channels.clear();
+}
+
+absl::StatusOr<std::vector<control::GroupInfo>> Context::RequestGroups(
+    Oob& group_oob, const std::vector<int>& world_ranks, const std::vector<uint32_t>& planes) {
+  std::vector<control::GroupInfo> infos;
+  for (uint32_t plane : planes) {
+    absl::StatusOr<control::GroupInfo> info = RequestGroup(group_oob, world_ranks, plane);
+    if (!info.ok()) {
+      // A plane the manager no longer has (a topology changed under a
+      // restart) is not chosen again; the channels granted go back.
+      if (plane != 0 && absl::IsInvalidArgument(info.status())) {
+        lost_planes_.fetch_or(1u << plane);
+      }
+      if (group_oob.rank() == 0) {
+        for (const control::GroupInfo& granted : infos) {
+          (void)ReleaseAtManager(granted.group_id(), /*fabric_failed=*/false);
+        }
+      }
+      return info.status();
+    }
+    infos.push_back(*std::move(info));
+  }
+  return infos;
 }
 
 absl::StatusOr<control::GroupInfo> Context::RequestGroup(Oob& group_oob,
@@ -538,8 +628,10 @@ absl::StatusOr<control::GroupInfo> Context::RequestGroup(Oob& group_oob,
 }
 
 absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& info,
-                                      uint32_t plane, GroupSetup& setup) {
-  setup.group_id = info.group_id();
+                                      uint32_t plane, uint32_t channel, uint32_t channels,
+                                      GroupSetup& setup) {
+  FabricChannel joined;
+  joined.group_id = info.group_id();
   absl::Status mine = absl::OkStatus();
   if (info.group_id() > 0xffffffffull || info.tree_id() > 0xffff) {
     mine = absl::InternalError("the manager returned a group or tree id wider than the data plane's");
@@ -558,6 +650,8 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   params.reduce_data = options_.reduce_data;
   params.op_timeout = options_.timeout;
   params.integrity_key = integrity_key_;
+  params.channel = channel;
+  params.channels = channels;
   for (int r : setup.world_ranks) params.members.push_back(static_cast<uint32_t>(r));
   if (info.plane() != plane || !data_path_->has_plane(info.plane())) {
     // The plane was agreed before the request (ChoosePlane): a manager
@@ -567,8 +661,8 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
                                         "this rank is not attached",
                                         info.group_id(), info.plane())));
   }
-  setup.plane = info.plane();
-  LeafLink& link = data_path_->link(setup.plane);
+  joined.plane = info.plane();
+  LeafLink& link = data_path_->link(joined.plane);
   if (mine.ok() && params.delivery == proto::DeliveryMode::kMulticast &&
       proto::kAggregationHeaderSize + params.slot_bytes > link.max_datagram_payload()) {
     mine = absl::FailedPreconditionError(absl::StrFormat(
@@ -593,22 +687,28 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
     } else {
       mine = link.AttachMulticast(*mc, *root);
     }
-    if (mine.ok()) setup.multicast = *mc;
+    if (mine.ok()) joined.multicast = *mc;
   }
-  setup.engine =
-      std::make_unique<GroupEngine>(params, data_path_->sender(setup.plane), DataPath::clock());
-  setup.description = absl::StrFormat(
-      "group %d: tree %d, root switch %s, %d switches, K=%d, P=%d, %s", info.group_id(),
-      info.tree_id(), info.root_switch(), info.switches_size(), info.num_slots(),
-      info.slot_bytes(), params.delivery == proto::DeliveryMode::kMulticast ? "multicast" : "rc");
+  joined.engine =
+      std::make_unique<GroupEngine>(params, data_path_->sender(joined.plane), DataPath::clock());
+  if (channel == 0) {
+    setup.description = absl::StrFormat(
+        "group %d: tree %d, root switch %s, %d switches, K=%d, P=%d, %s", info.group_id(),
+        info.tree_id(), info.root_switch(), info.switches_size(), info.num_slots(),
+        info.slot_bytes(), params.delivery == proto::DeliveryMode::kMulticast ? "multicast" : "rc");
+  } else {
+    absl::StrAppendFormat(&setup.description, "; channel %d: group %d, root switch %s",
+                          channel, info.group_id(), info.root_switch());
+  }
   // Everyone listens before anyone posts: otherwise a fast rank's first
   // multicast result could reach a member not yet attached.
   absl::Status all = AgreeOnStatus(group_oob, mine);
-  if (!all.ok() && setup.multicast) {
-    link.DetachMulticast(*setup.multicast);
-    setup.multicast.reset();
+  if (!all.ok()) {
+    if (joined.multicast) link.DetachMulticast(*joined.multicast);
+    return all;
   }
-  return all;
+  setup.channels.push_back(std::move(joined));
+  return absl::OkStatus();
 }
 
 bool Context::FabricThere() {
@@ -616,7 +716,7 @@ bool Context::FabricThere() {
   ProgressThread::Inside inside(*progress_);
   if (fabric_failed_ || !data_path_->link().status().ok()) return false;
   for (const Group* g : groups_) {
-    if (g->engine() != nullptr && !g->engine()->failure().ok()) return false;
+    if (g->fabric() != nullptr && !g->fabric()->failure().ok()) return false;
   }
   return true;
 }
@@ -632,11 +732,15 @@ void Context::Forget(Group& group) {
   retired_host_ops_ += group.host_ops();
   retired_failovers_ += group.failed_over() ? 1 : 0;
   if (group.fabric_failed()) fabric_failed_ = true;
-  if (group.engine() == nullptr) return;  // the hosts served it from the start
-  retired_ += group.engine()->stats();
-  data_path_->Unroute(static_cast<uint32_t>(group.group_id()));
-  if (group.multicast() && data_path_->has_plane(group.plane())) {
-    data_path_->link(group.plane()).DetachMulticast(*group.multicast());
+  const Channels* fabric = group.fabric();
+  if (fabric == nullptr) return;  // the hosts served it from the start
+  retired_ += fabric->stats();
+  for (size_t c = 0; c < fabric->size(); ++c) {
+    const FabricChannel& channel = fabric->channel(c);
+    data_path_->Unroute(static_cast<uint32_t>(channel.group_id));
+    if (channel.multicast && data_path_->has_plane(channel.plane)) {
+      data_path_->link(channel.plane).DetachMulticast(*channel.multicast);
+    }
   }
 }
 
@@ -649,7 +753,7 @@ ContextStats Context::stats() const {
   for (const Group* g : groups_) {
     out.host_ops += g->host_ops();
     out.failovers += g->failed_over() ? 1 : 0;
-    if (g->engine() != nullptr) out.engines += g->engine()->stats();
+    if (g->fabric() != nullptr) out.engines += g->fabric()->stats();
   }
   if (data_path_ != nullptr) {
     const LeafLinkStats link = data_path_->link_stats();

@@ -67,7 +67,12 @@ class Context : private GroupOwner {
                                                      const std::vector<int>& world_ranks);
 
   const ContextOptions& options() const { return options_; }
+  // K of each channel; a group has at most num_slots() x channels()
+  // chunks in flight.
   uint32_t num_slots() const { return num_slots_; }
+  // The most channels a group of this job has (NETFOLD_CHANNELS, the
+  // largest any rank asks for, at most the fabric's planes).
+  uint32_t channels() const { return channels_; }
   uint32_t slot_bytes() const { return slot_bytes_; }
   uint32_t max_groups() const { return max_groups_; }
   ContextStats stats() const;
@@ -92,17 +97,25 @@ class Context : private GroupOwner {
                                                         uint32_t* psn);
   // Connects `link` to the leaf the manager named: with the lock held.
   absl::Status ConnectLink(LeafLink& link, const control::AttachResponse& attached, uint32_t psn);
-  // The data plane of a new group (docs/host.md, "Data planes"): group
-  // rank 0 takes the next of the planes it may use, round-robin; every
+  // The data planes of a new group's channels (docs/host.md, "Data
+  // planes", "Channels"): group rank 0 takes the next of the planes it may
+  // use, round-robin, and as many after it as the job's channels; every
   // member attaches there if it has not yet (EnsurePlane), and the group
-  // goes to plane 0 if one cannot. With the data path's lock held.
-  absl::StatusOr<uint32_t> ChoosePlane(Oob& group_oob);
+  // goes to plane 0 alone if one cannot. With the data path's lock held.
+  absl::StatusOr<std::vector<uint32_t>> ChoosePlanes(Oob& group_oob);
   absl::Status EnsurePlane(uint32_t plane);
-  // The group's fabric side in `setup`: its engine and, for multicast
-  // delivery, the group address joined, in the data plane agreed
-  // (`plane`). The members agree on the outcome.
+  // A fabric group per plane (RequestGroup), every member with the same
+  // answer; if one is refused, those granted are released.
+  absl::StatusOr<std::vector<control::GroupInfo>> RequestGroups(
+      Oob& group_oob, const std::vector<int>& world_ranks, const std::vector<uint32_t>& planes);
+  // Channel `channel` of `channels` of the group's fabric side, added to
+  // `setup`: its engine and, for multicast delivery, the group address
+  // joined, in the data plane agreed (`plane`). The members agree on the
+  // outcome.
   absl::Status JoinFabricGroup(Oob& group_oob, const control::GroupInfo& info, uint32_t plane,
-                               GroupSetup& setup);
+                               uint32_t channel, uint32_t channels, GroupSetup& setup);
+  // Undoes JoinFabricGroup for every channel in `setup`.
+  void LeaveFabricGroups(GroupSetup& setup);
   void OnEvent(const control::JobEvent& event);
   // False once the fabric failed under this rank (its leaf link failed, a
   // group of its was revoked or lost its switches, the manager detached the
@@ -135,6 +148,7 @@ class Context : private GroupOwner {
   uint32_t planes_ = 1;
   uint32_t usable_planes_ = 1;  // of those, the ones this rank gives its groups
   uint32_t next_plane_ = 0;
+  uint32_t channels_ = 1;  // channels()
   std::atomic<uint32_t> lost_planes_{0};
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
 

@@ -44,11 +44,11 @@ constexpr size_t kMaxDetachedBytes = size_t{64} << 20;
 
 Group::~Group() {
   if (owner_ == nullptr) return;
-  if (engine_ != nullptr) {
+  if (fabric_ != nullptr) {
     // Operations still pending (a group dropped without Destroy): the link
     // must stop reading their buffers, which the caller may free now.
     ProgressThread::Inside inside(owner_->progress());
-    engine_->Fail(
+    fabric_->Fail(
         WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
   }
   owner_->Forget(*this);
@@ -115,7 +115,7 @@ absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
     const bool keep =
         args.collective == proto::CollectiveType::kReduce ||
         (args.collective == proto::CollectiveType::kAllreduce && unsettled);
-    NETFOLD_ASSIGN_OR_RETURN(p.inner, engine_->Start(args));
+    NETFOLD_ASSIGN_OR_RETURN(p.inner, fabric_->Start(args));
     if (host_ != nullptr && keep && InPlace(args) && args.count > 0 && !p.released) {
       const auto* in = static_cast<const uint8_t*>(args.recv);
       p.saved_input.assign(in, in + args.count * proto::DataTypeSize(args.dtype));
@@ -155,7 +155,7 @@ void Group::Progress(absl::Duration timeout) {
       // A member that failed over waits for this one in the hosts' resync:
       // follow it now, not when this rank's own operation times out.
       if (const std::optional<uint32_t> member = host_->MemberOnHosts(); member.has_value()) {
-        engine_->Fail(WithErrorCode(
+        fabric_->Fail(WithErrorCode(
             absl::UnavailableError(absl::StrFormat(
                 "group %d: member %d failed over to the hosts", group_id_, *member)),
             NETFOLD_ERR_UNAVAILABLE));
@@ -170,11 +170,11 @@ void Group::FailOverIfTheFabricFailed() {
   // Settle fails over for an operation in flight; this is for a group with
   // none (between operations, or in Destroy): the members that failed over
   // cannot finish their resync without this one.
-  if (mode_ != Mode::kFabric || host_ == nullptr || engine_->failure().ok() ||
-      !CanFailOver(engine_->failure())) {
+  if (mode_ != Mode::kFabric || host_ == nullptr || fabric_->failure().ok() ||
+      !CanFailOver(fabric_->failure())) {
     return;
   }
-  Failover(engine_->failure());
+  Failover(fabric_->failure());
 }
 
 void Group::Settle() {
@@ -186,11 +186,11 @@ void Group::Settle() {
         p.outcome = host_->Finish(p.inner);
         ++completed_;
       } else {
-        if (!engine_->Done(p.inner)) break;
+        if (!fabric_->Done(p.inner)) break;
         // For the caller's failover (Wait): also when the operation itself
         // succeeded, since Wait may still return an earlier reduce's error.
-        p.written = engine_->Written(p.inner);
-        absl::Status s = engine_->Finish(p.inner);
+        p.written = fabric_->Written(p.inner);
+        absl::Status s = fabric_->Finish(p.inner);
         if (!s.ok() && host_ != nullptr && CanFailOver(s)) {
           Failover(s);
           break;
@@ -228,9 +228,8 @@ void Group::Record(const Pending& p) {
   last_.input.clear();
   if (a.collective == proto::CollectiveType::kAllreduce ||
       a.collective == proto::CollectiveType::kBcast) {
-    const GroupParams& params = engine_->params();
     std::span<const uint8_t> kept = KeptResult({static_cast<const uint8_t*>(a.recv), bytes},
-                                               params.num_slots, params.slot_bytes);
+                                               fabric_->window_slots(), fabric_->slot_bytes());
     if (a.collective == proto::CollectiveType::kBcast && a.blocks.empty() &&
         !BcastRootKeeps(p.group_root, static_cast<uint32_t>(group_rank_))) {
       kept = {};  // the root keeps it for everyone
@@ -242,8 +241,8 @@ void Group::Record(const Pending& p) {
                                                                         : p.saved_input.data());
     std::span<const uint8_t> kept(in, bytes);
     if (a.blocks.empty()) {
-      const GroupParams& params = engine_->params();
-      kept = KeptInput(kept, params.num_slots, params.slot_bytes, proto::DataTypeSize(a.dtype));
+      kept = KeptInput(kept, fabric_->window_slots(), fabric_->slot_bytes(),
+                       proto::DataTypeSize(a.dtype));
       // The root keeps nothing: members reduce again only for a root
       // behind, and then its input is its current operation's.
       if (p.group_root == static_cast<uint32_t>(group_rank_)) kept = {};
@@ -259,12 +258,12 @@ void Group::Failover(const absl::Status& why) {
       group_id_, why.message());
   mode_ = Mode::kHost;
   failed_over_ = true;
-  engine_->Fail(WithErrorCode(absl::AbortedError("the group failed over to the hosts"),
+  fabric_->Fail(WithErrorCode(absl::AbortedError("the group failed over to the hosts"),
                               NETFOLD_ERR_ABORTED));
   for (auto& [id, p] : ops_) {
     if (p.outcome || p.on_host) continue;
-    if (!p.written) p.written = engine_->Written(p.inner);
-    (void)engine_->Finish(p.inner);
+    if (!p.written) p.written = fabric_->Written(p.inner);
+    (void)fabric_->Finish(p.inner);
   }
   // The members still on the fabric follow at once (Progress), whatever
   // the host algorithm's first messages reach: the resync needs them all.
@@ -442,7 +441,7 @@ absl::Status Group::TakeDeferred() {
 }
 
 bool Group::CanDetach(const Pending& p) const {
-  if (!p.released || p.on_host || mode_ != Mode::kFabric || !engine_->Posted(p.inner)) {
+  if (!p.released || p.on_host || mode_ != Mode::kFabric || !fabric_->Posted(p.inner)) {
     return false;
   }
   // (A caller that fails over itself and counts a released reduce as done,
@@ -488,7 +487,7 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
       // The caller gets its buffers back: nothing may write into them after
       // (results placed in the caller's buffer, docs/host.md), so the
       // engine lets go of every chunk of the group's.
-      if (!it->second.on_host) engine_->Fail(*it->second.outcome);
+      if (!it->second.on_host) fabric_->Fail(*it->second.outcome);
       break;
     }
     Progress(absl::Milliseconds(10));
@@ -535,19 +534,21 @@ absl::Status Group::Destroy(Oob& group_oob) {
   // path's lock: the progress thread keeps the link answered meanwhile.
   absl::Status result = group_oob.Barrier();
   if (result.ok()) result = deferred;
-  if (engine_ != nullptr) {
+  if (fabric_ != nullptr) {
     ProgressThread::Inside inside(owner_->progress());
-    fabric_failed_ = !engine_->failure().ok();
+    fabric_failed_ = !fabric_->failure().ok();
   }
-  if (group_rank_ == 0 && engine_ != nullptr) {
-    absl::Status s = owner_->ReleaseAtManager(group_id_, fabric_failed_);
-    // A group the manager already revoked (the failover's cause) is gone.
-    if (result.ok() && !(failed_over_ && absl::IsNotFound(s))) result = s;
+  if (group_rank_ == 0 && fabric_ != nullptr) {
+    for (size_t c = 0; c < fabric_->size(); ++c) {
+      absl::Status s = owner_->ReleaseAtManager(fabric_->channel(c).group_id, fabric_failed_);
+      // A group the manager already revoked (the failover's cause) is gone.
+      if (result.ok() && !(failed_over_ && absl::IsNotFound(s))) result = s;
+    }
   }
   {
     ProgressThread::Inside inside(owner_->progress());
-    if (engine_ != nullptr) {
-      engine_->Fail(
+    if (fabric_ != nullptr) {
+      fabric_->Fail(
           WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
     }
     owner_->Forget(*this);

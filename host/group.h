@@ -1,7 +1,8 @@
 // A group of ranks in a context (host/context.h): its collectives run on
-// the fabric (GroupEngine) or, when the fabric cannot serve it or fails, on
-// the hosts (HostCollectives; docs/algorithms.md, "In libnetfold"). The
-// group sees its context only through GroupOwner.
+// the fabric (Channels: a GroupEngine per channel, host/channels.h) or,
+// when the fabric cannot serve it or fails, on the hosts (HostCollectives;
+// docs/algorithms.md, "In libnetfold"). The group sees its context only
+// through GroupOwner.
 //
 //   auto group = *ctx->CreateGroup(group_oob, world_ranks);    // collective
 //   auto op = *group->Start({.dtype = ..., .send = in, .recv = out, .count = n});
@@ -25,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "host/channels.h"
 #include "host/group_engine.h"
 #include "host/host_collectives.h"
 #include "host/oob.h"
@@ -59,13 +61,13 @@ class GroupOwner {
 
 // How a context sets a group up (Context::CreateGroup).
 struct GroupSetup {
-  uint64_t group_id = 0;
+  uint64_t group_id = 0;  // its first channel's fabric group
   int group_rank = 0;
-  std::vector<int> world_ranks;            // by group rank
-  std::unique_ptr<GroupEngine> engine;     // null: the hosts serve it from the start
+  std::vector<int> world_ranks;  // by group rank
+  // Its fabric groups (host/channels.h), in channel order; empty: the
+  // hosts serve it from the start.
+  std::vector<FabricChannel> channels;
   std::unique_ptr<HostCollectives> host;   // null: no host fallback (policy innetwork)
-  std::optional<transport::Ipv4Endpoint> multicast;  // joined for its results
-  uint32_t plane = 0;  // the data plane of its tree: its leaf link there
   std::string description;
   // Reduces this rank is not the root of that may complete in the
   // background at once (Wait releases them; ContextOptions::released_reduces).
@@ -80,11 +82,10 @@ class Group {
         group_id_(setup.group_id),
         group_rank_(setup.group_rank),
         world_ranks_(std::move(setup.world_ranks)),
-        mode_(setup.engine != nullptr ? Mode::kFabric : Mode::kHost),
-        engine_(std::move(setup.engine)),
+        mode_(setup.channels.empty() ? Mode::kHost : Mode::kFabric),
+        fabric_(setup.channels.empty() ? nullptr
+                                       : std::make_unique<Channels>(std::move(setup.channels))),
         host_(std::move(setup.host)),
-        multicast_(setup.multicast),
-        plane_(setup.plane),
         description_(std::move(setup.description)),
         max_released_(setup.released_reduces) {}
   ~Group();
@@ -120,13 +121,10 @@ class Group {
   uint64_t group_id() const { return group_id_; }
   int rank() const { return group_rank_; }
   int size() const { return static_cast<int>(world_ranks_.size()); }
-  // The fabric's engine; null for a group the hosts serve from the start.
-  GroupEngine* engine() { return engine_.get(); }
-  const GroupEngine* engine() const { return engine_.get(); }
-  // The multicast address the group's results come to, if any.
-  const std::optional<transport::Ipv4Endpoint>& multicast() const { return multicast_; }
-  // The data plane whose leaf link carries its requests and results.
-  uint32_t plane() const { return plane_; }
+  // Its fabric groups and their engines (host/channels.h); null for a
+  // group the hosts serve from the start.
+  Channels* fabric() { return fabric_.get(); }
+  const Channels* fabric() const { return fabric_.get(); }
   // True while the fabric serves the group; false once the hosts do (from
   // the start, or after a failover).
   bool on_fabric() const { return mode_ == Mode::kFabric; }
@@ -196,7 +194,7 @@ class Group {
   const int group_rank_;
   const std::vector<int> world_ranks_;
   Mode mode_;
-  std::unique_ptr<GroupEngine> engine_;
+  std::unique_ptr<Channels> fabric_;
   std::unique_ptr<HostCollectives> host_;
   std::map<OpId, Pending> ops_;
   OpId next_id_ = 1;
@@ -205,8 +203,6 @@ class Group {
   uint64_t host_ops_ = 0;
   bool failed_over_ = false;
   bool fabric_failed_ = false;
-  const std::optional<transport::Ipv4Endpoint> multicast_;
-  const uint32_t plane_;
   std::string description_;
   bool destroyed_ = false;
   // Released reduces whose Wait returned and which are not settled yet,

@@ -55,7 +55,8 @@ struct GroupEngine::Op {
   OpId id = 0;
   CollectiveArgs args;
   size_t elem_size = 0;
-  size_t num_chunks = 1;
+  size_t num_chunks = 1;    // the chunks this channel carries (GroupParams::channel)
+  size_t vector_chunks = 1;  // the whole vector's
   size_t chunks_posted = 0;
   size_t chunks_done = 0;
   // Blocked operations (CollectiveArgs::blocks): each block's first chunk
@@ -178,10 +179,16 @@ absl::Status GroupEngine::LayOutBlocks(Op& op) const {
   return absl::OkStatus();
 }
 
+size_t GroupEngine::ChannelChunks(size_t total) const {
+  const size_t n = std::max<uint32_t>(params_.channels, 1), c = params_.channel;
+  return total > c ? (total - c + n - 1) / n : 0;
+}
+
 GroupEngine::ChunkSpan GroupEngine::Locate(const Op& op, size_t chunk) const {
   const CollectiveArgs& a = op.args;
   ChunkSpan c{.root = a.root};
   if (a.count == 0) return c;
+  chunk = chunk * std::max<uint32_t>(params_.channels, 1) + params_.channel;
   const size_t per_chunk = ElementsPerChunk(op);
   // The chunk's block: the whole vector, or the last block starting at or
   // before it (empty blocks start where the next one does).
@@ -253,13 +260,16 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
   }
   if (!op->args.blocks.empty()) {
     if (absl::Status s = LayOutBlocks(*op); !s.ok()) return s;
+    op->vector_chunks = op->num_chunks;
+    op->num_chunks = ChannelChunks(op->vector_chunks);
   } else if (op->args.count > 0) {
     const bool reads_send = args.collective != CollectiveType::kBcast || args.root == params_.rank;
     if ((reads_send && args.send == nullptr) || args.recv == nullptr) {
       return absl::InvalidArgumentError("null buffer for a non-empty operation");
     }
     const size_t per_chunk = ElementsPerChunk(*op);
-    op->num_chunks = (op->args.count + per_chunk - 1) / per_chunk;
+    op->vector_chunks = (op->args.count + per_chunk - 1) / per_chunk;
+    op->num_chunks = ChannelChunks(op->vector_chunks);
     if (args.collective == CollectiveType::kAllreduce) op->written.assign(op->num_chunks, false);
     // Not where the result buffer is also read: a bcast root's (its
     // input), an in-place allreduce's or reduce's (retransmissions read
@@ -272,12 +282,18 @@ absl::StatusOr<OpId> GroupEngine::Start(const CollectiveArgs& args) {
     op->places_results = !params_.integrity_key.has_value() && !overlaps &&
                          DeliveryOf(*op) == DeliveryMode::kMulticast;
   }
+  if (op->args.count == 0) op->num_chunks = ChannelChunks(1);  // channel 0's alone
   op->id = next_op_id_++;
   op->deadline_ns = clock_.NowNanos() + absl::ToInt64Nanoseconds(params_.op_timeout);
   const OpId id = op->id;
-  queue_.push_back(op.get());
+  Op& started = *op;
   ops_[id] = std::move(op);
   ++stats_.ops_started;
+  if (started.num_chunks == 0) {
+    FinishOpIfDone(started);  // another channel carries all of it
+  } else {
+    queue_.push_back(&started);
+  }
   return id;
 }
 
@@ -592,7 +608,16 @@ void GroupEngine::FinishOpIfDone(Op& op) {
   // would be a duplicate it drops unread), and the buffer goes back.
   ReleaseSent(op);
   if (op.status.ok() && op.keep_bytes > 0) {
-    std::memcpy(op.keep_to, op.staged.data() + op.keep_from, op.keep_bytes);
+    // This channel's chunks of the block kept (all of them with one
+    // channel): another channel writes its own.
+    const size_t n = std::max<uint32_t>(params_.channels, 1);
+    const size_t chunk_bytes = ElementsPerChunk(op) * op.elem_size;
+    const size_t keep_end = op.keep_from + op.keep_bytes;
+    for (size_t g = params_.channel; chunk_bytes > 0 && g * chunk_bytes < keep_end; g += n) {
+      const size_t from = std::max(g * chunk_bytes, op.keep_from);
+      const size_t to = std::min((g + 1) * chunk_bytes, keep_end);
+      if (from < to) std::memcpy(op.keep_to + (from - op.keep_from), op.staged.data() + from, to - from);
+    }
   }
   if (op.status.ok()) {
     ++stats_.ops_completed;
@@ -740,7 +765,12 @@ std::optional<WrittenChunks> GroupEngine::Written(OpId id) const {
   }
   WrittenChunks w;
   w.chunk_bytes = op.args.count > 0 ? ElementsPerChunk(op) * op.elem_size : 0;
-  const std::vector<bool>& done = op.written;
+  // In the whole vector's numbering: this channel's chunks, every
+  // channels-th from its own.
+  std::vector<bool> done(op.args.count > 0 ? op.vector_chunks : 0, false);
+  for (size_t i = 0; i < op.written.size(); ++i) {
+    if (op.written[i]) done[i * std::max<uint32_t>(params_.channels, 1) + params_.channel] = true;
+  }
   while (w.first_missing < done.size() && done[w.first_missing]) ++w.first_missing;
   size_t end = done.size();
   while (end > w.first_missing && !done[end - 1]) --end;

@@ -82,6 +82,14 @@ struct GroupParams {
   ReduceData reduce_data = ReduceData::kAuto;
   // An operation not complete this long after Start fails with DeadlineExceeded.
   absl::Duration op_timeout = absl::Seconds(30);
+  // Channels (docs/host.md, "Channels"): this engine is channel `channel`
+  // of a communicator's `channels` fabric groups, and carries chunks
+  // channel, channel + channels, ... of each operation's vector (the
+  // chunks it would have as the only engine). Whatever a channel does not
+  // carry it leaves untouched; an operation with no chunk here is done at
+  // Start. A barrier (or any empty operation) is channel 0's alone.
+  uint32_t channel = 0;
+  uint32_t channels = 1;
   // The job's integrity key (docs/security.md): requests are tagged, and a
   // result without a valid tag is dropped (GroupEngineStats::bad_tags) as
   // if lost, so repair fetches it again. A chunk then carries at most
@@ -216,8 +224,9 @@ class GroupEngine {
   // The outcome without forgetting it; nullopt while pending.
   std::optional<absl::Status> Peek(OpId id) const;
   // Which chunks of an allreduce's result reached the caller's buffer so
-  // far (for a failover, host/resync.h); nullopt for an unknown operation
-  // or another kind (a blocked one too).
+  // far (for a failover, host/resync.h), numbered in the whole vector (a
+  // channel marks only its own); nullopt for an unknown operation or
+  // another kind (a blocked one too).
   std::optional<WrittenChunks> Written(OpId id) const;
 
   // Fails every pending operation with `why` and refuses new ones.
@@ -304,7 +313,11 @@ class GroupEngine {
     const size_t tag = params_.integrity_key ? proto::kAggregationTagSize : 0;
     return params_.slot_bytes > tag ? params_.slot_bytes - tag : 0;
   }
+  // Where the operation's chunk `chunk` (this engine's numbering: the
+  // chunk-th it carries) is in the whole vector's.
   ChunkSpan Locate(const Op& op, size_t chunk) const;
+  // Of `total` chunks of a vector, how many this channel carries.
+  size_t ChannelChunks(size_t total) const;
   // Lays a blocked operation out in chunks (CollectiveArgs::blocks).
   absl::Status LayOutBlocks(Op& op) const;
 

@@ -227,7 +227,9 @@ int netfold_finalize(netfold_context_t ctx) {
 int netfold_query_caps(netfold_context_t ctx, netfold_caps_t* caps) {
   if (ctx == nullptr || caps == nullptr) return Invalid("ctx or caps is NULL");
   std::memset(caps, 0, sizeof(*caps));
-  caps->num_slots = ctx->impl->num_slots();
+  // Chunks in flight per group: K of each of its channels (what a
+  // failover's record must cover, host/resync.h).
+  caps->num_slots = ctx->impl->num_slots() * ctx->impl->channels();
   caps->slot_bytes = ctx->impl->slot_bytes();
   caps->max_groups = ctx->impl->max_groups();
   for (auto t : netfold::proto::kAllDataTypes) caps->dtype_mask |= uint64_t{1} << static_cast<int>(t);

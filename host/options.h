@@ -64,6 +64,11 @@ struct ContextOptions {
   // rank's groups are spread over (docs/host.md, "Data planes"); 0 (the
   // default): all the fabric has, 1: plane 0 alone.
   uint32_t planes = 0;
+  // NETFOLD_CHANNELS (0..16): how many data planes one group's operations
+  // are spread over, chunk by chunk (docs/host.md, "Channels"); the job
+  // takes the largest any rank asks for, at most the fabric's planes. 0
+  // and 1 (the default): one.
+  uint32_t channels = 1;
   absl::Duration repair_after = absl::Milliseconds(20);
   // NETFOLD_ALGORITHM (docs/algorithms.md): auto (the fabric, else the
   // hosts; failover), innetwork (the fabric only), ring, bidir, tree,

@@ -265,6 +265,11 @@ int Up(int argc, char** argv) {
                  "netfold up: WARNING: PLAINTEXT (--plaintext): the control plane runs without "
                  "TLS; the fabric credential crosses loopback in clear (docs/security.md)\n");
   }
+  if (planes > 1) {
+    std::printf("\n(groups take the %d planes in turn; export NETFOLD_CHANNELS=%d to spread each "
+                "group's operations over them: docs/host.md, \"Channels\")\n",
+                planes, planes);
+  }
   std::printf("\n(stop it with: netfold down%s)\n",
               args.Has("state-dir") ? (" --state-dir " + o.state_dir).c_str() : "");
   return 0;
@@ -691,7 +696,9 @@ const std::vector<Command>& Commands() {
                   "--receive-queues N: each switch reads its port with N threads (opt-in;\n"
                   "docs/switch.md, \"Receive queues\")\n"
                   "--planes N: N data planes, each switch a thread per plane (the topology's\n"
-                  "planes:; docs/manager.md, \"Data planes\")\n"
+                  "planes:; docs/manager.md, \"Data planes\"); a job's groups take the planes\n"
+                  "in turn, and with NETFOLD_CHANNELS=N each group's operations are spread\n"
+                  "over N of them (docs/host.md, \"Channels\")\n"
                   "--plaintext: no TLS on the control plane (the credential crosses loopback\n"
                   "in clear; the default is TLS with a new CA per fabric)",
        .flags = {"plaintext"},

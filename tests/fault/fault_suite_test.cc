@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -392,34 +393,56 @@ std::pair<int, std::string> Cli(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-// Data planes (docs/host.md): a job's two groups are on two planes; one
-// plane's leaf is cut off (`netfold fault leaf0@1 down=1`, both ways, every
-// peer). Its group goes over to the hosts, the other stays on the fabric,
-// and no operation of either fails or is wrong.
-TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesOnlyItsGroupToTheHosts) {
+// Two groups of a job on a fabric of two data planes (docs/host.md), used
+// in turn (the planes_until scenario, with `env`); plane 1's leaf0 is cut
+// off mid-run (`netfold fault leaf0@1 down=1`, both ways, every peer).
+// The ranks' results; every operation must be exact.
+std::vector<RankResult> CutOffPlaneOnesLeafUnderTwoGroups(
+    std::map<std::string, std::string> env) {
   auto fabric = StartFabric(2, "", "", true, /*planes=*/2);
-  ASSERT_NE(fabric, nullptr);
+  if (fabric == nullptr) return {};
   const std::string m = " --state-dir " + fabric->state_dir();
   testing::ReleaseFlag release;
+  env["NETFOLD_TEST_RELEASE"] = release.path;
   // h0 on leaf0 and h1 on leaf1: each group's tree goes through its
   // plane's root.
-  Launch ranks(*fabric, 2, 0, {"planes_until"}, {{"NETFOLD_TEST_RELEASE", release.path}});
+  Launch ranks(*fabric, 2, 0, {"planes_until"}, env);
   const int not_streaming = ranks.WaitForEveryOutput("streaming", kSay);
-  ASSERT_EQ(not_streaming, -1) << ranks.output(not_streaming);
+  EXPECT_EQ(not_streaming, -1) << ranks.output(not_streaming);
   absl::SleepFor(absl::Milliseconds(500));
   auto [rc, out] = Cli("fault leaf0@1 down=1" + m);
-  ASSERT_EQ(rc, 0) << out;
-  // The plane's link fails within its 3 s without an ACK; the group moves.
+  EXPECT_EQ(rc, 0) << out;
+  // The plane's link fails within its 3 s without an ACK; the groups move.
   absl::SleepFor(absl::Seconds(6));
   release.Raise();
-  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+  std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
   testing::ExpectStreamExact(results, /*no_failover=*/false);
+  ExpectNoLeaks(*fabric);
+  return results;
+}
+
+// Each group on a plane of its own: the cut-off plane's group goes over to
+// the hosts, the other stays on the fabric.
+TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesOnlyItsGroupToTheHosts) {
+  const std::vector<RankResult> results = CutOffPlaneOnesLeafUnderTwoGroups({});
+  ASSERT_EQ(results.size(), 2u);
   for (size_t r = 0; r < results.size(); ++r) {
-    // One group of two went to the hosts; the other stayed on the fabric.
     EXPECT_NE(results[r].output.find("failovers=1,"), std::string::npos)
         << "rank " << r << ":\n" << results[r].output;
   }
-  ExpectNoLeaks(*fabric);
+}
+
+// Channels (NETFOLD_CHANNELS=2): both groups' operations run on both
+// planes, so both groups go over to the hosts, every operation completed
+// from what the two channels wrote of it.
+TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesEveryGroupWithAChannelThereToTheHosts) {
+  const std::vector<RankResult> results =
+      CutOffPlaneOnesLeafUnderTwoGroups({{"NETFOLD_CHANNELS", "2"}});
+  ASSERT_EQ(results.size(), 2u);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_NE(results[r].output.find("failovers=2,"), std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+  }
 }
 
 TEST(LinkFaultsAtRunTime, NetfoldFaultChangesALiveSwitchAndTheJobStaysExact) {

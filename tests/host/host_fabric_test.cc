@@ -520,5 +520,39 @@ TEST(HostFabric, GroupsTakeTheDataPlanesInTurn) {
   }
 }
 
+// Channels (docs/host.md): with NETFOLD_CHANNELS=2 on a fabric of two
+// planes, one group's operations go to both planes chunk by chunk: the
+// sweep exact on every type and length, both planes' switches carrying
+// the one group, and fp32 sums bitwise those of one channel.
+TEST(HostFabric, ChannelsSpreadOneGroupOverThePlanesAndKeepTheBits) {
+  auto fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
+  ASSERT_NE(fabric, nullptr);
+  std::string digests[2];
+  for (const char* channels : {"1", "2"}) {
+    SCOPED_TRACE(std::string("NETFOLD_CHANNELS=") + channels);
+    Launch ranks(*fabric, 4, 0, {"digest", "200"}, {{"NETFOLD_CHANNELS", channels}});
+    digests[std::string(channels) == "2"] = testing::AgreedDigest(ranks.Wait(absl::Minutes(3)));
+  }
+  EXPECT_FALSE(digests[0].empty());
+  EXPECT_EQ(digests[1], digests[0]) << "two channels changed the bits";
+
+  // A fresh fabric, so that each plane's packets are this job's.
+  fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 4, 0, {"sweep"}, {{"NETFOLD_CHANNELS", "2"}});
+  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+  ExpectAllOk(results);
+  for (const RankResult& r : results) {
+    EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
+                                                               << r.output;
+  }
+  const std::vector<std::string> names = fabric->switch_names();
+  const std::vector<std::string> admins = fabric->switch_admin_addresses();
+  ASSERT_EQ(names.size(), 6u);
+  for (size_t i = 0; i < names.size(); ++i) {
+    EXPECT_GT(SwitchCounters(*fabric, admins[i]).port().rx_packets(), 1000u) << names[i];
+  }
+}
+
 }  // namespace
 }  // namespace netfold

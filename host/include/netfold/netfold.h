@@ -169,7 +169,8 @@ int netfold_init(const netfold_init_spec_t* spec, netfold_context_t* ctx);
 int netfold_finalize(netfold_context_t ctx);
 
 typedef struct {
-  uint32_t num_slots;       /* K: operations in flight per group */
+  uint32_t num_slots;       /* K: chunks in flight per group (K of each of its
+                               channels: NETFOLD_CHANNELS) */
   uint32_t slot_bytes;      /* P: payload per slot (vectors are chunked to it) */
   uint32_t max_groups;      /* groups this job may hold at once */
   uint64_t dtype_mask;      /* bit d set: netfold_dtype_t d is supported */

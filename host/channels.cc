@@ -1,0 +1,147 @@
+#include "host/channels.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "proto/data_type.h"
+
+namespace netfold::host {
+
+Channels::Channels(std::vector<FabricChannel> channels) : channels_(std::move(channels)) {}
+
+absl::StatusOr<OpId> Channels::Start(const CollectiveArgs& args) {
+  Op op;
+  op.inner.reserve(channels_.size());
+  CollectiveArgs a = args;
+  if (channels_.size() > 1 && a.collective == proto::CollectiveType::kReduce &&
+      !a.blocks.empty() && (a.send == nullptr || a.send == a.recv) && a.count > 0 &&
+      a.recv != nullptr) {
+    // An in-place reduce-scatter: its block of the result lands over the
+    // input's first elements once the chunks holding them were sent, on
+    // one channel; another channel may land its results before sending
+    // those. The channels read a copy.
+    const auto* in = static_cast<const uint8_t*>(a.recv);
+    op.input.assign(in, in + a.count * proto::DataTypeSize(a.dtype));
+    a.send = op.input.data();
+  }
+  std::vector<OpId>& inner = op.inner;
+  for (FabricChannel& c : channels_) {
+    absl::StatusOr<OpId> id = c.engine->Start(a);
+    if (!id.ok()) {
+      // Arguments fail alike on every channel, so only the first can
+      // refuse them; a later one refuses because it failed, and the
+      // operation the earlier ones started must not run on without it.
+      if (!inner.empty()) {
+        Fail(id.status());
+        for (size_t i = 0; i < inner.size(); ++i) (void)channels_[i].engine->Finish(inner[i]);
+      }
+      return id.status();
+    }
+    inner.push_back(*id);
+  }
+  const OpId id = inner.front();
+  ops_[id] = std::move(op);
+  return id;
+}
+
+void Channels::FailTogether() {
+  const absl::Status& why = failure();
+  if (why.ok()) return;
+  for (FabricChannel& c : channels_) {
+    if (c.engine->failure().ok()) c.engine->Fail(why);
+  }
+}
+
+bool Channels::Done(OpId id) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return true;
+  FailTogether();
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    if (!channels_[i].engine->Done(it->second.inner[i])) return false;
+  }
+  return true;
+}
+
+bool Channels::Posted(OpId id) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return true;
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    if (!channels_[i].engine->Posted(it->second.inner[i])) return false;
+  }
+  return true;
+}
+
+absl::Status Channels::Finish(OpId id) {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
+  if (!Done(id)) {
+    return absl::FailedPreconditionError(absl::StrFormat("operation %d is still running", id));
+  }
+  absl::Status out;
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    absl::Status s = channels_[i].engine->Finish(it->second.inner[i]);
+    if (out.ok()) out = std::move(s);
+  }
+  ops_.erase(it);
+  return out;
+}
+
+std::optional<WrittenChunks> Channels::Written(OpId id) const {
+  auto it = ops_.find(id);
+  if (it == ops_.end()) return std::nullopt;
+  if (channels_.size() == 1) return channels_[0].engine->Written(it->second.inner[0]);
+  std::vector<WrittenChunks> parts;
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    std::optional<WrittenChunks> w = channels_[i].engine->Written(it->second.inner[i]);
+    if (!w.has_value()) return std::nullopt;
+    parts.push_back(*std::move(w));
+  }
+  return MergeWritten(parts);
+}
+
+void Channels::Fail(const absl::Status& why) {
+  for (FabricChannel& c : channels_) c.engine->Fail(why);
+}
+
+const absl::Status& Channels::failure() const {
+  for (const FabricChannel& c : channels_) {
+    if (!c.engine->failure().ok()) return c.engine->failure();
+  }
+  return channels_[0].engine->failure();
+}
+
+uint32_t Channels::window_slots() const {
+  uint32_t k = 0;
+  for (const FabricChannel& c : channels_) k += c.engine->params().num_slots;
+  return k;
+}
+
+GroupEngineStats Channels::stats() const {
+  GroupEngineStats out;
+  for (const FabricChannel& c : channels_) out += c.engine->stats();
+  const GroupEngineStats& first = channels_[0].engine->stats();
+  out.ops_started = first.ops_started;
+  out.ops_completed = first.ops_completed;
+  out.ops_failed = first.ops_failed;
+  return out;
+}
+
+WrittenChunks MergeWritten(const std::vector<WrittenChunks>& parts) {
+  WrittenChunks out;
+  if (parts.empty()) return out;
+  out.chunk_bytes = parts[0].chunk_bytes;
+  size_t end = 0;
+  for (const WrittenChunks& w : parts) end = std::max(end, w.End());
+  std::vector<bool> all(end, false);
+  for (const WrittenChunks& w : parts) {
+    for (size_t i = 0; i < end; ++i) {
+      if (w.Has(i)) all[i] = true;
+    }
+  }
+  while (out.first_missing < end && all[out.first_missing]) ++out.first_missing;
+  out.window.assign(all.begin() + static_cast<std::ptrdiff_t>(out.first_missing), all.end());
+  return out;
+}
+
+}  // namespace netfold::host
