@@ -8,15 +8,27 @@
 
 namespace netfold::host {
 
-Channels::Channels(std::vector<FabricChannel> channels) : channels_(std::move(channels)) {}
+Channels::Channels(std::vector<FabricChannel> channels) : channels_(std::move(channels)) {
+  if (channels_.size() > 1) {
+    for (FabricChannel& c : channels_) c.engine->SetGate(this);
+  }
+}
+
+bool Channels::MayPost(OpId op, size_t vector_chunk) const {
+  const size_t window = window_slots();
+  for (const FabricChannel& c : channels_) {
+    const std::optional<size_t> first = c.engine->FirstMissing(op);
+    if (first.has_value() && *first + window <= vector_chunk) return false;
+  }
+  return true;
+}
 
 absl::StatusOr<OpId> Channels::Start(const CollectiveArgs& args) {
   Op op;
   op.inner.reserve(channels_.size());
   CollectiveArgs a = args;
   if (channels_.size() > 1 && a.collective == proto::CollectiveType::kReduce &&
-      !a.blocks.empty() && (a.send == nullptr || a.send == a.recv) && a.count > 0 &&
-      a.recv != nullptr) {
+      !a.blocks.empty() && a.send == a.recv && a.count > 0 && a.recv != nullptr) {
     // An in-place reduce-scatter: its block of the result lands over the
     // input's first elements once the chunks holding them were sent, on
     // one channel; another channel may land its results before sending
@@ -33,10 +45,18 @@ absl::StatusOr<OpId> Channels::Start(const CollectiveArgs& args) {
       // refuse them; a later one refuses because it failed, and the
       // operation the earlier ones started must not run on without it.
       if (!inner.empty()) {
-        Fail(id.status());
+        Fail(c.engine->failure().ok() ? id.status() : c.engine->failure());
         for (size_t i = 0; i < inner.size(); ++i) (void)channels_[i].engine->Finish(inner[i]);
       }
       return id.status();
+    }
+    if (!inner.empty() && *id != inner.front()) {
+      // The channels start every operation together, so their ids agree
+      // (the gate names an operation by it); if not, this is a bug.
+      inner.push_back(*id);
+      Fail(absl::InternalError("the channels' operation ids differ"));
+      for (size_t i = 0; i < inner.size(); ++i) (void)channels_[i].engine->Finish(inner[i]);
+      return absl::InternalError("the channels' operation ids differ");
     }
     inner.push_back(*id);
   }
@@ -120,10 +140,15 @@ uint32_t Channels::window_slots() const {
 GroupEngineStats Channels::stats() const {
   GroupEngineStats out;
   for (const FabricChannel& c : channels_) out += c.engine->stats();
-  const GroupEngineStats& first = channels_[0].engine->stats();
-  out.ops_started = first.ops_started;
-  out.ops_completed = first.ops_completed;
-  out.ops_failed = first.ops_failed;
+  // An operation completed where every channel completed it, failed
+  // where one failed it.
+  out.ops_started = channels_[0].engine->stats().ops_started;
+  out.ops_completed = out.ops_started;
+  out.ops_failed = 0;
+  for (const FabricChannel& c : channels_) {
+    out.ops_completed = std::min(out.ops_completed, c.engine->stats().ops_completed);
+    out.ops_failed = std::max(out.ops_failed, c.engine->stats().ops_failed);
+  }
   return out;
 }
 

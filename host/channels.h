@@ -44,7 +44,7 @@ struct FabricChannel {
   std::unique_ptr<GroupEngine> engine;  // GroupParams::channel is its index here
 };
 
-class Channels {
+class Channels : private ChunkGate {
  public:
   // `channels` is not empty; channel i's engine is channel i of
   // channels.size().
@@ -72,16 +72,21 @@ class Channels {
   const FabricChannel& channel(size_t i) const { return channels_[i]; }
   GroupEngine& engine(size_t i) { return *channels_[i].engine; }
   // Chunks in flight for the whole group, at most: the channels' K
-  // together (the bound a failover's record needs, host/resync.h).
+  // together (the bound a failover's record needs, host/resync.h), and
+  // how far apart the chunks written of a result may be (ChunkGate).
   uint32_t window_slots() const;
   uint32_t slot_bytes() const { return channels_[0].engine->params().slot_bytes; }
-  // The engines' counters together; operations counted once (channel 0
-  // carries every operation).
+  // The engines' counters together; operations counted once: started on
+  // channel 0 (which carries every one), completed where every channel
+  // completed them, failed where one did.
   GroupEngineStats stats() const;
 
  private:
   // A channel failed: the others follow (a group fails over whole).
   void FailTogether();
+  // ChunkGate: chunk g may go once every channel has the results of its
+  // chunks up to g - window_slots().
+  bool MayPost(OpId op, size_t vector_chunk) const override;
 
   std::vector<FabricChannel> channels_;
   struct Op {

@@ -122,6 +122,47 @@ TEST_F(ChannelsTest, ChunksGoToTheChannelsInTurn) {
   EXPECT_EQ(ch.window_slots(), 4u) << "K of each channel";
 }
 
+// The channels keep in step: a channel posts chunk g only once every
+// channel has the results of its chunks up to g - N x K (here 4), so the
+// chunks written of a result are never more than N x K apart.
+TEST_F(ChannelsTest, NoChannelRunsAWindowAheadOfAnother) {
+  Channels ch = Make();
+  std::vector<int32_t> v(48, 1);  // 12 chunks, 6 per channel, K = 2 each
+  auto op = ch.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = v.data(),
+                      .recv = v.data(), .count = v.size()});
+  ASSERT_TRUE(op.ok());
+  ch.engine(0).Poll();
+  ch.engine(1).Poll();
+  ASSERT_EQ(leaves_[0].sent.size(), 2u);  // chunks 0, 2
+  ASSERT_EQ(leaves_[1].sent.size(), 2u);  // chunks 1, 3
+  Answer(ch.engine(1), 1, 0, {2, 2, 2, 2});
+  Answer(ch.engine(1), 1, 1, {2, 2, 2, 2});
+  ch.engine(1).Poll();
+  EXPECT_EQ(leaves_[1].sent.size(), 2u) << "chunk 5 waits: chunk 0 (channel 0's) has no result";
+  Answer(ch.engine(0), 0, 0, {2, 2, 2, 2});
+  ch.engine(1).Poll();
+  ASSERT_EQ(leaves_[1].sent.size(), 3u) << "chunk 5 may go once chunk 0 is in";
+  EXPECT_EQ(leaves_[1].Header(2).seq, 2u);
+  ch.engine(1).Poll();
+  EXPECT_EQ(leaves_[1].sent.size(), 3u) << "chunk 7 waits for chunk 2";
+  std::optional<WrittenChunks> w = ch.Written(*op);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_LE(w->window.size(), 4u);
+  // Every result in turn: the operation completes.
+  for (size_t guard = 0; !ch.Done(*op) && guard < 100; ++guard) {
+    for (size_t c = 0; c < kChannels; ++c) {
+      ch.engine(c).Poll();
+      for (size_t i = 0; i < leaves_[c].sent.size(); ++i) {
+        if (ch.engine(c).idle()) break;
+        Answer(ch.engine(c), c, i, {2, 2, 2, 2});
+      }
+    }
+  }
+  ASSERT_TRUE(ch.Done(*op));
+  EXPECT_TRUE(ch.Finish(*op).ok());
+  EXPECT_EQ(v, std::vector<int32_t>(48, 2));
+}
+
 // An operation of one chunk (and a barrier) is channel 0's alone: the
 // others are done with it at once and send nothing.
 TEST_F(ChannelsTest, AnOperationOfOneChunkIsTheFirstChannelsAlone) {

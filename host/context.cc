@@ -6,14 +6,15 @@
 
 #include "absl/random/random.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/str_format.h"
 #include "auth/fabric_credential.h"
 #include "auth/tls_files.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
+#include "netfold/netfold.h"
 #include "proto/control/plane_name.h"
 
 namespace netfold::host {
@@ -84,11 +85,12 @@ std::optional<algorithms::TreeSpec> FabricTree(const control::GroupInfo& info,
   return tree;
 }
 
-// Whether every group's tree has the first one's shape: the same nodes in
-// the same order, each with the same children (switch nodes by index,
-// ranks by world rank), so that a channel folds its chunks in the order
-// another would.
-bool SameTreeShape(const std::vector<control::GroupInfo>& infos) {
+// Whether every group can be a channel of the first one's: the same slots
+// (K, P, delivery), and a tree of the same shape (the same nodes in the
+// same order, each with the same children: switch nodes by index, ranks
+// by world rank), so that a channel cuts and folds its chunks as another
+// would.
+bool ChannelsAlike(const std::vector<control::GroupInfo>& infos) {
   auto shape = [](const control::GroupInfo& info) {
     std::vector<std::vector<int32_t>> nodes;
     for (const control::GroupNode& node : info.nodes()) {
@@ -96,9 +98,12 @@ bool SameTreeShape(const std::vector<control::GroupInfo>& infos) {
     }
     return nodes;
   };
-  const auto first = shape(infos.front());
-  return std::all_of(infos.begin(), infos.end(),
-                     [&](const control::GroupInfo& i) { return shape(i) == first; });
+  const control::GroupInfo& first = infos.front();
+  const auto first_shape = shape(first);
+  return std::all_of(infos.begin(), infos.end(), [&](const control::GroupInfo& i) {
+    return i.num_slots() == first.num_slots() && i.slot_bytes() == first.slot_bytes() &&
+           i.delivery() == first.delivery() && shape(i) == first_shape;
+  });
 }
 
 // The members' exchanges wait for other processes: outside the data path's
@@ -270,7 +275,11 @@ absl::Status Context::Join(Oob& world) {
   planes_ = std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes);
   // A NIC link is one QP: a rank on verbs keeps the groups it creates on
   // plane 0 (as a member, it sends them there by failing to attach).
-  channels_ = std::clamp<uint32_t>(channels_, 1, planes_);
+  // At most the fabric's planes, and at most as many as keep the chunks
+  // written of a result within the window the C API can describe
+  // (netfold_request_written; the channels' gate, host/channels.h).
+  channels_ = std::clamp<uint32_t>(
+      channels_, 1, std::min(planes_, std::max<uint32_t>(1, NETFOLD_WRITTEN_WINDOW / num_slots_)));
   usable_planes_ = !data_path_->soft()       ? 1
                    : options_.planes == 0    ? planes_
                                              : std::min(planes_, options_.planes);
@@ -450,6 +459,24 @@ void Context::OnEvent(const control::JobEvent& e) {
 
 void Context::Progress(absl::Duration timeout) { data_path_->Progress(timeout); }
 
+void Context::WhileWaiting(Group& waiting) {
+  if (groups_.size() < 2) return;
+  // Every few milliseconds of a wait: a failover is rare, and looking
+  // reads every member's host channel of every group.
+  constexpr int64_t kEveryNs = 5'000'000;
+  const int64_t now = DataPath::clock().NowNanos();
+  if (waiting_.empty() && now - followed_ns_ < kEveryNs) return;
+  followed_ns_ = now;
+  waiting_.push_back(&waiting);
+  // A copy: nothing below creates or destroys groups, but a group's
+  // failover runs the hosts' exchanges, and they call back here.
+  const std::vector<Group*> groups = groups_;
+  for (Group* g : groups) {
+    if (std::find(waiting_.begin(), waiting_.end(), g) == waiting_.end()) g->FollowFailover();
+  }
+  waiting_.pop_back();
+}
+
 absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
                                                            const std::vector<int>& world_ranks) {
   ProgressThread::Inside inside(*progress_);
@@ -493,7 +520,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     if (Channels* fabric = group->fabric(); fabric != nullptr) {
       for (size_t c = 0; c < fabric->size(); ++c) {
         data_path_->Route(static_cast<uint32_t>(fabric->channel(c).group_id), &fabric->engine(c),
-                          fabric->channel(c).plane);
+                          fabric->channel(c).plane, fabric->channel(c).multicast);
       }
     }
     groups_.push_back(group.get());
@@ -510,61 +537,78 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
 
   absl::StatusOr<std::vector<uint32_t>> planes = ChoosePlanes(group_oob);
   if (!planes.ok()) return planes.status();
-  absl::StatusOr<std::vector<control::GroupInfo>> infos =
-      RequestGroups(group_oob, world_ranks, *planes);
-  if (!infos.ok() && *planes != std::vector<uint32_t>{0}) {
-    // Every member has the same answer (RequestGroup broadcasts it), so
-    // all go to plane 0 together, on one channel.
+  // Every member takes the same path below: RequestGroup broadcasts rank
+  // 0's answer, and JoinFabricGroup agrees on its outcome. A group on
+  // channels or on a plane above 0 that cannot be had goes on plane 0,
+  // one channel, once.
+  const std::vector<uint32_t> plane_zero = {0};
+  for (;;) {
+    absl::StatusOr<std::vector<control::GroupInfo>> infos =
+        RequestGroups(group_oob, world_ranks, *planes);
+    if (!infos.ok()) {
+      if (*planes != plane_zero) {
+        if (group_oob.rank() == 0) {
+          NETFOLD_LOG(kWarning) << "data planes " << absl::StrJoin(*planes, ",")
+                                << " refused the group (" << infos.status().message()
+                                << "): it goes on plane 0";
+        }
+        *planes = plane_zero;
+        continue;
+      }
+      // The fabric cannot serve the group (no resources, a switch or the
+      // manager gone): the hosts can, unless the policy forbids it.
+      if (may_fall_back && HostsCanStandIn(infos.status())) {
+        return host_group(std::string(infos.status().message()));
+      }
+      return infos.status();
+    }
+    if (infos->size() > 1 && !ChannelsAlike(*infos)) {
+      // Channels fold their chunks in their own trees, in slots of their
+      // own: trees of another shape would fold elements in another order
+      // (the result would not be the bits one channel gives), and slots of
+      // another size would cut the vector elsewhere. One channel, then.
+      if (group_oob.rank() == 0) {
+        NETFOLD_LOG(kWarning) << "the data planes' groups differ in tree shape or slots: the "
+                                 "group runs on one channel (plane "
+                              << (*planes)[0] << ")";
+      }
+      ReleaseGroups(group_oob, {infos->begin() + 1, infos->end()});
+      infos->resize(1);
+      planes->resize(1);
+    }
+    absl::Status joined = absl::OkStatus();
+    for (size_t c = 0; c < infos->size() && joined.ok(); ++c) {
+      joined = JoinFabricGroup(group_oob, (*infos)[c], (*planes)[c], static_cast<uint32_t>(c),
+                               static_cast<uint32_t>(infos->size()), setup);
+    }
+    // The hosts stand by to take over if the fabric fails mid-job.
+    if (joined.ok() && may_fall_back) {
+      joined = AgreeOnStatus(group_oob, connect_hosts(FabricTree(infos->front(), world_ranks)));
+    }
+    if (joined.ok()) break;
+    LeaveFabricGroups(setup);
+    ReleaseGroups(group_oob, *infos);
+    if (*planes == plane_zero) return joined;
     if (group_oob.rank() == 0) {
       NETFOLD_LOG(kWarning) << "data planes " << absl::StrJoin(*planes, ",")
-                            << " refused the group (" << infos.status().message()
+                            << " cannot take the group (" << joined.message()
                             << "): it goes on plane 0";
     }
-    *planes = {0};
-    infos = RequestGroups(group_oob, world_ranks, *planes);
-  }
-  if (!infos.ok()) {
-    // The fabric cannot serve the group (no resources, a switch or the
-    // manager gone): the hosts can, unless the policy forbids it.
-    if (may_fall_back && HostsCanStandIn(infos.status())) {
-      return host_group(std::string(infos.status().message()));
-    }
-    return infos.status();
-  }
-  if (infos->size() > 1 && !SameTreeShape(*infos)) {
-    // Channels fold their chunks in their own trees: trees of another
-    // shape would fold elements in another order, and the result would
-    // not be the bits one channel gives. One channel, then.
-    if (group_oob.rank() == 0) {
-      NETFOLD_LOG(kWarning) << "the data planes' trees for the group differ in shape: it runs on "
-                               "one channel (plane "
-                            << (*planes)[0] << ")";
-      for (size_t c = 1; c < infos->size(); ++c) {
-        (void)ReleaseAtManager((*infos)[c].group_id(), /*fabric_failed=*/false);
-      }
-    }
-    infos->resize(1);
-    planes->resize(1);
-  }
-  for (size_t c = 0; c < infos->size(); ++c) {
-    absl::Status joined = JoinFabricGroup(group_oob, (*infos)[c], (*planes)[c],
-                                          static_cast<uint32_t>(c),
-                                          static_cast<uint32_t>(infos->size()), setup);
-    if (!joined.ok()) {
-      LeaveFabricGroups(setup);
-      return joined;
-    }
+    setup.host.reset();
+    *planes = plane_zero;
   }
   setup.group_id = setup.channels.front().group_id;
-  // The hosts stand by to take over if the fabric fails mid-job.
-  if (may_fall_back) {
-    absl::Status hosts = connect_hosts(FabricTree(infos->front(), world_ranks));
-    if (absl::Status all = AgreeOnStatus(group_oob, hosts); !all.ok()) {
-      LeaveFabricGroups(setup);
-      return all;
+  return adopt();
+}
+
+void Context::ReleaseGroups(Oob& group_oob, const std::vector<control::GroupInfo>& infos) {
+  if (group_oob.rank() != 0) return;
+  ProgressThread::Outside outside(*progress_);  // the manager may take its time
+  for (const control::GroupInfo& info : infos) {
+    if (absl::Status s = ReleaseAtManager(info.group_id(), /*fabric_failed=*/false); !s.ok()) {
+      NETFOLD_LOG(kInfo) << "releasing group " << info.group_id() << ": " << s;
     }
   }
-  return adopt();
 }
 
 void Context::LeaveFabricGroups(GroupSetup& setup) {
@@ -585,11 +629,7 @@ absl::StatusOr<std::vector<control::GroupInfo>> Context::RequestGroups(
       if (plane != 0 && absl::IsInvalidArgument(info.status())) {
         lost_planes_.fetch_or(1u << plane);
       }
-      if (group_oob.rank() == 0) {
-        for (const control::GroupInfo& granted : infos) {
-          (void)ReleaseAtManager(granted.group_id(), /*fabric_failed=*/false);
-        }
-      }
+      ReleaseGroups(group_oob, infos);
       return info.status();
     }
     infos.push_back(*std::move(info));

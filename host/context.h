@@ -116,6 +116,9 @@ class Context : private GroupOwner {
                                uint32_t channel, uint32_t channels, GroupSetup& setup);
   // Undoes JoinFabricGroup for every channel in `setup`.
   void LeaveFabricGroups(GroupSetup& setup);
+  // Group rank 0 releases `infos`' groups at the manager (outside the
+  // data path's lock); the others do nothing.
+  void ReleaseGroups(Oob& group_oob, const std::vector<control::GroupInfo>& infos);
   void OnEvent(const control::JobEvent& event);
   // False once the fabric failed under this rank (its leaf link failed, a
   // group of its was revoked or lost its switches, the manager detached the
@@ -130,6 +133,7 @@ class Context : private GroupOwner {
   void Forget(Group& group) override;
   int world_rank() const override { return options_.rank; }
   absl::Duration op_timeout() const override { return options_.timeout; }
+  void WhileWaiting(Group& waiting) override;
 
   ContextOptions options_;
   std::unique_ptr<ManagerClient> manager_;
@@ -157,6 +161,10 @@ class Context : private GroupOwner {
   std::atomic<bool> lost_fabric_{false};      // RANK_DETACHED or JOB_DESTROYED seen
   bool fabric_failed_ = false;                // a released group had failed
   std::vector<Group*> groups_;   // every live group, fabric or not
+  // WhileWaiting: the groups waiting on this thread, innermost last (a
+  // failover followed inside another's wait), and when it last looked.
+  std::vector<Group*> waiting_;
+  int64_t followed_ns_ = 0;
   GroupEngineStats retired_;     // stats of destroyed groups' engines
   uint64_t retired_host_ops_ = 0, retired_failovers_ = 0;
 };

@@ -47,10 +47,15 @@ absl::StatusOr<std::unique_ptr<DataPath>> DataPath::Create(const ContextOptions&
 
 size_t DataPath::Placer::PredictPlaces(const transport::Ipv4Endpoint& group,
                                        std::span<transport::ReceivePlace> out) {
-  (void)group;  // a group's results come to its own address; most jobs have one group busy
   if (!armed) return 0;
+  // The engines whose results come to `group` (a group with channels has
+  // one busy per channel, each on its own address); an engine routed
+  // without its address may be any.
   size_t n = 0;
-  for (auto& [id, routed] : path->engines_) n += routed.engine->PredictPlaces(out.subspan(n));
+  for (auto& [id, routed] : path->engines_) {
+    if (routed.multicast.has_value() && *routed.multicast != group) continue;
+    n += routed.engine->PredictPlaces(out.subspan(n));
+  }
   return n;
 }
 
@@ -175,8 +180,9 @@ absl::StatusOr<std::unique_ptr<LeafLink>> DataPath::CreateLeafLink(const Context
 #endif
 }
 
-void DataPath::Route(uint32_t group_id, GroupEngine* engine, uint32_t plane) {
-  engines_[group_id] = {engine, plane};
+void DataPath::Route(uint32_t group_id, GroupEngine* engine, uint32_t plane,
+                     std::optional<transport::Ipv4Endpoint> multicast) {
+  engines_[group_id] = {engine, plane, multicast};
   // Each engine keeps up to K requests in flight on its plane's link, and
   // the link's queue holds them until the switch acknowledges them.
   // Their results come back by multicast into the port's buffers.

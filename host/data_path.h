@@ -37,6 +37,7 @@
 #include "host/group_engine.h"
 #include "host/link/leaf_link.h"
 #include "host/options.h"
+#include "transport/ipv4_endpoint.h"
 #include "transport/impaired_port.h"
 #include "transport/roce_endpoint.h"
 
@@ -86,7 +87,10 @@ class DataPath {
 
   // Results for `group_id` go to `engine` (not owned) until Unroute; its
   // requests go up the link of `plane`, whose failure fails it.
-  void Route(uint32_t group_id, GroupEngine* engine, uint32_t plane = 0);
+  // `multicast`: the address its results come to, if any (the placed
+  // receives of a socket ask only the engines whose results come there).
+  void Route(uint32_t group_id, GroupEngine* engine, uint32_t plane = 0,
+             std::optional<transport::Ipv4Endpoint> multicast = std::nullopt);
   void Unroute(uint32_t group_id);
 
   // Fails the engine of `group_id` (every engine if nullopt) with `why` at
@@ -152,6 +156,7 @@ class DataPath {
   struct Routed {
     GroupEngine* engine = nullptr;
     uint32_t plane = 0;
+    std::optional<transport::Ipv4Endpoint> multicast;
   };
 
   DataPath() = default;

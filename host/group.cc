@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <utility>
 
@@ -152,16 +153,29 @@ void Group::Progress(absl::Duration timeout) {
     owner_->Progress(timeout);
     if (host_ != nullptr) {
       host_->Progress(absl::ZeroDuration());
-      // A member that failed over waits for this one in the hosts' resync:
-      // follow it now, not when this rank's own operation times out.
-      if (const std::optional<uint32_t> member = host_->MemberOnHosts(); member.has_value()) {
-        fabric_->Fail(WithErrorCode(
-            absl::UnavailableError(absl::StrFormat(
-                "group %d: member %d failed over to the hosts", group_id_, *member)),
-            NETFOLD_ERR_UNAVAILABLE));
-      }
+      FollowMembersOnHosts();
     }
   }
+  Settle();
+  FailOverIfTheFabricFailed();
+}
+
+void Group::FollowMembersOnHosts() {
+  // A member that failed over waits for this one in the hosts' resync:
+  // follow it now, not when this rank's own operation times out.
+  if (mode_ != Mode::kFabric || host_ == nullptr || !fabric_->failure().ok()) return;
+  if (const std::optional<uint32_t> member = host_->MemberOnHosts(); member.has_value()) {
+    fabric_->Fail(WithErrorCode(
+        absl::UnavailableError(absl::StrFormat("group %d: member %d failed over to the hosts",
+                                               group_id_, *member)),
+        NETFOLD_ERR_UNAVAILABLE));
+  }
+}
+
+void Group::FollowFailover() {
+  if (owner_ == nullptr || mode_ != Mode::kFabric || host_ == nullptr) return;
+  FollowMembersOnHosts();
+  if (fabric_->failure().ok()) return;
   Settle();
   FailOverIfTheFabricFailed();
 }
@@ -303,7 +317,8 @@ class Group::HostResyncExchange : public ResyncExchange {
                           .op = proto::ReduceOp::kMax,
                           .send = all->data(),
                           .recv = all->data(),
-                          .count = all->size()});
+                          .count = all->size()},
+                         Others());
   }
 
   // An OR over bytes to which only `from` contributes.
@@ -319,7 +334,8 @@ class Group::HostResyncExchange : public ResyncExchange {
                           .op = proto::ReduceOp::kBor,
                           .send = bytes.data(),
                           .recv = bytes.data(),
-                          .count = bytes.size()});
+                          .count = bytes.size()},
+                         Others());
   }
 
   absl::Status AllreduceAgain(const uint8_t* in, uint8_t* out, size_t bytes) override {
@@ -330,7 +346,8 @@ class Group::HostResyncExchange : public ResyncExchange {
                           .op = b.op,
                           .send = in,
                           .recv = out,
-                          .count = bytes / proto::DataTypeSize(b.dtype)});
+                          .count = bytes / proto::DataTypeSize(b.dtype)},
+                         Others());
   }
 
   absl::Status ReduceAgain(bool behind, size_t from) override {
@@ -373,10 +390,18 @@ class Group::HostResyncExchange : public ResyncExchange {
     a.count = input.size() / element;
     if (a.recv != nullptr) a.recv = static_cast<uint8_t*>(a.recv) + from;
     a.send = input.data();
-    return g_.host_->Run(a);
+    return g_.host_->Run(a, Others());
   }
 
  private:
+  // While an exchange waits: the owner's other groups follow their
+  // failovers (GroupOwner::WhileWaiting).
+  std::function<void()> Others() {
+    return [this] {
+      if (g_.owner_ != nullptr) g_.owner_->WhileWaiting(g_);
+    };
+  }
+
   Group& g_;
   Pending* behind_;  // the first unsettled operation, if any
 };
@@ -491,6 +516,7 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
       break;
     }
     Progress(absl::Milliseconds(10));
+    if (!it->second.outcome && owner_ != nullptr) owner_->WhileWaiting(*this);
     if (!it->second.outcome && owner_ != nullptr && owner_->progress().OthersWaiting()) {
       // Another thread of the application (MPI_THREAD_MULTIPLE) waits to
       // start or finish an operation of another group: let it in. Its

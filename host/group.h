@@ -57,6 +57,12 @@ class GroupOwner {
   virtual void Forget(Group& group) = 0;
   virtual int world_rank() const = 0;
   virtual absl::Duration op_timeout() const = 0;
+  // `waiting` waits (for an operation, or in its failover's exchanges):
+  // the owner's other groups follow a failover their members started
+  // (Group::FollowFailover), since those members may wait for this one
+  // there before they come to `waiting`'s operation. Cheap when nothing
+  // failed.
+  virtual void WhileWaiting(Group& waiting) { (void)waiting; }
 };
 
 // How a context sets a group up (Context::CreateGroup).
@@ -110,6 +116,13 @@ class Group {
   // Collective over the members: waits for the released reduces, then
   // releases the group at the manager.
   absl::Status Destroy(Oob& group_oob);
+  // Called by the owner while another of its groups waits
+  // (GroupOwner::WhileWaiting): if the fabric failed under this group, or
+  // a member went over to the hosts, this one follows now (Failover)
+  // rather than when the application next calls it: a member blocked in
+  // this group's failover would otherwise wait for this rank, which waits
+  // for it in another group's operation.
+  void FollowFailover();
   // The owner is going (a context finalized before its groups): releases
   // the host algorithms' queue pairs while the owner's endpoint still
   // exists; every later call fails with FailedPrecondition.
@@ -169,6 +182,9 @@ class Group {
   class HostResyncExchange;
 
   void Progress(absl::Duration timeout);
+  // On the fabric with a host fallback: a member that went over to the
+  // hosts fails the fabric here too, so that this one follows.
+  void FollowMembersOnHosts();
   // Whether operation `p` may be released now (posted, on the fabric, and
   // room among the detached).
   bool CanDetach(const Pending& p) const;

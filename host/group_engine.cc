@@ -59,6 +59,10 @@ struct GroupEngine::Op {
   size_t vector_chunks = 1;  // the whole vector's
   size_t chunks_posted = 0;
   size_t chunks_done = 0;
+  // With a gate (channels): which chunks have their result, and the first
+  // that has not (FirstMissing).
+  std::vector<bool> landed;
+  size_t first_missing = 0;
   // Blocked operations (CollectiveArgs::blocks): each block's first chunk
   // and first element, and this rank's block.
   std::vector<size_t> block_first_chunk;
@@ -188,7 +192,7 @@ GroupEngine::ChunkSpan GroupEngine::Locate(const Op& op, size_t chunk) const {
   const CollectiveArgs& a = op.args;
   ChunkSpan c{.root = a.root};
   if (a.count == 0) return c;
-  chunk = chunk * std::max<uint32_t>(params_.channels, 1) + params_.channel;
+  chunk = VectorChunk(chunk);
   const size_t per_chunk = ElementsPerChunk(op);
   // The chunk's block: the whole vector, or the last block starting at or
   // before it (empty blocks start where the next one does).
@@ -398,6 +402,7 @@ bool GroupEngine::PostNextChunk(std::optional<int64_t>& now_ns) {
   // K long, and room reaches K once every result is in: no deadlock).
   const size_t run = RunLength(op, chunk);
   if (next_seq_ + run > low_seq_ + params_.num_slots) return false;
+  if (gate_ != nullptr && !gate_->MayPost(op.id, VectorChunk(chunk + run - 1))) return false;
   std::optional<Request> request = BuildRequest(op, chunk, seq, AggregationMessageType::kRequest,
                                                 static_cast<uint32_t>(run - 1));
   if (!request.has_value()) {
@@ -549,6 +554,11 @@ void GroupEngine::CompleteChunk(InFlight& slot, const AggregationHeader& h,
     }
   }
   ++stats_.results_received;
+  if (gate_ != nullptr) {
+    if (op.landed.size() != op.num_chunks) op.landed.assign(op.num_chunks, false);
+    op.landed[slot.chunk] = true;
+    while (op.first_missing < op.num_chunks && op.landed[op.first_missing]) ++op.first_missing;
+  }
   slot.used = false;
   slot.op = nullptr;
   while (low_seq_ < next_seq_ && !window_[low_seq_ % window_.size()].used) ++low_seq_;
@@ -744,6 +754,14 @@ bool GroupEngine::Posted(OpId id) {
   return true;
 }
 
+std::optional<size_t> GroupEngine::FirstMissing(OpId id) const {
+  auto it = ops_.find(id);
+  if (it == ops_.end() || it->second->done) return std::nullopt;
+  const Op& op = *it->second;
+  if (op.first_missing >= op.num_chunks) return std::nullopt;
+  return VectorChunk(op.first_missing);
+}
+
 bool GroupEngine::Done(OpId id) const {
   auto it = ops_.find(id);
   return it == ops_.end() || it->second->done;
@@ -769,7 +787,7 @@ std::optional<WrittenChunks> GroupEngine::Written(OpId id) const {
   // channels-th from its own.
   std::vector<bool> done(op.args.count > 0 ? op.vector_chunks : 0, false);
   for (size_t i = 0; i < op.written.size(); ++i) {
-    if (op.written[i]) done[i * std::max<uint32_t>(params_.channels, 1) + params_.channel] = true;
+    if (op.written[i]) done[VectorChunk(i)] = true;
   }
   while (w.first_missing < done.size() && done[w.first_missing]) ++w.first_missing;
   size_t end = done.size();

@@ -137,6 +137,18 @@ struct CollectiveArgs {
 
 using OpId = uint64_t;
 
+// Channels (GroupParams::channels) keep their chunks of an operation
+// within one window of the vector: a channel posts the vector's chunk g
+// only when the gate allows it (host/channels.h: when every channel has
+// the results of its chunks up to g - N x K). So the chunks written of a
+// result are never more than N x K apart, as with one engine K apart
+// (WrittenChunks, netfold_request_written).
+class ChunkGate {
+ public:
+  virtual ~ChunkGate() = default;
+  virtual bool MayPost(OpId op, size_t vector_chunk) const = 0;
+};
+
 struct GroupEngineStats {
   uint64_t ops_started = 0;
   uint64_t ops_completed = 0;
@@ -228,6 +240,13 @@ class GroupEngine {
   // channel marks only its own); nullopt for an unknown operation or
   // another kind (a blocked one too).
   std::optional<WrittenChunks> Written(OpId id) const;
+
+  // Channels: the gate every post asks first (not owned; null: none).
+  void SetGate(const ChunkGate* gate) { gate_ = gate; }
+  // The operation's first chunk without a result on this channel, in the
+  // vector's numbering; nullopt once every chunk of it here has one (or
+  // for an unknown or finished operation).
+  std::optional<size_t> FirstMissing(OpId id) const;
 
   // Fails every pending operation with `why` and refuses new ones.
   void Fail(absl::Status why);
@@ -321,8 +340,14 @@ class GroupEngine {
   // Lays a blocked operation out in chunks (CollectiveArgs::blocks).
   absl::Status LayOutBlocks(Op& op) const;
 
+  // The vector's chunk of this channel's chunk `chunk`.
+  size_t VectorChunk(size_t chunk) const {
+    return chunk * std::max<uint32_t>(params_.channels, 1) + params_.channel;
+  }
+
   GroupParams params_;
   RequestSender* sender_;
+  const ChunkGate* gate_ = nullptr;
   const Clock& clock_;
   absl::Status failure_;
   OpId next_op_id_ = 1;

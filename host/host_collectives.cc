@@ -168,11 +168,15 @@ absl::Status HostCollectives::LayOutBlocks(const CollectiveArgs& args, Op& op,
 
 void HostCollectives::Progress(absl::Duration timeout) { engine_->Progress(timeout); }
 
-absl::Status HostCollectives::Run(const CollectiveArgs& args) {
+absl::Status HostCollectives::Run(const CollectiveArgs& args,
+                                  const std::function<void()>& while_waiting) {
   NETFOLD_ASSIGN_OR_RETURN(OpId id, Start(args));
   // The engine's deadline ends the operation; this guard only catches a bug.
   Deadline guard(ProcessAwakeClock(), options_.op_timeout + absl::Seconds(5));
-  while (!Done(id) && !guard.Expired()) Progress(absl::Milliseconds(5));
+  while (!Done(id) && !guard.Expired()) {
+    Progress(absl::Milliseconds(5));
+    if (while_waiting && !Done(id)) while_waiting();
+  }
   if (!Done(id)) {
     ops_.erase(id);
     return absl::DeadlineExceededError("a host-side collective did not finish in time");

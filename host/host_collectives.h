@@ -21,6 +21,7 @@
 #define NETFOLD_HOST_HOST_COLLECTIVES_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -61,8 +62,10 @@ class HostCollectives {
   bool Done(OpId id) const;
   // The outcome once Done; the operation is forgotten.
   absl::Status Finish(OpId id);
-  // Start + Progress until done + Finish, for the failover's own exchanges.
-  absl::Status Run(const CollectiveArgs& args);
+  // Start + Progress until done + Finish, for the failover's own exchanges;
+  // `while_waiting`, if given, is called between moves (Group: other
+  // groups' failovers this member's peers may wait for).
+  absl::Status Run(const CollectiveArgs& args, const std::function<void()>& while_waiting = {});
 
   // Moves messages, waiting at most `timeout` (zero: never waits).
   void Progress(absl::Duration timeout);

@@ -248,8 +248,9 @@ struct ResyncCounts {
 // Resync, step 2: every member is in the same allreduce and knows which of
 // its chunks the fabric wrote. A chunk written anywhere was posted by every
 // member; a member posts chunk c only after the results of every chunk up to
-// c - K reached it, so every chunk written anywhere lies below lo + K, lo the
-// smallest first_missing, and every member has the chunks below lo. The
+// c - K reached it (c - N x K with N channels: host/channels.h), so every
+// chunk written anywhere lies below lo + K (lo + N x K), lo the smallest
+// first_missing, and every member has the chunks below lo. The
 // members OR together, for each chunk of [lo, hi) (hi: one past the last
 // chunk written anywhere), a bit saying it was written and its bytes from
 // those that have it (the same bits at each: the fabric's result is one);

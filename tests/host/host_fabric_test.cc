@@ -370,11 +370,14 @@ TEST(HostFabric, SixtyFourMebibyteVector) {
   ExpectAllOk(ranks.Wait(absl::Minutes(5)));
 }
 
-// The count after "placed=" in a rank's last line; -1 if missing.
-long PlacedCount(const std::string& output) {
-  const size_t at = output.rfind("placed=");
-  return at == std::string::npos ? -1 : std::strtol(output.c_str() + at + 7, nullptr, 10);
+// The count after `name` ("placed=", "missed=") in a rank's last line; -1
+// if missing.
+long CountAfter(const std::string& output, const std::string& name) {
+  const size_t at = output.rfind(name);
+  return at == std::string::npos ? -1
+                                 : std::strtol(output.c_str() + at + name.size(), nullptr, 10);
 }
+long PlacedCount(const std::string& output) { return CountAfter(output, "placed="); }
 
 // Multicast results go straight into the caller's buffer by default
 // (docs/host.md): exact, the input untouched, on every rank; and the same
@@ -551,6 +554,15 @@ TEST(HostFabric, ChannelsSpreadOneGroupOverThePlanesAndKeepTheBits) {
   ASSERT_EQ(names.size(), 6u);
   for (size_t i = 0; i < names.size(); ++i) {
     EXPECT_GT(SwitchCounters(*fabric, admins[i]).port().rx_packets(), 1000u) << names[i];
+  }
+  // Results straight into the caller's buffer: each channel's socket is
+  // offered the places of its own channel's chunks, so most land there.
+  Launch placed(*fabric, 4, 0, {"placed"}, {{"NETFOLD_CHANNELS", "2"}});
+  const std::vector<RankResult> placed_results = placed.Wait(absl::Minutes(3));
+  ExpectAllOk(placed_results);
+  for (const RankResult& r : placed_results) {
+    // (Offered every channel's places, half of them missed.)
+    EXPECT_GT(PlacedCount(r.output), 10 * CountAfter(r.output, "missed=")) << r.output;
   }
 }
 

@@ -316,8 +316,9 @@ typedef struct {
  * fabric (every chunk, if it succeeded). INVALID_ARGUMENT for a request not
  * completed, of another kind, or whose chunks are not known (it ran on the
  * hosts, or never settled on the fabric); NOT_SUPPORTED if a chunk beyond
- * first_missing + NETFOLD_WRITTEN_WINDOW was written (never within the
- * manager's limit of K <= 256 slots: chunks are written at most K apart). */
+ * first_missing + NETFOLD_WRITTEN_WINDOW was written (never: chunks are
+ * written at most K x channels apart, K <= 256 by the manager's limit, and
+ * the library takes no more channels than keep that within the window). */
 int netfold_request_written(netfold_request_t request, netfold_written_t* written);
 
 /* Reduces on this process with the fabric's own arithmetic (deterministic,
