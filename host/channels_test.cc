@@ -139,6 +139,9 @@ TEST_F(ChannelsTest, NoChannelRunsAWindowAheadOfAnother) {
   Answer(ch.engine(1), 1, 1, {2, 2, 2, 2});
   ch.engine(1).Poll();
   EXPECT_EQ(leaves_[1].sent.size(), 2u) << "chunk 5 waits: chunk 0 (channel 0's) has no result";
+  ASSERT_TRUE(ch.engine(1).NextTimerNs().has_value());
+  EXPECT_GT(*ch.engine(1).NextTimerNs(), clock_.NowNanos())
+      << "a chunk the gate holds is no work for now: the wait would spin";
   Answer(ch.engine(0), 0, 0, {2, 2, 2, 2});
   ch.engine(1).Poll();
   ASSERT_EQ(leaves_[1].sent.size(), 3u) << "chunk 5 may go once chunk 0 is in";

@@ -727,10 +727,16 @@ std::optional<int64_t> GroupEngine::NextTimerNs() const {
   if (!failure_.ok()) return std::nullopt;
   const int64_t now = clock_.NowNanos();
   if (pending_request_.has_value()) return now;
-  if (!queue_.empty() &&
-      next_seq_ + RunLength(*queue_.front(), queue_.front()->chunks_posted) <=
-          low_seq_ + params_.num_slots) {
-    return now;
+  if (!queue_.empty()) {
+    // A chunk the window has room for goes now, unless the channels' gate
+    // holds it: then a result of another channel opens it, and that
+    // result's arrival ends the wait (returning now here spun the wait).
+    const Op& op = *queue_.front();
+    const size_t run = RunLength(op, op.chunks_posted);
+    if (next_seq_ + run <= low_seq_ + params_.num_slots &&
+        (gate_ == nullptr || gate_->MayPost(op.id, VectorChunk(op.chunks_posted + run - 1)))) {
+      return now;
+    }
   }
   std::optional<int64_t> next;
   auto consider = [&](int64_t t) { next = next ? std::min(*next, t) : t; };

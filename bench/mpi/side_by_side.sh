@@ -10,8 +10,9 @@
 # Prints one line per job: "job N SIZE avg_us p50_us". BUILD_DIR (default
 # build/) names the build whose netfold and libnetfold_mpi.so run;
 # MPI_LIB overrides the interposer (another build's, for an A/B).
+# NETFOLD_CHANNELS, if set, reaches the ranks (docs/host.md, "Channels").
 # THREADS=1: also the CPU each thread of the switches' processes took over
-# 3 s from the middle of the run ("thread TID ticks", 100 ticks a second;
+# 3 s from the middle of the run ("thread TID:NAME ticks", 100 ticks a second;
 # each data plane is a thread), for SECONDS of at least 8.
 set -u
 here=$(cd "$(dirname "$0")/../.." && pwd)
@@ -46,16 +47,17 @@ eval "$(grep '^export' "$state/up.out")"
 for j in $(seq "$jobs"); do
   timeout $((secs + 120)) mpirun --allow-run-as-root --oversubscribe -np "$np" \
     -x NETFOLD_MANAGER -x NETFOLD_CREDENTIAL_FILE -x NETFOLD_TLS_CA \
-    -x LD_PRELOAD="$lib" -x NETFOLD_MPI_ENABLE=1 \
+    -x LD_PRELOAD="$lib" -x NETFOLD_MPI_ENABLE=1 ${NETFOLD_CHANNELS:+-x NETFOLD_CHANNELS} \
     "$build/bench/mpi/collective_bench" "$op" "$size" "$secs" >"$state/job$j.out" 2>&1 &
   pids+=($!)
 done
 if [ "${THREADS:-0}" = 1 ]; then
   sleep $((secs / 2))
-  ticks() {  # TID utime+stime of every thread of every switch process
+  ticks() {  # TID:name utime+stime of every thread of every switch process
     for pid in $(pgrep -f "$build/switch/netfold-switchd"); do
       for t in /proc/"$pid"/task/*; do
-        awk -v t="$(basename "$t")" '{ print t, $14 + $15 }' "$t/stat" 2>/dev/null
+        awk -v t="$(basename "$t"):$(tr -d ' ' <"$t/comm" 2>/dev/null)" \
+          '{ print t, $14 + $15 }' "$t/stat" 2>/dev/null
       done
     done | sort
   }
