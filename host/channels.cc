@@ -15,6 +15,10 @@ Channels::Channels(std::vector<FabricChannel> channels) : channels_(std::move(ch
 }
 
 bool Channels::MayPost(OpId op, size_t vector_chunk) const {
+  // A failed channel's operations are over, its chunks no longer missing:
+  // the others stop too (FailTogether follows) rather than run ahead of
+  // what it wrote.
+  if (!failure().ok()) return false;
   const size_t window = window_slots();
   for (const FabricChannel& c : channels_) {
     const std::optional<size_t> first = c.engine->FirstMissing(op);

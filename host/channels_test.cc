@@ -282,15 +282,20 @@ TEST_F(ChannelsTest, AnInPlaceReduceScatterSendsItsInputNotAnotherChannelsResult
 // operation's outcome is the failure.
 TEST_F(ChannelsTest, OneChannelFailingFailsThemAll) {
   Channels ch = Make();
-  std::vector<int32_t> v(16, 1);  // 4 chunks, 2 per channel
+  std::vector<int32_t> v(32, 1);  // 8 chunks, 4 per channel
   auto op = ch.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = v.data(),
                       .recv = v.data(), .count = v.size()});
   ASSERT_TRUE(op.ok());
   ch.engine(0).Poll();
   ch.engine(1).Poll();
   EXPECT_TRUE(ch.failure().ok());
+  // The data path fails one channel's engine (its plane's link); until the
+  // group looks, the other must not run ahead of what the failed one wrote.
   ch.engine(1).Fail(absl::UnavailableError("plane 1 lost its leaf"));
   EXPECT_TRUE(absl::IsUnavailable(ch.failure()));
+  Answer(ch.engine(0), 0, 0, {2, 2, 2, 2});
+  ch.engine(0).Poll();
+  EXPECT_EQ(leaves_[0].sent.size(), 2u) << "chunk 4 went out past a failed channel";
   ASSERT_TRUE(ch.Done(*op)) << "channel 0 is failed with it, not waited for";
   EXPECT_TRUE(absl::IsUnavailable(ch.engine(0).failure()));
   EXPECT_TRUE(absl::IsUnavailable(ch.Finish(*op)));

@@ -459,22 +459,26 @@ void Context::OnEvent(const control::JobEvent& e) {
 
 void Context::Progress(absl::Duration timeout) { data_path_->Progress(timeout); }
 
-void Context::WhileWaiting(Group& waiting) {
+void Context::WhileWaiting() {
+  // Every group follows, the waiting one too (as its own Progress would).
   if (groups_.size() < 2) return;
   // Every few milliseconds of a wait: a failover is rare, and looking
-  // reads every member's host channel of every group.
+  // reads every member's host channel of every group. Inside a followed
+  // failover's exchanges, every time: the members there may wait for this
+  // rank in yet another group.
   constexpr int64_t kEveryNs = 5'000'000;
   const int64_t now = DataPath::clock().NowNanos();
-  if (waiting_.empty() && now - followed_ns_ < kEveryNs) return;
+  if (following_ == 0 && now - followed_ns_ < kEveryNs) return;
   followed_ns_ = now;
-  waiting_.push_back(&waiting);
-  // A copy: nothing below creates or destroys groups, but a group's
-  // failover runs the hosts' exchanges, and they call back here.
+  // A copy: nothing below creates or destroys groups (that takes the lock
+  // this thread holds), but a group's failover runs the hosts' exchanges,
+  // and they call back here. A group in its failover is on the hosts
+  // already, so following it again does nothing: at most one nested
+  // failover per group.
+  ++following_;
   const std::vector<Group*> groups = groups_;
-  for (Group* g : groups) {
-    if (std::find(waiting_.begin(), waiting_.end(), g) == waiting_.end()) g->FollowFailover();
-  }
-  waiting_.pop_back();
+  for (Group* g : groups) g->FollowFailover();
+  --following_;
 }
 
 absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,

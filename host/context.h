@@ -133,7 +133,7 @@ class Context : private GroupOwner {
   void Forget(Group& group) override;
   int world_rank() const override { return options_.rank; }
   absl::Duration op_timeout() const override { return options_.timeout; }
-  void WhileWaiting(Group& waiting) override;
+  void WhileWaiting() override;
 
   ContextOptions options_;
   std::unique_ptr<ManagerClient> manager_;
@@ -161,9 +161,9 @@ class Context : private GroupOwner {
   std::atomic<bool> lost_fabric_{false};      // RANK_DETACHED or JOB_DESTROYED seen
   bool fabric_failed_ = false;                // a released group had failed
   std::vector<Group*> groups_;   // every live group, fabric or not
-  // WhileWaiting: the groups waiting on this thread, innermost last (a
-  // failover followed inside another's wait), and when it last looked.
-  std::vector<Group*> waiting_;
+  // WhileWaiting: how deep in followed failovers this (locked) thread is,
+  // and when it last looked.
+  int following_ = 0;
   int64_t followed_ns_ = 0;
   GroupEngineStats retired_;     // stats of destroyed groups' engines
   uint64_t retired_host_ops_ = 0, retired_failovers_ = 0;

@@ -45,10 +45,12 @@ constexpr size_t kMaxDetachedBytes = size_t{64} << 20;
 
 Group::~Group() {
   if (owner_ == nullptr) return;
+  // Under the data path's lock: the owner's list of groups is read under
+  // it (statistics, WhileWaiting) by other threads.
+  ProgressThread::Inside inside(owner_->progress());
   if (fabric_ != nullptr) {
     // Operations still pending (a group dropped without Destroy): the link
     // must stop reading their buffers, which the caller may free now.
-    ProgressThread::Inside inside(owner_->progress());
     fabric_->Fail(
         WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
   }
@@ -173,7 +175,9 @@ void Group::FollowMembersOnHosts() {
 }
 
 void Group::FollowFailover() {
-  if (owner_ == nullptr || mode_ != Mode::kFabric || host_ == nullptr) return;
+  // Not a group on its way out: its members are in Destroy's barriers,
+  // not in a failover (its own Destroy ends its operations).
+  if (owner_ == nullptr || destroyed_ || mode_ != Mode::kFabric || host_ == nullptr) return;
   FollowMembersOnHosts();
   if (fabric_->failure().ok()) return;
   Settle();
@@ -398,7 +402,7 @@ class Group::HostResyncExchange : public ResyncExchange {
   // failovers (GroupOwner::WhileWaiting).
   std::function<void()> Others() {
     return [this] {
-      if (g_.owner_ != nullptr) g_.owner_->WhileWaiting(g_);
+      if (g_.owner_ != nullptr) g_.owner_->WhileWaiting();
     };
   }
 
@@ -445,12 +449,17 @@ absl::StatusOr<bool> Group::Resync() {
 }
 
 bool Group::Test(OpId id) {
+  // Under the lock from the first look: another group's wait may settle
+  // this one's operations (FollowFailover).
+  std::optional<ProgressThread::Inside> inside;
+  if (owner_ != nullptr) inside.emplace(owner_->progress());
   auto it = ops_.find(id);
   if (it == ops_.end()) return true;
   if (!it->second.outcome && owner_ != nullptr) {
-    ProgressThread::Inside inside(owner_->progress());
     Progress(absl::ZeroDuration());
     if (!it->second.outcome && CanDetach(it->second)) return true;  // Wait releases it
+    // A caller polling with Test waits too (GroupOwner::WhileWaiting).
+    if (!it->second.outcome) owner_->WhileWaiting();
   }
   return it->second.outcome.has_value();
 }
@@ -487,6 +496,10 @@ void Group::DrainDetached() {
 }
 
 absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
+  // Under the lock from the first look: another group's wait may settle
+  // this one's operations (FollowFailover).
+  std::optional<ProgressThread::Inside> inside;
+  if (owner_ != nullptr) inside.emplace(owner_->progress());
   auto it = ops_.find(id);
   if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
   if (owner_ == nullptr && !it->second.outcome) {
@@ -495,8 +508,6 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
   // The engines enforce the operation's deadline; this one only guards
   // against a bug leaving an operation forever pending (a failover may add
   // a second deadline).
-  std::optional<ProgressThread::Inside> inside;
-  if (!it->second.outcome) inside.emplace(owner_->progress());
   const absl::Duration op_timeout = owner_ != nullptr ? owner_->op_timeout() : absl::ZeroDuration();
   Deadline guard(ProcessAwakeClock(), 2 * op_timeout + absl::Seconds(5));
   while (!it->second.outcome) {
@@ -516,7 +527,7 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
       break;
     }
     Progress(absl::Milliseconds(10));
-    if (!it->second.outcome && owner_ != nullptr) owner_->WhileWaiting(*this);
+    if (!it->second.outcome && owner_ != nullptr) owner_->WhileWaiting();
     if (!it->second.outcome && owner_ != nullptr && owner_->progress().OthersWaiting()) {
       // Another thread of the application (MPI_THREAD_MULTIPLE) waits to
       // start or finish an operation of another group: let it in. Its
@@ -536,10 +547,17 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
 }
 
 absl::Status Group::Destroy(Oob& group_oob) {
-  if (destroyed_ || owner_ == nullptr) return absl::OkStatus();
-  destroyed_ = true;
-  DrainDetached();
-  absl::Status deferred = TakeDeferred();
+  if (owner_ == nullptr) return absl::OkStatus();
+  absl::Status deferred;
+  {
+    // Under the lock: another group's wait reads destroyed_ and may settle
+    // this one's operations (FollowFailover).
+    ProgressThread::Inside inside(owner_->progress());
+    if (destroyed_) return absl::OkStatus();
+    destroyed_ = true;
+    DrainDetached();
+    deferred = TakeDeferred();
+  }
   // On the fabric, a barrier of the group first, an operation like any
   // other: a member still in its last operation when the fabric fails finds
   // this one in the failover's resync (with that operation's result), not

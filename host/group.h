@@ -57,12 +57,12 @@ class GroupOwner {
   virtual void Forget(Group& group) = 0;
   virtual int world_rank() const = 0;
   virtual absl::Duration op_timeout() const = 0;
-  // `waiting` waits (for an operation, or in its failover's exchanges):
-  // the owner's other groups follow a failover their members started
-  // (Group::FollowFailover), since those members may wait for this one
-  // there before they come to `waiting`'s operation. Cheap when nothing
-  // failed.
-  virtual void WhileWaiting(Group& waiting) { (void)waiting; }
+  // A group waits (for an operation, in Wait or Test, or in its
+  // failover's exchanges): the owner's groups follow a failover their
+  // members started (Group::FollowFailover), since those members may wait
+  // for this rank there before they come to the operation it waits for.
+  // Cheap when nothing failed.
+  virtual void WhileWaiting() {}
 };
 
 // How a context sets a group up (Context::CreateGroup).
@@ -116,7 +116,7 @@ class Group {
   // Collective over the members: waits for the released reduces, then
   // releases the group at the manager.
   absl::Status Destroy(Oob& group_oob);
-  // Called by the owner while another of its groups waits
+  // Called by the owner while one of its groups waits
   // (GroupOwner::WhileWaiting): if the fabric failed under this group, or
   // a member went over to the hosts, this one follows now (Failover)
   // rather than when the application next calls it: a member blocked in
