@@ -78,6 +78,12 @@ TEST(CApi, BadEnvironmentIsAClearError) {
   EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_RELEASED_REDUCES"), std::string::npos);
   unsetenv("NETFOLD_RELEASED_REDUCES");
+  for (const char* bad : {"two", "-1", "17"}) {
+    setenv("NETFOLD_CHANNELS", bad, 1);
+    EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_CHANNELS"), std::string::npos);
+  }
+  unsetenv("NETFOLD_CHANNELS");
   for (const char* bad : {"fast", "-1", "1000001"}) {
     setenv("NETFOLD_POLL_US", bad, 1);
     EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT) << bad;
