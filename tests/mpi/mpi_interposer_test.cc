@@ -152,9 +152,11 @@ tools::LocalFabric* MpiInterposer::fabric_ = nullptr;
 std::string MpiInterposer::start_error_;
 
 // A fabric of its own (4 hosts) for a test that stops or kills it.
-absl::StatusOr<std::unique_ptr<tools::LocalFabric>> FourHostFabric() {
+// `planes`: data planes (docs/host.md); 0 for the default, one.
+absl::StatusOr<std::unique_ptr<tools::LocalFabric>> FourHostFabric(int planes = 0) {
   tools::LocalFabricOptions o;
   o.hosts = 4;
+  o.planes = planes;
   return tools::LocalFabric::Start(o);
 }
 
@@ -339,15 +341,19 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
 }
 
 // mpi_collectives `scenario` (1 Mi ints, 30 operations) on 4 ranks of a
-// private 4-host fabric whose switches are killed once phase 1 is done;
-// checked to have passed.
-MpiResult RunKillingTheSwitches(const std::string& scenario) {
-  auto fabric = FourHostFabric();
+// private 4-host fabric (of `channels` data planes, each group spread over
+// them: docs/host.md, "Channels") whose switches are killed once phase 1
+// is done; checked to have passed.
+MpiResult RunKillingTheSwitches(const std::string& scenario, int channels = 1) {
+  auto fabric = FourHostFabric(channels > 1 ? channels : 0);
   EXPECT_TRUE(fabric.ok()) << fabric.status();
   if (!fabric.ok()) return {};
   MpiResult r = RunKillingTheSwitchesAtPhaseOne(
       **fabric, 4, {scenario, "1048576", "30"},
-      {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}}, absl::Minutes(5));
+      {{"NETFOLD_MPI_STATS", "1"},
+       {"NETFOLD_TIMEOUT_MS", "3000"},
+       {"NETFOLD_CHANNELS", std::to_string(channels)}},
+      absl::Minutes(5));
   ExpectPassed(r, scenario);
   return r;
 }
@@ -359,10 +365,16 @@ MpiResult RunKillingTheSwitches(const std::string& scenario) {
 TEST(MpiInterposerOutage, AnInPlaceAllreduceCutShortIsCompletedFromWhatTheFabricWrote) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
-  const MpiResult r = RunKillingTheSwitches("outage_inplace");
-  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("failover: bytes the fabric had delivered"), std::string::npos)
-      << r.output;
+  for (int channels : {1, 2}) {
+    // Two channels: what each wrote is merged into one window the
+    // interposer reads (netfold_request_written), the channels kept
+    // within N x K chunks of one another.
+    SCOPED_TRACE(absl::StrFormat("%d channel(s)", channels));
+    const MpiResult r = RunKillingTheSwitches("outage_inplace", channels);
+    EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("failover: bytes the fabric had delivered"), std::string::npos)
+        << r.output;
+  }
 }
 
 // The same with 4 MiB reduces to a moving root, every result exact. The
