@@ -182,6 +182,7 @@ absl::StatusOr<std::unique_ptr<LeafLink>> DataPath::CreateLeafLink(const Context
 
 void DataPath::Route(uint32_t group_id, GroupEngine* engine, uint32_t plane,
                      std::optional<transport::Ipv4Endpoint> multicast) {
+  Unroute(group_id);  // routed again: its earlier windows count no more
   engines_[group_id] = {engine, plane, multicast};
   // Each engine keeps up to K requests in flight on its plane's link, and
   // the link's queue holds them until the switch acknowledges them.
@@ -193,7 +194,18 @@ void DataPath::Route(uint32_t group_id, GroupEngine* engine, uint32_t plane,
   if (soft_link_) port_->ReserveReceive(reserved_result_bytes_);  // a NIC's come elsewhere
 }
 
-void DataPath::Unroute(uint32_t group_id) { engines_.erase(group_id); }
+void DataPath::Unroute(uint32_t group_id) {
+  auto it = engines_.find(group_id);
+  if (it == engines_.end()) return;
+  // Its windows no longer count: the next group's Route reserves on top of
+  // the live groups' (what the link and port set up stays, ready for it).
+  const GroupParams& p = it->second.engine->params();
+  uint32_t& requests = reserved_requests_.at(it->second.plane);
+  requests -= std::min(requests, p.num_slots);
+  reserved_result_bytes_ -= std::min(
+      reserved_result_bytes_, size_t{p.num_slots} * (p.slot_bytes + kResultOverhead));
+  engines_.erase(it);
+}
 
 void DataPath::PostFailure(std::optional<uint32_t> group_id, absl::Status why) {
   absl::MutexLock lock(&failures_mu_);

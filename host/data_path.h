@@ -92,6 +92,12 @@ class DataPath {
   void Route(uint32_t group_id, GroupEngine* engine, uint32_t plane = 0,
              std::optional<transport::Ipv4Endpoint> multicast = std::nullopt);
   void Unroute(uint32_t group_id);
+  // The receive memory the routed engines' windows ask of the port, and
+  // the send buffers they ask of plane `plane`'s link (Route).
+  size_t reserved_result_bytes() const { return reserved_result_bytes_; }
+  uint32_t reserved_requests(uint32_t plane) const {
+    return plane < reserved_requests_.size() ? reserved_requests_[plane] : 0;
+  }
 
   // Fails the engine of `group_id` (every engine if nullopt) with `why` at
   // the next Progress. Any thread.
@@ -177,8 +183,9 @@ class DataPath {
   absl::flat_hash_map<uint32_t, Routed> engines_;  // by data-plane group id
   uint64_t messages_dropped_ = 0;
   // Each link's send buffers reserved for the windows of the engines
-  // routed to it so far (never shrunk: they are ready for the next group),
-  // and what waits beyond them for the switch's ACKs.
+  // routed to it (what the link sets up is never shrunk: it is ready for
+  // the next group; an engine unrouted no longer counts), and what waits
+  // beyond them for the switch's ACKs.
   static constexpr uint32_t kRequestsBeyondWindows = 32;
   std::vector<uint32_t> reserved_requests_;  // by plane
   // And the port's receive memory for their results: a result packet

@@ -77,5 +77,35 @@ TEST(DataPathPlanes, APlanesFailureFailsThatPlanesEnginesAlone) {
   path->Unroute(8);
 }
 
+// What Route reserves for an engine's window counts while it is routed:
+// a job that creates and destroys groups does not grow its reservations
+// with every group it ever had.
+TEST(DataPathRoutes, AnUnroutedEngineNoLongerCountsInTheReservations) {
+  std::unique_ptr<DataPath> path = NewPath();
+  ASSERT_NE(path, nullptr);
+  GroupParams params;
+  params.num_slots = 16;
+  params.slot_bytes = 1024;
+  GroupEngine live(params, path->sender(0), DataPath::clock());
+  path->Route(1, &live);
+  const size_t one = path->reserved_result_bytes();
+  EXPECT_GT(one, 0u);
+  EXPECT_EQ(path->reserved_requests(0), 16u);
+  for (uint32_t id = 2; id < 200; ++id) {
+    GroupEngine passing(params, path->sender(0), DataPath::clock());
+    path->Route(id, &passing);
+    EXPECT_EQ(path->reserved_result_bytes(), 2 * one);
+    path->Unroute(id);
+  }
+  EXPECT_EQ(path->reserved_result_bytes(), one);
+  EXPECT_EQ(path->reserved_requests(0), 16u);
+  path->Route(1, &live);  // routed again: counted once
+  EXPECT_EQ(path->reserved_requests(0), 16u);
+  path->Unroute(1);
+  path->Unroute(1);
+  EXPECT_EQ(path->reserved_result_bytes(), 0u);
+  EXPECT_EQ(path->reserved_requests(0), 0u);
+}
+
 }  // namespace
 }  // namespace netfold::host
