@@ -65,7 +65,8 @@ absl::StatusOr<OpId> Channels::Start(const CollectiveArgs& args) {
     inner.push_back(*id);
   }
   const OpId id = inner.front();
-  ops_[id] = std::move(op);
+  ++ops_started_;
+  Count(ops_[id] = std::move(op));  // done at once: an empty operation after a failure
   return id;
 }
 
@@ -84,7 +85,20 @@ bool Channels::Done(OpId id) {
   for (size_t i = 0; i < channels_.size(); ++i) {
     if (!channels_[i].engine->Done(it->second.inner[i])) return false;
   }
+  Count(it->second);
   return true;
+}
+
+void Channels::Count(Op& op) {
+  if (op.counted || channels_.size() == 1) return;  // one channel: the engine counts
+  bool failed = false;
+  for (size_t i = 0; i < channels_.size(); ++i) {
+    const std::optional<absl::Status> s = channels_[i].engine->Peek(op.inner[i]);
+    if (!s.has_value()) return;  // not done on this channel yet
+    failed = failed || !s->ok();
+  }
+  op.counted = true;
+  ++(failed ? ops_failed_ : ops_completed_);
 }
 
 bool Channels::Posted(OpId id) {
@@ -126,6 +140,7 @@ std::optional<WrittenChunks> Channels::Written(OpId id) const {
 
 void Channels::Fail(const absl::Status& why) {
   for (FabricChannel& c : channels_) c.engine->Fail(why);
+  for (auto& [id, op] : ops_) Count(op);
 }
 
 const absl::Status& Channels::failure() const {
@@ -144,14 +159,10 @@ uint32_t Channels::window_slots() const {
 GroupEngineStats Channels::stats() const {
   GroupEngineStats out;
   for (const FabricChannel& c : channels_) out += c.engine->stats();
-  // An operation completed where every channel completed it, failed
-  // where one failed it.
-  out.ops_started = channels_[0].engine->stats().ops_started;
-  out.ops_completed = out.ops_started;
-  out.ops_failed = 0;
-  for (const FabricChannel& c : channels_) {
-    out.ops_completed = std::min(out.ops_completed, c.engine->stats().ops_completed);
-    out.ops_failed = std::max(out.ops_failed, c.engine->stats().ops_failed);
+  if (channels_.size() > 1) {
+    out.ops_started = ops_started_;
+    out.ops_completed = ops_completed_;
+    out.ops_failed = ops_failed_;
   }
   return out;
 }

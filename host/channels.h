@@ -76,9 +76,9 @@ class Channels : private ChunkGate {
   // how far apart the chunks written of a result may be (ChunkGate).
   uint32_t window_slots() const;
   uint32_t slot_bytes() const { return channels_[0].engine->params().slot_bytes; }
-  // The engines' counters together; operations counted once: started on
-  // channel 0 (which carries every one), completed where every channel
-  // completed them, failed where one did.
+  // The engines' counters together, operations counted once: started,
+  // completed where every channel completed them, failed where one failed
+  // them (as each becomes done).
   GroupEngineStats stats() const;
 
  private:
@@ -92,8 +92,13 @@ class Channels : private ChunkGate {
   struct Op {
     std::vector<OpId> inner;     // its id on each channel (the first's is its own)
     std::vector<uint8_t> input;  // an in-place reduce-scatter's input (Start)
+    bool counted = false;        // in ops_completed_ or ops_failed_
   };
+  // Counts `op` once it is done on every channel (Done, Finish, Fail).
+  void Count(Op& op);
+
   std::map<OpId, Op> ops_;
+  uint64_t ops_started_ = 0, ops_completed_ = 0, ops_failed_ = 0;
 };
 
 // Merges what channels wrote of one allreduce (each marks its own chunks).

@@ -60,12 +60,13 @@ class ChannelsTest : public ::testing::Test {
     return v;
   }
 
-  // Answers leaf `leaf`'s request `i` with `values`.
-  void Answer(GroupEngine& e, size_t leaf, size_t i, std::vector<int32_t> values) {
+  // Answers leaf `leaf`'s request `i` with `values` (or an error status).
+  void Answer(GroupEngine& e, size_t leaf, size_t i, std::vector<int32_t> values,
+              AggregationStatus status = AggregationStatus::kOk) {
     AggregationHeader h = leaves_[leaf].Header(i);
     h.type = AggregationMessageType::kResult;
-    h.status = AggregationStatus::kOk;
-    h.has_data = !values.empty();
+    h.status = status;
+    h.has_data = status == AggregationStatus::kOk && !values.empty();
     e.OnMessage(h, {reinterpret_cast<const uint8_t*>(values.data()), values.size() * 4});
   }
 
@@ -299,8 +300,35 @@ TEST_F(ChannelsTest, OneChannelFailingFailsThemAll) {
   ASSERT_TRUE(ch.Done(*op)) << "channel 0 is failed with it, not waited for";
   EXPECT_TRUE(absl::IsUnavailable(ch.engine(0).failure()));
   EXPECT_TRUE(absl::IsUnavailable(ch.Finish(*op)));
+  EXPECT_EQ(ch.stats().ops_failed, 1u) << "failed on one channel: failed";
+  EXPECT_EQ(ch.stats().ops_completed, 0u);
   auto next = ch.Start({.collective = CollectiveType::kBarrier});
   EXPECT_TRUE(absl::IsFailedPrecondition(next.status()));
+}
+
+// An operation counts once: failed if one channel's part of it failed
+// (an error result fails the operation, not the channel), whichever.
+TEST_F(ChannelsTest, AnOperationFailedOnOneChannelCountsOnceAsFailed) {
+  Channels ch = Make();
+  std::vector<int32_t> a(8, 1), b(8, 1);  // 2 chunks each: one per channel
+  auto first = ch.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = a.data(),
+                         .recv = a.data(), .count = a.size()});
+  auto second = ch.Start({.dtype = DataType::kInt32, .op = ReduceOp::kSum, .send = b.data(),
+                          .recv = b.data(), .count = b.size()});
+  ASSERT_TRUE(first.ok() && second.ok());
+  ch.engine(0).Poll();
+  ch.engine(1).Poll();
+  ASSERT_EQ(leaves_[0].sent.size(), 2u);
+  ASSERT_EQ(leaves_[1].sent.size(), 2u);
+  Answer(ch.engine(0), 0, 0, {}, AggregationStatus::kMismatch);  // the first, on channel 0
+  Answer(ch.engine(1), 1, 0, {2, 2, 2, 2});
+  Answer(ch.engine(0), 0, 1, {2, 2, 2, 2});
+  Answer(ch.engine(1), 1, 1, {}, AggregationStatus::kMismatch);  // the second, on channel 1
+  EXPECT_FALSE(ch.Finish(*first).ok());
+  EXPECT_FALSE(ch.Finish(*second).ok());
+  EXPECT_EQ(ch.stats().ops_started, 2u);
+  EXPECT_EQ(ch.stats().ops_failed, 2u);
+  EXPECT_EQ(ch.stats().ops_completed, 0u);
 }
 
 TEST(MergeWritten, EachChannelsChunksTogether) {
