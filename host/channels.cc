@@ -9,6 +9,7 @@
 namespace netfold::host {
 
 Channels::Channels(std::vector<FabricChannel> channels) : channels_(std::move(channels)) {
+  for (const FabricChannel& c : channels_) window_slots_ += c.engine->params().num_slots;
   if (channels_.size() > 1) {
     for (FabricChannel& c : channels_) c.engine->SetGate(this);
   }
@@ -19,10 +20,9 @@ bool Channels::MayPost(OpId op, size_t vector_chunk) const {
   // the others stop too (FailTogether follows) rather than run ahead of
   // what it wrote.
   if (!failure().ok()) return false;
-  const size_t window = window_slots();
   for (const FabricChannel& c : channels_) {
     const std::optional<size_t> first = c.engine->FirstMissing(op);
-    if (first.has_value() && *first + window <= vector_chunk) return false;
+    if (first.has_value() && *first + window_slots_ <= vector_chunk) return false;
   }
   return true;
 }
@@ -42,27 +42,28 @@ absl::StatusOr<OpId> Channels::Start(const CollectiveArgs& args) {
     a.send = op.input.data();
   }
   std::vector<OpId>& inner = op.inner;
+  // A channel that cannot take the operation after others took it: the
+  // group fails, and theirs must not run on without it.
+  auto abandon = [&](const absl::Status& why) {
+    Fail(why);
+    for (size_t i = 0; i < inner.size(); ++i) (void)channels_[i].engine->Finish(inner[i]);
+  };
   for (FabricChannel& c : channels_) {
     absl::StatusOr<OpId> id = c.engine->Start(a);
     if (!id.ok()) {
       // Arguments fail alike on every channel, so only the first can
-      // refuse them; a later one refuses because it failed, and the
-      // operation the earlier ones started must not run on without it.
-      if (!inner.empty()) {
-        Fail(c.engine->failure().ok() ? id.status() : c.engine->failure());
-        for (size_t i = 0; i < inner.size(); ++i) (void)channels_[i].engine->Finish(inner[i]);
-      }
+      // refuse them; a later one refuses because it failed.
+      if (!inner.empty()) abandon(c.engine->failure().ok() ? id.status() : c.engine->failure());
       return id.status();
     }
-    if (!inner.empty() && *id != inner.front()) {
+    inner.push_back(*id);
+    if (*id != inner.front()) {
       // The channels start every operation together, so their ids agree
       // (the gate names an operation by it); if not, this is a bug.
-      inner.push_back(*id);
-      Fail(absl::InternalError("the channels' operation ids differ"));
-      for (size_t i = 0; i < inner.size(); ++i) (void)channels_[i].engine->Finish(inner[i]);
-      return absl::InternalError("the channels' operation ids differ");
+      const absl::Status bug = absl::InternalError("the channels' operation ids differ");
+      abandon(bug);
+      return bug;
     }
-    inner.push_back(*id);
   }
   const OpId id = inner.front();
   ++ops_started_;
@@ -150,12 +151,6 @@ const absl::Status& Channels::failure() const {
   return channels_[0].engine->failure();
 }
 
-uint32_t Channels::window_slots() const {
-  uint32_t k = 0;
-  for (const FabricChannel& c : channels_) k += c.engine->params().num_slots;
-  return k;
-}
-
 GroupEngineStats Channels::stats() const {
   GroupEngineStats out;
   for (const FabricChannel& c : channels_) out += c.engine->stats();
@@ -168,9 +163,7 @@ GroupEngineStats Channels::stats() const {
 }
 
 WrittenChunks MergeWritten(const std::vector<WrittenChunks>& parts) {
-  WrittenChunks out;
-  if (parts.empty()) return out;
-  out.chunk_bytes = parts[0].chunk_bytes;
+  if (parts.empty()) return {};
   size_t end = 0;
   for (const WrittenChunks& w : parts) end = std::max(end, w.End());
   std::vector<bool> all(end, false);
@@ -179,9 +172,7 @@ WrittenChunks MergeWritten(const std::vector<WrittenChunks>& parts) {
       if (w.Has(i)) all[i] = true;
     }
   }
-  while (out.first_missing < end && all[out.first_missing]) ++out.first_missing;
-  out.window.assign(all.begin() + static_cast<std::ptrdiff_t>(out.first_missing), all.end());
-  return out;
+  return WrittenChunks::Of(all, parts[0].chunk_bytes);
 }
 
 }  // namespace netfold::host

@@ -74,7 +74,7 @@ class Channels : private ChunkGate {
   // Chunks in flight for the whole group, at most: the channels' K
   // together (the bound a failover's record needs, host/resync.h), and
   // how far apart the chunks written of a result may be (ChunkGate).
-  uint32_t window_slots() const;
+  uint32_t window_slots() const { return window_slots_; }
   uint32_t slot_bytes() const { return channels_[0].engine->params().slot_bytes; }
   // The engines' counters together, operations counted once: started,
   // completed where every channel completed them, failed where one failed
@@ -97,6 +97,7 @@ class Channels : private ChunkGate {
   // Counts `op` once it is done on every channel (Done, Finish, Fail).
   void Count(Op& op);
 
+  uint32_t window_slots_ = 0;  // window_slots()
   std::map<OpId, Op> ops_;
   uint64_t ops_started_ = 0, ops_completed_ = 0, ops_failed_ = 0;
 };

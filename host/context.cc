@@ -270,16 +270,16 @@ absl::Status Context::Join(Oob& world) {
   NETFOLD_RETURN_IF_ERROR(ConnectLink(link, attached, psn));
   NETFOLD_ASSIGN_OR_RETURN(leaf_address_,
                            transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
-  // The fabric's: the same at every rank (ChoosePlane's OOB round depends
+  // The fabric's: the same at every rank (ChoosePlanes' OOB round depends
   // on it), whatever each rank's transport.
   planes_ = std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes);
-  // A NIC link is one QP: a rank on verbs keeps the groups it creates on
-  // plane 0 (as a member, it sends them there by failing to attach).
-  // At most the fabric's planes, and at most as many as keep the chunks
-  // written of a result within the window the C API can describe
+  // Channels: at most the fabric's planes, and at most as many as keep the
+  // chunks written of a result within the window the C API can describe
   // (netfold_request_written; the channels' gate, host/channels.h).
   channels_ = std::clamp<uint32_t>(
       channels_, 1, std::min(planes_, std::max<uint32_t>(1, NETFOLD_WRITTEN_WINDOW / num_slots_)));
+  // A NIC link is one QP: a rank on verbs keeps the groups it creates on
+  // plane 0 (as a member, it sends them there by failing to attach).
   usable_planes_ = !data_path_->soft()       ? 1
                    : options_.planes == 0    ? planes_
                                              : std::min(planes_, options_.planes);
@@ -546,17 +546,20 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
   // channels or on a plane above 0 that cannot be had goes on plane 0,
   // one channel, once.
   const std::vector<uint32_t> plane_zero = {0};
+  auto to_plane_zero = [&](const absl::Status& why) {
+    if (group_oob.rank() == 0) {
+      NETFOLD_LOG(kWarning) << "data planes " << absl::StrJoin(*planes, ",")
+                            << " cannot take the group (" << why.message()
+                            << "): it goes on plane 0";
+    }
+    *planes = plane_zero;
+  };
   for (;;) {
     absl::StatusOr<std::vector<control::GroupInfo>> infos =
         RequestGroups(group_oob, world_ranks, *planes);
     if (!infos.ok()) {
       if (*planes != plane_zero) {
-        if (group_oob.rank() == 0) {
-          NETFOLD_LOG(kWarning) << "data planes " << absl::StrJoin(*planes, ",")
-                                << " refused the group (" << infos.status().message()
-                                << "): it goes on plane 0";
-        }
-        *planes = plane_zero;
+        to_plane_zero(infos.status());
         continue;
       }
       // The fabric cannot serve the group (no resources, a switch or the
@@ -593,13 +596,8 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     LeaveFabricGroups(setup);
     ReleaseGroups(group_oob, *infos);
     if (*planes == plane_zero) return joined;
-    if (group_oob.rank() == 0) {
-      NETFOLD_LOG(kWarning) << "data planes " << absl::StrJoin(*planes, ",")
-                            << " cannot take the group (" << joined.message()
-                            << "): it goes on plane 0";
-    }
     setup.host.reset();
-    *planes = plane_zero;
+    to_plane_zero(joined);
   }
   setup.group_id = setup.channels.front().group_id;
   return adopt();

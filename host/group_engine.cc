@@ -401,8 +401,7 @@ bool GroupEngine::PostNextChunk(std::optional<int64_t>& now_ns) {
   // A run waits until the window has room for all of it (a run is at most
   // K long, and room reaches K once every result is in: no deadlock).
   const size_t run = RunLength(op, chunk);
-  if (next_seq_ + run > low_seq_ + params_.num_slots) return false;
-  if (gate_ != nullptr && !gate_->MayPost(op.id, VectorChunk(chunk + run - 1))) return false;
+  if (!MayPostRun(op, run)) return false;
   std::optional<Request> request = BuildRequest(op, chunk, seq, AggregationMessageType::kRequest,
                                                 static_cast<uint32_t>(run - 1));
   if (!request.has_value()) {
@@ -620,10 +619,10 @@ void GroupEngine::FinishOpIfDone(Op& op) {
   if (op.status.ok() && op.keep_bytes > 0) {
     // This channel's chunks of the block kept (all of them with one
     // channel): another channel writes its own.
-    const size_t n = std::max<uint32_t>(params_.channels, 1);
     const size_t chunk_bytes = ElementsPerChunk(op) * op.elem_size;
     const size_t keep_end = op.keep_from + op.keep_bytes;
-    for (size_t g = params_.channel; chunk_bytes > 0 && g * chunk_bytes < keep_end; g += n) {
+    for (size_t i = 0, g = VectorChunk(0); chunk_bytes > 0 && g * chunk_bytes < keep_end;
+         g = VectorChunk(++i)) {
       const size_t from = std::max(g * chunk_bytes, op.keep_from);
       const size_t to = std::min((g + 1) * chunk_bytes, keep_end);
       if (from < to) std::memcpy(op.keep_to + (from - op.keep_from), op.staged.data() + from, to - from);
@@ -732,11 +731,7 @@ std::optional<int64_t> GroupEngine::NextTimerNs() const {
     // holds it: then a result of another channel opens it, and that
     // result's arrival ends the wait (returning now here spun the wait).
     const Op& op = *queue_.front();
-    const size_t run = RunLength(op, op.chunks_posted);
-    if (next_seq_ + run <= low_seq_ + params_.num_slots &&
-        (gate_ == nullptr || gate_->MayPost(op.id, VectorChunk(op.chunks_posted + run - 1)))) {
-      return now;
-    }
+    if (MayPostRun(op, RunLength(op, op.chunks_posted))) return now;
   }
   std::optional<int64_t> next;
   auto consider = [&](int64_t t) { next = next ? std::min(*next, t) : t; };
@@ -758,6 +753,11 @@ bool GroupEngine::Posted(OpId id) {
   }
   ReleaseSent(op);  // what is not acknowledged yet is copied
   return true;
+}
+
+bool GroupEngine::MayPostRun(const Op& op, size_t run) const {
+  return next_seq_ + run <= low_seq_ + params_.num_slots &&
+         (gate_ == nullptr || gate_->MayPost(op.id, VectorChunk(op.chunks_posted + run - 1)));
 }
 
 std::optional<size_t> GroupEngine::FirstMissing(OpId id) const {
@@ -787,20 +787,15 @@ std::optional<WrittenChunks> GroupEngine::Written(OpId id) const {
   if (op.args.collective != CollectiveType::kAllreduce || !op.args.blocks.empty()) {
     return std::nullopt;
   }
-  WrittenChunks w;
-  w.chunk_bytes = op.args.count > 0 ? ElementsPerChunk(op) * op.elem_size : 0;
+  const size_t chunk_bytes = op.args.count > 0 ? ElementsPerChunk(op) * op.elem_size : 0;
+  if (params_.channels <= 1) return WrittenChunks::Of(op.written, chunk_bytes);
   // In the whole vector's numbering: this channel's chunks, every
   // channels-th from its own.
-  std::vector<bool> done(op.args.count > 0 ? op.vector_chunks : 0, false);
+  std::vector<bool> written(op.args.count > 0 ? op.vector_chunks : 0, false);
   for (size_t i = 0; i < op.written.size(); ++i) {
-    if (op.written[i]) done[VectorChunk(i)] = true;
+    if (op.written[i]) written[VectorChunk(i)] = true;
   }
-  while (w.first_missing < done.size() && done[w.first_missing]) ++w.first_missing;
-  size_t end = done.size();
-  while (end > w.first_missing && !done[end - 1]) --end;
-  w.window.assign(done.begin() + static_cast<std::ptrdiff_t>(w.first_missing),
-                  done.begin() + static_cast<std::ptrdiff_t>(end));
-  return w;
+  return WrittenChunks::Of(written, chunk_bytes);
 }
 
 absl::Status GroupEngine::Finish(OpId id) {

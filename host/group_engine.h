@@ -303,6 +303,9 @@ class GroupEngine {
   // Whether the result of `chunk` may be lost on the way (it travels by
   // multicast) and so is asked for again when it is late.
   bool MayLose(const Op& op, size_t chunk) const;
+  // Whether `op`'s next `run` chunks may go now: the window has room, and
+  // the channels' gate lets them (ChunkGate).
+  bool MayPostRun(const Op& op, size_t run) const;
   // Chunks from `chunk` on that one request may stand for (1 unless a
   // bcast rank without their data; then those alike, at most bcast_run).
   size_t RunLength(const Op& op, size_t chunk) const;

@@ -119,6 +119,17 @@ struct WrittenChunks {
     while (end > 0 && !window[end - 1]) --end;
     return end > 0 ? first_missing + end : first_missing;
   }
+  // From one flag per chunk of the vector (written[i]: chunk i was).
+  static WrittenChunks Of(const std::vector<bool>& written, size_t chunk_bytes) {
+    WrittenChunks w;
+    w.chunk_bytes = chunk_bytes;
+    while (w.first_missing < written.size() && written[w.first_missing]) ++w.first_missing;
+    size_t end = written.size();
+    while (end > w.first_missing && !written[end - 1]) --end;
+    w.window.assign(written.begin() + static_cast<std::ptrdiff_t>(w.first_missing),
+                    written.begin() + static_cast<std::ptrdiff_t>(end));
+    return w;
+  }
 };
 
 // One member's side.

@@ -69,6 +69,15 @@ void ExpectAllOk(const std::vector<RankResult>& results) {
   }
 }
 
+// ExpectAllOk, and every operation ran on the fabric (none on the hosts).
+void ExpectAllOkOnTheFabric(const std::vector<RankResult>& results) {
+  ExpectAllOk(results);
+  for (const RankResult& r : results) {
+    EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
+                                                               << r.output;
+  }
+}
+
 TEST(HostFabric, SweepOnTwoRanks) {
   auto fabric = StartFabric(2);
   ASSERT_NE(fabric, nullptr);
@@ -116,12 +125,7 @@ TEST(HostFabric, AReduceWithItsDataToTheRootAloneIsExact) {
     auto fabric = StartFabric(5);
     ASSERT_NE(fabric, nullptr);
     Launch ranks(*fabric, 5, 0, {"sweep"}, {{"NETFOLD_REDUCE_DATA", "root"}});
-    auto results = ranks.Wait(absl::Minutes(4));
-    ExpectAllOk(results);
-    for (const auto& r : results) {
-      EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
-                                                                << r.output;
-    }
+    ExpectAllOkOnTheFabric(ranks.Wait(absl::Minutes(4)));
   }
   auto fabric = StartFabric(3, "drop=0.05,seed=7");
   ASSERT_NE(fabric, nullptr);
@@ -282,6 +286,18 @@ control::GetCountersResponse SwitchCounters(const tools::LocalFabric& fabric,
   const grpc::Status s = stub->GetCounters(&c, request, &counters);
   EXPECT_TRUE(s.ok()) << admin << ": " << s.error_message();
   return counters;
+}
+
+// Each switch's name and the packets its port received so far.
+std::vector<std::pair<std::string, uint64_t>> RxPacketsBySwitch(
+    const tools::LocalFabric& fabric) {
+  const std::vector<std::string> names = fabric.switch_names();
+  const std::vector<std::string> admins = fabric.switch_admin_addresses();
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (size_t i = 0; i < names.size() && i < admins.size(); ++i) {
+    out.emplace_back(names[i], SwitchCounters(fabric, admins[i]).port().rx_packets());
+  }
+  return out;
 }
 
 // What the QPs of the fabric's switches counted since the switches
@@ -502,22 +518,15 @@ TEST(HostFabric, GroupsTakeTheDataPlanesInTurn) {
     auto fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
     ASSERT_NE(fabric, nullptr);
     Launch ranks(*fabric, 4, 0, {"groups"}, {{"NETFOLD_PLANES", planes}});
-    const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
-    ExpectAllOk(results);
-    for (const RankResult& r : results) {
-      EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
-                                                                << r.output;
-    }
-    const std::vector<std::string> names = fabric->switch_names();
-    const std::vector<std::string> admins = fabric->switch_admin_addresses();
-    ASSERT_EQ(names.size(), 6u);  // root, leaf0, leaf1 in each plane
-    for (size_t i = 0; i < names.size(); ++i) {
-      const uint64_t packets = SwitchCounters(*fabric, admins[i]).port().rx_packets();
-      const bool plane1 = names[i].find('@') != std::string::npos;
+    ExpectAllOkOnTheFabric(ranks.Wait(absl::Minutes(3)));
+    const auto received = RxPacketsBySwitch(*fabric);
+    ASSERT_EQ(received.size(), 6u);  // root, leaf0, leaf1 in each plane
+    for (const auto& [name, packets] : received) {
+      const bool plane1 = name.find('@') != std::string::npos;
       if (plane1 && std::string(planes) == "1") {
-        EXPECT_EQ(packets, 0u) << names[i];
+        EXPECT_EQ(packets, 0u) << name;
       } else {
-        EXPECT_GT(packets, 0u) << names[i];
+        EXPECT_GT(packets, 0u) << name;
       }
     }
   }
@@ -543,18 +552,10 @@ TEST(HostFabric, ChannelsSpreadOneGroupOverThePlanesAndKeepTheBits) {
   fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
   ASSERT_NE(fabric, nullptr);
   Launch ranks(*fabric, 4, 0, {"sweep"}, {{"NETFOLD_CHANNELS", "2"}});
-  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
-  ExpectAllOk(results);
-  for (const RankResult& r : results) {
-    EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
-                                                               << r.output;
-  }
-  const std::vector<std::string> names = fabric->switch_names();
-  const std::vector<std::string> admins = fabric->switch_admin_addresses();
-  ASSERT_EQ(names.size(), 6u);
-  for (size_t i = 0; i < names.size(); ++i) {
-    EXPECT_GT(SwitchCounters(*fabric, admins[i]).port().rx_packets(), 1000u) << names[i];
-  }
+  ExpectAllOkOnTheFabric(ranks.Wait(absl::Minutes(3)));
+  const auto received = RxPacketsBySwitch(*fabric);
+  ASSERT_EQ(received.size(), 6u);
+  for (const auto& [name, packets] : received) EXPECT_GT(packets, 1000u) << name;
   // Results straight into the caller's buffer: each channel's socket is
   // offered the places of its own channel's chunks, so most land there.
   Launch placed(*fabric, 4, 0, {"placed"}, {{"NETFOLD_CHANNELS", "2"}});
