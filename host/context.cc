@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
+#include "host/grants.h"
 #include "netfold/netfold.h"
 #include "proto/control/plane_name.h"
 
@@ -58,52 +59,6 @@ absl::Status AgreeOnStatus(Oob& oob, const absl::Status& mine) {
     }
   }
   return absl::OkStatus();
-}
-
-// The group's planned tree with group ranks as leaves (tree-order mode);
-// nullopt if the manager did not send it or it does not describe exactly
-// the group's members.
-std::optional<algorithms::TreeSpec> FabricTree(const control::GroupInfo& info,
-                                               const std::vector<int>& world_ranks) {
-  algorithms::TreeSpec tree;
-  for (const control::GroupNode& node : info.nodes()) {
-    std::vector<int>& children = tree.children.emplace_back();
-    for (int32_t c : node.children()) {
-      if (c >= 0) {
-        children.push_back(c);
-        continue;
-      }
-      const int world = -1 - c;
-      auto it = std::find(world_ranks.begin(), world_ranks.end(), world);
-      if (it == world_ranks.end()) return std::nullopt;
-      children.push_back(-1 - static_cast<int>(it - world_ranks.begin()));
-    }
-  }
-  if (tree.children.empty() || !tree.Validate(static_cast<uint32_t>(world_ranks.size())).ok()) {
-    return std::nullopt;
-  }
-  return tree;
-}
-
-// Whether every group can be a channel of the first one's: the same slots
-// (K, P, delivery), and a tree of the same shape (the same nodes in the
-// same order, each with the same children: switch nodes by index, ranks
-// by world rank), so that a channel cuts and folds its chunks as another
-// would.
-bool ChannelsAlike(const std::vector<control::GroupInfo>& infos) {
-  auto shape = [](const control::GroupInfo& info) {
-    std::vector<std::vector<int32_t>> nodes;
-    for (const control::GroupNode& node : info.nodes()) {
-      nodes.emplace_back(node.children().begin(), node.children().end());
-    }
-    return nodes;
-  };
-  const control::GroupInfo& first = infos.front();
-  const auto first_shape = shape(first);
-  return std::all_of(infos.begin(), infos.end(), [&](const control::GroupInfo& i) {
-    return i.num_slots() == first.num_slots() && i.slot_bytes() == first.slot_bytes() &&
-           i.delivery() == first.delivery() && shape(i) == first_shape;
-  });
 }
 
 // The members' exchanges wait for other processes: outside the data path's
@@ -273,11 +228,8 @@ absl::Status Context::Join(Oob& world) {
   // The fabric's: the same at every rank (ChoosePlanes' OOB round depends
   // on it), whatever each rank's transport.
   planes_ = std::clamp<uint32_t>(attached.planes(), 1, control::kMaxPlanes);
-  // Channels: at most the fabric's planes, and at most as many as keep the
-  // chunks written of a result within the window the C API can describe
-  // (netfold_request_written; the channels' gate, host/channels.h).
-  channels_ = std::clamp<uint32_t>(
-      channels_, 1, std::min(planes_, std::max<uint32_t>(1, NETFOLD_WRITTEN_WINDOW / num_slots_)));
+  // Channels: at most the fabric's planes and what the window allows.
+  channels_ = JobChannels(channels_, planes_, num_slots_);
   // A NIC link is one QP: a rank on verbs keeps the groups it creates on
   // plane 0 (as a member, it sends them there by failing to attach).
   usable_planes_ = !data_path_->soft()       ? 1
@@ -330,7 +282,18 @@ absl::Status Context::EnsurePlane(uint32_t plane) {
     return absl::UnavailableError(absl::StrFormat(
         "rank %d lost its attachment in data plane %d", options_.rank, plane));
   }
-  if (data_path_->has_plane(plane)) return absl::OkStatus();
+  if (data_path_->has_plane(plane)) {
+    // A link whose connection failed is lost (the manager's RANK_DETACHED
+    // may come later, or not at all): not chosen again.
+    absl::Status link = data_path_->link(plane).status();
+    if (!link.ok()) {
+      lost_planes_.fetch_or(1u << plane);
+      return absl::UnavailableError(absl::StrFormat(
+          "rank %d lost its attachment in data plane %d: %s", options_.rank, plane,
+          link.message()));
+    }
+    return absl::OkStatus();
+  }
   uint32_t psn = 0;  // an earlier attempt's, if its answer did not come
   NETFOLD_ASSIGN_OR_RETURN(LeafLink * link, data_path_->AddPlane(plane, &psn));
   absl::StatusOr<control::AttachResponse> attached;

@@ -34,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/awake_clock.h"
+#include "host/error_codes.h"
 #include "host/group_engine.h"
 #include "host/link/leaf_link.h"
 #include "host/options.h"
@@ -124,7 +125,15 @@ class DataPath {
     LeafLink* link = nullptr;
     absl::Status SendRequest(std::span<const uint8_t> header, std::span<const uint8_t> elements,
                              std::span<const uint8_t> tag) override {
-      return link->PostRequest(header, elements, tag);
+      absl::Status s = link->PostRequest(header, elements, tag);
+      // A link that failed says so, as the data path tells its engines
+      // (Progress): the fabric is unavailable, the hosts may take over.
+      if (!s.ok() && !absl::IsResourceExhausted(s)) {
+        if (absl::Status down = link->status(); !down.ok()) {
+          return WithErrorCode(down, NETFOLD_ERR_UNAVAILABLE);
+        }
+      }
+      return s;
     }
     void ReleaseElements(std::span<const uint8_t> memory) override {
       link->ReleaseRequests(memory);

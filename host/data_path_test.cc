@@ -3,9 +3,16 @@
 // that plane's engines alone.
 #include "host/data_path.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <memory>
+#include <vector>
 
 #include "gtest/gtest.h"
+#include "host/error_codes.h"
 #include "host/group_engine.h"
 #include "host/options.h"
 
@@ -75,6 +82,59 @@ TEST(DataPathPlanes, APlanesFailureFailsThatPlanesEnginesAlone) {
   EXPECT_EQ(on1.failure().code(), absl::StatusCode::kUnavailable);
   path->Unroute(7);
   path->Unroute(8);
+}
+
+// An engine whose link has failed cannot send: it fails as unavailable
+// (the hosts may take over: Group), as the engines the data path fails
+// itself, not with the QP's own error. A group created on a plane whose
+// link failed before the manager heard of it starts so.
+TEST(DataPathPlanes, AnEngineOnAFailedLinkFailsAsUnavailable) {
+  std::unique_ptr<DataPath> path = NewPath();
+  ASSERT_NE(path, nullptr);
+  // A "leaf switch" that reads nothing: a bound socket on loopback.
+  const int leaf = socket(AF_INET, SOCK_DGRAM, 0);
+  ASSERT_GE(leaf, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  ASSERT_EQ(bind(leaf, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(getsockname(leaf, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  LeafPeer peer;
+  peer.remote = transport::Ipv4Endpoint{ntohl(a.sin_addr.s_addr), ntohs(a.sin_port)};
+  peer.remote_qpn = 0x100;
+  peer.rq_psn = 1;
+  peer.sq_psn = 1;
+  ASSERT_TRUE(path->link(0).Connect(peer).ok());
+
+  GroupParams params;
+  params.group_id = 7;
+  params.num_slots = 4;
+  params.slot_bytes = 1024;
+  GroupEngine first(params, path->sender(0), DataPath::clock());
+  path->Route(7, &first, 0);
+  std::vector<int32_t> v(16, 1);
+  ASSERT_TRUE(first.Start({.send = v.data(), .recv = v.data(), .count = v.size()}).ok());
+  // The request is retried until the QP gives up (seconds).
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (path->link(0).status().ok() && absl::Now() < deadline) {
+    path->Progress(absl::Milliseconds(10));
+  }
+  ASSERT_FALSE(path->link(0).status().ok()) << "the link never failed";
+  path->Progress(absl::ZeroDuration());  // the pass after the link failed
+  EXPECT_EQ(first.failure().code(), absl::StatusCode::kUnavailable) << first.failure();
+
+  params.group_id = 8;
+  GroupEngine second(params, path->sender(0), DataPath::clock());
+  path->Route(8, &second, 0);
+  std::vector<int32_t> w(16, 1);
+  (void)second.Start({.send = w.data(), .recv = w.data(), .count = w.size()});
+  second.Poll();  // posts its request (not the data path's Progress, which fails it too)
+  EXPECT_EQ(second.failure().code(), absl::StatusCode::kUnavailable) << second.failure();
+  EXPECT_EQ(ToErrorCode(second.failure()), NETFOLD_ERR_UNAVAILABLE);
+  path->Unroute(7);
+  path->Unroute(8);
+  close(leaf);
 }
 
 // What Route reserves for an engine's window counts while it is routed:

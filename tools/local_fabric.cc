@@ -302,17 +302,17 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
       "log_level: %s\n"
       "multicast_prefix: \"%s\"\n",
       topology_file_, state_dir_, options.log_level, multicast_claim_->prefix());
-  if (options.default_slot_bytes > 0 || options.default_slots > 0) {
-    config += "limits: {";
-    if (options.default_slot_bytes > 0) {
-      config += absl::StrFormat("default_slot_bytes: %d", options.default_slot_bytes);
-    }
-    if (options.default_slots > 0) {
-      config += absl::StrFormat("%sdefault_slots_per_group: %d",
-                                options.default_slot_bytes > 0 ? ", " : "", options.default_slots);
-    }
-    config += "}\n";
+  std::vector<std::string> limits;
+  if (options.default_slot_bytes > 0) {
+    limits.push_back(absl::StrFormat("default_slot_bytes: %d", options.default_slot_bytes));
   }
+  if (options.default_slots > 0) {
+    limits.push_back(absl::StrFormat("default_slots_per_group: %d", options.default_slots));
+  }
+  if (options.default_groups > 0) {
+    limits.push_back(absl::StrFormat("default_groups_per_job: %d", options.default_groups));
+  }
+  if (!limits.empty()) config += "limits: {" + absl::StrJoin(limits, ", ") + "}\n";
   config += options.manager_config;
   const std::string config_file = dir_->PathOf("manager.yaml");
   NETFOLD_RETURN_IF_ERROR(dir_->WriteFile("manager.yaml", config));
@@ -463,6 +463,26 @@ std::vector<std::string> LocalFabric::switch_admin_addresses() const {
     out.push_back(it == switch_admin_.end() ? "" : it->second);
   }
   return out;
+}
+
+absl::Status LocalFabric::SetLinkFault(const std::string& name, const std::string& impairment) {
+  auto it = switch_admin_.find(name);
+  if (it == switch_admin_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no switch '%s' in this fabric", name));
+  }
+  auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(it->second, client_auth_));
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  control::SetLinkFaultRequest req;
+  req.set_peer("all");
+  req.set_impairment(impairment);
+  req.set_direction(control::LINK_DIRECTION_BOTH);
+  control::SetLinkFaultResponse resp;
+  if (grpc::Status s = stub->SetLinkFault(&c, req, &resp); !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrFormat("switch %s: SetLinkFault: %s", name, s.error_message()));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<pid_t> LocalFabric::switch_pids() const {

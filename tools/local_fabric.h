@@ -58,6 +58,7 @@ struct LocalFabricOptions {
   bool detach = false;          // daemons in their own session (outlive the launcher)
   uint32_t default_slot_bytes = 0;  // manager's default P (0: its own default)
   uint32_t default_slots = 0;       // manager's default K
+  uint32_t default_groups = 0;      // manager's default groups per job (0: its own)
   int switch_poll_us = 0;           // switches' --poll_us (0: they sleep in epoll at once)
   int switch_receive_queues = 0;    // switches' --receive_queues (0: none)
   // Data planes of every switch (docs/manager.md, "Data planes"): with a
@@ -134,6 +135,10 @@ class LocalFabric {
   // Sends `signal` to every process that runs switches (one, or one per
   // switch); SIGKILL also reaps them.
   absl::Status KillSwitches(int signal);
+  // Sets link faults on every link of switch `name` (NAME or NAME@P), both
+  // ways, as `netfold fault NAME IMPAIRMENT` does: e.g. "down=1" cuts it
+  // off, "none" clears it.
+  absl::Status SetLinkFault(const std::string& name, const std::string& impairment);
   // Starts a daemon again after it was killed, with the same command line
   // (the manager keeps its port and journal; a switch gets new ports and
   // registers again), and waits until every switch is UP.

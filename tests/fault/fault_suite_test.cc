@@ -394,9 +394,10 @@ std::pair<int, std::string> Cli(const std::string& args) {
 }
 
 // Two groups of a job on a fabric of two data planes (docs/host.md), used
-// in turn (the planes_until scenario, with `env`); plane 1's leaf0 is cut
-// off mid-run (`netfold fault leaf0@1 down=1`, both ways, every peer).
-// The ranks' results; every operation must be exact.
+// in turn (the planes_until scenario, with `env`); plane 1's leaf1 is cut
+// off mid-run (`netfold fault leaf1@1 down=1`, both ways, every peer).
+// The ranks' results; every operation must be exact, and a third group,
+// created after the cut, must run on the fabric.
 std::vector<RankResult> CutOffPlaneOnesLeafUnderTwoGroups(
     std::map<std::string, std::string> env) {
   auto fabric = StartFabric(2, "", "", true, /*planes=*/2);
@@ -410,13 +411,21 @@ std::vector<RankResult> CutOffPlaneOnesLeafUnderTwoGroups(
   const int not_streaming = ranks.WaitForEveryOutput("streaming", kSay);
   EXPECT_EQ(not_streaming, -1) << ranks.output(not_streaming);
   absl::SleepFor(absl::Milliseconds(500));
-  auto [rc, out] = Cli("fault leaf0@1 down=1" + m);
+  // Rank 1's leaf: rank 0, which chooses the planes of the next group,
+  // keeps its own link in plane 1.
+  auto [rc, out] = Cli("fault leaf1@1 down=1" + m);
   EXPECT_EQ(rc, 0) << out;
   // The plane's link fails within its 3 s without an ACK; the groups move.
   absl::SleepFor(absl::Seconds(6));
   release.Raise();
   std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
   testing::ExpectStreamExact(results, /*no_failover=*/false);
+  // The group created after the loss, on the fabric.
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_NE(results[r].output.find("new group ok=100 errors=0 wrong=0 on the hosts=0"),
+              std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+  }
   ExpectNoLeaks(*fabric);
   return results;
 }
@@ -443,6 +452,10 @@ TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesEveryGroupWithAChannelThereToThe
     EXPECT_NE(results[r].output.find("failovers=2,"), std::string::npos)
         << "rank " << r << ":\n" << results[r].output;
   }
+  // The group created afterwards: rank 0 offered both planes, rank 1 could
+  // not attach in plane 1 any more, and the group went on plane 0 alone.
+  EXPECT_NE(results[0].output.find("cannot take the group"), std::string::npos)
+      << results[0].output;
 }
 
 TEST(LinkFaultsAtRunTime, NetfoldFaultChangesALiveSwitchAndTheJobStaysExact) {

@@ -824,6 +824,23 @@ int main(int argc, char** argv) {
     CheckRc(netfold_group_create(ctx, &gs, &g2), "second group");
     StreamUntilReleased(**oob, {g, g2});
     if (g2) CheckRc(netfold_group_destroy(g2), "destroy g2");
+    // A group created after a plane was lost: where a rank can no longer
+    // attach, the group goes on a plane every member has, on the fabric
+    // (no operation on the hosts while it streams).
+    netfold_group_t g3 = nullptr;
+    CheckRc(netfold_group_create(ctx, &gs, &g3), "a group after the plane's loss");
+    if (g3 != nullptr) {
+      netfold_stats_t before, after;
+      netfold_get_stats(ctx, &before);
+      const StreamResult r = Stream(g3, 100, /*stop_at_error=*/false);
+      netfold_get_stats(ctx, &after);
+      std::printf("rank %d: new group ok=%d errors=%d wrong=%d on the hosts=%llu%s%s\n", g_rank,
+                  r.ok, r.errors, r.wrong,
+                  static_cast<unsigned long long>(after.host_ops - before.host_ops),
+                  r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
+      Check(r.ok == 100, "the group created after the plane's loss");
+      CheckRc(netfold_group_destroy(g3), "destroy g3");
+    }
   } else if (scenario == "until") {
     // The test decides how long the job runs (e.g. across a manager's
     // absence): every operation must succeed, whatever happens meanwhile.
@@ -918,6 +935,8 @@ int main(int argc, char** argv) {
     g_failure = "unknown scenario " + scenario;
   }
   CheckRc(netfold_group_destroy(g), "group destroy");
+  netfold_caps_t caps;
+  CheckRc(netfold_query_caps(ctx, &caps), "caps");
   netfold_stats_t stats;
   netfold_get_stats(ctx, &stats);
   uint64_t placed = 0, missed = 0;
@@ -925,7 +944,8 @@ int main(int argc, char** argv) {
   CheckRc(netfold_get_counter(ctx, "results_place_missed", &missed), "results_place_missed");
   CheckRc(netfold_finalize(ctx), "finalize");
   std::printf("rank %d: %s (ops %llu, repairs %llu, retransmissions %llu, host_ops=%llu, "
-              "failovers=%llu, dropped=%llu, placed=%llu, missed=%llu, foreign=%llu)\n",
+              "failovers=%llu, dropped=%llu, placed=%llu, missed=%llu, foreign=%llu, "
+              "window=%u)\n",
               g_rank, g_failure.empty() ? "ok" : ("FAIL " + g_failure).c_str(),
               static_cast<unsigned long long>(stats.ops_completed),
               static_cast<unsigned long long>(stats.repairs_sent),
@@ -934,6 +954,6 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(stats.failovers),
               static_cast<unsigned long long>(stats.packets_dropped),
               static_cast<unsigned long long>(placed), static_cast<unsigned long long>(missed),
-              static_cast<unsigned long long>(stats.foreign_packets_dropped));
+              static_cast<unsigned long long>(stats.foreign_packets_dropped), caps.num_slots);
   return g_failure.empty() ? 0 : 1;
 }

@@ -198,7 +198,7 @@ TEST(HostFabric, IntegrityJobRunsTheSweepWithRcDelivery) {
   ExpectAllOk(results);
   for (const auto& r : results) {
     EXPECT_NE(r.output.find("integrity tag)"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("foreign=0)"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("foreign=0,"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("host_ops=0,"), std::string::npos) << "not on the fabric:\n"
                                                               << r.output;
   }
@@ -565,6 +565,50 @@ TEST(HostFabric, ChannelsSpreadOneGroupOverThePlanesAndKeepTheBits) {
     // (Offered every channel's places, half of them missed.)
     EXPECT_GT(PlacedCount(r.output), 10 * CountAfter(r.output, "missed=")) << r.output;
   }
+}
+
+// The job takes the most channels any rank asks for (docs/host.md,
+// "Channels"): one rank of four asking for two puts the group on both
+// planes, and every rank's caps report the window of both channels, K x 2.
+TEST(HostFabric, OneRankAskingForChannelsGivesTheJobThem) {
+  auto fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 4, 0, {"sweep"}, {{"NETFOLD_CHANNELS@2", "2"}});
+  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+  ExpectAllOkOnTheFabric(results);
+  for (const RankResult& r : results) EXPECT_EQ(CountAfter(r.output, "window="), 16) << r.output;
+  const auto received = RxPacketsBySwitch(*fabric);
+  ASSERT_EQ(received.size(), 6u);
+  for (const auto& [name, packets] : received) EXPECT_GT(packets, 1000u) << name;
+}
+
+// A channel the manager refuses (here the job's quota of one group) puts
+// the group on plane 0, one channel, with a warning: the group it was
+// granted on the other plane goes back, and every operation runs on the
+// fabric, exact.
+TEST(HostFabric, AChannelTheManagerRefusesLeavesTheGroupOnPlaneZeroAlone) {
+  tools::LocalFabricOptions o;
+  o.hosts = 4;
+  o.planes = 2;
+  o.default_slot_bytes = 1024;
+  o.default_slots = 8;
+  o.default_groups = 1;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  Launch ranks(**fabric, 4, 0, {"sweep"}, {{"NETFOLD_CHANNELS", "2"}});
+  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+  ExpectAllOkOnTheFabric(results);
+  EXPECT_NE(results[0].output.find("cannot take the group"), std::string::npos)
+      << results[0].output;
+  for (const auto& [name, packets] : RxPacketsBySwitch(**fabric)) {
+    const bool plane1 = name.find('@') != std::string::npos;
+    if (plane1) {
+      EXPECT_LT(packets, 100u) << name;
+    } else {
+      EXPECT_GT(packets, 1000u) << name;
+    }
+  }
+  EXPECT_EQ(NumJobs(**fabric), 0);
 }
 
 }  // namespace

@@ -48,7 +48,15 @@ Launch::Launch(const std::string& manager, int n, int first_host, std::vector<st
       // default is for jobs that fall back without one), as many ranks
       // start at once on a machine that other tests load.
       setenv("NETFOLD_CONNECT_TIMEOUT_MS", "10000", 0);
-      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      const std::string own = "@" + std::to_string(r);
+      for (const auto& [k, v] : env) {
+        const size_t at = k.find('@');
+        if (at == std::string::npos) {
+          setenv(k.c_str(), v.c_str(), 1);
+        } else if (k.substr(at) == own) {
+          setenv(k.substr(0, at).c_str(), v.c_str(), 1);
+        }
+      }
       std::vector<char*> argv = {const_cast<char*>(exe.c_str())};
       for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
       argv.push_back(nullptr);

@@ -56,6 +56,8 @@ std::string AgreedDigest(const std::vector<RankResult>& results);
 
 class Launch {
  public:
+  // `env` is every rank's environment, but for names of the form "NAME@r":
+  // NAME for rank r alone.
   Launch(const std::string& manager, int n, int first_host, std::vector<std::string> args,
          std::map<std::string, std::string> env = {});
   // Ranks of `fabric`: its manager, and its credential file in

@@ -308,24 +308,34 @@ TEST(MpiInterposerPolling, EveryTypeAndOpOnFourPollingRanks) {
   EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
 }
 
-// mpi_collectives `args` on `np` ranks of `fabric`, whose switches are
-// killed once "phase 1 done" is printed; then NETFOLD_TEST_OUTAGE_FILE
-// exists, for ranks that wait until the fabric is dead.
-MpiResult RunKillingTheSwitchesAtPhaseOne(tools::LocalFabric& fabric, int np,
-                                          const std::vector<std::string>& args,
-                                          std::map<std::string, std::string> env,
-                                          absl::Duration timeout) {
+// mpi_collectives `args` on `np` ranks of `fabric`, which `fault` breaks
+// once "phase 1 done" is printed; then NETFOLD_TEST_OUTAGE_FILE exists, for
+// ranks that wait until the fabric is broken.
+MpiResult RunWithAFaultAtPhaseOne(tools::LocalFabric& fabric, int np,
+                                  const std::vector<std::string>& args,
+                                  std::map<std::string, std::string> env, absl::Duration timeout,
+                                  const std::function<absl::Status()>& fault) {
   const std::string flag =
       (fs::temp_directory_path() / absl::StrFormat("netfold-outage-%d", getpid())).string();
   std::remove(flag.c_str());
   env["NETFOLD_TEST_OUTAGE_FILE"] = flag;
   MpiResult r = MpiRun(np, args, fabric, std::move(env), timeout, "phase 1 done", [&] {
-    EXPECT_TRUE(fabric.KillSwitches(SIGKILL).ok());
+    const absl::Status s = fault();
+    EXPECT_TRUE(s.ok()) << s;
     std::FILE* f = std::fopen(flag.c_str(), "w");
     if (f) std::fclose(f);
   });
   std::remove(flag.c_str());
   return r;
+}
+
+// The same, the fault killing every switch.
+MpiResult RunKillingTheSwitchesAtPhaseOne(tools::LocalFabric& fabric, int np,
+                                          const std::vector<std::string>& args,
+                                          std::map<std::string, std::string> env,
+                                          absl::Duration timeout) {
+  return RunWithAFaultAtPhaseOne(fabric, np, args, std::move(env), timeout,
+                                 [&] { return fabric.KillSwitches(SIGKILL); });
 }
 
 TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
@@ -375,6 +385,28 @@ TEST(MpiInterposerOutage, AnInPlaceAllreduceCutShortIsCompletedFromWhatTheFabric
     EXPECT_NE(r.output.find("failover: bytes the fabric had delivered"), std::string::npos)
         << r.output;
   }
+}
+
+// Two channels, and plane 1's leaf1 cut off (both ways) mid-run rather
+// than every switch killed: the channel in plane 0 runs on until the chunk
+// gate holds it (host/channels.h), within N x K chunks of the first chunk
+// plane 1 left without a result, then the group fails over once the cut
+// plane's links give up. The interposer completes the allreduce cut short
+// from what both channels wrote (one window of N x K chunks:
+// netfold_request_written), every element checked.
+TEST(MpiInterposerOutage, AnInPlaceAllreduceWithOnePlaneCutIsCompletedFromWhatBothChannelsWrote) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  auto fabric = FourHostFabric(/*planes=*/2);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const MpiResult r = RunWithAFaultAtPhaseOne(
+      **fabric, 4, {"outage_inplace", "1048576", "30"},
+      {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}, {"NETFOLD_CHANNELS", "2"}},
+      absl::Minutes(5), [&] { return (*fabric)->SetLinkFault("leaf1@1", "down=1"); });
+  ExpectPassed(r, "outage_inplace");
+  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failover: bytes the fabric had delivered"), std::string::npos)
+      << r.output;
 }
 
 // The same with 4 MiB reduces to a moving root, every result exact. The
