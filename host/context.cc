@@ -433,14 +433,17 @@ void Context::WhileWaiting() {
   const int64_t now = DataPath::clock().NowNanos();
   if (following_ == 0 && now - followed_ns_ < kEveryNs) return;
   followed_ns_ = now;
-  // A copy: nothing below creates or destroys groups (that takes the lock
-  // this thread holds), but a group's failover runs the hosts' exchanges,
-  // and they call back here. A group in its failover is on the hosts
-  // already, so following it again does nothing: at most one nested
+  // A copy: a group's failover runs the hosts' exchanges, which call back
+  // here, and let other application threads in (Group::LetOthersIn), which
+  // may create or destroy groups meanwhile: each is looked up again before
+  // it follows. A group in its failover is on the hosts already, so
+  // following it again only moves its host operations: at most one nested
   // failover per group.
   ++following_;
   const std::vector<Group*> groups = groups_;
-  for (Group* g : groups) g->FollowFailover();
+  for (Group* g : groups) {
+    if (std::find(groups_.begin(), groups_.end(), g) != groups_.end()) g->FollowFailover();
+  }
   --following_;
 }
 

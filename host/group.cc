@@ -5,6 +5,7 @@
 #include <functional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "base/awake_clock.h"
@@ -41,6 +42,10 @@ bool InPlace(const CollectiveArgs& a) { return a.send == nullptr || a.send == a.
 constexpr int kMaxDetached = 8;
 constexpr size_t kMaxDetachedBytes = size_t{64} << 20;
 
+// The groups whose failover this thread is in, outermost first: a failover
+// follows another group's from its exchanges (FollowFailover), nested.
+thread_local std::vector<uint64_t> t_failovers;
+
 }  // namespace
 
 Group::~Group() {
@@ -61,6 +66,7 @@ Group::~Group() {
 absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   if (owner_ == nullptr) return absl::FailedPreconditionError("the context was finalized");
   ProgressThread::Inside inside(owner_->progress());
+  if (!AwaitOthersFailover()) return OthersFailoverTooLong();
   const uint32_t group_root = args.root;
   if (!args.blocks.empty()) {
     if (args.blocks.size() != world_ranks_.size()) {
@@ -177,9 +183,23 @@ void Group::FollowMembersOnHosts() {
 void Group::FollowFailover() {
   // Not a group on its way out: its members are in Destroy's barriers,
   // not in a failover (its own Destroy ends its operations).
-  if (owner_ == nullptr || destroyed_ || mode_ != Mode::kFabric || host_ == nullptr) return;
+  if (owner_ == nullptr || destroyed_ || host_ == nullptr) return;
+  if (mode_ == Mode::kHost) {
+    // Two ranks may follow in opposite orders (one waits in X's exchange
+    // and follows Y, the other in Y's and follows X): each nested exchange
+    // waits for the one suspended at the other rank. Moving every host
+    // engine here keeps the suspended ones going.
+    host_->Progress(absl::ZeroDuration());
+    return;
+  }
   FollowMembersOnHosts();
   if (fabric_->failure().ok()) return;
+  // Nested in this thread's failovers only below them all (group ids fall
+  // down the stack). Nested in any order, two ranks could nest two groups
+  // in opposite orders, each waiting in its inner exchange for the next
+  // step of the other's outer one, suspended under it. In one order, the
+  // lowest group in failover can always be followed, and finishes first.
+  if (!t_failovers.empty() && group_id_ >= t_failovers.back()) return;
   Settle();
   FailOverIfTheFabricFailed();
 }
@@ -276,6 +296,8 @@ void Group::Failover(const absl::Status& why) {
       group_id_, why.message());
   mode_ = Mode::kHost;
   failed_over_ = true;
+  failing_over_ = std::this_thread::get_id();
+  t_failovers.push_back(group_id_);
   fabric_->Fail(WithErrorCode(absl::AbortedError("the group failed over to the hosts"),
                               NETFOLD_ERR_ABORTED));
   for (auto& [id, p] : ops_) {
@@ -303,6 +325,37 @@ void Group::Failover(const absl::Status& why) {
           NETFOLD_ERR_UNAVAILABLE);
     }
   }
+  t_failovers.pop_back();
+  failing_over_.reset();
+}
+
+void Group::LetOthersIn() {
+  if (owner_ == nullptr || !owner_->progress().OthersWaiting()) return;
+  {
+    ProgressThread::Outside let_in(owner_->progress());
+    std::this_thread::yield();
+  }
+  (void)AwaitOthersFailover();
+}
+
+absl::Status Group::OthersFailoverTooLong() {
+  return WithErrorCode(absl::DeadlineExceededError(absl::StrFormat(
+                           "group %d: another thread's failover of the group did not end in time",
+                           group_id_)),
+                       NETFOLD_ERR_TIMEOUT);
+}
+
+bool Group::AwaitOthersFailover() {
+  if (!failing_over_ || *failing_over_ == std::this_thread::get_id() || owner_ == nullptr) {
+    return true;
+  }
+  // Its exchanges end by the operation deadline, each; a few of them.
+  Deadline guard(ProcessAwakeClock(), 4 * owner_->op_timeout() + absl::Seconds(5));
+  while (failing_over_ && !guard.Expired()) {
+    ProgressThread::Outside wait(owner_->progress());
+    absl::SleepFor(absl::Microseconds(100));
+  }
+  return !failing_over_;
 }
 
 // The failover's exchanges, over the hosts' own collectives.
@@ -402,7 +455,9 @@ class Group::HostResyncExchange : public ResyncExchange {
   // failovers (GroupOwner::WhileWaiting).
   std::function<void()> Others() {
     return [this] {
-      if (g_.owner_ != nullptr) g_.owner_->WhileWaiting();
+      if (g_.owner_ == nullptr) return;
+      g_.owner_->WhileWaiting();
+      g_.LetOthersIn();
     };
   }
 
@@ -453,6 +508,8 @@ bool Group::Test(OpId id) {
   // this one's operations (FollowFailover).
   std::optional<ProgressThread::Inside> inside;
   if (owner_ != nullptr) inside.emplace(owner_->progress());
+  // Another thread is in this group's failover: not done yet.
+  if (failing_over_ && *failing_over_ != std::this_thread::get_id()) return false;
   auto it = ops_.find(id);
   if (it == ops_.end()) return true;
   if (!it->second.outcome && owner_ != nullptr) {
@@ -500,6 +557,7 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
   // this one's operations (FollowFailover).
   std::optional<ProgressThread::Inside> inside;
   if (owner_ != nullptr) inside.emplace(owner_->progress());
+  if (!AwaitOthersFailover()) return OthersFailoverTooLong();
   auto it = ops_.find(id);
   if (it == ops_.end()) return absl::NotFoundError(absl::StrFormat("no operation %d", id));
   if (owner_ == nullptr && !it->second.outcome) {
@@ -528,15 +586,7 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
     }
     Progress(absl::Milliseconds(10));
     if (!it->second.outcome && owner_ != nullptr) owner_->WhileWaiting();
-    if (!it->second.outcome && owner_ != nullptr && owner_->progress().OthersWaiting()) {
-      // Another thread of the application (MPI_THREAD_MULTIPLE) waits to
-      // start or finish an operation of another group: let it in. Its
-      // peers on other ranks may be waiting for that operation, and ours
-      // for theirs; holding the data path through our whole wait would
-      // deadlock the two threads across ranks.
-      ProgressThread::Outside let_in(owner_->progress());
-      std::this_thread::yield();
-    }
+    if (!it->second.outcome) LetOthersIn();
   }
   absl::Status s = *it->second.outcome;
   if (written != nullptr) *written = std::move(it->second.written);
@@ -553,6 +603,7 @@ absl::Status Group::Destroy(Oob& group_oob) {
     // Under the lock: another group's wait reads destroyed_ and may settle
     // this one's operations (FollowFailover).
     ProgressThread::Inside inside(owner_->progress());
+    if (!AwaitOthersFailover()) return OthersFailoverTooLong();
     if (destroyed_) return absl::OkStatus();
     destroyed_ = true;
     DrainDetached();

@@ -21,6 +21,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -121,7 +122,10 @@ class Group {
   // a member went over to the hosts, this one follows now (Failover)
   // rather than when the application next calls it: a member blocked in
   // this group's failover would otherwise wait for this rank, which waits
-  // for it in another group's operation.
+  // for it in another group's operation. A group on the hosts moves its
+  // host operations instead: its failover's exchanges may be suspended
+  // further up this thread's stack (the other group's failover was
+  // followed from them), and members wait for them there.
   void FollowFailover();
   // The owner is going (a context finalized before its groups): releases
   // the host algorithms' queue pairs while the owner's endpoint still
@@ -203,6 +207,19 @@ class Group {
   absl::StatusOr<bool> Resync();
   // Fails over a group on the fabric whose engine failed (Progress, Start).
   void FailOverIfTheFabricFailed();
+  // Inside, in a long wait (an operation, a failover's exchange): another
+  // application thread waiting to come in (MPI_THREAD_MULTIPLE) is let in,
+  // since its peers on other ranks may be waiting for its operation while
+  // ours wait for this one; holding the data path through the wait would
+  // deadlock the two threads across ranks. Then waits out a failover of
+  // this group that the other thread began meanwhile.
+  void LetOthersIn();
+  // Inside: while another thread is in this group's failover (outside the
+  // lock in one of its exchanges, LetOthersIn), waits outside until it is
+  // over, so that no operation of the group starts or settles in the
+  // middle of it. False if it lasted beyond every deadline.
+  bool AwaitOthersFailover();
+  absl::Status OthersFailoverTooLong();
   absl::Status StartOnHost(Pending& p);
 
   GroupOwner* owner_;
@@ -218,6 +235,9 @@ class Group {
   LastOp last_;
   uint64_t host_ops_ = 0;
   bool failed_over_ = false;
+  // The thread in this group's Failover, if one is (it may be outside the
+  // lock, in an exchange: LetOthersIn).
+  std::optional<std::thread::id> failing_over_;
   bool fabric_failed_ = false;
   std::string description_;
   bool destroyed_ = false;

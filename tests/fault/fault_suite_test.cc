@@ -458,6 +458,34 @@ TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesEveryGroupWithAChannelThereToThe
       << results[0].output;
 }
 
+// Two application threads per rank, each streaming on a group of its own,
+// when every switch dies: both groups fail over to the hosts at once. A
+// thread waiting in its group's failover also follows the other group's
+// (Group::FollowFailover, under the data path's lock the other thread
+// takes too), while that group's own thread waits in it. Every operation
+// of both threads exact, both groups on the hosts at every rank.
+TEST(ProcessFaults, TwoThreadsOnTwoGroupsFailOverTogetherWhenTheSwitchesDie) {
+  auto fabric = StartFabric(4);
+  ASSERT_NE(fabric, nullptr);
+  testing::ReleaseFlag release;
+  Launch ranks(*fabric, 4, 0, {"threads_until"},
+               {{"NETFOLD_TEST_RELEASE", release.path}, {"NETFOLD_TIMEOUT_MS", "3000"}});
+  const int not_streaming = ranks.WaitForEveryOutput("streaming", kSay);
+  EXPECT_EQ(not_streaming, -1) << ranks.output(not_streaming);
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_TRUE(fabric->KillSwitches(SIGKILL).ok());
+  absl::SleepFor(absl::Seconds(5));  // > the 3 s operation deadline
+  release.Raise();
+  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+  testing::ExpectStreamExact(results, /*no_failover=*/false);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_NE(results[r].output.find("failovers=2,"), std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+    EXPECT_NE(results[r].output.find(absl::StrFormat("rank %d: ok", r)), std::string::npos)
+        << results[r].output;
+  }
+}
+
 TEST(LinkFaultsAtRunTime, NetfoldFaultChangesALiveSwitchAndTheJobStaysExact) {
   auto fabric = StartFabric(4);
   ASSERT_NE(fabric, nullptr);

@@ -35,6 +35,12 @@
 //                exists (at most 10 minutes; the ranks agree every 20
 //                operations), printing "streaming" after the first; then the
 //                stream line; exit 0 if none failed
+//   threads_until  two application threads, each running checked operations
+//                (as stream) on a group of its own until
+//                $NETFOLD_TEST_RELEASE exists; the ranks of a group agree
+//                when to stop over the group itself (a max allreduce every
+//                20 operations). Prints "streaming" after the first, then
+//                "thread T: stream ok=..." for each; exit 0 if none failed
 //   hold         create the group, print "holding", wait for
 //                $NETFOLD_TEST_RELEASE, run 10 operations
 //   fork         an allreduce, then fork(): the child's calls on the
@@ -73,6 +79,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -470,6 +477,40 @@ void StreamUntilReleased(netfold::host::Oob& oob, const std::vector<netfold_grou
   Check(r.ok > 0 && r.errors == 0 && r.wrong == 0, "operations failed or were wrong");
 }
 
+// One application thread's share of threads_until: checked operations on
+// `g` until $NETFOLD_TEST_RELEASE exists (at most 10 minutes), the group's
+// ranks agreeing every 20 operations over `g` itself (no OOB, which is not
+// for two threads at once). Touches no global but stdout.
+void StreamOnAThreadUntilReleased(netfold_group_t g, StreamResult* r) {
+  const char* flag = std::getenv("NETFOLD_TEST_RELEASE");
+  const absl::Time deadline = absl::Now() + absl::Minutes(10);
+  for (uint64_t k = 0;; ++k) {
+    if (k % 20 == 0) {
+      const int32_t mine = flag == nullptr || access(flag, F_OK) == 0 || absl::Now() >= deadline;
+      int32_t any = 1;
+      const int rc = netfold_allreduce(g, &mine, &any, 1, NETFOLD_DTYPE_INT32, NETFOLD_OP_MAX);
+      if (rc != NETFOLD_SUCCESS && ++r->errors == 1) {
+        r->first_error = absl::StrFormat("stop vote: %s: %s", netfold_strerror(rc),
+                                         netfold_last_error());
+      }
+      if (rc != NETFOLD_SUCCESS || any != 0) return;
+    }
+    bool wrong = false;
+    const int rc = CheckedOperation(g, k, &wrong);
+    if (rc == NETFOLD_SUCCESS && !wrong) {
+      ++r->ok;
+    } else if (wrong) {
+      ++r->wrong;
+    } else if (++r->errors == 1) {
+      r->first_error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
+    }
+    if (k == 0) {
+      std::printf("rank %d: streaming\n", g_rank);
+      std::fflush(stdout);
+    }
+  }
+}
+
 StreamResult Stream(netfold_group_t g, int n, bool stop_at_error, int lag_us = 0) {
   StreamResult r;
   for (int k = 0; k < n; ++k) {
@@ -840,6 +881,24 @@ int main(int argc, char** argv) {
                   r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
       Check(r.ok == 100, "the group created after the plane's loss");
       CheckRc(netfold_group_destroy(g3), "destroy g3");
+    }
+  } else if (scenario == "threads_until") {
+    netfold_group_t g2 = nullptr;
+    CheckRc(netfold_group_create(ctx, &gs, &g2), "second group");
+    if (g2 != nullptr) {
+      StreamResult results[2];
+      std::thread second(StreamOnAThreadUntilReleased, g2, &results[1]);
+      StreamOnAThreadUntilReleased(g, &results[0]);
+      second.join();
+      for (int t = 0; t < 2; ++t) {
+        std::printf("rank %d: thread %d: stream ok=%d errors=%d wrong=%d%s%s\n", g_rank, t,
+                    results[t].ok, results[t].errors, results[t].wrong,
+                    results[t].first_error.empty() ? "" : " first error: ",
+                    results[t].first_error.c_str());
+        Check(results[t].ok > 0 && results[t].errors == 0 && results[t].wrong == 0,
+              "a thread's operations failed or were wrong");
+      }
+      CheckRc(netfold_group_destroy(g2), "destroy g2");
     }
   } else if (scenario == "until") {
     // The test decides how long the job runs (e.g. across a manager's
