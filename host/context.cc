@@ -22,6 +22,10 @@ namespace netfold::host {
 
 namespace {
 
+// WhileWaiting: how deep in followed failovers this thread is (the lock
+// may pass between threads in the middle: Group::LetOthersIn).
+thread_local int t_following = 0;
+
 // Encodes an outcome (OK + payload, or an error) for an OOB broadcast, so
 // that every rank returns the same error when the one that talked to the
 // manager failed.
@@ -277,23 +281,22 @@ absl::Status Context::ConnectLink(LeafLink& link, const control::AttachResponse&
   return link.Connect(peer);
 }
 
+bool Context::PlaneLost(uint32_t plane) {
+  // A link whose connection failed is lost as well: the manager's
+  // RANK_DETACHED may come later, or not at all.
+  if (!(lost_planes_.load() & (1u << plane)) && plane > 0 && data_path_->has_plane(plane) &&
+      !data_path_->link(plane).status().ok()) {
+    lost_planes_.fetch_or(1u << plane);
+  }
+  return (lost_planes_.load() & (1u << plane)) != 0;
+}
+
 absl::Status Context::EnsurePlane(uint32_t plane) {
-  if (lost_planes_.load() & (1u << plane)) {
+  if (PlaneLost(plane)) {
     return absl::UnavailableError(absl::StrFormat(
         "rank %d lost its attachment in data plane %d", options_.rank, plane));
   }
-  if (data_path_->has_plane(plane)) {
-    // A link whose connection failed is lost (the manager's RANK_DETACHED
-    // may come later, or not at all): not chosen again.
-    absl::Status link = data_path_->link(plane).status();
-    if (!link.ok()) {
-      lost_planes_.fetch_or(1u << plane);
-      return absl::UnavailableError(absl::StrFormat(
-          "rank %d lost its attachment in data plane %d: %s", options_.rank, plane,
-          link.message()));
-    }
-    return absl::OkStatus();
-  }
+  if (data_path_->has_plane(plane)) return absl::OkStatus();
   uint32_t psn = 0;  // an earlier attempt's, if its answer did not come
   NETFOLD_ASSIGN_OR_RETURN(LeafLink * link, data_path_->AddPlane(plane, &psn));
   absl::StatusOr<control::AttachResponse> attached;
@@ -335,7 +338,7 @@ absl::StatusOr<std::vector<uint32_t>> Context::ChoosePlanes(Oob& group_oob) {
     std::vector<uint32_t> chosen;
     for (uint32_t i = 0; i < usable && chosen.size() < channels_; ++i) {
       const uint32_t p = (next_plane_ + i) % usable;
-      if (!(lost_planes_.load() & (1u << p))) chosen.push_back(p);
+      if (!PlaneLost(p)) chosen.push_back(p);
     }
     if (chosen.empty()) chosen.push_back(0);
     next_plane_ = (chosen.front() + 1) % std::max<uint32_t>(usable, 1);
@@ -431,7 +434,7 @@ void Context::WhileWaiting() {
   // rank in yet another group.
   constexpr int64_t kEveryNs = 5'000'000;
   const int64_t now = DataPath::clock().NowNanos();
-  if (following_ == 0 && now - followed_ns_ < kEveryNs) return;
+  if (t_following == 0 && now - followed_ns_ < kEveryNs) return;
   followed_ns_ = now;
   // A copy: a group's failover runs the hosts' exchanges, which call back
   // here, and let other application threads in (Group::LetOthersIn), which
@@ -439,12 +442,12 @@ void Context::WhileWaiting() {
   // it follows. A group in its failover is on the hosts already, so
   // following it again only moves its host operations: at most one nested
   // failover per group.
-  ++following_;
+  ++t_following;
   const std::vector<Group*> groups = groups_;
   for (Group* g : groups) {
     if (std::find(groups_.begin(), groups_.end(), g) != groups_.end()) g->FollowFailover();
   }
-  --following_;
+  --t_following;
 }
 
 absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,

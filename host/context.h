@@ -104,6 +104,9 @@ class Context : private GroupOwner {
   // goes to plane 0 alone if one cannot. With the data path's lock held.
   absl::StatusOr<std::vector<uint32_t>> ChoosePlanes(Oob& group_oob);
   absl::Status EnsurePlane(uint32_t plane);
+  // This rank lost data plane `plane`: detached by the manager, or its own
+  // link there failed (then marked lost). Under the data path's lock.
+  bool PlaneLost(uint32_t plane);
   // A fabric group per plane (RequestGroup), every member with the same
   // answer; if one is refused, those granted are released.
   absl::StatusOr<std::vector<control::GroupInfo>> RequestGroups(
@@ -161,9 +164,7 @@ class Context : private GroupOwner {
   std::atomic<bool> lost_fabric_{false};      // RANK_DETACHED or JOB_DESTROYED seen
   bool fabric_failed_ = false;                // a released group had failed
   std::vector<Group*> groups_;   // every live group, fabric or not
-  // WhileWaiting: how deep in followed failovers this (locked) thread is,
-  // and when it last looked.
-  int following_ = 0;
+  // WhileWaiting: when it last looked (how deep a thread is: t_following).
   int64_t followed_ns_ = 0;
   GroupEngineStats retired_;     // stats of destroyed groups' engines
   uint64_t retired_host_ops_ = 0, retired_failovers_ = 0;

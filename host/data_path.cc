@@ -339,7 +339,12 @@ void DataPath::Progress(absl::Duration timeout) {
     if (links_[plane].link == nullptr) continue;
     if (absl::Status link = links_[plane].link->status(); !link.ok()) {
       for (auto& [id, routed] : engines_) {
-        if (routed.plane == plane) routed.engine->Fail(WithErrorCode(link, NETFOLD_ERR_UNAVAILABLE));
+        if (routed.plane == plane) {
+          // Unavailable whatever the link's own code (a verbs completion's
+          // may be another): the fabric is gone, the hosts may take over.
+          routed.engine->Fail(
+              WithErrorCode(absl::UnavailableError(link.message()), NETFOLD_ERR_UNAVAILABLE));
+        }
       }
     }
   }

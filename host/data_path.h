@@ -130,7 +130,7 @@ class DataPath {
       // (Progress): the fabric is unavailable, the hosts may take over.
       if (!s.ok() && !absl::IsResourceExhausted(s)) {
         if (absl::Status down = link->status(); !down.ok()) {
-          return WithErrorCode(down, NETFOLD_ERR_UNAVAILABLE);
+          return WithErrorCode(absl::UnavailableError(down.message()), NETFOLD_ERR_UNAVAILABLE);
         }
       }
       return s;

@@ -51,8 +51,10 @@ thread_local std::vector<uint64_t> t_failovers;
 Group::~Group() {
   if (owner_ == nullptr) return;
   // Under the data path's lock: the owner's list of groups is read under
-  // it (statistics, WhileWaiting) by other threads.
+  // it (statistics, WhileWaiting) by other threads; not while another
+  // thread is in this group's failover.
   ProgressThread::Inside inside(owner_->progress());
+  (void)AwaitOthersFailover();
   if (fabric_ != nullptr) {
     // Operations still pending (a group dropped without Destroy): the link
     // must stop reading their buffers, which the caller may free now.
@@ -153,7 +155,9 @@ absl::Status Group::StartOnHost(Pending& p) {
 }
 
 void Group::Progress(absl::Duration timeout) {
-  if (owner_ == nullptr) return;
+  // Not in the middle of another thread's failover of this group (it is
+  // outside the lock in an exchange): that thread settles what it failed over.
+  if (owner_ == nullptr || OtherThreadFailingOver()) return;
   if (mode_ == Mode::kHost) {
     host_->Progress(timeout);
     owner_->Progress(absl::ZeroDuration());
@@ -185,11 +189,10 @@ void Group::FollowFailover() {
   // not in a failover (its own Destroy ends its operations).
   if (owner_ == nullptr || destroyed_ || host_ == nullptr) return;
   if (mode_ == Mode::kHost) {
-    // Two ranks may follow in opposite orders (one waits in X's exchange
-    // and follows Y, the other in Y's and follows X): each nested exchange
-    // waits for the one suspended at the other rank. Moving every host
-    // engine here keeps the suspended ones going.
-    host_->Progress(absl::ZeroDuration());
+    // Inside this thread's failovers, whose exchanges may be suspended
+    // further up the stack (this group's among them): its host engine
+    // moves, so that what the members there wait for is answered.
+    if (!t_failovers.empty()) host_->Progress(absl::ZeroDuration());
     return;
   }
   FollowMembersOnHosts();
@@ -331,11 +334,12 @@ void Group::Failover(const absl::Status& why) {
 
 void Group::LetOthersIn() {
   if (owner_ == nullptr || !owner_->progress().OthersWaiting()) return;
-  {
-    ProgressThread::Outside let_in(owner_->progress());
-    std::this_thread::yield();
-  }
-  (void)AwaitOthersFailover();
+  ProgressThread::Outside let_in(owner_->progress());
+  std::this_thread::yield();
+}
+
+bool Group::OtherThreadFailingOver() const {
+  return failing_over_.has_value() && *failing_over_ != std::this_thread::get_id();
 }
 
 absl::Status Group::OthersFailoverTooLong() {
@@ -346,16 +350,14 @@ absl::Status Group::OthersFailoverTooLong() {
 }
 
 bool Group::AwaitOthersFailover() {
-  if (!failing_over_ || *failing_over_ == std::this_thread::get_id() || owner_ == nullptr) {
-    return true;
-  }
+  if (!OtherThreadFailingOver() || owner_ == nullptr) return true;
   // Its exchanges end by the operation deadline, each; a few of them.
   Deadline guard(ProcessAwakeClock(), 4 * owner_->op_timeout() + absl::Seconds(5));
-  while (failing_over_ && !guard.Expired()) {
+  while (OtherThreadFailingOver() && !guard.Expired()) {
     ProgressThread::Outside wait(owner_->progress());
-    absl::SleepFor(absl::Microseconds(100));
+    absl::SleepFor(absl::Milliseconds(1));
   }
-  return !failing_over_;
+  return !OtherThreadFailingOver();
 }
 
 // The failover's exchanges, over the hosts' own collectives.
@@ -508,10 +510,10 @@ bool Group::Test(OpId id) {
   // this one's operations (FollowFailover).
   std::optional<ProgressThread::Inside> inside;
   if (owner_ != nullptr) inside.emplace(owner_->progress());
-  // Another thread is in this group's failover: not done yet.
-  if (failing_over_ && *failing_over_ != std::this_thread::get_id()) return false;
   auto it = ops_.find(id);
   if (it == ops_.end()) return true;
+  // Another thread is in this group's failover: not done yet.
+  if (OtherThreadFailingOver()) return false;
   if (!it->second.outcome && owner_ != nullptr) {
     Progress(absl::ZeroDuration());
     if (!it->second.outcome && CanDetach(it->second)) return true;  // Wait releases it
@@ -569,6 +571,11 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
   const absl::Duration op_timeout = owner_ != nullptr ? owner_->op_timeout() : absl::ZeroDuration();
   Deadline guard(ProcessAwakeClock(), 2 * op_timeout + absl::Seconds(5));
   while (!it->second.outcome) {
+    // Another thread may have begun this group's failover while this one
+    // was outside the lock (LetOthersIn, or another group's failover that
+    // WhileWaiting followed): it settles this operation.
+    if (!AwaitOthersFailover()) return OthersFailoverTooLong();
+    if (it->second.outcome) break;
     if (CanDetach(it->second)) {
       // A reduce whose input has left: the caller may reuse its buffer.
       it->second.detached = true;
@@ -603,7 +610,8 @@ absl::Status Group::Destroy(Oob& group_oob) {
     // Under the lock: another group's wait reads destroyed_ and may settle
     // this one's operations (FollowFailover).
     ProgressThread::Inside inside(owner_->progress());
-    if (!AwaitOthersFailover()) return OthersFailoverTooLong();
+    // (A failover another thread follows: the group is freed after this.)
+    (void)AwaitOthersFailover();
     if (destroyed_) return absl::OkStatus();
     destroyed_ = true;
     DrainDetached();

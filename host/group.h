@@ -211,9 +211,12 @@ class Group {
   // application thread waiting to come in (MPI_THREAD_MULTIPLE) is let in,
   // since its peers on other ranks may be waiting for its operation while
   // ours wait for this one; holding the data path through the wait would
-  // deadlock the two threads across ranks. Then waits out a failover of
-  // this group that the other thread began meanwhile.
+  // deadlock the two threads across ranks. The other thread may begin this
+  // group's failover meanwhile: callers look (AwaitOthersFailover).
   void LetOthersIn();
+  // Another thread is in this group's Failover (this one must not touch
+  // its operations).
+  bool OtherThreadFailingOver() const;
   // Inside: while another thread is in this group's failover (outside the
   // lock in one of its exchanges, LetOthersIn), waits outside until it is
   // over, so that no operation of the group starts or settles in the

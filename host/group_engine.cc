@@ -654,6 +654,11 @@ void GroupEngine::Post() {
 }
 
 void GroupEngine::Poll() {
+  // Nothing queued, in flight or running: no timer can be due. A job's
+  // idle groups then cost the data path's passes nothing (each scanned its
+  // window here, and in NextTimerNs: 15 idle communicators made an 8-byte
+  // allreduce 20-28 % slower).
+  if (Quiet()) return;
   Post();
   if (!failure_.ok()) return;
   const int64_t now = clock_.NowNanos();
@@ -723,7 +728,7 @@ void GroupEngine::Poll() {
 }
 
 std::optional<int64_t> GroupEngine::NextTimerNs() const {
-  if (!failure_.ok()) return std::nullopt;
+  if (!failure_.ok() || Quiet()) return std::nullopt;
   const int64_t now = clock_.NowNanos();
   if (pending_request_.has_value()) return now;
   if (!queue_.empty()) {
@@ -829,5 +834,7 @@ void GroupEngine::Fail(absl::Status why) {
 }
 
 bool GroupEngine::idle() const { return queue_.empty() && low_seq_ == next_seq_; }
+
+bool GroupEngine::Quiet() const { return idle() && ops_.empty() && !pending_request_.has_value(); }
 
 }  // namespace netfold::host

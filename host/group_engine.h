@@ -257,6 +257,9 @@ class GroupEngine {
   uint64_t next_seq() const { return next_seq_; }
 
  private:
+  // idle(), with no operation left to finish and no request waiting to be
+  // sent again: Poll has nothing to do and no timer is due.
+  bool Quiet() const;
   struct Op;
   struct InFlight {
     bool used = false;

@@ -37,6 +37,10 @@
 // and each rank's link bytes, sent and received:
 //   collective_bench: rank R: link tx N rx N bytes
 // (sums of netfold_stats_t over the ranks, the whole run, warm-ups included).
+// With NETFOLD_BENCH_COMMUNICATORS=N (0-64), N more communicators (duplicates
+// of MPI_COMM_WORLD, each used for one allreduce so that it is set up) sit
+// idle through the sweep, as in applications that hold many: what the
+// library does for a job's other groups while one waits shows.
 #include <dlfcn.h>
 #include <mpi.h>
 
@@ -210,6 +214,22 @@ int main(int argc, char** argv) {
   }
   const double budget = argc > 3 ? std::atof(argv[3]) : 1.0;
   auto stats = reinterpret_cast<StatsFn>(dlsym(RTLD_DEFAULT, "netfold_mpi_stats"));
+  std::vector<MPI_Comm> idle;
+  if (const char* n = std::getenv("NETFOLD_BENCH_COMMUNICATORS"); n != nullptr) {
+    char* end = nullptr;
+    const long count = std::strtol(n, &end, 10);
+    if (end == n || *end != '\0' || count < 0 || count > 64) {
+      if (rank == 0) std::fprintf(stderr, "collective_bench: NETFOLD_BENCH_COMMUNICATORS: 0-64\n");
+      MPI_Finalize();
+      return 2;
+    }
+    idle.resize(static_cast<size_t>(count));
+    for (MPI_Comm& c : idle) {
+      MPI_Comm_dup(MPI_COMM_WORLD, &c);
+      int one = 1, sum = 0;
+      MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, c);
+    }
+  }
   for (long bytes : sizes) {
     const int count = static_cast<int>(op == "bcast" ? bytes : std::max<long>(1, bytes / 4));
     const int block = static_cast<int>(BlockCount(bytes, size));  // allgather, reduce_scatter
@@ -296,6 +316,7 @@ int main(int argc, char** argv) {
                    static_cast<unsigned long long>(links[2 * static_cast<size_t>(r) + 1]));
     }
   }
+  for (MPI_Comm& c : idle) MPI_Comm_free(&c);
   MPI_Finalize();
   return 0;
 }

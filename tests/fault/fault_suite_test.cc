@@ -470,8 +470,10 @@ TEST(ProcessFaults, TwoThreadsOnTwoGroupsFailOverTogetherWhenTheSwitchesDie) {
   testing::ReleaseFlag release;
   Launch ranks(*fabric, 4, 0, {"threads_until"},
                {{"NETFOLD_TEST_RELEASE", release.path}, {"NETFOLD_TIMEOUT_MS", "3000"}});
-  const int not_streaming = ranks.WaitForEveryOutput("streaming", kSay);
-  EXPECT_EQ(not_streaming, -1) << ranks.output(not_streaming);
+  for (const char* thread : {"thread 0: streaming", "thread 1: streaming"}) {
+    const int not_streaming = ranks.WaitForEveryOutput(thread, kSay);
+    EXPECT_EQ(not_streaming, -1) << ranks.output(not_streaming);
+  }
   absl::SleepFor(absl::Milliseconds(300));
   ASSERT_TRUE(fabric->KillSwitches(SIGKILL).ok());
   absl::SleepFor(absl::Seconds(5));  // > the 3 s operation deadline

@@ -39,7 +39,8 @@
 //                (as stream) on a group of its own until
 //                $NETFOLD_TEST_RELEASE exists; the ranks of a group agree
 //                when to stop over the group itself (a max allreduce every
-//                20 operations). Prints "streaming" after the first, then
+//                20 operations). Prints "thread T: streaming" after each
+//                thread's first, then
 //                "thread T: stream ok=..." for each; exit 0 if none failed
 //   hold         create the group, print "holding", wait for
 //                $NETFOLD_TEST_RELEASE, run 10 operations
@@ -481,7 +482,7 @@ void StreamUntilReleased(netfold::host::Oob& oob, const std::vector<netfold_grou
 // `g` until $NETFOLD_TEST_RELEASE exists (at most 10 minutes), the group's
 // ranks agreeing every 20 operations over `g` itself (no OOB, which is not
 // for two threads at once). Touches no global but stdout.
-void StreamOnAThreadUntilReleased(netfold_group_t g, StreamResult* r) {
+void StreamOnAThreadUntilReleased(int thread, netfold_group_t g, StreamResult* r) {
   const char* flag = std::getenv("NETFOLD_TEST_RELEASE");
   const absl::Time deadline = absl::Now() + absl::Minutes(10);
   for (uint64_t k = 0;; ++k) {
@@ -505,7 +506,7 @@ void StreamOnAThreadUntilReleased(netfold_group_t g, StreamResult* r) {
       r->first_error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
     }
     if (k == 0) {
-      std::printf("rank %d: streaming\n", g_rank);
+      std::printf("rank %d: thread %d: streaming\n", g_rank, thread);
       std::fflush(stdout);
     }
   }
@@ -887,8 +888,8 @@ int main(int argc, char** argv) {
     CheckRc(netfold_group_create(ctx, &gs, &g2), "second group");
     if (g2 != nullptr) {
       StreamResult results[2];
-      std::thread second(StreamOnAThreadUntilReleased, g2, &results[1]);
-      StreamOnAThreadUntilReleased(g, &results[0]);
+      std::thread second(StreamOnAThreadUntilReleased, 1, g2, &results[1]);
+      StreamOnAThreadUntilReleased(0, g, &results[0]);
       second.join();
       for (int t = 0; t < 2; ++t) {
         std::printf("rank %d: thread %d: stream ok=%d errors=%d wrong=%d%s%s\n", g_rank, t,
