@@ -84,6 +84,12 @@ TEST(CApi, BadEnvironmentIsAClearError) {
     EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_CHANNELS"), std::string::npos);
   }
   unsetenv("NETFOLD_CHANNELS");
+  for (const char* bad : {"many", "0", "-3"}) {
+    setenv("NETFOLD_MAX_GROUPS", bad, 1);
+    EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_NE(std::string(netfold_last_error()).find("NETFOLD_MAX_GROUPS"), std::string::npos);
+  }
+  unsetenv("NETFOLD_MAX_GROUPS");
   for (const char* bad : {"fast", "-1", "1000001"}) {
     setenv("NETFOLD_POLL_US", bad, 1);
     EXPECT_EQ(netfold_init(&spec, &ctx), NETFOLD_ERR_INVALID_ARGUMENT) << bad;

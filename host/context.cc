@@ -192,6 +192,7 @@ absl::Status Context::Join(Oob& world) {
     }
     req.mutable_quota()->set_num_slots(options_.num_slots);
     req.mutable_quota()->set_slot_bytes(options_.slot_bytes);
+    req.mutable_quota()->set_max_groups(options_.max_groups);
     req.set_default_partition(default_partition);
     req.set_integrity(integrity);
     absl::StatusOr<control::CreateJobResponse> resp = manager_->CreateJob(req);

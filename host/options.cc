@@ -57,6 +57,7 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
   };
   NETFOLD_RETURN_IF_ERROR(number("NETFOLD_SLOTS", &o->num_slots));
   NETFOLD_RETURN_IF_ERROR(number("NETFOLD_SLOT_BYTES", &o->slot_bytes));
+  NETFOLD_RETURN_IF_ERROR(number("NETFOLD_MAX_GROUPS", &o->max_groups));
   NETFOLD_RETURN_IF_ERROR(number("NETFOLD_BCAST_RUN", &o->bcast_run));
   if (std::string v = Env("NETFOLD_DELIVERY"); !v.empty()) {
     if (v == "multicast") {

@@ -609,6 +609,22 @@ TEST(HostFabric, AChannelTheManagerRefusesLeavesTheGroupOnPlaneZeroAlone) {
     }
   }
   EXPECT_EQ(NumJobs(**fabric), 0);
+
+  // A job that asks for two groups (NETFOLD_MAX_GROUPS, rank 0's) gets
+  // both channels on the same manager.
+  const auto before = RxPacketsBySwitch(**fabric);
+  Launch asking(**fabric, 4, 0, {"sweep"},
+                {{"NETFOLD_CHANNELS", "2"}, {"NETFOLD_MAX_GROUPS", "2"}});
+  const std::vector<RankResult> granted = asking.Wait(absl::Minutes(3));
+  ExpectAllOkOnTheFabric(granted);
+  EXPECT_EQ(granted[0].output.find("cannot take the group"), std::string::npos)
+      << granted[0].output;
+  const auto after = RxPacketsBySwitch(**fabric);
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_GT(after[i].second - before[i].second, 1000u) << after[i].first;
+  }
+  EXPECT_EQ(NumJobs(**fabric), 0);
 }
 
 }  // namespace
