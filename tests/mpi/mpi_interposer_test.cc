@@ -352,20 +352,31 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
 
 // mpi_collectives `scenario` (1 Mi ints, 30 operations) on 4 ranks of a
 // private 4-host fabric (of `channels` data planes, each group spread over
-// them: docs/host.md, "Channels") whose switches are killed once phase 1
-// is done; checked to have passed.
-MpiResult RunKillingTheSwitches(const std::string& scenario, int channels = 1) {
+// them: docs/host.md, "Channels") which `fault` breaks once phase 1 is
+// done (default: every switch killed); checked to have passed.
+MpiResult RunBreakingTheFabric(
+    const std::string& scenario, int channels = 1,
+    const std::function<absl::Status(tools::LocalFabric&)>& fault =
+        [](tools::LocalFabric& f) { return f.KillSwitches(SIGKILL); }) {
   auto fabric = FourHostFabric(channels > 1 ? channels : 0);
   EXPECT_TRUE(fabric.ok()) << fabric.status();
   if (!fabric.ok()) return {};
-  MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+  MpiResult r = RunWithAFaultAtPhaseOne(
       **fabric, 4, {scenario, "1048576", "30"},
       {{"NETFOLD_MPI_STATS", "1"},
        {"NETFOLD_TIMEOUT_MS", "3000"},
        {"NETFOLD_CHANNELS", std::to_string(channels)}},
-      absl::Minutes(5));
+      absl::Minutes(5), [&] { return fault(**fabric); });
   ExpectPassed(r, scenario);
   return r;
+}
+
+// The interposer's failover completed an allreduce from what the fabric
+// had delivered of it.
+void ExpectCompletedFromWhatTheFabricWrote(const MpiResult& r) {
+  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failover: bytes the fabric had delivered"), std::string::npos)
+      << r.output;
 }
 
 // The switches killed while 4 MiB in-place allreduces run back to back:
@@ -380,10 +391,7 @@ TEST(MpiInterposerOutage, AnInPlaceAllreduceCutShortIsCompletedFromWhatTheFabric
     // interposer reads (netfold_request_written), the channels kept
     // within N x K chunks of one another.
     SCOPED_TRACE(absl::StrFormat("%d channel(s)", channels));
-    const MpiResult r = RunKillingTheSwitches("outage_inplace", channels);
-    EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
-    EXPECT_NE(r.output.find("failover: bytes the fabric had delivered"), std::string::npos)
-        << r.output;
+    ExpectCompletedFromWhatTheFabricWrote(RunBreakingTheFabric("outage_inplace", channels));
   }
 }
 
@@ -397,16 +405,10 @@ TEST(MpiInterposerOutage, AnInPlaceAllreduceCutShortIsCompletedFromWhatTheFabric
 TEST(MpiInterposerOutage, AnInPlaceAllreduceWithOnePlaneCutIsCompletedFromWhatBothChannelsWrote) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
-  auto fabric = FourHostFabric(/*planes=*/2);
-  ASSERT_TRUE(fabric.ok()) << fabric.status();
-  const MpiResult r = RunWithAFaultAtPhaseOne(
-      **fabric, 4, {"outage_inplace", "1048576", "30"},
-      {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}, {"NETFOLD_CHANNELS", "2"}},
-      absl::Minutes(5), [&] { return (*fabric)->SetLinkFault("leaf1@1", "down=1"); });
-  ExpectPassed(r, "outage_inplace");
-  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("failover: bytes the fabric had delivered"), std::string::npos)
-      << r.output;
+  ExpectCompletedFromWhatTheFabricWrote(
+      RunBreakingTheFabric("outage_inplace", /*channels=*/2, [](tools::LocalFabric& f) {
+        return f.SetLinkFault("leaf1@1", "down=1");
+      }));
 }
 
 // The same with 4 MiB reduces to a moving root, every result exact. The
@@ -418,7 +420,7 @@ TEST(MpiInterposerOutage, AnInPlaceAllreduceWithOnePlaneCutIsCompletedFromWhatBo
 TEST(MpiInterposerOutage, AReduceCutShortIsRunAgainAndEveryResultIsExact) {
   if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
-  const MpiResult r = RunKillingTheSwitches("outage_reduce");
+  const MpiResult r = RunBreakingTheFabric("outage_reduce");
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
 }
 
