@@ -195,6 +195,7 @@ absl::Status Context::Join(Oob& world) {
     req.mutable_quota()->set_max_groups(options_.max_groups);
     req.set_default_partition(default_partition);
     req.set_integrity(integrity);
+    req.set_channels(channels_);
     absl::StatusOr<control::CreateJobResponse> resp = manager_->CreateJob(req);
     outcome = EncodeOutcome(resp.status(), resp.ok() ? resp->SerializeAsString() : "");
   }

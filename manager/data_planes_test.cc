@@ -336,5 +336,36 @@ TEST_F(DataPlanesTest, ARestartWithFewerPlanesKeepsTheJob) {
   EXPECT_EQ(Attach(job, 0, 1).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Channels spend a job's groups one per plane per communicator: a job that
+// leaves its quota of groups to the manager gets the default once per
+// channel it takes (at most the fabric's planes), within the per-job limit;
+// a job that names its quota gets that.
+TEST_F(DataPlanesTest, AJobWithChannelsGetsTheDefaultGroupsOncePerChannel) {
+  auto groups_for = [this](uint32_t channels, uint32_t asked) {
+    control::CreateJobRequest req;
+    req.set_protocol_version(control::PROTOCOL_VERSION_CURRENT);
+    req.add_ranks()->set_host("h0");
+    req.mutable_quota()->set_max_groups(asked);
+    req.set_channels(channels);
+    absl::StatusOr<control::CreateJobResponse> resp = am_->CreateJob(req);
+    EXPECT_TRUE(resp.ok()) << resp.status();
+    return resp.ok() ? resp->quota().max_groups() : 0u;
+  };
+  ManagerOptions options = NoHostTimeout();
+  options.limits.default_groups_per_job = 3;
+  StartPlanes(options);
+  EXPECT_EQ(groups_for(0, 0), 3u);
+  EXPECT_EQ(groups_for(1, 0), 3u);
+  EXPECT_EQ(groups_for(2, 0), 6u);
+  EXPECT_EQ(groups_for(9, 0), 6u);  // two planes: two channels at most
+  EXPECT_EQ(groups_for(2, 4), 4u);  // asked for
+  EXPECT_EQ(groups_for(2, 1), 1u);
+
+  options.limits.max_groups_per_job = 5;
+  StartPlanes(options);
+  EXPECT_EQ(groups_for(2, 0), 5u);  // the per-job limit, not a refusal
+  EXPECT_EQ(groups_for(1, 0), 3u);
+}
+
 }  // namespace
 }  // namespace netfold::manager

@@ -764,7 +764,7 @@ int main(int argc, char** argv) {
   CheckRc(netfold_finalize(ctx), "finalize");
   std::printf("rank %d: %s (ops %llu, repairs %llu, retransmissions %llu, host_ops=%llu, "
               "failovers=%llu, dropped=%llu, placed=%llu, missed=%llu, foreign=%llu, "
-              "window=%u)\n",
+              "window=%u, max_groups=%u)\n",
               g_rank, g_failure.empty() ? "ok" : ("FAIL " + g_failure).c_str(),
               static_cast<unsigned long long>(stats.ops_completed),
               static_cast<unsigned long long>(stats.repairs_sent),
@@ -773,6 +773,7 @@ int main(int argc, char** argv) {
               static_cast<unsigned long long>(stats.failovers),
               static_cast<unsigned long long>(stats.packets_dropped),
               static_cast<unsigned long long>(placed), static_cast<unsigned long long>(missed),
-              static_cast<unsigned long long>(stats.foreign_packets_dropped), caps.num_slots);
+              static_cast<unsigned long long>(stats.foreign_packets_dropped), caps.num_slots,
+              caps.max_groups);
   return g_failure.empty() ? 0 : 1;
 }

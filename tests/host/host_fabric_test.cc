@@ -582,10 +582,12 @@ TEST(HostFabric, OneRankAskingForChannelsGivesTheJobThem) {
   for (const auto& [name, packets] : received) EXPECT_GT(packets, 1000u) << name;
 }
 
-// A channel the manager refuses (here the job's quota of one group) puts
-// the group on plane 0, one channel, with a warning: the group it was
-// granted on the other plane goes back, and every operation runs on the
-// fabric, exact.
+// A channel the manager refuses (here the job's quota of one group, as it
+// asked with NETFOLD_MAX_GROUPS) puts the group on plane 0, one channel,
+// with a warning: the group it was granted on the other plane goes back,
+// and every operation runs on the fabric, exact. A job that leaves its
+// quota to the manager gets the default once per channel: here, on a
+// manager whose default is one group, both channels.
 TEST(HostFabric, AChannelTheManagerRefusesLeavesTheGroupOnPlaneZeroAlone) {
   tools::LocalFabricOptions o;
   o.hosts = 4;
@@ -595,11 +597,13 @@ TEST(HostFabric, AChannelTheManagerRefusesLeavesTheGroupOnPlaneZeroAlone) {
   o.default_groups = 1;
   auto fabric = tools::LocalFabric::Start(o);
   ASSERT_TRUE(fabric.ok()) << fabric.status();
-  Launch ranks(**fabric, 4, 0, {"sweep"}, {{"NETFOLD_CHANNELS", "2"}});
+  Launch ranks(**fabric, 4, 0, {"sweep"},
+               {{"NETFOLD_CHANNELS", "2"}, {"NETFOLD_MAX_GROUPS", "1"}});
   const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
   ExpectAllOkOnTheFabric(results);
   EXPECT_NE(results[0].output.find("cannot take the group"), std::string::npos)
       << results[0].output;
+  for (const RankResult& r : results) EXPECT_EQ(CountAfter(r.output, "max_groups="), 1) << r.output;
   for (const auto& [name, packets] : RxPacketsBySwitch(**fabric)) {
     const bool plane1 = name.find('@') != std::string::npos;
     if (plane1) {
@@ -610,15 +614,14 @@ TEST(HostFabric, AChannelTheManagerRefusesLeavesTheGroupOnPlaneZeroAlone) {
   }
   EXPECT_EQ(NumJobs(**fabric), 0);
 
-  // A job that asks for two groups (NETFOLD_MAX_GROUPS, rank 0's) gets
-  // both channels on the same manager.
+  // The manager's default, once per channel: both granted.
   const auto before = RxPacketsBySwitch(**fabric);
-  Launch asking(**fabric, 4, 0, {"sweep"},
-                {{"NETFOLD_CHANNELS", "2"}, {"NETFOLD_MAX_GROUPS", "2"}});
-  const std::vector<RankResult> granted = asking.Wait(absl::Minutes(3));
+  Launch defaults(**fabric, 4, 0, {"sweep"}, {{"NETFOLD_CHANNELS", "2"}});
+  const std::vector<RankResult> granted = defaults.Wait(absl::Minutes(3));
   ExpectAllOkOnTheFabric(granted);
   EXPECT_EQ(granted[0].output.find("cannot take the group"), std::string::npos)
       << granted[0].output;
+  for (const RankResult& r : granted) EXPECT_EQ(CountAfter(r.output, "max_groups="), 2) << r.output;
   const auto after = RxPacketsBySwitch(**fabric);
   ASSERT_EQ(after.size(), before.size());
   for (size_t i = 0; i < after.size(); ++i) {
