@@ -717,6 +717,13 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   // multicast result could reach a member not yet attached.
   absl::Status all = AgreeOnStatus(group_oob, mine);
   if (!all.ok()) {
+    // The others learn only that this rank failed: its reason is said
+    // here, since the group may go on elsewhere (plane 0) without an error.
+    if (!mine.ok()) {
+      NETFOLD_LOG(kWarning) << "rank " << options_.rank << ": cannot join group "
+                            << info.group_id() << " in data plane " << joined.plane << ": "
+                            << mine.message();
+    }
     if (joined.multicast) link.DetachMulticast(*joined.multicast);
     return all;
   }

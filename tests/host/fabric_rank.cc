@@ -42,6 +42,10 @@
 //                20 operations). Prints "thread T: streaming" after each
 //                thread's first, then
 //                "thread T: stream ok=..." for each; exit 0 if none failed
+//   squeezed     a second group, created while the rank has
+//                $NETFOLD_TEST_FDS_LEFT file descriptors to spare (if set:
+//                one rank's, as a process at its RLIMIT_NOFILE), then the
+//                sweep on it
 //   hold         create the group, print "holding", wait for
 //                $NETFOLD_TEST_RELEASE, run 10 operations
 //   fork         an allreduce, then fork(): the child's calls on the
@@ -68,7 +72,10 @@
 // resumed" and goes on: the test acts on the fabric at a point it knows to
 // be inside the stream, not after a sleep that a fast or a loaded machine
 // can make too short or too long.
+#include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -78,6 +85,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -448,6 +456,39 @@ void Released(netfold_group_t g) {
   CheckRc(netfold_barrier(g), "barrier after the reported mismatch");
 }
 
+// A process at its RLIMIT_NOFILE: the soft limit lowered to just above
+// the descriptors open now, and every free one below it taken but
+// `spare`. Undone when it goes out of scope.
+class FewDescriptors {
+ public:
+  explicit FewDescriptors(int spare) {
+    if (getrlimit(RLIMIT_NOFILE, &saved_) != 0) return;
+    int highest = 0;
+    if (DIR* d = opendir("/proc/self/fd"); d != nullptr) {
+      while (const dirent* e = readdir(d)) highest = std::max(highest, std::atoi(e->d_name));
+      closedir(d);
+    }
+    rlimit lowered = saved_;
+    lowered.rlim_cur = std::min<rlim_t>(saved_.rlim_max, static_cast<rlim_t>(highest) + 64);
+    if (setrlimit(RLIMIT_NOFILE, &lowered) != 0) return;
+    lowered_ = true;
+    for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) taken_.push_back(fd);
+    for (int i = 0; i < spare && !taken_.empty(); ++i) {
+      close(taken_.back());
+      taken_.pop_back();
+    }
+  }
+  ~FewDescriptors() {
+    for (int fd : taken_) close(fd);
+    if (lowered_) setrlimit(RLIMIT_NOFILE, &saved_);
+  }
+
+ private:
+  rlimit saved_{};
+  bool lowered_ = false;
+  std::vector<int> taken_;
+};
+
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr, "usage: fabric_rank sweep|groups|large BYTES|victim\n");
@@ -641,6 +682,22 @@ int main(int argc, char** argv) {
                   r.first_error.empty() ? "" : " first error: ", r.first_error.c_str());
       Check(r.ok == 100, "the group created after the plane's loss");
       CheckRc(netfold_group_destroy(g3), "destroy g3");
+    }
+  } else if (scenario == "squeezed") {
+    // The first group (above) attached this rank in every data plane.
+    netfold_group_t g2 = nullptr;
+    {
+      std::optional<FewDescriptors> few;
+      int spare = 0;
+      if (const char* left = std::getenv("NETFOLD_TEST_FDS_LEFT");
+          left != nullptr && absl::SimpleAtoi(left, &spare)) {
+        few.emplace(spare);
+      }
+      CheckRc(netfold_group_create(ctx, &gs, &g2), "a group with few descriptors to spare");
+    }
+    if (g2 != nullptr) {
+      Sweep(**oob, g2);
+      CheckRc(netfold_group_destroy(g2), "destroy g2");
     }
   } else if (scenario == "threads_until") {
     netfold_group_t g2 = nullptr;

@@ -582,6 +582,32 @@ TEST(HostFabric, OneRankAskingForChannelsGivesTheJobThem) {
   for (const auto& [name, packets] : received) EXPECT_GT(packets, 1000u) << name;
 }
 
+// A channel a member cannot join, here because that rank is out of file
+// descriptors when the second channel's multicast socket is opened: every
+// member leaves both channels, the group goes on plane 0 alone (the
+// descriptor freed by leaving is enough there), rank 0 warns, the rank
+// that failed says why, and every operation runs on the fabric, exact.
+TEST(HostFabric, AChannelOneRankCannotJoinLeavesTheGroupOnPlaneZeroAlone) {
+  auto fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 4, 0, {"squeezed"},
+               {{"NETFOLD_CHANNELS", "2"}, {"NETFOLD_TEST_FDS_LEFT@2", "1"}});
+  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
+  ExpectAllOkOnTheFabric(results);
+  EXPECT_NE(results[0].output.find("cannot take the group"), std::string::npos)
+      << results[0].output;
+  EXPECT_NE(results[2].output.find("Too many open files"), std::string::npos)
+      << results[2].output;
+  for (const auto& [name, packets] : RxPacketsBySwitch(*fabric)) {
+    const bool plane1 = name.find('@') != std::string::npos;
+    if (plane1) {
+      EXPECT_LT(packets, 100u) << name;
+    } else {
+      EXPECT_GT(packets, 1000u) << name;
+    }
+  }
+}
+
 // A channel the manager refuses (here the job's quota of one group, as it
 // asked with NETFOLD_MAX_GROUPS) puts the group on plane 0, one channel,
 // with a warning: the group it was granted on the other plane goes back,
