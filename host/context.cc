@@ -566,8 +566,14 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     if (joined.ok()) break;
     LeaveFabricGroups(setup);
     ReleaseGroups(group_oob, *infos);
-    if (*planes == plane_zero) return joined;
     setup.host.reset();
+    if (*planes == plane_zero) {
+      // A member cannot join the fabric's group (every member agreed on
+      // that, whatever its own reason): the hosts can serve it, as a group
+      // the fabric refuses, unless the policy forbids it.
+      if (may_fall_back) return host_group(std::string(joined.message()));
+      return joined;
+    }
     to_plane_zero(joined);
   }
   setup.group_id = setup.channels.front().group_id;

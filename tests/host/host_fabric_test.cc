@@ -586,7 +586,8 @@ TEST(HostFabric, OneRankAskingForChannelsGivesTheJobThem) {
 // descriptors when the second channel's multicast socket is opened: every
 // member leaves both channels, the group goes on plane 0 alone (the
 // descriptor freed by leaving is enough there), rank 0 warns, the rank
-// that failed says why, and every operation runs on the fabric, exact.
+// that failed says why, and every operation runs on the fabric, exact. A
+// member that cannot join even there leaves the group to the hosts.
 TEST(HostFabric, AChannelOneRankCannotJoinLeavesTheGroupOnPlaneZeroAlone) {
   auto fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
   ASSERT_NE(fabric, nullptr);
@@ -606,6 +607,16 @@ TEST(HostFabric, AChannelOneRankCannotJoinLeavesTheGroupOnPlaneZeroAlone) {
       EXPECT_GT(packets, 1000u) << name;
     }
   }
+
+  // With none to spare it cannot join on plane 0 either: the hosts serve
+  // the group (NETFOLD_ALGORITHM=auto, the default), every result exact.
+  Launch none(*fabric, 4, 0, {"squeezed"},
+              {{"NETFOLD_CHANNELS", "2"}, {"NETFOLD_TEST_FDS_LEFT@2", "0"}});
+  const std::vector<RankResult> on_hosts = none.Wait(absl::Minutes(3));
+  ExpectAllOk(on_hosts);
+  EXPECT_NE(on_hosts[0].output.find("host group of 4 ranks"), std::string::npos)
+      << on_hosts[0].output;
+  for (const RankResult& r : on_hosts) EXPECT_GT(CountAfter(r.output, "host_ops="), 0) << r.output;
 }
 
 // A channel the manager refuses (here the job's quota of one group, as it
