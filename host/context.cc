@@ -521,7 +521,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     if (group_oob.rank() == 0) {
       NETFOLD_LOG(kWarning) << "data planes " << absl::StrJoin(*planes, ",")
                             << " cannot take the group (" << why.message()
-                            << "): it goes on plane 0";
+                            << "): trying plane 0 alone";
     }
     *planes = plane_zero;
   };
