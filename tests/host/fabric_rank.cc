@@ -72,10 +72,7 @@
 // resumed" and goes on: the test acts on the fabric at a point it knows to
 // be inside the stream, not after a sleep that a fast or a loaded machine
 // can make too short or too long.
-#include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,6 +97,7 @@
 #include "proto/reduce_op.h"
 #include "reduce/reduce.h"
 #include "tests/host/fabric_rank_streams.h"
+#include "tests/host/few_descriptors.h"
 
 namespace {
 
@@ -108,6 +106,7 @@ using netfold::proto::ReduceOp;
 using netfold::fabric_rank::Check;
 using netfold::fabric_rank::CheckedOperation;
 using netfold::fabric_rank::CheckRc;
+using netfold::fabric_rank::FewDescriptors;
 using netfold::fabric_rank::FloatDigest;
 using netfold::fabric_rank::g_failure;
 using netfold::fabric_rank::g_rank;
@@ -455,39 +454,6 @@ void Released(netfold_group_t g) {
   }
   CheckRc(netfold_barrier(g), "barrier after the reported mismatch");
 }
-
-// A process at its RLIMIT_NOFILE: the soft limit lowered to just above
-// the descriptors open now, and every free one below it taken but
-// `spare`. Undone when it goes out of scope.
-class FewDescriptors {
- public:
-  explicit FewDescriptors(int spare) {
-    if (getrlimit(RLIMIT_NOFILE, &saved_) != 0) return;
-    int highest = 0;
-    if (DIR* d = opendir("/proc/self/fd"); d != nullptr) {
-      while (const dirent* e = readdir(d)) highest = std::max(highest, std::atoi(e->d_name));
-      closedir(d);
-    }
-    rlimit lowered = saved_;
-    lowered.rlim_cur = std::min<rlim_t>(saved_.rlim_max, static_cast<rlim_t>(highest) + 64);
-    if (setrlimit(RLIMIT_NOFILE, &lowered) != 0) return;
-    lowered_ = true;
-    for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) taken_.push_back(fd);
-    for (int i = 0; i < spare && !taken_.empty(); ++i) {
-      close(taken_.back());
-      taken_.pop_back();
-    }
-  }
-  ~FewDescriptors() {
-    for (int fd : taken_) close(fd);
-    if (lowered_) setrlimit(RLIMIT_NOFILE, &saved_);
-  }
-
- private:
-  rlimit saved_{};
-  bool lowered_ = false;
-  std::vector<int> taken_;
-};
 
 int main(int argc, char** argv) {
   if (argc < 2) {
