@@ -371,7 +371,7 @@ absl::StatusOr<std::vector<uint32_t>> Context::ChoosePlanes(Oob& group_oob) {
   if (!all.ok()) {
     if (group_oob.rank() == 0) {
       NETFOLD_LOG(kWarning) << "data planes " << choice << " cannot take the group ("
-                            << all.message() << "): it goes on plane 0";
+                            << all.message() << "): trying plane 0 alone";
     }
     return std::vector<uint32_t>{0};
   }
@@ -559,6 +559,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
       joined = JoinFabricGroup(group_oob, (*infos)[c], (*planes)[c], static_cast<uint32_t>(c),
                                static_cast<uint32_t>(infos->size()), setup);
     }
+    const bool join_failed = !joined.ok();  // agreed by every member
     // The hosts stand by to take over if the fabric fails mid-job.
     if (joined.ok() && may_fall_back) {
       joined = AgreeOnStatus(group_oob, connect_hosts(FabricTree(infos->front(), world_ranks)));
@@ -570,8 +571,9 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     if (*planes == plane_zero) {
       // A member cannot join the fabric's group (every member agreed on
       // that, whatever its own reason): the hosts can serve it, as a group
-      // the fabric refuses, unless the policy forbids it.
-      if (may_fall_back) return host_group(std::string(joined.message()));
+      // the fabric refuses, unless the policy forbids it. Not when it was
+      // the hosts' own channels that failed to connect.
+      if (join_failed && may_fall_back) return host_group(std::string(joined.message()));
       return joined;
     }
     to_plane_zero(joined);
@@ -672,13 +674,24 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   params.channel = channel;
   params.channels = channels;
   for (int r : setup.world_ranks) params.members.push_back(static_cast<uint32_t>(r));
+  // The others learn only that this rank failed: its reason is said here,
+  // since the group may go on elsewhere (plane 0, the hosts) without an
+  // error.
+  auto agree = [&](const absl::Status& own) {
+    if (!own.ok()) {
+      NETFOLD_LOG(kWarning) << "rank " << options_.rank << ": cannot join group "
+                            << info.group_id() << " in data plane " << plane << ": "
+                            << own.message();
+    }
+    return AgreeOnStatus(group_oob, own);
+  };
   if (info.plane() != plane || !data_path_->has_plane(info.plane())) {
     // The plane was agreed before the request (ChoosePlane): a manager
     // that placed it elsewhere is not one this library can follow.
-    return AgreeOnStatus(group_oob, absl::InternalError(absl::StrFormat(
-                                        "the manager placed group %d in data plane %d, where "
-                                        "this rank is not attached",
-                                        info.group_id(), info.plane())));
+    return agree(absl::InternalError(
+        absl::StrFormat("the manager placed group %d in data plane %d, where this rank is not "
+                        "attached",
+                        info.group_id(), info.plane())));
   }
   joined.plane = info.plane();
   LeafLink& link = data_path_->link(joined.plane);
@@ -721,15 +734,8 @@ absl::Status Context::JoinFabricGroup(Oob& group_oob, const control::GroupInfo& 
   }
   // Everyone listens before anyone posts: otherwise a fast rank's first
   // multicast result could reach a member not yet attached.
-  absl::Status all = AgreeOnStatus(group_oob, mine);
+  absl::Status all = agree(mine);
   if (!all.ok()) {
-    // The others learn only that this rank failed: its reason is said
-    // here, since the group may go on elsewhere (plane 0) without an error.
-    if (!mine.ok()) {
-      NETFOLD_LOG(kWarning) << "rank " << options_.rank << ": cannot join group "
-                            << info.group_id() << " in data plane " << joined.plane << ": "
-                            << mine.message();
-    }
     if (joined.multicast) link.DetachMulticast(*joined.multicast);
     return all;
   }

@@ -48,7 +48,8 @@ struct ContextOptions {
   uint32_t num_slots = 0;            // K requested for groups (0: the manager's default)
   uint32_t slot_bytes = 0;           // P requested (0: default)
   // NETFOLD_MAX_GROUPS: the groups the job asks to hold at once (0: the
-  // manager's default_groups_per_job); each channel is one.
+  // manager's default_groups_per_job, once per channel); each channel is
+  // one.
   uint32_t max_groups = 0;
   proto::DeliveryMode delivery = proto::DeliveryMode::kMulticast;
   // NETFOLD_BCAST_RUN: the most chunks of a bcast one request of a rank

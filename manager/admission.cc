@@ -135,9 +135,10 @@ absl::Status CheckJobRequest(const FabricState& state, const control::CreateJobR
   if (quota->max_groups() == 0) {
     // Channels spend the quota a group per plane per communicator: the
     // default once per channel, so that as many communicators are offloaded
-    // as without (docs/manager.md, "Quotas").
-    const uint32_t channels = std::clamp<uint32_t>(req.channels(), 1, topo.planes());
-    quota->set_max_groups(std::min(lim.default_groups_per_job * channels, lim.max_groups_per_job));
+    // as without (docs/manager.md, "Allocation and explanations").
+    const uint64_t channels = std::clamp<uint32_t>(req.channels(), 1, topo.planes());
+    quota->set_max_groups(static_cast<uint32_t>(std::min<uint64_t>(
+        uint64_t{lim.default_groups_per_job} * channels, lim.max_groups_per_job)));
   }
   // Left to the manager: the default window, within what the switches hold.
   const DefaultWindow window = DefaultWindowFor(lim, topo);

@@ -45,6 +45,8 @@ class FewDescriptors {
       taken_.pop_back();
     }
   }
+  FewDescriptors(const FewDescriptors&) = delete;
+  FewDescriptors& operator=(const FewDescriptors&) = delete;
   ~FewDescriptors() {
     for (int fd : taken_) close(fd);
     if (lowered_) setrlimit(RLIMIT_NOFILE, &saved_);

@@ -597,6 +597,9 @@ TEST(HostFabric, AChannelOneRankCannotJoinLeavesTheGroupOnPlaneZeroAlone) {
   ExpectAllOkOnTheFabric(results);
   EXPECT_NE(results[0].output.find("cannot take the group"), std::string::npos)
       << results[0].output;
+  EXPECT_NE(results[0].output.find("trying plane 0 alone"), std::string::npos)
+      << results[0].output;
+  EXPECT_NE(results[2].output.find("cannot join group"), std::string::npos) << results[2].output;
   EXPECT_NE(results[2].output.find("Too many open files"), std::string::npos)
       << results[2].output;
   for (const auto& [name, packets] : RxPacketsBySwitch(*fabric)) {
@@ -607,6 +610,7 @@ TEST(HostFabric, AChannelOneRankCannotJoinLeavesTheGroupOnPlaneZeroAlone) {
       EXPECT_GT(packets, 1000u) << name;
     }
   }
+  EXPECT_EQ(NumJobs(*fabric), 0);
 
   // With none to spare it cannot join on plane 0 either: the hosts serve
   // the group (NETFOLD_ALGORITHM=auto, the default), every result exact.
@@ -616,7 +620,10 @@ TEST(HostFabric, AChannelOneRankCannotJoinLeavesTheGroupOnPlaneZeroAlone) {
   ExpectAllOk(on_hosts);
   EXPECT_NE(on_hosts[0].output.find("host group of 4 ranks"), std::string::npos)
       << on_hosts[0].output;
+  EXPECT_NE(on_hosts[2].output.find("Too many open files"), std::string::npos)
+      << on_hosts[2].output;
   for (const RankResult& r : on_hosts) EXPECT_GT(CountAfter(r.output, "host_ops="), 0) << r.output;
+  EXPECT_EQ(NumJobs(*fabric), 0);
 }
 
 // A channel the manager refuses (here the job's quota of one group, as it
