@@ -16,6 +16,10 @@
 // threads: each holds the data path's lock while it touches it. Deadlines
 // run on the process's awake clock, whose thread wakes every 100 ms
 // (base/awake_clock.h).
+//
+// Two files: context.cc (joining the job, the planes' links, events, waits,
+// finalizing) and context_groups.cc (creating groups: planes, channels,
+// the manager's grants, joining, and the fallbacks).
 #ifndef NETFOLD_HOST_CONTEXT_H_
 #define NETFOLD_HOST_CONTEXT_H_
 

@@ -1,6 +1,8 @@
 #include "host/oob.h"
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
@@ -53,6 +55,41 @@ absl::Status CallbackOob::Barrier() {
     return WithErrorCode(absl::UnavailableError(absl::StrFormat(
                              "the out-of-band barrier callback failed (%d)", rc)),
                          NETFOLD_ERR_OOB);
+  }
+  return absl::OkStatus();
+}
+
+std::string EncodeOutcome(const absl::Status& s, const std::string& payload) {
+  std::string out(8, '\0');
+  const int32_t code = static_cast<int32_t>(s.code());
+  const int32_t netfold_code = ToErrorCode(s);
+  std::memcpy(out.data(), &code, 4);
+  std::memcpy(out.data() + 4, &netfold_code, 4);
+  out += s.ok() ? payload : std::string(s.message());
+  return out;
+}
+
+absl::StatusOr<std::string> DecodeOutcome(const std::string& in) {
+  if (in.size() < 8) return absl::InternalError("malformed out-of-band outcome");
+  int32_t code, netfold_code;
+  std::memcpy(&code, in.data(), 4);
+  std::memcpy(&netfold_code, in.data() + 4, 4);
+  if (code == 0) return in.substr(8);
+  return WithErrorCode(absl::Status(static_cast<absl::StatusCode>(code), in.substr(8)),
+                       static_cast<netfold_status_t>(netfold_code));
+}
+
+absl::Status AgreeOnStatus(Oob& oob, const absl::Status& mine) {
+  const int32_t code = mine.ok() ? 0 : 1;
+  std::vector<int32_t> all(static_cast<size_t>(oob.size()));
+  NETFOLD_RETURN_IF_ERROR(oob.Allgather(&code, all.data(), sizeof(code)));
+  if (!mine.ok()) return mine;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r] != 0) {
+      return WithErrorCode(absl::UnavailableError(absl::StrFormat(
+                               "rank %d of the group failed to join (see its log)", r)),
+                           NETFOLD_ERR_UNAVAILABLE);
+    }
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "netfold/netfold.h"
 
 namespace netfold::host {
@@ -50,6 +51,32 @@ class CallbackOob : public Oob {
   netfold_oob_t cb_;
   int rank_, size_;
 };
+
+// Outcomes every rank agrees on, for the steps where one rank talks to the
+// manager (creating the job, a group) or each rank tries something on its
+// own (joining a group) and all must go the same way:
+//
+//   std::string outcome;
+//   if (oob.rank() == 0) outcome = EncodeOutcome(resp.status(), payload);
+//   NETFOLD_RETURN_IF_ERROR(oob.BcastString(&outcome, 0));
+//   NETFOLD_ASSIGN_OR_RETURN(std::string payload, DecodeOutcome(outcome));
+//   NETFOLD_RETURN_IF_ERROR(AgreeOnStatus(oob, joined_here));
+
+// An outcome (OK and a payload, or an error with its netfold code) as
+// bytes for a broadcast, so that every rank returns the same error when the
+// rank that talked to the manager failed.
+std::string EncodeOutcome(const absl::Status& s, const std::string& payload);
+
+// The payload of an encoded outcome, or its error (with its netfold code);
+// InternalError if `in` is too short to be one.
+absl::StatusOr<std::string> DecodeOutcome(const std::string& in);
+
+// Collective: whether every rank succeeded. A rank that failed gets its own
+// `mine` back; the others UNAVAILABLE naming the lowest rank that failed
+// ("rank R of the group failed to join (see its log)"); every rank OK when
+// all are. An OOB failure is returned as it is (the ranks may then
+// disagree: their OOB is broken).
+absl::Status AgreeOnStatus(Oob& oob, const absl::Status& mine);
 
 }  // namespace netfold::host
 

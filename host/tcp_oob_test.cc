@@ -13,6 +13,8 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "host/error_codes.h"
+#include "host/oob.h"
 #include "transport/ipv4_endpoint.h"
 
 namespace netfold::host {
@@ -53,6 +55,60 @@ TEST(TcpOob, AllgatherBcastBarrierAcrossThreads) {
   for (auto& t : ranks) t.join();
   for (int r = 0; r < kRanks; ++r) EXPECT_EQ(failures[r], 0) << "rank " << r;
   EXPECT_TRUE((*server)->Wait(absl::Seconds(10)).ok());
+}
+
+// host/oob.h's agreed outcomes, over a real OOB: a failed rank keeps its
+// own reason, the others learn which rank failed; rank 0's answer reaches
+// every rank with its netfold code.
+TEST(OobOutcome, EveryRankAgreesAndTheFailedRankKeepsItsReason) {
+  constexpr int kRanks = 3;
+  auto server = TcpOobServer::Start(kRanks);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<absl::Status> agreed(kRanks), all_ok(kRanks);
+  std::vector<absl::StatusOr<std::string>> answers(kRanks, std::string());
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kRanks; ++r) {
+    ranks.emplace_back([&, r] {
+      auto oob = TcpOob::Connect((*server)->address(), r, kRanks, absl::Seconds(10));
+      if (!oob.ok()) {
+        agreed[r] = all_ok[r] = oob.status();
+        return;
+      }
+      const absl::Status mine =
+          r == 1 ? absl::FailedPreconditionError("out of sockets") : absl::OkStatus();
+      agreed[r] = AgreeOnStatus(**oob, mine);
+      all_ok[r] = AgreeOnStatus(**oob, absl::OkStatus());
+      std::string outcome;
+      if (r == 0) {
+        outcome = EncodeOutcome(
+            WithErrorCode(absl::ResourceExhaustedError("no room"), NETFOLD_ERR_NO_RESOURCES), "");
+      }
+      if (absl::Status s = (*oob)->BcastString(&outcome, 0); !s.ok()) {
+        answers[r] = s;
+        return;
+      }
+      answers[r] = DecodeOutcome(outcome);
+    });
+  }
+  for (auto& t : ranks) t.join();
+  EXPECT_EQ(agreed[1].code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(agreed[1].message(), "out of sockets");
+  for (int r : {0, 2}) {
+    EXPECT_EQ(agreed[r].code(), absl::StatusCode::kUnavailable) << r;
+    EXPECT_NE(agreed[r].message().find("rank 1 of the group failed"), std::string::npos) << r;
+  }
+  for (int r = 0; r < kRanks; ++r) {
+    EXPECT_TRUE(all_ok[r].ok()) << r << ": " << all_ok[r];
+    EXPECT_EQ(answers[r].status().code(), absl::StatusCode::kResourceExhausted) << r;
+    EXPECT_EQ(answers[r].status().message(), "no room") << r;
+    EXPECT_EQ(ToErrorCode(answers[r].status()), NETFOLD_ERR_NO_RESOURCES) << r;
+  }
+  EXPECT_TRUE((*server)->Wait(absl::Seconds(10)).ok());
+
+  absl::StatusOr<std::string> payload = DecodeOutcome(EncodeOutcome(absl::OkStatus(), "job"));
+  ASSERT_TRUE(payload.ok()) << payload.status();
+  EXPECT_EQ(*payload, "job");
+  EXPECT_EQ(DecodeOutcome("short").status().code(), absl::StatusCode::kInternal);
 }
 
 TEST(TcpOob, DisagreementFailsEveryRankInsteadOfHanging) {
