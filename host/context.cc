@@ -87,24 +87,40 @@ absl::Status Context::Join(Oob& world) {
   char mine[kNameBytes] = {};
   std::memcpy(mine, options_.host_name.data(), options_.host_name.size());
   NETFOLD_RETURN_IF_ERROR(world.Allgather(mine, names.data(), kNameBytes));
-  // The job takes the default partition if any rank asks for it (a RoCE
-  // NIC knows no other P_Key).
-  // So does integrity (docs/security.md), if any rank asks for it: one
-  // byte per rank, bit 0 the partition, bit 1 integrity (bits 3 to 7 below).
-  const uint8_t wants = static_cast<uint8_t>(
+  // What each rank asks of the job, one uint16 per rank: bit 0 the
+  // default partition (the job takes it if any rank asks: a RoCE NIC knows
+  // no other P_Key), bit 1 integrity (docs/security.md; likewise), bits 3
+  // to 7 its channels, bits 8 to 15 its NETFOLD_ALGORITHM.
+  const uint16_t wants = static_cast<uint16_t>(
       (options_.default_partition || options_.transport == ContextOptions::Transport::kVerbs
            ? 1
            : 0) |
-      (options_.integrity ? 2 : 0) | (std::min(options_.channels, control::kMaxPlanes) << 3));
-  std::vector<uint8_t> partitions(static_cast<size_t>(options_.world_size));
-  NETFOLD_RETURN_IF_ERROR(world.Allgather(&wants, partitions.data(), 1));
+      (options_.integrity ? 2 : 0) | (std::min(options_.channels, control::kMaxPlanes) << 3) |
+      (static_cast<uint16_t>(options_.algorithm) << 8));
+  std::vector<uint16_t> asked(static_cast<size_t>(options_.world_size));
+  NETFOLD_RETURN_IF_ERROR(world.Allgather(&wants, asked.data(), sizeof(wants)));
   const bool default_partition =
-      std::any_of(partitions.begin(), partitions.end(), [](uint8_t v) { return (v & 1) != 0; });
+      std::any_of(asked.begin(), asked.end(), [](uint16_t v) { return (v & 1) != 0; });
   const bool integrity =
-      std::any_of(partitions.begin(), partitions.end(), [](uint8_t v) { return (v & 2) != 0; });
-  // And the most channels any rank asks for (bits 3 to 7), so that every
-  // rank knows how much a group may have in flight (num_slots()).
-  for (uint8_t v : partitions) channels_ = std::max<uint32_t>(channels_, v >> 3);
+      std::any_of(asked.begin(), asked.end(), [](uint16_t v) { return (v & 2) != 0; });
+  // The most channels any rank asks for, so that every rank knows how much
+  // a group may have in flight (num_slots()).
+  for (uint16_t v : asked) channels_ = std::max<uint32_t>(channels_, (v >> 3) & 0x1f);
+  // One algorithm policy: the members of a group decide together whether
+  // the fabric or the hosts serve it, and which host algorithm runs.
+  for (size_t r = 1; r < asked.size(); ++r) {
+    const auto policy = [](uint16_t v) {
+      return algorithms::AlgorithmPolicyName(static_cast<algorithms::AlgorithmPolicy>(v >> 8));
+    };
+    if ((asked[r] >> 8) != (asked[0] >> 8)) {
+      return WithErrorCode(
+          absl::InvalidArgumentError(absl::StrFormat(
+              "NETFOLD_ALGORITHM differs between ranks: rank 0 has %s, rank %d %s (every rank "
+              "of a job must use the same)",
+              policy(asked[0]), r, policy(asked[r]))),
+          NETFOLD_ERR_MISMATCH);
+    }
+  }
 
   // Rank 0 creates the job; everyone learns the outcome.
   std::string outcome;

@@ -78,6 +78,27 @@ void ExpectAllOkOnTheFabric(const std::vector<RankResult>& results) {
   }
 }
 
+// The members of a group decide together whether the fabric or the hosts
+// serve it: ranks of one job with different NETFOLD_ALGORITHM values would
+// part ways there (one asking the manager, another connecting host
+// channels) and wait for each other until their deadlines. netfold_init
+// refuses them at once, at every rank, naming both values.
+TEST(HostFabric, RanksThatDisagreeOnTheAlgorithmAreRefusedAtInit) {
+  auto fabric = StartFabric(2);
+  ASSERT_NE(fabric, nullptr);
+  Launch ranks(*fabric, 2, 0, {"sweep"}, {{"NETFOLD_ALGORITHM@1", "ring"}});
+  const std::vector<RankResult> results = ranks.Wait(absl::Minutes(1));
+  ASSERT_EQ(results.size(), 2u);
+  for (const RankResult& r : results) {
+    EXPECT_NE(r.exit_code, 0) << r.output;
+    EXPECT_NE(r.output.find("FAIL init: ranks disagree on the operation: NETFOLD_ALGORITHM "
+                            "differs between ranks: rank 0 has auto, rank 1 ring"),
+              std::string::npos)
+        << r.output;
+  }
+  EXPECT_EQ(NumJobs(*fabric), 0);
+}
+
 TEST(HostFabric, SweepOnTwoRanks) {
   auto fabric = StartFabric(2);
   ASSERT_NE(fabric, nullptr);
