@@ -79,6 +79,7 @@ absl::StatusOr<ExplainOptions> ParseExplainOptions(
   for (const auto& [key, field] : {std::pair<const char*, uint32_t*>{"slots", &o.num_slots},
                                    {"slot-bytes", &o.slot_bytes},
                                    {"groups", &o.max_groups},
+                                   {"channels", &o.channels},
                                    {"plane", &o.plane}}) {
     if (absl::Status s = Number(values, key, field); !s.ok()) return s;
   }
@@ -90,8 +91,9 @@ absl::StatusOr<ExplainOptions> ParseExplainOptions(
   if (!o.job_id && o.plane != 0) {
     return absl::InvalidArgumentError("--plane is where a group goes: use it with --job");
   }
-  if (o.job_id && o.max_groups != 0) {
-    return absl::InvalidArgumentError("--groups is a new job's quota: use it with --hosts");
+  if (o.job_id && (o.max_groups != 0 || o.channels != 0)) {
+    return absl::InvalidArgumentError(
+        "--groups and --channels are a new job's: use them with --hosts");
   }
   if (!o.hosts.empty() && !o.ranks.empty()) {
     return absl::InvalidArgumentError("--ranks names a group's members: use it with --job");
@@ -112,6 +114,7 @@ absl::StatusOr<control::ExplainRequest> BuildExplainRequest(
       rank->set_host(o.hosts[r]);
     }
     job->mutable_quota()->set_max_groups(o.max_groups);
+    job->set_channels(o.channels);
     job->mutable_quota()->set_num_slots(o.num_slots);
     job->mutable_quota()->set_slot_bytes(o.slot_bytes);
     return req;

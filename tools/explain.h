@@ -30,11 +30,12 @@ struct ExplainOptions {
   uint32_t num_slots = 0;          // --slots K (0: the job's quota / the manager's default)
   uint32_t slot_bytes = 0;         // --slot-bytes P (0: likewise)
   uint32_t max_groups = 0;         // --groups G (a job's quota; 0: the manager's default)
+  uint32_t channels = 0;           // --channels N (a job's NETFOLD_CHANNELS; 0: one)
   uint32_t plane = 0;              // --plane P (a group's data plane)
 };
 
 // From the command's --key -> value map ("job", "ranks", "hosts", "slots",
-// "slot-bytes", "groups", "plane"). INVALID_ARGUMENT, with a sentence, for a value
+// "slot-bytes", "groups", "channels", "plane"). INVALID_ARGUMENT, with a sentence, for a value
 // that does not parse or a combination that makes no sense.
 absl::StatusOr<ExplainOptions> ParseExplainOptions(
     const std::map<std::string, std::string>& values);

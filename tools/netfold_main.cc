@@ -719,16 +719,17 @@ const std::vector<Command>& Commands() {
        .run = Status},
       {.name = "explain",
        .synopsis = "--job ID [--ranks LIST] [--plane P] | --hosts H0,H1,... [--slots K] "
-                   "[--slot-bytes P] [--groups G]",
+                   "[--slot-bytes P] [--groups G] [--channels N]",
        .summary = "why a group of a running job, or a new job, would not fit now, in the\n"
                   "manager's words (the reasons a refused request got); nothing is reserved.\n"
                   "--job ID [--ranks 0,1,4-7] (default: every rank of the job)\n"
                   "--plane P: the group in data plane P (default 0; docs/manager.md)\n"
-                  "--hosts H0,H1,...: a new job, one rank per host (--groups G: its quota)\n"
+                  "--hosts H0,H1,...: a new job, one rank per host (--groups G: its quota;\n"
+                  "  --channels N: its NETFOLD_CHANNELS, which the default quota follows)\n"
                   "--slots K  --slot-bytes P   --manager/--state-dir as status\n"
                   "exit status: 0 fits, 1 does not fit, 2 error",
        .valued = {"manager", "state-dir", "job", "ranks", "hosts", "slots", "slot-bytes",
-                  "groups", "plane"},
+                  "groups", "channels", "plane"},
        .run = Explain},
       {.name = "fault",
        .synopsis = "SWITCH IMPAIRMENT [--peer IP:PORT|all|default] "

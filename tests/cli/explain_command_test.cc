@@ -129,7 +129,14 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   // A new job of two ranks still fits; an unknown job is an error.
   r = RunNetfold(absl::StrFormat("explain --hosts h0,h1 --manager %s", manager));
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_THAT(r.out, HasSubstr("fits: the job fits: 2 ranks"));
+  EXPECT_THAT(r.out, HasSubstr("fits: the job fits: 2 ranks, quota 2 groups"));
+  // With channels the default quota follows them, within the fabric's
+  // planes (one here).
+  r = RunNetfold(absl::StrFormat("explain --hosts h0,h1 --channels 2 --manager %s", manager));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("fits: the job fits: 2 ranks, quota 2 groups"));
+  r = RunNetfold(absl::StrFormat("explain --job %d --channels 2 --manager %s", job, manager));
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   r = RunNetfold(absl::StrFormat("explain --job %d --manager %s", job + 100, manager));
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr(absl::StrFormat("has no job %d", job + 100)));
@@ -137,6 +144,32 @@ TEST(NetfoldExplain, ARefusedGroupsReasonIsWhatExplainPrints) {
   for (netfold_group_t g : groups) {
     if (g != nullptr) netfold_group_destroy(g);
   }
+}
+
+// A new job's default quota follows its channels, within the fabric's
+// planes: what `netfold explain --hosts ... --channels N` says before the
+// job starts is what CreateJob will grant.
+TEST(NetfoldExplain, ANewJobsDefaultQuotaFollowsItsChannels) {
+  tools::LocalFabricOptions o;
+  o.hosts = 2;
+  o.planes = 2;
+  o.manager_config = "limits: {default_groups_per_job: 3}\n";
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  setenv("NETFOLD_CREDENTIAL_FILE", (*fabric)->credential_file().c_str(), 1);
+  setenv("NETFOLD_TLS_CA", (*fabric)->tls_ca_file().c_str(), 1);
+  const std::string manager = (*fabric)->manager_address();
+  CliResult r = RunNetfold(absl::StrFormat("explain --hosts h0,h1 --manager %s", manager));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("the job fits: 2 ranks, quota 3 groups"));
+  r = RunNetfold(absl::StrFormat("explain --hosts h0,h1 --channels 2 --manager %s", manager));
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("the job fits: 2 ranks, quota 6 groups"));
+  r = RunNetfold(absl::StrFormat("explain --hosts h0,h1 --channels 4 --manager %s", manager));
+  EXPECT_THAT(r.out, HasSubstr("the job fits: 2 ranks, quota 6 groups"));  // two planes
+  r = RunNetfold(
+      absl::StrFormat("explain --hosts h0,h1 --channels 2 --groups 5 --manager %s", manager));
+  EXPECT_THAT(r.out, HasSubstr("the job fits: 2 ranks, quota 5 groups"));  // asked for
 }
 
 TEST(NetfoldStatus, AManagerRestartedOverATornJournalSaysSo) {
