@@ -237,10 +237,11 @@ bool Context::PlaneLost(uint32_t plane) {
 }
 
 absl::Status Context::EnsurePlane(uint32_t plane) {
-  if (PlaneLost(plane)) {
+  auto lost = [&] {
     return absl::UnavailableError(absl::StrFormat(
         "rank %d lost its attachment in data plane %d", options_.rank, plane));
-  }
+  };
+  if (PlaneLost(plane)) return lost();
   if (data_path_->has_plane(plane)) return absl::OkStatus();
   uint32_t psn = 0;  // an earlier attempt's, if its answer did not come
   NETFOLD_ASSIGN_OR_RETURN(LeafLink * link, data_path_->AddPlane(plane, &psn));
@@ -261,16 +262,12 @@ absl::Status Context::EnsurePlane(uint32_t plane) {
     return s;
   }
   data_path_->MarkPlaneReady(plane);
-  if (lost_planes_.load() & (1u << plane)) {
-    return absl::UnavailableError(absl::StrFormat(
-        "rank %d lost its attachment in data plane %d", options_.rank, plane));
-  }
+  if (lost_planes_.load() & (1u << plane)) return lost();  // while it attached
   NETFOLD_LOG(kInfo) << absl::StrFormat("rank %d attached in data plane %d: QP 0x%06x -> %s %s",
                                         options_.rank, plane, link->qpn(), attached->leaf_switch(),
                                         attached->switch_endpoint().address());
   return absl::OkStatus();
 }
-
 
 // On the manager client's control thread: the data path applies it.
 void Context::OnEvent(const control::JobEvent& e) {
@@ -345,7 +342,6 @@ void Context::WhileWaiting() {
   }
   --t_following;
 }
-
 
 bool Context::FabricThere() {
   if (lost_fabric_) return false;

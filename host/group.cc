@@ -64,7 +64,6 @@ Group::~Group() {
   owner_->Forget(*this);
 }
 
-
 absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
   if (owner_ == nullptr) return absl::FailedPreconditionError("the context was finalized");
   ProgressThread::Inside inside(owner_->progress());

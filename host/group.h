@@ -20,8 +20,8 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
