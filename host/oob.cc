@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/string_view.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
@@ -82,8 +84,18 @@ absl::StatusOr<std::string> DecodeOutcome(const std::string& in) {
 absl::Status AgreeOnStatus(Oob& oob, const absl::Status& mine) {
   const int32_t code = mine.ok() ? 0 : 1;
   std::vector<int32_t> all(static_cast<size_t>(oob.size()));
-  NETFOLD_RETURN_IF_ERROR(oob.Allgather(&code, all.data(), sizeof(code)));
-  if (!mine.ok()) return mine;
+  const absl::Status told = oob.Allgather(&code, all.data(), sizeof(code));
+  if (!mine.ok()) {
+    if (told.ok()) return mine;
+    // The rank's own reason first: the broken OOB is the second thing
+    // that went wrong here, not the cause.
+    absl::Status both(mine.code(), absl::StrFormat("%s (and telling the other ranks failed: %s)",
+                                                   mine.message(), told.message()));
+    mine.ForEachPayload(
+        [&](absl::string_view url, const absl::Cord& payload) { both.SetPayload(url, payload); });
+    return both;
+  }
+  NETFOLD_RETURN_IF_ERROR(told);
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r] != 0) {
       return WithErrorCode(absl::UnavailableError(absl::StrFormat(

@@ -75,7 +75,8 @@ absl::StatusOr<std::string> DecodeOutcome(const std::string& in);
 // `mine` back; the others UNAVAILABLE naming the lowest rank that failed
 // ("rank R of the group failed to join (see its log)"); every rank OK when
 // all are. An OOB failure is returned as it is (the ranks may then
-// disagree: their OOB is broken).
+// disagree: their OOB is broken), but after a rank's own failure, which
+// keeps its code and comes first in the message.
 absl::Status AgreeOnStatus(Oob& oob, const absl::Status& mine);
 
 }  // namespace netfold::host

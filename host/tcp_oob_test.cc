@@ -111,6 +111,32 @@ TEST(OobOutcome, EveryRankAgreesAndTheFailedRankKeepsItsReason) {
   EXPECT_EQ(DecodeOutcome("short").status().code(), absl::StatusCode::kInternal);
 }
 
+// A rank that failed and then cannot tell the others (its OOB broke, here
+// because rank 0 asks for another collective) keeps its own reason first.
+TEST(OobOutcome, ARankThatFailedKeepsItsReasonWhenTheOobBreaks) {
+  auto server = TcpOobServer::Start(2);
+  ASSERT_TRUE(server.ok()) << server.status();
+  absl::Status agreed, other;
+  std::thread a([&] {
+    auto oob = TcpOob::Connect((*server)->address(), 0, 2, absl::Seconds(10));
+    other = oob.ok() ? (*oob)->Barrier() : oob.status();
+  });
+  std::thread b([&] {
+    auto oob = TcpOob::Connect((*server)->address(), 1, 2, absl::Seconds(10));
+    agreed = oob.ok() ? AgreeOnStatus(**oob, WithErrorCode(absl::ResourceExhaustedError(
+                                                               "out of sockets"),
+                                                           NETFOLD_ERR_NO_RESOURCES))
+                      : oob.status();
+  });
+  a.join();
+  b.join();
+  EXPECT_FALSE(other.ok());
+  EXPECT_EQ(agreed.code(), absl::StatusCode::kResourceExhausted) << agreed;
+  EXPECT_EQ(ToErrorCode(agreed), NETFOLD_ERR_NO_RESOURCES) << agreed;
+  EXPECT_EQ(agreed.message().find("out of sockets (and telling the other ranks failed: "), 0u)
+      << agreed;
+}
+
 TEST(TcpOob, DisagreementFailsEveryRankInsteadOfHanging) {
   auto server = TcpOobServer::Start(2);
   ASSERT_TRUE(server.ok());
