@@ -1,6 +1,7 @@
 #include "manager/aggregation_manager.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "base/status_macros.h"
 #include "manager/admin_report.h"
 #include "manager/admission.h"
+#include "manager/failures.h"
 #include "manager/liveness.h"
 #include "manager/recovery.h"
 #include "auth/secrets.h"
@@ -600,185 +602,53 @@ void AggregationManager::FailGroups(const std::vector<uint64_t>& ids_in,
 }
 
 void AggregationManager::HandleSwitchDeath(int sw) {
-  Outbox out;
-  std::vector<uint64_t> failed;
-  std::string reason;
+  Fallout f;
   {
     absl::MutexLock lock(&mu_);
-    Switch& s = state_.switches[sw];
-    reason = absl::StrFormat("switch %s is dead: %s", state_.SwitchName(sw), s.dead_reason);
-    NETFOLD_LOG(kWarning) << reason;
-    state_.SetSwitchState(sw, SwitchState::kDead, s.dead_reason);
-    s.death_pending = false;
-    s.grace_until = absl::ZeroDuration();
-    s.session = 0;
-    s.reported = control::ResourceUsage();
-    std::vector<LinkKey> keys;
-    for (const auto& [key, link] : state_.links) {
-      if (link.child == sw || link.parent == sw) keys.push_back(key);
-    }
-    for (const LinkKey& key : keys) {
-      std::vector<uint64_t> g = state_.DropLink(key, reason, /*mark_down=*/false, &out);
-      failed.insert(failed.end(), g.begin(), g.end());
-    }
-    // The ranks lose their attachment in the dead leaf's plane only.
-    const uint32_t plane = topo_->switch_at(sw).plane;
-    for (auto& [jid, job] : state_.jobs) {
-      std::vector<uint32_t> ranks;
-      for (const auto& [r, rank] : job.ranks) {
-        const LeafAttachment* a = rank.In(plane);
-        if (a != nullptr && a->leaf == sw && a->attached) ranks.push_back(r);
-      }
-      if (ranks.empty()) continue;
-      std::vector<uint64_t> g =
-          state_.DetachRanks(job, ranks, reason, /*destroy_qp=*/false, &out, plane);
-      failed.insert(failed.end(), g.begin(), g.end());
-    }
-    for (const auto& [gid, g] : state_.groups) {
-      if (g.placement.subtree.Find(sw) != nullptr) failed.push_back(gid);
-    }
+    f = SwitchDied(state_, sw);
   }
   commander_->Disconnect(topo_->switch_at(sw).name);
-  SendBestEffort(out, "clean up after a dead switch");
-  FailGroups(failed, reason);
+  SendBestEffort(f.out, "clean up after a dead switch");
+  FailGroups(f.lost_groups, f.reason);
 }
 
-void AggregationManager::HandleQpFailure(const QpFailure& f) {
-  Outbox out;
-  std::vector<uint64_t> failed;
-  std::string reason;
+void AggregationManager::HandleQpFailure(const QpFailure& qp) {
+  std::optional<Fallout> f;
   {
     absl::MutexLock lock(&mu_);
-    reason = absl::StrFormat("QP %d on switch %s failed: %s", f.qpn,
-                             state_.SwitchName(f.switch_index), f.reason);
-    bool found = false;
-    const uint32_t plane = topo_->switch_at(f.switch_index).plane;
-    for (auto& [jid, job] : state_.jobs) {
-      for (auto& [r, rank] : job.ranks) {
-        const LeafAttachment* a = rank.In(plane);
-        if (a != nullptr && a->attached && a->leaf == f.switch_index && a->leaf_qpn == f.qpn) {
-          failed = state_.DetachRanks(job, {r}, reason, /*destroy_qp=*/true, &out, plane);
-          found = true;
-          break;
-        }
-      }
-      if (found) break;
-    }
-    if (!found) {
-      for (const auto& [key, link] : state_.links) {
-        if ((link.parent == f.switch_index && link.parent_qpn == f.qpn) ||
-            (link.child == f.switch_index && link.child_qpn == f.qpn)) {
-          LinkKey k = key;
-          failed = state_.DropLink(k, reason, /*mark_down=*/true, &out);
-          found = true;
-          break;
-        }
-      }
-    }
-    if (!found) {
-      NETFOLD_LOG(kInfo) << "ignoring error report for unknown " << reason;
-      return;
-    }
+    f = QpFailed(state_, qp.switch_index, qp.qpn, qp.reason);
   }
-  SendBestEffort(out, "clean up after a QP error");
-  FailGroups(failed, reason);
+  if (!f.has_value()) return;
+  SendBestEffort(f->out, "clean up after a QP error");
+  FailGroups(f->lost_groups, f->reason);
 }
 
 void AggregationManager::Reconcile(int sw) {
-  Outbox out;
-  std::vector<uint64_t> failed;
-  std::vector<SwitchCommand> installs;
-  std::vector<uint64_t> install_groups;
-  const std::string& name = topo_->switch_at(sw).name;
-  std::string reason = absl::StrFormat("switch %s came back without it (restarted?)", name);
+  std::optional<Reconciliation> plan;
   {
     absl::MutexLock lock(&mu_);
-    Switch& s = state_.switches[sw];
-    if (s.state != SwitchState::kReconciling) return;
-    std::set<uint32_t> expected_qpns;
-    const uint32_t plane = topo_->switch_at(sw).plane;
-    for (auto& [jid, job] : state_.jobs) {
-      std::vector<uint32_t> missing;
-      for (const auto& [r, rank] : job.ranks) {
-        const LeafAttachment* a = rank.In(plane);
-        if (a == nullptr || a->leaf != sw || !a->attached) continue;
-        if (s.reported_qpns.count(a->leaf_qpn)) {
-          expected_qpns.insert(a->leaf_qpn);
-        } else {
-          missing.push_back(r);
-        }
-      }
-      if (missing.empty()) continue;
-      std::vector<uint64_t> g = state_.DetachRanks(
-          job, missing, absl::StrFormat("switch %s lost the ranks' QPs (restarted?)", name),
-          /*destroy_qp=*/false, &out, plane);
-      failed.insert(failed.end(), g.begin(), g.end());
-    }
-    std::vector<LinkKey> lost;
-    for (const auto& [key, link] : state_.links) {
-      if (link.child != sw && link.parent != sw) continue;
-      uint32_t qpn = link.child == sw ? link.child_qpn : link.parent_qpn;
-      if (s.reported_qpns.count(qpn)) {
-        expected_qpns.insert(qpn);
-      } else {
-        lost.push_back(key);
-      }
-    }
-    for (const LinkKey& key : lost) {
-      std::vector<uint64_t> g = state_.DropLink(key, reason, /*mark_down=*/false, &out);
-      failed.insert(failed.end(), g.begin(), g.end());
-    }
-    for (uint32_t qpn : s.reported_qpns) {
-      if (expected_qpns.count(qpn)) continue;
-      control::ManagerMessage m;
-      m.mutable_destroy_qp()->set_qpn(qpn);
-      out.Add(name, std::move(m));
-    }
-    std::sort(failed.begin(), failed.end());
-    std::set<std::pair<uint64_t, uint32_t>> expected_groups;
-    for (const auto& [gid, g] : state_.groups) {
-      if (std::binary_search(failed.begin(), failed.end(), gid)) continue;
-      const SubtreeNode* node = g.placement.subtree.Find(sw);
-      if (node == nullptr) continue;
-      expected_groups.emplace(gid, g.epoch);
-      if (!s.reported_groups.count({gid, g.epoch}) && g.state == GroupState::kReady) {
-        installs.push_back({name, InstallMessage(state_, g, *node)});
-        install_groups.push_back(gid);
-      }
-    }
-    for (const auto& [gid, epoch] : s.reported_groups) {
-      if (expected_groups.count({gid, epoch})) continue;
-      control::ManagerMessage m;
-      m.mutable_remove_group()->set_group_id(gid);
-      m.mutable_remove_group()->set_epoch(epoch);
-      out.Add(name, std::move(m));
-    }
-    NETFOLD_LOG(kInfo) << "reconciling switch " << name << ": " << out.commands.size()
-                       << " removals, " << installs.size() << " re-installs, " << failed.size()
-                       << " groups lost";
+    plan = PlanReconcile(state_, sw);
   }
-  SendBestEffort(out, "reconcile");
-  FailGroups(failed, reason);
-  if (!installs.empty()) {
-    std::vector<absl::Status> results = installer_.InstallEach(installs);
+  if (!plan.has_value()) return;
+  SendBestEffort(plan->fallout.out, "reconcile");
+  FailGroups(plan->fallout.lost_groups, plan->fallout.reason);
+  if (!plan->installs.empty()) {
+    std::vector<absl::Status> results = installer_.InstallEach(plan->installs);
     std::vector<uint64_t> bad;
     std::string why;
-    for (size_t i = 0; i < installs.size(); ++i) {
+    for (size_t i = 0; i < plan->installs.size(); ++i) {
       if (!results[i].ok()) {
-        bad.push_back(install_groups[i]);
+        bad.push_back(plan->install_groups[i]);
         why = std::string(results[i].message());
       }
     }
-    if (!bad.empty()) FailGroups(bad, absl::StrFormat("re-installing on %s failed: %s", name, why));
+    if (!bad.empty()) {
+      FailGroups(bad, absl::StrFormat("re-installing on %s failed: %s",
+                                      topo_->switch_at(sw).name, why));
+    }
   }
   absl::MutexLock lock(&mu_);
-  Switch& s = state_.switches[sw];
-  if (s.state == SwitchState::kReconciling && !s.death_pending) {
-    s.reported_groups.clear();
-    s.reported_qpns.clear();
-    s.grace_until = absl::ZeroDuration();
-    state_.SetSwitchState(sw, SwitchState::kUp, "");
-  }
+  EndReconcile(state_, sw);
 }
 
 void AggregationManager::SendBestEffort(const Outbox& out, std::string_view what) {

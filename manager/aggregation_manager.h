@@ -9,6 +9,8 @@
 //   state_records.h    journal records and snapshots; recovery.h reads them
 //   event_hub.h        what the jobs' processes are told (WatchEvents)
 //   liveness.h         who has gone quiet (the sweep of Tick)
+//   failures.h         what a dead switch, a QP error or a switch that came
+//                      back changes in the books (sent and re-planned here)
 //   admin_report.h     Admin.GetStatus and Admin.Explain
 //
 // The gRPC services (control_service.h) are thin wrappers that

@@ -16,50 +16,13 @@ namespace {
 
 using control::JobEvent;
 
-// The books of two_level.yaml with every switch up, one job (ranks 0 on h0
-// behind leaf0 and 1 on h2 behind leaf1, attached) and its group over both,
-// whose link QPs are in place.
+// The books of two_level.yaml with every switch up, one job and its group
+// over both leaves (TestBooks::AddJobWithGroup).
 class FabricStateTest : public testing::Test {
  protected:
   void SetUp() override {
+    ASSERT_TRUE(books_.AddJobWithGroup().ok());
     FabricState& st = books_.state;
-    for (int sw = 0; sw < books_.topo.num_switches(); ++sw) {
-      st.SetSwitchState(sw, SwitchState::kUp, "");
-    }
-    Job& job = st.jobs[1];
-    job.id = 1;
-    for (uint32_t r : {0u, 1u}) {
-      Rank& rank = job.ranks[r];
-      rank.rank = r;
-      rank.leaf = books_.SwitchIndex(r == 0 ? "leaf0" : "leaf1");
-      rank.attached = true;
-      rank.leaf_qpn = 0x100 + r;
-    }
-    ASSERT_TRUE(
-        st.alloc.ReserveQps({{job.ranks[0].leaf, 1}, {job.ranks[1].leaf, 1}}, nullptr).ok());
-    GroupRequest req;
-    req.members = {{0, job.ranks[0].leaf}, {1, job.ranks[1].leaf}};
-    req.num_slots = 4;
-    req.slot_bytes = 1024;
-    absl::StatusOr<Placement> p = st.alloc.PlanGroup(req, nullptr);
-    ASSERT_TRUE(p.ok()) << p.status();
-    ASSERT_TRUE(st.alloc.Reserve(*p).ok());
-    for (int child : p->new_links) {
-      st.OpenLink(p->tree_id(), child);
-      control::QpCreated parent_qp, child_qp;
-      parent_qp.set_qpn(0x200 + child);
-      child_qp.set_qpn(0x300 + child);
-      st.LinkConnected(p->tree_id(), child, parent_qp, child_qp);
-    }
-    p->new_links.clear();
-    Group& g = st.groups[5];
-    g.id = 5;
-    g.job_id = 1;
-    g.ranks = {0, 1};
-    g.placement = *std::move(p);
-    g.multicast_index = st.AllocateMulticast();
-    g.state = GroupState::kReady;
-    job.groups.insert(5);
     watcher_ = st.events.Subscribe(1, 0, 0);
     watcher_->Next(absl::ZeroDuration());  // WATCH_STARTED
   }
