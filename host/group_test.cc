@@ -244,9 +244,10 @@ TEST_F(GroupTest, AnAllreduceTheFabricDropsEndsOnTheHosts) {
 // MPI_THREAD_MULTIPLE: thread B of member 0, waiting in group 2, follows
 // group 1's failover (WhileWaiting) while thread A of member 0 has an
 // allreduce of group 1 to wait for. A comes in during that failover (B
-// lets it in from the failover's exchanges, LetOthersIn) and must wait
-// outside the lock, touching neither the group nor the data path, until
-// B is done; then its allreduce ends on the hosts with the right result.
+// lets it in from the failover's exchanges, LetOthersIn): its Test says
+// "not yet", and its Wait waits outside the lock, touching neither the
+// group nor the data path, until B is done; then its allreduce ends on the
+// hosts with the right result.
 // Member 1 is held back until A waits, so that B's failover cannot end
 // first: every step comes in the order this comment gives.
 TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
@@ -282,8 +283,10 @@ TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
   absl::StatusOr<OpId> op_a0 = g1_0.Start(Allreduce(in0, out_a0));
   ASSERT_TRUE(op_a0.ok()) << op_a0.status();
   m0.FailFabric(g1_0);  // nobody inside notices it yet
+  std::optional<bool> a_tested;
   std::thread thread_a0([&] {
     a_may_wait.WaitForNotification();
+    a_tested = g1_0.Test(*op_a0);  // netfold_request_test: "not yet"
     a0 = g1_0.Wait(*op_a0);
   });
   a_id = thread_a0.get_id();
@@ -316,18 +319,18 @@ TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
   a_may_wait.Notify();
   const bool a_waited = a_awaits.WaitForNotificationWithTimeout(kTimeout);
   EXPECT_TRUE(a_waited) << "A did not wait for B's failover";
-  // While B's failover waits for member 1, A must not move anything: a
-  // thread that did would call the owner's Progress or WhileWaiting.
-  const int progress_before = m0.owner->progress_calls_.load();
-  const int following_before = m0.owner->while_waiting_calls_.load();
+  // B's failover cannot end before member 1 goes, and A came in after it
+  // began: A must not have moved anything (a thread that did would have
+  // called the owner's Progress or WhileWaiting), nor now, waiting.
   absl::SleepFor(absl::Milliseconds(100));
-  a_calls_during_failover = m0.owner->progress_calls_.load() - progress_before +
-                            m0.owner->while_waiting_calls_.load() - following_before;
+  a_calls_during_failover =
+      m0.owner->progress_calls_.load() + m0.owner->while_waiting_calls_.load();
   member1_may_go.Notify();
   for (std::thread* t : {&thread_a0, &thread_b0, &thread_a1, &thread_b1}) t->join();
 
   EXPECT_EQ(a_calls_during_failover, 0)
       << "A moved the data path while B ran its group's failover";
+  EXPECT_EQ(a_tested, std::optional<bool>(false)) << "Test during another's failover: not yet";
   for (const auto& [name, s] : {std::pair{"A0", a0}, {"B0", b0}, {"A1", a1}, {"B1", b1}}) {
     EXPECT_TRUE(s.ok()) << name << ": " << s;
   }
