@@ -241,6 +241,60 @@ TEST_F(GroupTest, AnAllreduceTheFabricDropsEndsOnTheHosts) {
   }
 }
 
+// A reduce's non-root returns once its input has left (MPI allows it) and
+// reuses its buffer; the fabric then fails before the root has its result.
+// The hosts reduce again from the copy the group kept, so the root's
+// result is the inputs as they were, not what the buffer holds now.
+TEST_F(GroupTest, AReleasedReduceRunsAgainFromItsCopyAfterTheBufferWasReused) {
+  std::vector<absl::Status> waited(kMembers), next(kMembers);
+  std::vector<int32_t> root_out(kCount, -1);
+  std::vector<std::vector<int32_t>> again(kMembers, std::vector<int32_t>(kCount, -1));
+  absl::Notification released;
+  std::vector<std::thread> ts;
+  for (int r = 0; r < kMembers; ++r) {
+    ts.emplace_back([&, r] {
+      Member& m = members_[r];
+      Group& g = *m.groups[0];
+      std::vector<int32_t> in = Input(r);
+      std::vector<int32_t> scratch(kCount, -1);
+      absl::StatusOr<OpId> op = g.Start({.collective = CollectiveType::kReduce,
+                                         .dtype = DataType::kInt32,
+                                         .op = ReduceOp::kSum,
+                                         .root = 0,
+                                         .send = in.data(),
+                                         .recv = r == 0 ? root_out.data() : scratch.data(),
+                                         .count = kCount});
+      if (!op.ok()) {
+        waited[r] = op.status();
+        return;
+      }
+      if (r == 1) {
+        // Every chunk fits the window: posted, so Wait lets it go.
+        waited[r] = g.Wait(*op);
+        std::fill(in.begin(), in.end(), -1000);
+        released.Notify();
+      } else {
+        released.WaitForNotificationWithTimeout(kTimeout);
+      }
+      m.FailFabric(g);
+      if (r == 0) waited[r] = g.Wait(*op);
+      // The next operation (for member 1, the call that finds the failure).
+      const std::vector<int32_t> one = Input(r);
+      absl::StatusOr<OpId> op2 = g.Start(Allreduce(one, again[r]));
+      next[r] = op2.ok() ? g.Wait(*op2) : op2.status();
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < kMembers; ++r) {
+    EXPECT_TRUE(waited[r].ok()) << r << ": " << waited[r];
+    EXPECT_TRUE(next[r].ok()) << r << ": " << next[r];
+    EXPECT_EQ(again[r], std::vector<int32_t>(kCount, kSum)) << r;
+    EXPECT_TRUE(members_[r].groups[0]->failed_over()) << r;
+  }
+  EXPECT_TRUE(released.HasBeenNotified());
+  EXPECT_EQ(root_out, std::vector<int32_t>(kCount, kSum));
+}
+
 // MPI_THREAD_MULTIPLE: thread B of member 0, waiting in group 2, follows
 // group 1's failover (WhileWaiting) while thread A of member 0 has an
 // allreduce of group 1 to wait for. A comes in during that failover (B
