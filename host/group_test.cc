@@ -32,9 +32,19 @@ using proto::ReduceOp;
 
 constexpr int kMembers = 2;
 constexpr size_t kCount = 64;  // int32 elements: a few chunks of 64 bytes
-constexpr absl::Duration kTimeout = absl::Seconds(20);
+// The operations' deadline (engines, hosts, the owner's), and the longest a
+// test waits for one of its own steps: a failing test ends in a failure
+// well within the unit tests' time limit, not in that limit.
+constexpr absl::Duration kTimeout = absl::Seconds(10);
+constexpr absl::Duration kStep = absl::Seconds(5);
 
 // What a group needs of its context, and a record of who called what.
+// Unlike Context (host/context.cc): no progress thread (progress happens
+// in the calls only); Progress polls the fabric engines but not the
+// endpoint, which the host collectives move themselves (in Context the
+// data path moves it for both); WhileWaiting has every group follow each
+// time (Context does it every 5 ms, or always inside a followed
+// failover); the tests fail a fabric by hand, not through the data path.
 class FakeOwner : public GroupOwner {
  public:
   explicit FakeOwner(int rank)
@@ -269,12 +279,15 @@ TEST_F(GroupTest, AReleasedReduceRunsAgainFromItsCopyAfterTheBufferWasReused) {
         return;
       }
       if (r == 1) {
-        // Every chunk fits the window: posted, so Wait lets it go.
+        // Every chunk fits the window: posted, so Wait lets it go, with
+        // the fabric still there and no result yet.
         waited[r] = g.Wait(*op);
+        EXPECT_TRUE(g.on_fabric());
+        EXPECT_FALSE(g.failed_over());
         std::fill(in.begin(), in.end(), -1000);
         released.Notify();
       } else {
-        released.WaitForNotificationWithTimeout(kTimeout);
+        EXPECT_TRUE(released.WaitForNotificationWithTimeout(kStep)) << "member 1 was not released";
       }
       m.FailFabric(g);
       if (r == 0) waited[r] = g.Wait(*op);
@@ -291,7 +304,6 @@ TEST_F(GroupTest, AReleasedReduceRunsAgainFromItsCopyAfterTheBufferWasReused) {
     EXPECT_EQ(again[r], std::vector<int32_t>(kCount, kSum)) << r;
     EXPECT_TRUE(members_[r].groups[0]->failed_over()) << r;
   }
-  EXPECT_TRUE(released.HasBeenNotified());
   EXPECT_EQ(root_out, std::vector<int32_t>(kCount, kSum));
 }
 
@@ -309,7 +321,6 @@ TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
   Member& m1 = members_[1];
   Group& g1_0 = *m0.groups[0];
   absl::Notification a_may_wait, b_in_failover, a_awaits, member1_may_go;
-  std::atomic<bool> failover_running{false};
   int a_calls_during_failover = 0;
   std::thread::id a_id;
 
@@ -317,20 +328,23 @@ TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
   m0.owner->on_while_waiting_ = [&] {
     if (std::this_thread::get_id() != a_id && g1_0.failed_over() && !g1_0.on_fabric() &&
         !b_in_failover.HasBeenNotified()) {
-      failover_running = true;
       b_in_failover.Notify();
     }
   };
-  // A asks for the deadline of its wait for B's failover (AwaitOthersFailover).
+  // A asks for a deadline: in its wait for B's failover (AwaitOthersFailover)
+  // if the group is right (B's failover cannot end before member 1 goes),
+  // else in Wait's own loop; either way A is past Test and in Wait.
   m0.owner->on_op_timeout_ = [&] {
-    if (std::this_thread::get_id() == a_id && failover_running && !a_awaits.HasBeenNotified()) {
+    if (std::this_thread::get_id() == a_id && b_in_failover.HasBeenNotified() &&
+        !a_awaits.HasBeenNotified()) {
       a_awaits.Notify();
     }
   };
 
   std::vector<int32_t> out_a0(kCount, -1), out_b0(kCount, -1);
   std::vector<int32_t> out_a1(kCount, -1), out_b1(kCount, -1);
-  absl::Status a0, b0, a1, b1;
+  const absl::Status not_run = absl::UnknownError("not run");
+  absl::Status a0 = not_run, b0 = not_run, a1 = not_run, b1 = not_run;
   const std::vector<int32_t> in0 = Input(0), in1 = Input(1);
 
   // Member 0, thread A: starts on the fabric, waits once B is in the failover.
@@ -339,7 +353,7 @@ TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
   m0.FailFabric(g1_0);  // nobody inside notices it yet
   std::optional<bool> a_tested;
   std::thread thread_a0([&] {
-    a_may_wait.WaitForNotification();
+    if (!a_may_wait.WaitForNotificationWithTimeout(2 * kStep)) return;
     a_tested = g1_0.Test(*op_a0);  // netfold_request_test: "not yet"
     a0 = g1_0.Wait(*op_a0);
   });
@@ -358,29 +372,35 @@ TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
     Group& g1 = *m1.groups[0];
     absl::StatusOr<OpId> op = g1.Start(Allreduce(in1, out_a1));
     m1.FailFabric(g1);
-    member1_may_go.WaitForNotification();
+    member1_may_go.WaitForNotificationWithTimeout(4 * kStep);
     a1 = op.ok() ? g1.Wait(*op) : op.status();
   });
   std::thread thread_b1([&] {
-    member1_may_go.WaitForNotification();
+    member1_may_go.WaitForNotificationWithTimeout(4 * kStep);
     Group& g2 = *m1.groups[1];
     absl::StatusOr<OpId> op = g2.Start(Allreduce(in1, out_b1));
     b1 = op.ok() ? g2.Wait(*op) : op.status();
   });
 
-  const bool b_followed = b_in_failover.WaitForNotificationWithTimeout(kTimeout);
+  const bool b_followed = b_in_failover.WaitForNotificationWithTimeout(kStep);
   EXPECT_TRUE(b_followed) << "B never followed group 1's failover";
   a_may_wait.Notify();
-  const bool a_waited = a_awaits.WaitForNotificationWithTimeout(kTimeout);
+  const bool a_waited = a_awaits.WaitForNotificationWithTimeout(kStep);
   EXPECT_TRUE(a_waited) << "A did not wait for B's failover";
   // B's failover cannot end before member 1 goes, and A came in after it
-  // began: A must not have moved anything (a thread that did would have
-  // called the owner's Progress or WhileWaiting), nor now, waiting.
+  // began: A must not have moved anything, nor now, waiting. A thread that
+  // did would have called the owner's WhileWaiting (Test's and Wait's
+  // loops do after each move; Group::Progress itself returns at once while
+  // another thread fails the group over, so its calls are counted too
+  // only for a change that lost that guard as well).
   absl::SleepFor(absl::Milliseconds(100));
   a_calls_during_failover =
       m0.owner->progress_calls_.load() + m0.owner->while_waiting_calls_.load();
   member1_may_go.Notify();
   for (std::thread* t : {&thread_a0, &thread_b0, &thread_a1, &thread_b1}) t->join();
+  // The hooks see this test's locals: gone before the groups are.
+  m0.owner->on_while_waiting_ = nullptr;
+  m0.owner->on_op_timeout_ = nullptr;
 
   EXPECT_EQ(a_calls_during_failover, 0)
       << "A moved the data path while B ran its group's failover";
@@ -388,8 +408,9 @@ TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
   for (const auto& [name, s] : {std::pair{"A0", a0}, {"B0", b0}, {"A1", a1}, {"B1", b1}}) {
     EXPECT_TRUE(s.ok()) << name << ": " << s;
   }
-  for (const auto* out : {&out_a0, &out_b0, &out_a1, &out_b1}) {
-    EXPECT_EQ(*out, std::vector<int32_t>(kCount, kSum));
+  for (const auto& [name, out] :
+       {std::pair{"A0", &out_a0}, {"B0", &out_b0}, {"A1", &out_a1}, {"B1", &out_b1}}) {
+    EXPECT_EQ(*out, std::vector<int32_t>(kCount, kSum)) << name;
   }
   EXPECT_TRUE(g1_0.failed_over());
   EXPECT_TRUE(m1.groups[0]->failed_over());

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/cord.h"
-#include "absl/strings/string_view.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
 

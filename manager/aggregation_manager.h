@@ -161,7 +161,7 @@ class AggregationManager {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
   void HandleSwitchDeath(int sw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
   void Reconcile(int sw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
-  void HandleQpFailure(const QpFailure& failure) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
+  void HandleQpFailure(const QpFailure& qp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);
   // Sends commands, logs failures; for cleanup that cannot be undone.
   void SendBestEffort(const Outbox& out, std::string_view what)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(op_mu_);

@@ -21,7 +21,8 @@ using control::JobEvent;
 class FabricStateTest : public testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(books_.AddJobWithGroup().ok());
+    const absl::Status added = books_.AddJobWithGroup();
+    ASSERT_TRUE(added.ok()) << added;
     FabricState& st = books_.state;
     watcher_ = st.events.Subscribe(1, 0, 0);
     watcher_->Next(absl::ZeroDuration());  // WATCH_STARTED

@@ -43,15 +43,18 @@ Fallout SwitchDied(FabricState& state, int sw);
 // neither has that QP (a QP already gone: nothing to do).
 std::optional<Fallout> QpFailed(FabricState& state, int sw, uint32_t qpn, std::string_view why);
 
-// A switch that re-registered (RECONCILING) against what it reported
-// having: ranks and links whose QPs it lost detach and drop, QPs and
-// groups the books do not know are removed, and ready groups it lost are
-// to be installed again. nullopt when the switch is not reconciling.
+// What reconciling a switch calls for: the fallout, and the groups to
+// install on it again.
 struct Reconciliation {
   Fallout fallout;
   std::vector<SwitchCommand> installs;   // groups to install on it again
   std::vector<uint64_t> install_groups;  // their ids, in the same order
 };
+
+// A switch that re-registered (RECONCILING) against what it reported
+// having: ranks and links whose QPs it lost detach and drop, QPs and
+// groups the books do not know are removed, and ready groups it lost are
+// to be installed again. nullopt when the switch is not reconciling.
 std::optional<Reconciliation> PlanReconcile(FabricState& state, int sw);
 
 // After the reconciliation's commands: the switch is UP, unless it died

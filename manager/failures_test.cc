@@ -16,7 +16,8 @@ namespace {
 // group 5 over both (TestBooks::AddJobWithGroup).
 class FailuresTest : public testing::Test {
  protected:
-  void SetUp() override { ASSERT_TRUE(books_.AddJobWithGroup().ok()); }
+  void SetUp() override { const absl::Status added = books_.AddJobWithGroup();
+    ASSERT_TRUE(added.ok()) << added; }
 
   const Rank& rank(uint32_t r) { return books_.state.jobs.at(1).ranks.at(r); }
   // The commands of `out` for `sw`, by kind.
@@ -130,6 +131,51 @@ TEST_F(FailuresTest, AReturningSwitchThatLostARanksQpLosesTheRankAndItsGroup) {
   EXPECT_TRUE(st.links.count({0, leaf1_}));
   EXPECT_EQ(Count(plan->fallout.out, "leaf1", control::ManagerMessage::kDestroyQp), 0)
       << "the QP it lost is not destroyed again";
+}
+
+TEST_F(FailuresTest, ADeadRootLosesTheGroupButNoRank) {
+  FabricState& st = books_.state;
+  Fallout f = SwitchDied(st, root0_);
+  EXPECT_EQ(st.switches[root0_].state, SwitchState::kDead);
+  EXPECT_TRUE(rank(0).attached);
+  EXPECT_TRUE(rank(1).attached);
+  EXPECT_TRUE(st.links.empty()) << "both of its links drop";
+  ASSERT_FALSE(f.lost_groups.empty());
+  for (uint64_t g : f.lost_groups) EXPECT_EQ(g, 5u);
+  // The leaves let go of their ends; the dead root is told nothing.
+  EXPECT_EQ(Count(f.out, "leaf0", control::ManagerMessage::kDestroyQp), 1);
+  EXPECT_EQ(Count(f.out, "leaf1", control::ManagerMessage::kDestroyQp), 1);
+  EXPECT_EQ(Count(f.out, "root0", control::ManagerMessage::kDestroyQp), 0);
+}
+
+TEST_F(FailuresTest, AReturningSwitchWithAnOldEpochOrALostLinkIsSetRight) {
+  FabricState& st = books_.state;
+  Switch& s = st.switches[root0_];
+  st.SetSwitchState(root0_, SwitchState::kReconciling, "");
+  const uint32_t epoch = st.groups.at(5).epoch;
+  // It kept leaf0's link QP, lost leaf1's, and holds group 5 at an older epoch.
+  s.reported_qpns = {static_cast<uint32_t>(0x200 + leaf0_)};
+  s.reported_groups = {{5, epoch - 1}};
+  std::optional<Reconciliation> plan = PlanReconcile(st, root0_);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_FALSE(st.links.count({0, leaf1_}));
+  EXPECT_FALSE(st.alloc.LinkDown(0, leaf1_)) << "lost with a restart, not failed: may be used again";
+  EXPECT_TRUE(st.links.count({0, leaf0_}));
+  EXPECT_EQ(plan->fallout.lost_groups, (std::vector<uint64_t>{5}));
+  EXPECT_TRUE(plan->installs.empty()) << "a lost group is re-planned";
+  // The old epoch goes (the group is re-planned under a new one).
+  EXPECT_EQ(Count(plan->fallout.out, "root0", control::ManagerMessage::kRemoveGroup), 1);
+
+  // A group still being installed is not installed again from here: its
+  // installation is under way.
+  books_.state.groups.at(5).state = GroupState::kInstalling;
+  Switch& leaf = st.switches[leaf0_];
+  st.SetSwitchState(leaf0_, SwitchState::kReconciling, "");
+  leaf.reported_qpns = {0x100, static_cast<uint32_t>(0x300 + leaf0_)};
+  plan = PlanReconcile(st, leaf0_);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_TRUE(plan->installs.empty());
+  EXPECT_TRUE(plan->fallout.lost_groups.empty());
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
-// Test helper: empty manager books (FabricState) over an example topology,
-// with a fake clock, for the unit tests of the pieces that read or change
-// them without a whole manager (liveness, admin reports, recovery...).
+// Test helper: manager books (FabricState) over an example topology, with
+// a fake clock, for the unit tests of the pieces that read or change them
+// without a whole manager (liveness, admin reports, recovery, failures...):
+// empty, or with one job and its group (AddJobWithGroup).
 //
 //   TestBooks books("two_level.yaml");
 //   books.state.SetSwitchState(books.SwitchIndex("leaf0"), SwitchState::kUp, "");
@@ -41,6 +42,9 @@ struct TestBooks {
   // over both, ready, its links' QPs in place (0x200 + child at the
   // parent, 0x300 + child at the child).
   absl::Status AddJobWithGroup() {
+    if (SwitchIndex("leaf0") < 0 || SwitchIndex("leaf1") < 0) {
+      return absl::InvalidArgumentError("AddJobWithGroup needs two_level.yaml's leaf0 and leaf1");
+    }
     for (int sw = 0; sw < topo.num_switches(); ++sw) state.SetSwitchState(sw, SwitchState::kUp, "");
     Job& job = state.jobs[1];
     job.id = 1;
