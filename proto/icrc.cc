@@ -72,17 +72,24 @@ void MaskPseudoHeader(uint8_t* p) {
   udp[kUdpChecksumOffset + 1] = 0xFF;
 }
 
-// CRC over the masked pseudo-header, then `covered` with BTH byte 4 masked.
-// `pseudo_header` has room for kIcrcHeadSize bytes: the BTH's first five
-// (byte 4 masked) go after the pseudo-header, so that the CRC runs twice
-// per packet, not four times (a call costs ~20 ns whatever its length;
-// docs/performance.md, "The ICRC in two calls").
-constexpr size_t kIcrcHeadSize = kPseudoHeaderSize + kBthFecnByteOffset + 1;
+// The CRC over the masked pseudo-header and `head`, the packet's first
+// bytes (BTH byte 4 masked), in one call: `pseudo_header` has room for
+// kPseudoHeaderSize + head.size() bytes. A call costs ~20 ns whatever its
+// length (docs/performance.md, "The ICRC in two calls"): the head goes
+// with the pseudo-header rather than in calls of its own.
+constexpr size_t kMaxHead = 128;
+constexpr size_t kHeadBufferSize = kPseudoHeaderSize + kMaxHead;
+uint32_t HeadCrc(uint8_t* pseudo_header, std::span<const uint8_t> head) {
+  std::memcpy(pseudo_header + kPseudoHeaderSize, head.data(), head.size());
+  if (head.size() > kBthFecnByteOffset) pseudo_header[kPseudoHeaderSize + kBthFecnByteOffset] = 0xFF;
+  return Crc(0, pseudo_header, kPseudoHeaderSize + head.size());
+}
+
+// CRC over the masked pseudo-header, then `covered` with BTH byte 4
+// masked: two calls. `pseudo_header` is kHeadBufferSize bytes.
 uint32_t IcrcOver(uint8_t* pseudo_header, std::span<const uint8_t> covered) {
   const size_t head = std::min(covered.size(), kBthFecnByteOffset + 1);
-  std::memcpy(pseudo_header + kPseudoHeaderSize, covered.data(), head);
-  if (head > kBthFecnByteOffset) pseudo_header[kPseudoHeaderSize + kBthFecnByteOffset] = 0xFF;
-  const uint32_t crc = Crc(0, pseudo_header, kPseudoHeaderSize + head);
+  const uint32_t crc = HeadCrc(pseudo_header, covered.first(head));
   return covered.size() > head ? Crc(crc, covered.data() + head, covered.size() - head) : crc;
 }
 
@@ -109,7 +116,7 @@ void WriteCanonicalHeaders(const IcrcAddresses& addrs, size_t udp_payload_size, 
 }  // namespace
 
 uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> covered) {
-  uint8_t pseudo[kIcrcHeadSize];
+  uint8_t pseudo[kHeadBufferSize];
   WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo + kLrhSize);
   MaskPseudoHeader(pseudo);
   return IcrcOver(pseudo, covered);
@@ -123,20 +130,22 @@ uint32_t ComputeIcrcWithPart(const IcrcAddresses& addrs, std::span<const uint8_t
                         << "-byte packet";
     std::abort();
   }
-  uint8_t pseudo[kIcrcHeadSize];
+  uint8_t pseudo[kHeadBufferSize];
   WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo + kLrhSize);
   MaskPseudoHeader(pseudo);
-  // The CRC goes on where it stopped: the headers, the part, the rest.
-  uint32_t crc = IcrcOver(pseudo, covered.first(at));
+  // The CRC goes on where it stopped: the headers (with the pseudo-header
+  // when they fit its buffer, as a request's do), the part, the rest.
+  uint32_t crc = at <= kMaxHead ? HeadCrc(pseudo, covered.first(at))
+                                : IcrcOver(pseudo, covered.first(at));
   crc = Crc(crc, part.data(), part.size());
   const size_t after = at + part.size();
-  return Crc(crc, covered.data() + after, covered.size() - after);
+  return after < covered.size() ? Crc(crc, covered.data() + after, covered.size() - after) : crc;
 }
 
 uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
                          std::span<const uint8_t, kUdpHeaderSize> udp_header,
                          std::span<const uint8_t> covered) {
-  uint8_t pseudo[kIcrcHeadSize];
+  uint8_t pseudo[kHeadBufferSize];
   std::memcpy(pseudo + kLrhSize, ipv4_header.data(), kIpv4HeaderSize);
   std::memcpy(pseudo + kLrhSize + kIpv4HeaderSize, udp_header.data(), kUdpHeaderSize);
   MaskPseudoHeader(pseudo);
