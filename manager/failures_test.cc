@@ -159,7 +159,8 @@ TEST_F(FailuresTest, AReturningSwitchWithAnOldEpochOrALostLinkIsSetRight) {
   std::optional<Reconciliation> plan = PlanReconcile(st, root0_);
   ASSERT_TRUE(plan.has_value());
   EXPECT_FALSE(st.links.count({0, leaf1_}));
-  EXPECT_FALSE(st.alloc.LinkDown(0, leaf1_)) << "lost with a restart, not failed: may be used again";
+  EXPECT_FALSE(st.alloc.LinkDown(0, leaf1_))
+      << "lost with a restart, not failed: it may be used again";
   EXPECT_TRUE(st.links.count({0, leaf0_}));
   EXPECT_EQ(plan->fallout.lost_groups, (std::vector<uint64_t>{5}));
   EXPECT_TRUE(plan->installs.empty()) << "a lost group is re-planned";

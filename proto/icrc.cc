@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <cstring>
 
@@ -72,24 +73,41 @@ void MaskPseudoHeader(uint8_t* p) {
   udp[kUdpChecksumOffset + 1] = 0xFF;
 }
 
-// The CRC over the masked pseudo-header and `head`, the packet's first
-// bytes (BTH byte 4 masked), in one call: `pseudo_header` has room for
-// kPseudoHeaderSize + head.size() bytes. A call costs ~20 ns whatever its
-// length (docs/performance.md, "The ICRC in two calls"): the head goes
-// with the pseudo-header rather than in calls of its own.
+// ISA-L's CRC folds 256 bytes a step and then the rest 16 bytes a step,
+// slowly: a call over 4092 bytes takes ~1.4x one over 4096
+// (docs/performance.md, "The ICRC in two calls"). So the ICRC is cut in
+// two calls whose second covers a multiple of 256 bytes: the first takes
+// the masked pseudo-header, the packet's first bytes (with BTH byte 4,
+// which is masked) and as many after them as that leaves over.
+constexpr size_t kStep = 256;
+// Headers before a part that lies elsewhere (ComputeIcrcWithPart) go with
+// the pseudo-header when they are this short, as a request's are.
 constexpr size_t kMaxHead = 128;
-constexpr size_t kHeadBufferSize = kPseudoHeaderSize + kMaxHead;
-uint32_t HeadCrc(uint8_t* pseudo_header, std::span<const uint8_t> head) {
-  std::memcpy(pseudo_header + kPseudoHeaderSize, head.data(), head.size());
-  if (head.size() > kBthFecnByteOffset) pseudo_header[kPseudoHeaderSize + kBthFecnByteOffset] = 0xFF;
-  return Crc(0, pseudo_header, kPseudoHeaderSize + head.size());
+using HeadBuffer = std::array<uint8_t, kPseudoHeaderSize + kMaxHead + kStep - 1>;
+
+// The CRC over the masked pseudo-header in `buffer`, `head` (the packet's
+// first bytes, BTH byte 4 masked) and `more` (bytes after them, at most
+// kStep - 1), in one call.
+uint32_t HeadCrc(HeadBuffer& buffer, std::span<const uint8_t> head,
+                 std::span<const uint8_t> more = {}) {
+  if (head.size() > kMaxHead + kStep - 1 - more.size() || more.size() > kStep - 1) {
+    NETFOLD_LOG(kError) << "HeadCrc: " << head.size() << " + " << more.size()
+                        << " bytes do not fit its buffer";
+    std::abort();
+  }
+  uint8_t* p = buffer.data() + kPseudoHeaderSize;
+  if (!head.empty()) std::memcpy(p, head.data(), head.size());
+  if (head.size() > kBthFecnByteOffset) p[kBthFecnByteOffset] = 0xFF;
+  if (!more.empty()) std::memcpy(p + head.size(), more.data(), more.size());
+  return Crc(0, buffer.data(), kPseudoHeaderSize + head.size() + more.size());
 }
 
-// CRC over the masked pseudo-header, then `covered` with BTH byte 4
-// masked: two calls. `pseudo_header` is kHeadBufferSize bytes.
-uint32_t IcrcOver(uint8_t* pseudo_header, std::span<const uint8_t> covered) {
-  const size_t head = std::min(covered.size(), kBthFecnByteOffset + 1);
-  const uint32_t crc = HeadCrc(pseudo_header, covered.first(head));
+// CRC over the masked pseudo-header in `buffer`, then `covered` with BTH
+// byte 4 masked: two calls, the second over a multiple of kStep bytes.
+uint32_t IcrcOver(HeadBuffer& buffer, std::span<const uint8_t> covered) {
+  size_t head = std::min(covered.size(), kBthFecnByteOffset + 1);
+  head += (covered.size() - head) % kStep;
+  const uint32_t crc = HeadCrc(buffer, covered.first(head));
   return covered.size() > head ? Crc(crc, covered.data() + head, covered.size() - head) : crc;
 }
 
@@ -116,9 +134,9 @@ void WriteCanonicalHeaders(const IcrcAddresses& addrs, size_t udp_payload_size, 
 }  // namespace
 
 uint32_t ComputeIcrc(const IcrcAddresses& addrs, std::span<const uint8_t> covered) {
-  uint8_t pseudo[kHeadBufferSize];
-  WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo + kLrhSize);
-  MaskPseudoHeader(pseudo);
+  HeadBuffer pseudo;
+  WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo.data() + kLrhSize);
+  MaskPseudoHeader(pseudo.data());
   return IcrcOver(pseudo, covered);
 }
 
@@ -130,14 +148,21 @@ uint32_t ComputeIcrcWithPart(const IcrcAddresses& addrs, std::span<const uint8_t
                         << "-byte packet";
     std::abort();
   }
-  uint8_t pseudo[kHeadBufferSize];
-  WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo + kLrhSize);
-  MaskPseudoHeader(pseudo);
-  // The CRC goes on where it stopped: the headers (with the pseudo-header
-  // when they fit its buffer, as a request's do), the part, the rest.
-  uint32_t crc = at <= kMaxHead ? HeadCrc(pseudo, covered.first(at))
-                                : IcrcOver(pseudo, covered.first(at));
-  crc = Crc(crc, part.data(), part.size());
+  HeadBuffer pseudo;
+  WriteCanonicalHeaders(addrs, covered.size() + kIcrcSize, 0, 0, pseudo.data() + kLrhSize);
+  MaskPseudoHeader(pseudo.data());
+  // The CRC goes on where it stopped: the headers, the part, the rest.
+  // Short headers go with the pseudo-header and the part's first bytes,
+  // so that the part's call covers a multiple of kStep bytes.
+  size_t from = 0;  // of the part, what the first call took
+  uint32_t crc;
+  if (at <= kMaxHead) {
+    from = part.size() % kStep;
+    crc = HeadCrc(pseudo, covered.first(at), part.first(from));
+  } else {
+    crc = IcrcOver(pseudo, covered.first(at));
+  }
+  if (part.size() > from) crc = Crc(crc, part.data() + from, part.size() - from);
   const size_t after = at + part.size();
   return after < covered.size() ? Crc(crc, covered.data() + after, covered.size() - after) : crc;
 }
@@ -145,10 +170,10 @@ uint32_t ComputeIcrcWithPart(const IcrcAddresses& addrs, std::span<const uint8_t
 uint32_t ComputeIcrcIpv4(std::span<const uint8_t, kIpv4HeaderSize> ipv4_header,
                          std::span<const uint8_t, kUdpHeaderSize> udp_header,
                          std::span<const uint8_t> covered) {
-  uint8_t pseudo[kHeadBufferSize];
-  std::memcpy(pseudo + kLrhSize, ipv4_header.data(), kIpv4HeaderSize);
-  std::memcpy(pseudo + kLrhSize + kIpv4HeaderSize, udp_header.data(), kUdpHeaderSize);
-  MaskPseudoHeader(pseudo);
+  HeadBuffer pseudo;
+  std::memcpy(pseudo.data() + kLrhSize, ipv4_header.data(), kIpv4HeaderSize);
+  std::memcpy(pseudo.data() + kLrhSize + kIpv4HeaderSize, udp_header.data(), kUdpHeaderSize);
+  MaskPseudoHeader(pseudo.data());
   return IcrcOver(pseudo, covered);
 }
 

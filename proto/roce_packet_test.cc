@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include <zlib.h>
+
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "proto/icrc.h"
@@ -508,6 +510,80 @@ TEST(RocePacket, DecodeReportsIcrcErrorsAsDataLoss) {
   EXPECT_TRUE(MessageContains(decoded.status(), "bad_icrc"));
   // Without an ICRC check the corrupted payload is accepted as it is.
   EXPECT_TRUE(DecodeRocePacket(packet, nullptr).ok());
+}
+
+// The ICRC as the specification defines it, built without proto/icrc.cc:
+// zlib's CRC-32 over 8 bytes of 0xFF (the LRH), the IPv4 and UDP headers
+// with TOS, TTL and both checksums set to 0xFF, then the packet with BTH
+// byte 4 set to 0xFF.
+uint32_t ReferenceIcrc(const IcrcAddresses& a, std::vector<uint8_t> covered) {
+  const size_t udp_length = 8 + covered.size() + kIcrcSize;
+  std::vector<uint8_t> bytes(8, 0xFF);
+  const uint8_t ip[20] = {0x45,
+                          0xFF,
+                          static_cast<uint8_t>((20 + udp_length) >> 8),
+                          static_cast<uint8_t>(20 + udp_length),
+                          static_cast<uint8_t>(a.ip_id >> 8),
+                          static_cast<uint8_t>(a.ip_id),
+                          0x40,
+                          0x00,
+                          0xFF,
+                          17,
+                          0xFF,
+                          0xFF,
+                          static_cast<uint8_t>(a.src_ip >> 24),
+                          static_cast<uint8_t>(a.src_ip >> 16),
+                          static_cast<uint8_t>(a.src_ip >> 8),
+                          static_cast<uint8_t>(a.src_ip),
+                          static_cast<uint8_t>(a.dst_ip >> 24),
+                          static_cast<uint8_t>(a.dst_ip >> 16),
+                          static_cast<uint8_t>(a.dst_ip >> 8),
+                          static_cast<uint8_t>(a.dst_ip)};
+  const uint8_t udp[8] = {static_cast<uint8_t>(a.src_port >> 8), static_cast<uint8_t>(a.src_port),
+                          static_cast<uint8_t>(a.dst_port >> 8), static_cast<uint8_t>(a.dst_port),
+                          static_cast<uint8_t>(udp_length >> 8),  static_cast<uint8_t>(udp_length),
+                          0xFF,                                   0xFF};
+  bytes.insert(bytes.end(), ip, ip + 20);
+  bytes.insert(bytes.end(), udp, udp + 8);
+  if (covered.size() > 4) covered[4] = 0xFF;
+  bytes.insert(bytes.end(), covered.begin(), covered.end());
+  return static_cast<uint32_t>(crc32_z(0, bytes.data(), bytes.size()));
+}
+
+// Every size from nothing to past the 128-byte head and the 256-byte step
+// of icrc.cc's cut, sizes around whole packets, and every way a part may
+// lie in the packet (at the edges of the head and of the packet, empty,
+// around the step, reaching the end), against the reference.
+TEST(Icrc, EveryWayOfComputingItMatchesTheSpecification) {
+  const IcrcAddresses a{.src_ip = 0x0A000001, .dst_ip = 0x0A000102, .src_port = 0xC123,
+                        .ip_id = 0x1234};
+  std::vector<size_t> sizes(301);
+  std::iota(sizes.begin(), sizes.end(), size_t{0});
+  for (size_t big : {511, 512, 513, 1024, 4084, 4092, 4096, 4353}) sizes.push_back(big);
+  int checked = 0;
+  for (size_t size : sizes) {
+    std::vector<uint8_t> covered(size);
+    for (size_t i = 0; i < size; ++i) covered[i] = static_cast<uint8_t>(i * 37 + 11);
+    ASSERT_EQ(ComputeIcrc(a, covered), ReferenceIcrc(a, covered)) << size;
+    ++checked;
+    for (size_t at : {size_t{5}, size_t{6}, size_t{11}, size_t{12}, size_t{127}, size_t{128},
+                      size_t{129}, size}) {
+      if (at <= 4 || at > size) continue;
+      for (size_t len : {size_t{0}, size_t{1}, size_t{17}, size_t{255}, size_t{256}, size_t{257},
+                         size - at}) {
+        if (len > size - at) continue;
+        // The part's bytes elsewhere; their place in the packet holds others.
+        const std::vector<uint8_t> part(covered.begin() + static_cast<std::ptrdiff_t>(at),
+                                        covered.begin() + static_cast<std::ptrdiff_t>(at + len));
+        std::vector<uint8_t> holey = covered;
+        std::fill_n(holey.begin() + static_cast<std::ptrdiff_t>(at), len, uint8_t{0xA5});
+        ASSERT_EQ(ComputeIcrcWithPart(a, holey, at, part), ReferenceIcrc(a, covered))
+            << "size " << size << ", part of " << len << " at " << at;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 2000);
 }
 
 TEST(Icrc, CatchesEverySingleBitErrorOutsideTheMaskedByte) {
