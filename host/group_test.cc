@@ -251,6 +251,74 @@ TEST_F(GroupTest, AnAllreduceTheFabricDropsEndsOnTheHosts) {
   }
 }
 
+// A bcast whose root got its results from the fabric while the other
+// member got none: the root is ahead by one operation. The failover's
+// resync hands the other member the root's result (the root keeps it for
+// everyone, Record), and both go on on the hosts.
+TEST_F(GroupTest, ABcastOneMemberMissedIsHandedOverByItsRoot) {
+  std::vector<absl::Status> waited(kMembers, absl::UnknownError("not run")),
+      next(kMembers, absl::UnknownError("not run"));
+  std::vector<std::vector<int32_t>> buf(kMembers, std::vector<int32_t>(kCount, -1));
+  std::vector<std::vector<int32_t>> again(kMembers, std::vector<int32_t>(kCount, -1));
+  for (int32_t i = 0; i < static_cast<int32_t>(kCount); ++i) buf[0][i] = 100 + i;
+  absl::Notification root_done;
+  std::vector<std::thread> ts;
+  for (int r = 0; r < kMembers; ++r) {
+    ts.emplace_back([&, r] {
+      Member& m = members_[r];
+      Group& g = *m.groups[0];
+      absl::StatusOr<OpId> op = g.Start({.collective = CollectiveType::kBcast,
+                                         .dtype = DataType::kInt32,
+                                         .root = 0,
+                                         .send = buf[r].data(),
+                                         .recv = buf[r].data(),
+                                         .count = kCount});
+      if (!op.ok()) {
+        waited[r] = op.status();
+        return;
+      }
+      if (r == 0) {
+        // The root's results come, as the switches would send them: its
+        // own data, chunk by chunk, for every request it posted.
+        {
+          ProgressThread::Inside inside(m.owner->progress());
+          testing::FakeLeaf& leaf = *m.leaves[0];
+          for (size_t i = 0; i < leaf.sent.size(); ++i) {
+            proto::AggregationHeader h = leaf.Header(i);
+            h.type = proto::AggregationMessageType::kResult;
+            h.status = proto::AggregationStatus::kOk;
+            h.has_data = true;
+            const size_t n = h.count * sizeof(int32_t);
+            const uint8_t* data = leaf.sent[i].data() + proto::kAggregationHeaderSize;
+            g.fabric()->engine(0).OnMessage(h, {data, n}, {});
+          }
+        }
+        waited[r] = g.Wait(*op);
+        root_done.Notify();
+      } else {
+        EXPECT_TRUE(root_done.WaitForNotificationWithTimeout(kStep)) << "the root did not finish";
+      }
+      m.FailFabric(g);
+      if (r == 1) waited[r] = g.Wait(*op);
+      // The next operation, on the hosts (for the root, the call that
+      // finds the failure).
+      const std::vector<int32_t> one = Input(r);
+      absl::StatusOr<OpId> op2 = g.Start(Allreduce(one, again[r]));
+      next[r] = op2.ok() ? g.Wait(*op2) : op2.status();
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < kMembers; ++r) {
+    EXPECT_TRUE(waited[r].ok()) << r << ": " << waited[r];
+    EXPECT_TRUE(next[r].ok()) << r << ": " << next[r];
+    EXPECT_EQ(buf[r], buf[0]) << r;
+    EXPECT_EQ(again[r], std::vector<int32_t>(kCount, kSum)) << r;
+    EXPECT_TRUE(members_[r].groups[0]->failed_over()) << r;
+  }
+  EXPECT_EQ(buf[0][0], 100);
+  EXPECT_EQ(buf[0][kCount - 1], static_cast<int32_t>(100 + kCount - 1));
+}
+
 // A reduce's non-root returns once its input has left (MPI allows it) and
 // reuses its buffer; the fabric then fails before the root has its result.
 // The hosts reduce again from the copy the group kept, so the root's
