@@ -167,20 +167,16 @@ class GroupTest : public ::testing::Test {
     }
     // Out-of-band channels, then groups 1 (fabric) and 2 (the hosts), together.
     std::vector<absl::Status> made(kMembers);
-    std::vector<std::thread> ts;
-    for (int r = 0; r < kMembers; ++r) {
-      ts.emplace_back([&, r] {
-        auto oob = TcpOob::Connect(server_->address(), r, kMembers, kTimeout);
-        if (!oob.ok()) {
-          made[r] = oob.status();
-          return;
-        }
-        members_[r].oob = *std::move(oob);
-        made[r] = members_[r].AddGroup(1, /*fabric=*/true);
-        if (made[r].ok()) made[r] = members_[r].AddGroup(2, /*fabric=*/false);
-      });
-    }
-    for (auto& t : ts) t.join();
+    ForEachMember([&](int r) {
+      auto oob = TcpOob::Connect(server_->address(), r, kMembers, kTimeout);
+      if (!oob.ok()) {
+        made[r] = oob.status();
+        return;
+      }
+      members_[r].oob = *std::move(oob);
+      made[r] = members_[r].AddGroup(1, /*fabric=*/true);
+      if (made[r].ok()) made[r] = members_[r].AddGroup(2, /*fabric=*/false);
+    });
     for (int r = 0; r < kMembers; ++r) ASSERT_TRUE(made[r].ok()) << r << ": " << made[r];
   }
 
@@ -190,8 +186,14 @@ class GroupTest : public ::testing::Test {
     for (Member& m : members_) m.groups.clear();
     // The out-of-band channels say goodbye together (the server answers
     // once every rank has).
+    ForEachMember([&](int r) { members_[r].oob.reset(); });
+  }
+
+  // Runs `member(r)` for every member r, each in a thread of its own, and
+  // waits for them all.
+  static void ForEachMember(const std::function<void(int)>& member) {
     std::vector<std::thread> ts;
-    for (Member& m : members_) ts.emplace_back([&m] { m.oob.reset(); });
+    for (int r = 0; r < kMembers; ++r) ts.emplace_back(member, r);
     for (auto& t : ts) t.join();
   }
 
@@ -208,6 +210,28 @@ class GroupTest : public ::testing::Test {
             .count = in.size()};
   }
 
+  // The group's next operation, an allreduce of Input(r) into `out` (on
+  // the hosts after a failover; for a member that has not noticed the
+  // failure yet, the call that finds it).
+  static absl::Status NextAllreduce(Group& g, int r, std::vector<int32_t>& out) {
+    const std::vector<int32_t> in = Input(r);
+    absl::StatusOr<OpId> op = g.Start(Allreduce(in, out));
+    return op.ok() ? g.Wait(*op) : op.status();
+  }
+
+  // After a failover of group 1: each member's operation (`waited`) and its
+  // next one (`next`, into `again`) succeeded, the next one on the hosts.
+  void ExpectEveryMemberOnTheHosts(const std::vector<absl::Status>& waited,
+                                   const std::vector<absl::Status>& next,
+                                   const std::vector<std::vector<int32_t>>& again) {
+    for (int r = 0; r < kMembers; ++r) {
+      EXPECT_TRUE(waited[r].ok()) << r << ": " << waited[r];
+      EXPECT_TRUE(next[r].ok()) << r << ": " << next[r];
+      EXPECT_EQ(again[r], std::vector<int32_t>(kCount, kSum)) << r;
+      EXPECT_TRUE(members_[r].groups[0]->failed_over()) << r;
+    }
+  }
+
   std::unique_ptr<TcpOobServer> server_;
   Member members_[kMembers];
 };
@@ -219,28 +243,21 @@ TEST_F(GroupTest, AnAllreduceTheFabricDropsEndsOnTheHosts) {
   std::vector<absl::Status> waited(kMembers);
   std::vector<std::vector<int32_t>> out(kMembers, std::vector<int32_t>(kCount, -1));
   std::vector<std::vector<int32_t>> again = out;
-  std::vector<std::thread> ts;
-  for (int r = 0; r < kMembers; ++r) {
-    ts.emplace_back([&, r] {
-      Member& m = members_[r];
-      Group& g = *m.groups[0];
-      const std::vector<int32_t> in = Input(r);
-      absl::StatusOr<OpId> op = g.Start(Allreduce(in, out[r]));
-      if (!op.ok()) {
-        waited[r] = op.status();
-        return;
-      }
-      EXPECT_FALSE(m.leaves[0]->sent.empty()) << "the fabric got the first chunks";
-      m.FailFabric(g);
-      waited[r] = g.Wait(*op);
-      // The group stays on the hosts.
-      if (waited[r].ok()) {
-        op = g.Start(Allreduce(in, again[r]));
-        waited[r] = op.ok() ? g.Wait(*op) : op.status();
-      }
-    });
-  }
-  for (auto& t : ts) t.join();
+  ForEachMember([&](int r) {
+    Member& m = members_[r];
+    Group& g = *m.groups[0];
+    const std::vector<int32_t> in = Input(r);
+    absl::StatusOr<OpId> op = g.Start(Allreduce(in, out[r]));
+    if (!op.ok()) {
+      waited[r] = op.status();
+      return;
+    }
+    EXPECT_FALSE(m.leaves[0]->sent.empty()) << "the fabric got the first chunks";
+    m.FailFabric(g);
+    waited[r] = g.Wait(*op);
+    // The group stays on the hosts.
+    if (waited[r].ok()) waited[r] = NextAllreduce(g, r, again[r]);
+  });
   for (int r = 0; r < kMembers; ++r) {
     ASSERT_TRUE(waited[r].ok()) << r << ": " << waited[r];
     EXPECT_EQ(out[r], std::vector<int32_t>(kCount, kSum)) << r;
@@ -262,59 +279,46 @@ TEST_F(GroupTest, ABcastOneMemberMissedIsHandedOverByItsRoot) {
   std::vector<std::vector<int32_t>> again(kMembers, std::vector<int32_t>(kCount, -1));
   for (int32_t i = 0; i < static_cast<int32_t>(kCount); ++i) buf[0][i] = 100 + i;
   absl::Notification root_done;
-  std::vector<std::thread> ts;
-  for (int r = 0; r < kMembers; ++r) {
-    ts.emplace_back([&, r] {
-      Member& m = members_[r];
-      Group& g = *m.groups[0];
-      absl::StatusOr<OpId> op = g.Start({.collective = CollectiveType::kBcast,
-                                         .dtype = DataType::kInt32,
-                                         .root = 0,
-                                         .send = buf[r].data(),
-                                         .recv = buf[r].data(),
-                                         .count = kCount});
-      if (!op.ok()) {
-        waited[r] = op.status();
-        return;
-      }
-      if (r == 0) {
-        // The root's results come, as the switches would send them: its
-        // own data, chunk by chunk, for every request it posted.
-        {
-          ProgressThread::Inside inside(m.owner->progress());
-          testing::FakeLeaf& leaf = *m.leaves[0];
-          for (size_t i = 0; i < leaf.sent.size(); ++i) {
-            proto::AggregationHeader h = leaf.Header(i);
-            h.type = proto::AggregationMessageType::kResult;
-            h.status = proto::AggregationStatus::kOk;
-            h.has_data = true;
-            const size_t n = h.count * sizeof(int32_t);
-            const uint8_t* data = leaf.sent[i].data() + proto::kAggregationHeaderSize;
-            g.fabric()->engine(0).OnMessage(h, {data, n}, {});
-          }
+  ForEachMember([&](int r) {
+    Member& m = members_[r];
+    Group& g = *m.groups[0];
+    absl::StatusOr<OpId> op = g.Start({.collective = CollectiveType::kBcast,
+                                       .dtype = DataType::kInt32,
+                                       .root = 0,
+                                       .send = buf[r].data(),
+                                       .recv = buf[r].data(),
+                                       .count = kCount});
+    if (!op.ok()) {
+      waited[r] = op.status();
+      return;
+    }
+    if (r == 0) {
+      // The root's results come, as the switches would send them: its
+      // own data, chunk by chunk, for every request it posted.
+      {
+        ProgressThread::Inside inside(m.owner->progress());
+        testing::FakeLeaf& leaf = *m.leaves[0];
+        for (size_t i = 0; i < leaf.sent.size(); ++i) {
+          proto::AggregationHeader h = leaf.Header(i);
+          h.type = proto::AggregationMessageType::kResult;
+          h.status = proto::AggregationStatus::kOk;
+          h.has_data = true;
+          const size_t n = h.count * sizeof(int32_t);
+          const uint8_t* data = leaf.sent[i].data() + proto::kAggregationHeaderSize;
+          g.fabric()->engine(0).OnMessage(h, {data, n}, {});
         }
-        waited[r] = g.Wait(*op);
-        root_done.Notify();
-      } else {
-        EXPECT_TRUE(root_done.WaitForNotificationWithTimeout(kStep)) << "the root did not finish";
       }
-      m.FailFabric(g);
-      if (r == 1) waited[r] = g.Wait(*op);
-      // The next operation, on the hosts (for the root, the call that
-      // finds the failure).
-      const std::vector<int32_t> one = Input(r);
-      absl::StatusOr<OpId> op2 = g.Start(Allreduce(one, again[r]));
-      next[r] = op2.ok() ? g.Wait(*op2) : op2.status();
-    });
-  }
-  for (auto& t : ts) t.join();
-  for (int r = 0; r < kMembers; ++r) {
-    EXPECT_TRUE(waited[r].ok()) << r << ": " << waited[r];
-    EXPECT_TRUE(next[r].ok()) << r << ": " << next[r];
-    EXPECT_EQ(buf[r], buf[0]) << r;
-    EXPECT_EQ(again[r], std::vector<int32_t>(kCount, kSum)) << r;
-    EXPECT_TRUE(members_[r].groups[0]->failed_over()) << r;
-  }
+      waited[r] = g.Wait(*op);
+      root_done.Notify();
+    } else {
+      EXPECT_TRUE(root_done.WaitForNotificationWithTimeout(kStep)) << "the root did not finish";
+    }
+    m.FailFabric(g);
+    if (r == 1) waited[r] = g.Wait(*op);
+    next[r] = NextAllreduce(g, r, again[r]);
+  });
+  ExpectEveryMemberOnTheHosts(waited, next, again);
+  for (int r = 0; r < kMembers; ++r) EXPECT_EQ(buf[r], buf[0]) << r;
   EXPECT_EQ(buf[0][0], 100);
   EXPECT_EQ(buf[0][kCount - 1], static_cast<int32_t>(100 + kCount - 1));
 }
@@ -328,50 +332,38 @@ TEST_F(GroupTest, AReleasedReduceRunsAgainFromItsCopyAfterTheBufferWasReused) {
   std::vector<int32_t> root_out(kCount, -1);
   std::vector<std::vector<int32_t>> again(kMembers, std::vector<int32_t>(kCount, -1));
   absl::Notification released;
-  std::vector<std::thread> ts;
-  for (int r = 0; r < kMembers; ++r) {
-    ts.emplace_back([&, r] {
-      Member& m = members_[r];
-      Group& g = *m.groups[0];
-      std::vector<int32_t> in = Input(r);
-      std::vector<int32_t> scratch(kCount, -1);
-      absl::StatusOr<OpId> op = g.Start({.collective = CollectiveType::kReduce,
-                                         .dtype = DataType::kInt32,
-                                         .op = ReduceOp::kSum,
-                                         .root = 0,
-                                         .send = in.data(),
-                                         .recv = r == 0 ? root_out.data() : scratch.data(),
-                                         .count = kCount});
-      if (!op.ok()) {
-        waited[r] = op.status();
-        return;
-      }
-      if (r == 1) {
-        // Every chunk fits the window: posted, so Wait lets it go, with
-        // the fabric still there and no result yet.
-        waited[r] = g.Wait(*op);
-        EXPECT_TRUE(g.on_fabric());
-        EXPECT_FALSE(g.failed_over());
-        std::fill(in.begin(), in.end(), -1000);
-        released.Notify();
-      } else {
-        EXPECT_TRUE(released.WaitForNotificationWithTimeout(kStep)) << "member 1 was not released";
-      }
-      m.FailFabric(g);
-      if (r == 0) waited[r] = g.Wait(*op);
-      // The next operation (for member 1, the call that finds the failure).
-      const std::vector<int32_t> one = Input(r);
-      absl::StatusOr<OpId> op2 = g.Start(Allreduce(one, again[r]));
-      next[r] = op2.ok() ? g.Wait(*op2) : op2.status();
-    });
-  }
-  for (auto& t : ts) t.join();
-  for (int r = 0; r < kMembers; ++r) {
-    EXPECT_TRUE(waited[r].ok()) << r << ": " << waited[r];
-    EXPECT_TRUE(next[r].ok()) << r << ": " << next[r];
-    EXPECT_EQ(again[r], std::vector<int32_t>(kCount, kSum)) << r;
-    EXPECT_TRUE(members_[r].groups[0]->failed_over()) << r;
-  }
+  ForEachMember([&](int r) {
+    Member& m = members_[r];
+    Group& g = *m.groups[0];
+    std::vector<int32_t> in = Input(r);
+    std::vector<int32_t> scratch(kCount, -1);
+    absl::StatusOr<OpId> op = g.Start({.collective = CollectiveType::kReduce,
+                                       .dtype = DataType::kInt32,
+                                       .op = ReduceOp::kSum,
+                                       .root = 0,
+                                       .send = in.data(),
+                                       .recv = r == 0 ? root_out.data() : scratch.data(),
+                                       .count = kCount});
+    if (!op.ok()) {
+      waited[r] = op.status();
+      return;
+    }
+    if (r == 1) {
+      // Every chunk fits the window: posted, so Wait lets it go, with
+      // the fabric still there and no result yet.
+      waited[r] = g.Wait(*op);
+      EXPECT_TRUE(g.on_fabric());
+      EXPECT_FALSE(g.failed_over());
+      std::fill(in.begin(), in.end(), -1000);
+      released.Notify();
+    } else {
+      EXPECT_TRUE(released.WaitForNotificationWithTimeout(kStep)) << "member 1 was not released";
+    }
+    m.FailFabric(g);
+    if (r == 0) waited[r] = g.Wait(*op);
+    next[r] = NextAllreduce(g, r, again[r]);
+  });
+  ExpectEveryMemberOnTheHosts(waited, next, again);
   EXPECT_EQ(root_out, std::vector<int32_t>(kCount, kSum));
 }
 
