@@ -1,6 +1,7 @@
 // A reliable-connected (RC) queue pair of the user-space RoCEv2 engine: the
 // requester (SEND messages, go-back-N) and the responder (ACK/NAK, in-order
-// delivery) of one connection.
+// delivery) of one connection. The responder's half is rc_responder.cc, the
+// rest rc_queue_pair.cc.
 //
 //   RcQueuePair qp(qpn, RcQpConfig{}, RealClock());
 //   qp.Modify(QpState::kInit, attrs);   // P_Key
