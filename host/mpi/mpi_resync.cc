@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "base/log.h"
 #include "base/status_macros.h"
 #include "host/resync.h"
 #include "netfold/netfold.h"
@@ -324,10 +325,11 @@ int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc, const std::
   s->pmpi_detail = absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
                                    netfold_strerror(netfold_rc), why);
   Tell(comm, kFabricError, p.kind, [&] { return s->pmpi_detail; });
-  if (std::getenv("NETFOLD_LOG_LEVEL") != nullptr) {
-    std::fprintf(stderr, "netfold-mpi: rank %d: %s failed on the fabric (%s: %s); re-running on MPI\n",
-                 g.world_rank, kKindNames[p.kind], netfold_strerror(netfold_rc), why.c_str());
-  }
+  // Every rank's own line, at info: NETFOLD_MPI_VERBOSE's line above is rank
+  // 0's, once per communicator.
+  NETFOLD_LOG(kInfo) << "netfold-mpi: rank " << g.world_rank << ": " << kKindNames[p.kind]
+                     << " failed on the fabric (" << netfold_strerror(netfold_rc) << ": " << why
+                     << "); re-running on MPI";
   s->mode = CommState::Mode::kPmpi;
   return Resync(comm, s, &p);
 }

@@ -343,11 +343,14 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
+  // NETFOLD_LOG_LEVEL=error: no rank says it re-runs on MPI (an info line).
   MpiResult r = RunKillingTheSwitchesAtPhaseOne(
-      **fabric, 4, {"outage"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}},
+      **fabric, 4, {"outage"},
+      {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}, {"NETFOLD_LOG_LEVEL", "error"}},
       absl::Minutes(5));
   ExpectPassed(r, "outage");
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("re-running on MPI"), std::string::npos) << r.output;
 }
 
 // mpi_collectives `scenario` (1 Mi ints, 30 operations) on 4 ranks of a
@@ -435,11 +438,15 @@ TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds)
   if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
+  // NETFOLD_LOG_LEVEL=info: each rank says which operation it re-runs on MPI.
   MpiResult r = RunKillingTheSwitchesAtPhaseOne(
-      **fabric, 4, {"root_late"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}},
+      **fabric, 4, {"root_late"},
+      {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}, {"NETFOLD_LOG_LEVEL", "info"}},
       absl::Minutes(3));
   ExpectPassed(r, "root_late");
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failed on the fabric ("), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("re-running on MPI"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("cannot recover"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("reduced again on MPI"), std::string::npos) << r.output;
 }
