@@ -488,6 +488,8 @@ absl::Status AggregationManager::DestroyGroup(const control::DestroyGroupRequest
     absl::MutexLock lock(&mu_);
     NETFOLD_ASSIGN_OR_RETURN(Job * job, AuthenticateJob(state_.jobs, req.job()));
     if (!job->groups.count(req.group_id())) {
+      // A revoked group's processes let its multicast address go.
+      state_.ReleaseRevokedGroup(*job, req.group_id());
       return absl::NotFoundError(absl::StrFormat(
           "job %d has no group %d (it may have been revoked)", job->id, req.group_id()));
     }

@@ -120,6 +120,11 @@ struct Job {
   control::JobQuota quota;
   std::map<uint32_t, Rank> ranks;
   std::set<uint64_t> groups;
+  // The multicast indices of this job's groups the manager revoked, by
+  // group: the job's processes stay joined there until they destroy the
+  // group or the job ends, so no group is given one meanwhile (a process
+  // cannot attach its queue pair to an address twice). Not journaled.
+  std::map<uint64_t, uint32_t> revoked_multicast;
   // Since when Tick() has seen no attached rank (unset: one is attached,
   // or the job was not looked at yet, e.g. just restored from the journal).
   std::optional<absl::Duration> unattached_since;

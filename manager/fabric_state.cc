@@ -132,13 +132,22 @@ void FabricState::EraseGroup(uint64_t group_id, const std::string& reason, bool 
   if (it == groups.end()) return;
   Group g = std::move(it->second);
   groups.erase(it);
-  multicast_used.erase(g.multicast_index);
   if (!records.DeleteGroup(group_id).ok()) {
     NETFOLD_LOG(kError) << "group " << group_id << " not journaled";
   }
   auto job_it = jobs.find(g.job_id);
-  if (job_it == jobs.end()) return;
+  if (job_it == jobs.end()) {
+    multicast_used.erase(g.multicast_index);
+    return;
+  }
   job_it->second.groups.erase(group_id);
+  if (notify && g.multicast_index != 0) {
+    // Revoked: its members learn it when they next look, and stay joined
+    // until they destroy it.
+    job_it->second.revoked_multicast[group_id] = g.multicast_index;
+  } else {
+    multicast_used.erase(g.multicast_index);
+  }
   if (notify) {
     NETFOLD_LOG(kWarning) << "group " << group_id << " of job " << g.job_id
                           << " revoked: " << reason;
@@ -150,6 +159,14 @@ void FabricState::EraseGroup(uint64_t group_id, const std::string& reason, bool 
   }
 }
 
+bool FabricState::ReleaseRevokedGroup(Job& job, uint64_t group_id) {
+  auto it = job.revoked_multicast.find(group_id);
+  if (it == job.revoked_multicast.end()) return false;
+  multicast_used.erase(it->second);
+  job.revoked_multicast.erase(it);
+  return true;
+}
+
 void FabricState::DestroyJob(Job& job, const std::string& reason, Outbox* out) {
   const uint64_t id = job.id;
   std::vector<uint64_t> job_groups(job.groups.begin(), job.groups.end());
@@ -157,6 +174,8 @@ void FabricState::DestroyJob(Job& job, const std::string& reason, Outbox* out) {
     ReleaseGroup(groups.at(g), out);
     EraseGroup(g, "", /*notify=*/false);
   }
+  for (const auto& [group_id, index] : job.revoked_multicast) multicast_used.erase(index);
+  job.revoked_multicast.clear();
   std::map<int, uint32_t> qps;
   for (auto& [r, rank] : job.ranks) {
     rank.ForEachAttachment([&](uint32_t, const LeafAttachment& a) {

@@ -99,8 +99,14 @@ struct FabricState {
   // switches of its subtree. The group stays in `groups` (see EraseGroup).
   void ReleaseGroup(Group& group, Outbox* out);
   // Forgets a group: journal, job, multicast address; when `notify`, its
-  // members get GROUP_REVOKED with `reason`. Call ReleaseGroup first.
+  // members get GROUP_REVOKED with `reason`, and its multicast address
+  // stays taken (the job's revoked_multicast) until they destroy the group
+  // (ReleaseRevokedGroup) or the job ends. Call ReleaseGroup first.
   void EraseGroup(uint64_t group_id, const std::string& reason, bool notify);
+  // A group `job` lost to a revocation, destroyed by its processes: its
+  // multicast address is free again. Returns false if `job` had no such
+  // group.
+  bool ReleaseRevokedGroup(Job& job, uint64_t group_id);
   // Releases everything `job` holds (groups, QPs and their quota, P_Key),
   // tells its processes why (JOB_DESTROYED) and ends their event streams,
   // journals and erases it: `job` dangles afterwards.

@@ -67,13 +67,55 @@ TEST_F(FabricStateTest, ReleasingAndErasingAGroupGivesEverythingBack) {
   EXPECT_EQ(st.alloc.used(root).slots, 0u);
   EXPECT_TRUE(st.groups.empty());
   EXPECT_TRUE(st.jobs.at(1).groups.empty());
-  EXPECT_TRUE(st.multicast_used.empty());
   EXPECT_EQ(out.commands.size(), 3u);  // root0, leaf0, leaf1 remove it
   for (const SwitchCommand& c : out.commands) EXPECT_EQ(c.message.remove_group().group_id(), 5u);
   std::optional<JobEvent> ev = NextEvent();
   ASSERT_TRUE(ev.has_value());
   EXPECT_EQ(ev->kind(), JobEvent::GROUP_REVOKED);
   EXPECT_EQ(ev->group_id(), 5u);
+  // All but the multicast address, which the job's processes hold until
+  // they destroy the group (below).
+  EXPECT_EQ(st.multicast_used.size(), 1u);
+}
+
+// A revoked group's processes stay joined to its multicast address until
+// they destroy the group, and one process cannot attach its queue pair to
+// an address twice: no group gets the address meanwhile, whatever its job.
+TEST_F(FabricStateTest, ARevokedGroupsMulticastAddressWaitsUntilItsProcessesLetItGo) {
+  FabricState& st = books_.state;
+  const uint32_t revoked = st.groups.at(5).multicast_index;
+  Outbox out;
+  st.ReleaseGroup(st.groups.at(5), &out);
+  st.EraseGroup(5, "switch root0 is dead", /*notify=*/true);
+  const uint32_t next = st.AllocateMulticast();
+  EXPECT_NE(next, revoked);
+  EXPECT_NE(next, 0u);
+  // Its processes destroy it (DestroyGroup answers "not found", and frees it).
+  EXPECT_FALSE(st.ReleaseRevokedGroup(st.jobs.at(1), 6));
+  EXPECT_TRUE(st.ReleaseRevokedGroup(st.jobs.at(1), 5));
+  EXPECT_FALSE(st.ReleaseRevokedGroup(st.jobs.at(1), 5));
+  EXPECT_EQ(st.AllocateMulticast(), revoked);
+}
+
+TEST_F(FabricStateTest, ARevokedGroupsMulticastAddressIsFreeOnceItsJobEnds) {
+  FabricState& st = books_.state;
+  Outbox out;
+  st.ReleaseGroup(st.groups.at(5), &out);
+  st.EraseGroup(5, "switch root0 is dead", /*notify=*/true);
+  EXPECT_FALSE(st.multicast_used.empty());
+  st.DestroyJob(st.jobs.at(1), "the job was destroyed", &out);
+  EXPECT_TRUE(st.multicast_used.empty());
+}
+
+// A group its processes destroyed, or one that never came up, gives its
+// address back at once.
+TEST_F(FabricStateTest, AGroupErasedWithoutARevocationFreesItsMulticastAddress) {
+  FabricState& st = books_.state;
+  Outbox out;
+  st.ReleaseGroup(st.groups.at(5), &out);
+  st.EraseGroup(5, "", /*notify=*/false);
+  EXPECT_TRUE(st.multicast_used.empty());
+  EXPECT_TRUE(st.jobs.at(1).revoked_multicast.empty());
 }
 
 TEST_F(FabricStateTest, ALinkDroppedAfterAQpErrorStaysDownAndNamesItsUsers) {
