@@ -77,23 +77,45 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
                                  absl::Duration retry_for, absl::Duration retry_every, Rpc rpc) {
   Deadline deadline(RealClock(), std::min(deadline_after, timeout_));
   Deadline retrying(RealClock(), retry_for);
+  // Retries wait only as long as a manager that does not answer is worth
+  // waiting for (kUnreachablePatience from when it stopped).
+  auto retry_left = [&] { return std::min(retrying.Remaining(), PatienceLeft()); };
   absl::Status s;
+  absl::Status unreachable;  // the first "cannot connect", kept to say so
   absl::Duration backoff = kRateLimitBackoffMin;
   bool wait_for_channel = false;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext c;
     if (!wait_for_channel) {
-      SetDeadline(&c, deadline.Remaining());
+      // A manager whose heartbeats go unanswered (stopped, hung, its host
+      // dropping packets) is given what is left of the patience, at least
+      // connect_timeout, not the whole deadline.
+      SetDeadline(&c, std::min(deadline.Remaining(), std::max(PatienceLeft(), connect_timeout_)));
     } else {
       // A retry after UNAVAILABLE waits for the channel to come back (and so
       // polls its reconnection, see the heartbeats) rather than failing at
       // once.
-      SetDeadline(&c, std::min(deadline.Remaining(), retrying.Remaining()));
+      SetDeadline(&c, std::min(deadline.Remaining(), retry_left()));
       c.set_wait_for_ready(true);
     }
     const grpc::Status g = rpc(&c);
     s = FromGrpc(g, what);
-    if (s.ok()) return s;
+    if (s.ok()) {
+      MarkReachable();
+      return s;
+    }
+    if (absl::IsUnavailable(s) &&
+        channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
+      // Not the manager's own UNAVAILABLE (a leaf switch not up yet): no
+      // connection to it.
+      MarkUnreachable();
+      if (unreachable.ok()) unreachable = s;
+    }
+    if (wait_for_channel && absl::IsDeadlineExceeded(s) && !unreachable.ok()) {
+      // Waited for the channel in vain: what failed is the connection.
+      return absl::UnavailableError(absl::StrFormat(
+          "%s (no manager answers at %s)", unreachable.message(), address_));
+    }
     absl::Duration pause;
     if (std::optional<absl::Duration> after = RateLimitedFor(c, g); after.has_value()) {
       // Rate-limited: back off, exponentially and with jitter so that the
@@ -103,7 +125,7 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
       pause = std::max(*after, backoff * absl::Uniform(gen, 0.5, 1.0));
       backoff = std::min(2 * backoff, kRateLimitBackoffMax);
       NETFOLD_LOG(kDebug) << what << ": rate-limited by the manager; retrying in " << pause;
-    } else if (absl::IsUnavailable(s) && retrying.Remaining() > retry_every) {
+    } else if (absl::IsUnavailable(s) && retry_left() > retry_every) {
       pause = retry_every;
       wait_for_channel = true;
     } else {
@@ -113,6 +135,19 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
     absl::SleepFor(pause);
   }
   return s;
+}
+
+void ManagerClient::MarkUnreachable() {
+  int64_t expected = 0;
+  unreachable_since_ns_.compare_exchange_strong(expected, RealClock().NowNanos(),
+                                                std::memory_order_relaxed);
+}
+
+absl::Duration ManagerClient::PatienceLeft() const {
+  const int64_t since = unreachable_since_ns_.load(std::memory_order_relaxed);
+  if (since == 0) return absl::InfiniteDuration();
+  return std::max(absl::ZeroDuration(),
+                  kUnreachablePatience - absl::Nanoseconds(RealClock().NowNanos() - since));
 }
 
 absl::Status ManagerClient::Connect() {
@@ -257,14 +292,21 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
         heartbeat_context_ = nullptr;
       }
       if (!s.ok()) {
+        if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+            s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          MarkUnreachable();  // no answer within an interval
+        }
         if (failed++ == 0) failing_since = absl::Now();
         NETFOLD_LOG(kDebug) << "heartbeat: " << s.error_message() << " (channel state "
                             << channel_->GetState(false) << ")";
-      } else if (failed > 0) {
-        NETFOLD_LOG(kInfo) << absl::StrFormat(
-            "heartbeats to the manager %s resumed after %d failed over %s", address_, failed,
-            absl::FormatDuration(absl::Now() - failing_since));
-        failed = 0;
+      } else {
+        MarkReachable();
+        if (failed > 0) {
+          NETFOLD_LOG(kInfo) << absl::StrFormat(
+              "heartbeats to the manager %s resumed after %d failed over %s", address_, failed,
+              absl::FormatDuration(absl::Now() - failing_since));
+          failed = 0;
+        }
       }
     }
   });

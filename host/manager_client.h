@@ -19,7 +19,13 @@
 // the caller says the fabric is still there (a manager restarting), and
 // try once otherwise (a fabric that is gone reclaims nothing; a manager
 // that comes back reclaims the job as abandoned). The others (Attach,
-// CreateGroup) retry until the deadline. A call the manager's rate limiter
+// CreateGroup) retry until the deadline. But every call waits for a
+// manager that does not answer (its connection refused, or its heartbeats
+// unanswered: stopped, hung) only kUnreachablePatience from when it stopped
+// answering, at least connect_timeout: the first group of a manager's
+// restart waits for it, the groups after a manager that is gone fail at
+// once (UNAVAILABLE, "no manager answers ..."). An answer (a heartbeat, any
+// call) makes the client patient again. A call the manager's rate limiter
 // refused (RESOURCE_EXHAUSTED with its retry-after) is retried after a
 // jittered exponential backoff, within the call's deadline, whatever the
 // call. Other errors return at once, as a Status whose message says what
@@ -31,6 +37,8 @@
 #ifndef NETFOLD_HOST_MANAGER_CLIENT_H_
 #define NETFOLD_HOST_MANAGER_CLIENT_H_
 
+#include <atomic>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -59,6 +67,10 @@ class ManagerClient {
   // manager's retry-after).
   static constexpr absl::Duration kRateLimitBackoffMin = absl::Milliseconds(20);
   static constexpr absl::Duration kRateLimitBackoffMax = absl::Seconds(1);
+  // How long calls wait for a manager that stopped answering, counted from
+  // when it stopped: a restart (netfold's own take well under a second)
+  // is waited for, a manager that is gone is not.
+  static constexpr absl::Duration kUnreachablePatience = absl::Seconds(5);
 
   // `address` is host:port; `auth` the fabric credential every call
   // presents ("" = none) and the fabric's CA (TLS; "" = plaintext).
@@ -106,6 +118,11 @@ class ManagerClient {
                     absl::Duration retry_every, Rpc rpc);
   void RunControl(uint32_t rank, absl::Duration heartbeat_interval,
                   const std::function<void(const control::JobEvent&)>& on_event);
+  // The manager did not answer (marked once, from the first time) or did.
+  void MarkUnreachable();
+  void MarkReachable() { unreachable_since_ns_.store(0, std::memory_order_relaxed); }
+  // What is left of kUnreachablePatience; infinite while the manager answers.
+  absl::Duration PatienceLeft() const;
 
   const std::string address_;
   const std::string connect_hint_;  // auth::ConnectHint, for Connect's error
@@ -121,6 +138,9 @@ class ManagerClient {
   absl::Mutex watch_mu_;  // the calls StopControl cancels
   std::unique_ptr<grpc::ClientContext> watch_context_ ABSL_GUARDED_BY(watch_mu_);
   grpc::ClientContext* heartbeat_context_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
+  // RealClock nanoseconds since the manager stopped answering; 0 while it
+  // answers. Set by the heartbeats and by calls, from any thread.
+  std::atomic<int64_t> unreachable_since_ns_{0};
 };
 
 }  // namespace netfold::host
