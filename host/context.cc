@@ -40,6 +40,11 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
     if (options.rank == 0 && ctx->job_id_ != 0) (void)ctx->manager_->DestroyJob(/*patient=*/false);
     return all;
   }
+  // A leaf link that fails is told to the manager, which fails the job's
+  // groups there for every rank at once.
+  ctx->data_path_->SetLinkFailureHandler([m = ctx->manager_.get()](uint32_t plane, std::string why) {
+    m->ReportLinkFailure(plane, std::move(why));
+  });
   ctx->manager_->StartControl(static_cast<uint32_t>(options.rank), ctx->heartbeat_interval_,
                               [c = ctx.get()](const control::JobEvent& e) { c->OnEvent(e); });
   ProgressThreadOptions po;

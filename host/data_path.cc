@@ -338,6 +338,10 @@ void DataPath::Progress(absl::Duration timeout) {
   for (size_t plane = 0; plane < links_.size(); ++plane) {
     if (links_[plane].link == nullptr) continue;
     if (absl::Status link = links_[plane].link->status(); !link.ok()) {
+      if (!links_[plane].failure_told && on_link_failure_) {
+        links_[plane].failure_told = true;
+        on_link_failure_(static_cast<uint32_t>(plane), std::string(link.message()));
+      }
       for (auto& [id, routed] : engines_) {
         if (routed.plane == plane) {
           // Unavailable whatever the link's own code (a verbs completion's

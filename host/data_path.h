@@ -25,8 +25,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -106,6 +108,12 @@ class DataPath {
   // Fails every engine of data plane `plane` (its link lost at the
   // manager) with `why` at the next Progress. Any thread.
   void PostPlaneFailure(uint32_t plane, absl::Status why);
+  // Called once per plane whose leaf link fails, from Progress (under the
+  // caller's lock: it must only queue, as ManagerClient::ReportLinkFailure
+  // does). Set before the first Progress.
+  void SetLinkFailureHandler(std::function<void(uint32_t plane, std::string why)> handler) {
+    on_link_failure_ = std::move(handler);
+  }
 
   // Moves traffic, waiting at most `timeout` (less when an engine has
   // timed work).
@@ -167,6 +175,7 @@ class DataPath {
     bool ready = false;      // attached and connected: engines may use it
     bool attaching = false;  // a call is attaching it now
     uint32_t psn = 0;        // the PSN of an attach whose answer did not come
+    bool failure_told = false;  // on_link_failure_ was called for it
   };
   struct Routed {
     GroupEngine* engine = nullptr;
@@ -186,6 +195,7 @@ class DataPath {
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
   std::unique_ptr<transport::RoceEndpoint> endpoint_;
   // By data plane; [0] always there.
+  std::function<void(uint32_t, std::string)> on_link_failure_;
   std::vector<PlaneLink> links_;
   LeafLink* wake_link_ = nullptr;  // plane 0's, for Wake from any thread
   bool soft_link_ = true;  // the link's Progress moves the soft engine too

@@ -249,8 +249,24 @@ void ManagerClient::StartControl(uint32_t rank, absl::Duration heartbeat_interva
       });
 }
 
+void ManagerClient::ReportLinkFailure(uint32_t plane, std::string why) {
+  absl::MutexLock lock(&reports_mu_);
+  for (const control::LinkFailure& f : reports_) {
+    if (f.plane() == plane) return;
+  }
+  control::LinkFailure& f = reports_.emplace_back();
+  f.set_plane(plane);
+  if (why.size() > 200) why.resize(200);
+  f.set_reason(std::move(why));
+  report_due_ = true;
+}
+
 void ManagerClient::StopControl() {
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  {
+    absl::MutexLock lock(&reports_mu_);
+    stopping_ = true;  // wakes the heartbeats' wait
+  }
   {
     absl::MutexLock lock(&watch_mu_);
     if (watch_context_) watch_context_->TryCancel();
@@ -269,8 +285,19 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
     // the manager, and a restarted manager gives the ranks a grace period.
     int failed = 0;
     absl::Time failing_since;
-    while (!stop_.WaitForNotificationWithTimeout(heartbeat_interval)) {
+    while (true) {
       control::HostHeartbeatRequest req;
+      {
+        // Every interval, or at once for a link failure to report.
+        absl::MutexLock lock(&reports_mu_);
+        auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(reports_mu_) {
+          return stopping_ || report_due_;
+        };
+        reports_mu_.AwaitWithTimeout(absl::Condition(&woken), heartbeat_interval);
+        if (stopping_) break;
+        report_due_ = false;
+        for (const control::LinkFailure& f : reports_) *req.add_link_failures() = f;
+      }
       *req.mutable_job() = credentials_;
       req.set_rank(rank);
       control::HostHeartbeatResponse resp;
@@ -301,6 +328,16 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
                             << channel_->GetState(false) << ")";
       } else {
         MarkReachable();
+        if (req.link_failures_size() > 0) {
+          // Told: the reports this heartbeat carried are done with.
+          absl::MutexLock lock(&reports_mu_);
+          std::erase_if(reports_, [&](const control::LinkFailure& f) {
+            for (const control::LinkFailure& sent : req.link_failures()) {
+              if (sent.plane() == f.plane()) return true;
+            }
+            return false;
+          });
+        }
         if (failed > 0) {
           NETFOLD_LOG(kInfo) << absl::StrFormat(
               "heartbeats to the manager %s resumed after %d failed over %s", address_, failed,

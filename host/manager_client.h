@@ -44,6 +44,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -106,6 +107,13 @@ class ManagerClient {
                     std::function<void(const control::JobEvent&)> on_event);
   // Stops and joins the control thread (idempotent).
   void StopControl();
+  // This rank's leaf link in data plane `plane` failed: the next heartbeat,
+  // sent at once, tells the manager (HostHeartbeatRequest.link_failures),
+  // which detaches the rank there and fails its groups, so that the job's
+  // other ranks learn it from their events rather than each from an
+  // operation's deadline. Kept until a heartbeat carrying it is answered.
+  // Any thread; never blocks on the manager.
+  void ReportLinkFailure(uint32_t plane, std::string why);
 
  private:
   // Calls `rpc` with the remaining time of `deadline` (capped at
@@ -141,6 +149,11 @@ class ManagerClient {
   // RealClock nanoseconds since the manager stopped answering; 0 while it
   // answers. Set by the heartbeats and by calls, from any thread.
   std::atomic<int64_t> unreachable_since_ns_{0};
+  // Link failures for the heartbeats to carry (ReportLinkFailure).
+  absl::Mutex reports_mu_;
+  std::vector<control::LinkFailure> reports_ ABSL_GUARDED_BY(reports_mu_);
+  bool report_due_ ABSL_GUARDED_BY(reports_mu_) = false;  // send without waiting
+  bool stopping_ ABSL_GUARDED_BY(reports_mu_) = false;
 };
 
 }  // namespace netfold::host

@@ -371,6 +371,18 @@ absl::StatusOr<control::HostHeartbeatResponse> AggregationManager::HostHeartbeat
         absl::StrFormat("job %d has no rank %d", job->id, req.rank()));
   }
   it->second.last_seen = state_.clock.Now();
+  // The rank's own word that its leaf link failed: handled as the leaf's
+  // report of that QP's error would be (Tick, QpFailed), since a leaf
+  // whose port was cut off has nothing in flight to report it with.
+  for (const control::LinkFailure& f : req.link_failures()) {
+    const LeafAttachment* a = it->second.In(f.plane());
+    if (a == nullptr || !a->attached || qp_failures_.size() >= 4096) continue;
+    qp_failures_.push_back(
+        {a->leaf, a->leaf_qpn,
+         absl::StrFormat("rank %d of job %d reports its link broken: %s", req.rank(), job->id,
+                         f.reason().substr(0, 200))});
+    WakeUp();
+  }
   control::HostHeartbeatResponse resp;
   resp.set_manager_incarnation(incarnation_);
   return resp;

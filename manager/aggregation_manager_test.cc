@@ -327,6 +327,57 @@ TEST_F(ManagerTest, LinkQpErrorReplansAndTheLinkComesBack) {
   ExpectLedgerMatchesSwitches();
 }
 
+// A rank whose link to its leaf broke says so in its heartbeat (a leaf cut
+// off has nothing in flight to report the QP's error with): the manager
+// detaches it and revokes its groups as for the leaf's own report, so
+// that the job's other ranks hear of it at once.
+TEST_F(ManagerTest, ARanksReportedLinkFailureDetachesItAndRevokesItsGroups) {
+  ManagerOptions options;
+  options.host_timeout = absl::ZeroDuration();
+  options.replan_on_failure = false;
+  Start("two_level.yaml", options);
+  RegisterAll();
+  control::CreateJobResponse job = CreateJob(kTwoLevelHosts);
+  AttachAll(job, 8);
+  absl::StatusOr<control::AttachResponse> rank0 = Attach(job, 0);  // a retry: the same answer
+  ASSERT_TRUE(rank0.ok()) << rank0.status();
+  absl::StatusOr<control::GroupInfo> with0 = Group(job, {0, 4});
+  absl::StatusOr<control::GroupInfo> without0 = Group(job, {4, 5});
+  ASSERT_TRUE(with0.ok() && without0.ok());
+  std::shared_ptr<EventStream> w4 = Watch(job, 4);
+  control::HostHeartbeatRequest hb;
+  *hb.mutable_job() = Creds(job);
+  hb.set_rank(0);
+  control::LinkFailure* f = hb.add_link_failures();
+  f->set_plane(0);
+  f->set_reason("retry count (7) exceeded");
+  ASSERT_TRUE(am_->HostHeartbeat(hb).ok());
+  am_->Tick();
+  bool detached = false, revoked = false;
+  for (const JobEvent& e : Drain(*w4)) {
+    if (e.kind() == JobEvent::RANK_DETACHED) {
+      detached = true;
+      EXPECT_EQ(e.ranks_size(), 1);
+      EXPECT_NE(e.reason().find("reports its link broken: retry count (7) exceeded"),
+                std::string::npos)
+          << e.reason();
+    }
+    if (e.kind() == JobEvent::GROUP_REVOKED) {
+      EXPECT_EQ(e.group_id(), with0->group_id());
+      revoked = true;
+    }
+  }
+  EXPECT_TRUE(detached);
+  EXPECT_TRUE(revoked);
+  EXPECT_FALSE(fabric_->Get(rank0->leaf_switch())->HasQp(rank0->switch_endpoint().qpn()));
+  EXPECT_TRUE(fabric_->Get("leaf2")->HasGroup(without0->group_id()));
+  // Told again (its heartbeat's answer lost): nothing more happens.
+  ASSERT_TRUE(am_->HostHeartbeat(hb).ok());
+  am_->Tick();
+  EXPECT_TRUE(Drain(*w4).empty());
+  ExpectLedgerMatchesSwitches();
+}
+
 TEST_F(ManagerTest, ReconcileRemovesStaleStateOnRegistration) {
   Start("single_switch.yaml");
   FakeSwitch* sw = fabric_->Get("sw0");

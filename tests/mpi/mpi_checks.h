@@ -125,6 +125,14 @@ void CheckNonContiguousAllgather(MPI_Comm comm);
 // The root of a reduce behind the ranks that returned from it when the
 // switches die (mpi_outage_scenarios.cc).
 void RootLate();
+// Allreduces, then a sleep of `seconds` (the driver stops the fabric on
+// "compute phase"), then `rounds` new communicators, each used once:
+// rank 0 prints how long the slowest took.
+void NewComms(double seconds, int rounds);
+// World and three duplicates, an allreduce on each per round; after round
+// 3, "phase 1 done" and a wait for the driver's cut (NETFOLD_TEST_OUTAGE_FILE),
+// then `rounds` more: rank 0 prints the slowest round after the cut.
+void LinkCut(int rounds);
 
 }  // namespace mpi_test
 

@@ -712,33 +712,6 @@ void Pause(double seconds, int ops, bool busy) {
   for (int i = 0; i < ops; ++i) MixedCollective(i);
 }
 
-// As Pause, sleeping, then `rounds` new communicators (a dup, a checked
-// allreduce, its release) before the world's next collectives: rank 0
-// prints how long the slowest took to create and use.
-void NewComms(double seconds, int rounds) {
-  for (int i = 0; i < 5; ++i) MixedCollective(i);
-  if (g_rank == 0) {
-    std::printf("compute phase of %.0f s (sleeping)\n", seconds);
-    std::fflush(stdout);
-  }
-  const double end = MPI_Wtime() + seconds;
-  while (MPI_Wtime() < end) usleep(100000);
-  double slowest = 0;
-  for (int round = 0; round < rounds; ++round) {
-    const double t0 = MPI_Wtime();
-    MPI_Comm dup;
-    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    int x = g_rank + round, sum = -1;
-    MPI_Allreduce(&x, &sum, 1, MPI_INT, MPI_SUM, dup);
-    ++g_checks;
-    if (sum != g_size * (g_size - 1) / 2 + g_size * round) Fail("allreduce on a new communicator");
-    MPI_Comm_free(&dup);
-    slowest = std::max(slowest, MPI_Wtime() - t0);
-  }
-  for (int i = 0; i < 5; ++i) MixedCollective(i);
-  if (g_rank == 0) std::printf("slowest new communicator took %.3f s\n", slowest);
-}
-
 int main(int argc, char** argv) {
   const auto init_start = std::chrono::steady_clock::now();
   const std::string what = argc > 1 ? argv[1] : "sweep";
@@ -802,6 +775,7 @@ int main(int argc, char** argv) {
   else if (what == "new_comms") {
     NewComms(argc > 2 ? std::atof(argv[2]) : 8, argc > 3 ? std::atoi(argv[3]) : 4);
   }
+  else if (what == "link_cut") LinkCut(argc > 2 ? std::atoi(argv[2]) : 10);
   else if (what == "bench") {
     const long count = argc > 2 ? std::atol(argv[2]) : 1;
     const int iters = argc > 3 ? std::atoi(argv[3]) : 100;

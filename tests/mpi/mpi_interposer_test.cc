@@ -308,6 +308,13 @@ TEST(MpiInterposerPolling, EveryTypeAndOpOnFourPollingRanks) {
   EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
 }
 
+// The number after `key` in `output` (seconds), or -1 if `key` is not there.
+double SecondsAfter(const std::string& output, const std::string& key) {
+  const size_t at = output.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtod(output.c_str() + at + key.size(), nullptr);
+}
+
 // mpi_collectives `args` on `np` ranks of `fabric`, which `fault` breaks
 // once "phase 1 done" is printed; then NETFOLD_TEST_OUTAGE_FILE exists, for
 // ranks that wait until the fabric is broken.
@@ -451,6 +458,28 @@ TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds)
   EXPECT_NE(r.output.find("reduced again on MPI"), std::string::npos) << r.output;
 }
 
+// One leaf's links cut (both ways, for good) under four communicators in
+// use: its ranks' links fail after their retry budget (about 3 s) and they
+// tell the manager in a heartbeat, which detaches them and revokes the
+// groups, so the other leaf's ranks leave the fabric at once in every
+// communicator. Before, nothing reported the cut (the leaf had nothing in
+// flight to fail), and those ranks waited out NETFOLD_TIMEOUT_MS in each
+// communicator in turn: 4 x 15 s here, 4 x 30 s by default.
+TEST(MpiInterposerOutage, ALeafCutOffCostsTheLinkBudgetNotADeadlinePerCommunicator) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  auto fabric = FourHostFabric();
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  MpiResult r = RunWithAFaultAtPhaseOne(
+      **fabric, 4, {"link_cut", "5"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "15000"}},
+      absl::Minutes(3), [&] { return (*fabric)->SetLinkFault("leaf0", "down=1"); });
+  ExpectPassed(r, "link_cut");
+  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  const double slowest = SecondsAfter(r.output, "slowest round after the cut took ");
+  EXPECT_GE(slowest, 0) << r.output;
+  EXPECT_LT(slowest, 10.0) << r.output;
+}
+
 // NETFOLD_MPI_ENABLE=1 and a fabric that dies: the failed collective goes
 // through the communicator's error handler, as an error inside MPI would.
 // The default handler aborts the job (a program that does not check return
@@ -537,11 +566,6 @@ TEST_F(MpiInterposer, NonblockingCollectivesAreOffloadedAndCompleteInAnyWaitForm
   EXPECT_EQ(Offloaded(r.output, "barrier"), 4 * 40) << r.output;
 }
 
-double SecondsAfter(const std::string& output, const std::string& key) {
-  const size_t at = output.find(key);
-  if (at == std::string::npos) return -1;
-  return std::strtod(output.c_str() + at + key.size(), nullptr);
-}
 
 // Jobs that compute for a minute after every kind of collective (a reduce
 // last), then run 1000 more: every

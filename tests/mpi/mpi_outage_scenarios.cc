@@ -2,6 +2,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,72 @@ void RootLate() {
     reduce(3, 0);
   }
   for (int op = 4; op < 8; ++op) reduce(op, op % g_size);
+}
+
+namespace {
+
+// An allreduce of one int on `comm`, checked.
+void CheckedAllreduce(MPI_Comm comm, int salt) {
+  int size = 0;
+  MPI_Comm_size(comm, &size);
+  int x = g_rank + salt, sum = -1;
+  MPI_Allreduce(&x, &sum, 1, MPI_INT, MPI_SUM, comm);
+  ++g_checks;
+  // Every communicator here holds every rank of the world.
+  if (sum != g_size * (g_size - 1) / 2 + g_size * salt || size != g_size) {
+    Fail("allreduce of " + std::to_string(salt));
+  }
+}
+
+void WaitForTheDriver() {
+  const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
+  for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+}
+
+}  // namespace
+
+void NewComms(double seconds, int rounds) {
+  for (int i = 0; i < 5; ++i) CheckedAllreduce(MPI_COMM_WORLD, i);
+  if (g_rank == 0) {
+    std::printf("compute phase of %.0f s (sleeping)\n", seconds);
+    std::fflush(stdout);
+  }
+  const double end = MPI_Wtime() + seconds;
+  while (MPI_Wtime() < end) usleep(100000);
+  double slowest = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const double t0 = MPI_Wtime();
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    CheckedAllreduce(dup, round);
+    MPI_Comm_free(&dup);
+    slowest = std::max(slowest, MPI_Wtime() - t0);
+  }
+  for (int i = 0; i < 5; ++i) CheckedAllreduce(MPI_COMM_WORLD, i);
+  if (g_rank == 0) std::printf("slowest new communicator took %.3f s\n", slowest);
+}
+
+void LinkCut(int rounds) {
+  MPI_Comm comms[4] = {MPI_COMM_WORLD};
+  for (int k = 1; k < 4; ++k) MPI_Comm_dup(MPI_COMM_WORLD, &comms[k]);
+  for (int round = 0; round < 3; ++round) {
+    for (int k = 0; k < 4; ++k) CheckedAllreduce(comms[k], k);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    std::printf("phase 1 done\n");
+    std::fflush(stdout);
+  }
+  WaitForTheDriver();
+  double slowest = 0;
+  for (int round = 0; round < rounds; ++round) {
+    const double t0 = MPI_Wtime();
+    for (int k = 0; k < 4; ++k) CheckedAllreduce(comms[k], k + round);
+    slowest = std::max(slowest, MPI_Wtime() - t0);
+    usleep(100000);
+  }
+  for (int k = 1; k < 4; ++k) MPI_Comm_free(&comms[k]);
+  if (g_rank == 0) std::printf("slowest round after the cut took %.3f s\n", slowest);
 }
 
 }  // namespace mpi_test
