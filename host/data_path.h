@@ -194,8 +194,8 @@ class DataPath {
   Placer placer_;  // outlives endpoint_, whose port calls it
   transport::ImpairedPort* port_ = nullptr;  // owned by endpoint_
   std::unique_ptr<transport::RoceEndpoint> endpoint_;
+  std::function<void(uint32_t, std::string)> on_link_failure_;  // SetLinkFailureHandler
   // By data plane; [0] always there.
-  std::function<void(uint32_t, std::string)> on_link_failure_;
   std::vector<PlaneLink> links_;
   LeafLink* wake_link_ = nullptr;  // plane 0's, for Wake from any thread
   bool soft_link_ = true;  // the link's Progress moves the soft engine too

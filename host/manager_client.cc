@@ -10,9 +10,11 @@
 
 #include "absl/random/distributions.h"
 #include "absl/random/random.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "auth/grpc_credential.h"
+#include "base/awake_clock.h"
 #include "base/clock.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -74,23 +76,34 @@ ManagerClient::~ManagerClient() { StopControl(); }
 
 template <typename Rpc>
 absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_after,
-                                 absl::Duration retry_for, absl::Duration retry_every, Rpc rpc) {
+                                 absl::Duration retry_for, absl::Duration retry_every,
+                                 Patience patience, Rpc rpc) {
   Deadline deadline(RealClock(), std::min(deadline_after, timeout_));
   Deadline retrying(RealClock(), retry_for);
-  // Retries wait only as long as a manager that does not answer is worth
-  // waiting for (kUnreachablePatience from when it stopped).
-  auto retry_left = [&] { return std::min(retrying.Remaining(), PatienceLeft()); };
+  // Retries for a connection wait only as long as a manager that does not
+  // answer is worth waiting for (kUnreachablePatience from when it stopped);
+  // retries of the manager's own UNAVAILABLE (a leaf switch not up yet) are
+  // not bounded by it.
+  bool no_connection = false;
+  auto retry_left = [&] {
+    return no_connection && patience == Patience::kBounded
+               ? std::min(retrying.Remaining(), PatienceLeft())
+               : retrying.Remaining();
+  };
+  // What a failure for want of a connection says, whatever the last
+  // attempt's own status.
+  auto unreachable = [&](const absl::Status& first) {
+    return absl::UnavailableError(
+        absl::StrFormat("%s (no manager answers at %s)", first.message(), address_));
+  };
   absl::Status s;
-  absl::Status unreachable;  // the first "cannot connect", kept to say so
+  absl::Status first_unreachable;
   absl::Duration backoff = kRateLimitBackoffMin;
   bool wait_for_channel = false;
   for (int attempt = 0;; ++attempt) {
     grpc::ClientContext c;
     if (!wait_for_channel) {
-      // A manager whose heartbeats go unanswered (stopped, hung, its host
-      // dropping packets) is given what is left of the patience, at least
-      // connect_timeout, not the whole deadline.
-      SetDeadline(&c, std::min(deadline.Remaining(), std::max(PatienceLeft(), connect_timeout_)));
+      SetDeadline(&c, deadline.Remaining());
     } else {
       // A retry after UNAVAILABLE waits for the channel to come back (and so
       // polls its reconnection, see the heartbeats) rather than failing at
@@ -100,21 +113,17 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
     }
     const grpc::Status g = rpc(&c);
     s = FromGrpc(g, what);
-    if (s.ok()) {
-      MarkReachable();
-      return s;
-    }
-    if (absl::IsUnavailable(s) &&
-        channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_TRANSIENT_FAILURE) {
-      // Not the manager's own UNAVAILABLE (a leaf switch not up yet): no
-      // connection to it.
+    no_connection = absl::IsUnavailable(s) &&
+                    channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY;
+    if (no_connection) {
       MarkUnreachable();
-      if (unreachable.ok()) unreachable = s;
+      if (first_unreachable.ok()) first_unreachable = s;
+    } else if (!absl::IsDeadlineExceeded(s) && !absl::IsCancelled(s)) {
+      MarkReachable();  // the manager answered, whatever it said
     }
-    if (wait_for_channel && absl::IsDeadlineExceeded(s) && !unreachable.ok()) {
-      // Waited for the channel in vain: what failed is the connection.
-      return absl::UnavailableError(absl::StrFormat(
-          "%s (no manager answers at %s)", unreachable.message(), address_));
+    if (s.ok()) return s;
+    if (wait_for_channel && absl::IsDeadlineExceeded(s) && !first_unreachable.ok()) {
+      return unreachable(first_unreachable);  // waited for the channel in vain
     }
     absl::Duration pause;
     if (std::optional<absl::Duration> after = RateLimitedFor(c, g); after.has_value()) {
@@ -129,7 +138,7 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
       pause = retry_every;
       wait_for_channel = true;
     } else {
-      return s;
+      return no_connection ? unreachable(s) : s;
     }
     if (deadline.Remaining() <= pause) break;
     absl::SleepFor(pause);
@@ -139,7 +148,7 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
 
 void ManagerClient::MarkUnreachable() {
   int64_t expected = 0;
-  unreachable_since_ns_.compare_exchange_strong(expected, RealClock().NowNanos(),
+  unreachable_since_ns_.compare_exchange_strong(expected, ProcessAwakeClock().NowNanos(),
                                                 std::memory_order_relaxed);
 }
 
@@ -147,7 +156,7 @@ absl::Duration ManagerClient::PatienceLeft() const {
   const int64_t since = unreachable_since_ns_.load(std::memory_order_relaxed);
   if (since == 0) return absl::InfiniteDuration();
   return std::max(absl::ZeroDuration(),
-                  kUnreachablePatience - absl::Nanoseconds(RealClock().NowNanos() - since));
+                  kUnreachablePatience - absl::Nanoseconds(ProcessAwakeClock().NowNanos() - since));
 }
 
 absl::Status ManagerClient::Connect() {
@@ -179,7 +188,8 @@ absl::StatusOr<control::CreateJobResponse> ManagerClient::CreateJob(
   NETFOLD_RETURN_IF_ERROR(Connect());
   control::CreateJobResponse response;
   absl::Status s = Call(absl::StrFormat("creating the job at the manager %s", address_), timeout_,
-                        connect_timeout_, absl::Milliseconds(100), [&](grpc::ClientContext* c) {
+                        connect_timeout_, absl::Milliseconds(100), Patience::kWhole,
+                        [&](grpc::ClientContext* c) {
                           return stub_->CreateJob(c, request, &response);
                         });
   if (!s.ok()) return s;
@@ -197,7 +207,8 @@ absl::StatusOr<control::AttachResponse> ManagerClient::Attach(
   *req.mutable_job() = credentials_;
   control::AttachResponse response;
   absl::Status s = Call(absl::StrFormat("rank %d attaching to its leaf switch", req.rank()),
-                        timeout_, timeout_, absl::Milliseconds(50), [&](grpc::ClientContext* c) {
+                        timeout_, timeout_, absl::Milliseconds(50), Patience::kBounded,
+                        [&](grpc::ClientContext* c) {
                           return stub_->Attach(c, req, &response);
                         });
   if (!s.ok()) return s;
@@ -210,6 +221,7 @@ absl::StatusOr<control::CreateGroupResponse> ManagerClient::CreateGroup(
   *req.mutable_job() = credentials_;
   control::CreateGroupResponse response;
   absl::Status s = Call("creating a group", timeout_, timeout_, absl::Milliseconds(100),
+                        Patience::kBounded,
                         [&](grpc::ClientContext* c) {
                           return stub_->CreateGroup(c, req, &response);
                         });
@@ -224,7 +236,7 @@ absl::Status ManagerClient::DestroyGroup(uint64_t group_id, bool patient) {
   req.set_group_id(group_id);
   control::DestroyGroupResponse response;
   return Call("destroying a group", patient ? timeout_ : connect_timeout_,
-              patient ? timeout_ : absl::ZeroDuration(), absl::Milliseconds(100),
+              patient ? timeout_ : absl::ZeroDuration(), absl::Milliseconds(100), Patience::kWhole,
               [&](grpc::ClientContext* c) {
                 return stub_->DestroyGroup(c, req, &response);
               });
@@ -235,7 +247,7 @@ absl::Status ManagerClient::DestroyJob(bool patient) {
   *req.mutable_job() = credentials_;
   control::DestroyJobResponse response;
   return Call("destroying the job", patient ? timeout_ : connect_timeout_,
-              patient ? timeout_ : absl::ZeroDuration(), absl::Milliseconds(100),
+              patient ? timeout_ : absl::ZeroDuration(), absl::Milliseconds(100), Patience::kWhole,
               [&](grpc::ClientContext* c) {
                 return stub_->DestroyJob(c, req, &response);
               });
@@ -256,8 +268,10 @@ void ManagerClient::ReportLinkFailure(uint32_t plane, std::string why) {
   }
   control::LinkFailure& f = reports_.emplace_back();
   f.set_plane(plane);
+  // Printable ASCII: a cut through a UTF-8 character would make the
+  // heartbeat unparseable (a proto3 string).
   if (why.size() > 200) why.resize(200);
-  f.set_reason(std::move(why));
+  f.set_reason(absl::CHexEscape(why));
   report_due_ = true;
 }
 
@@ -319,9 +333,11 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
         heartbeat_context_ = nullptr;
       }
       if (!s.ok()) {
-        if (s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-            s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-          MarkUnreachable();  // no answer within an interval
+        if ((s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+            channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+          // No connection (a slow manager on a live one is not marked).
+          MarkUnreachable();
         }
         if (failed++ == 0) failing_since = absl::Now();
         NETFOLD_LOG(kDebug) << "heartbeat: " << s.error_message() << " (channel state "

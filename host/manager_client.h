@@ -19,13 +19,14 @@
 // the caller says the fabric is still there (a manager restarting), and
 // try once otherwise (a fabric that is gone reclaims nothing; a manager
 // that comes back reclaims the job as abandoned). The others (Attach,
-// CreateGroup) retry until the deadline. But every call waits for a
-// manager that does not answer (its connection refused, or its heartbeats
-// unanswered: stopped, hung) only kUnreachablePatience from when it stopped
-// answering, at least connect_timeout: the first group of a manager's
+// CreateGroup) retry until the deadline, but wait for a connection to a
+// manager that stopped answering (refused, or heartbeats unanswered on a
+// channel that is not connected) only kUnreachablePatience from when it
+// stopped, on the process's awake clock: the first group of a manager's
 // restart waits for it, the groups after a manager that is gone fail at
-// once (UNAVAILABLE, "no manager answers ..."). An answer (a heartbeat, any
-// call) makes the client patient again. A call the manager's rate limiter
+// once (UNAVAILABLE, "... (no manager answers at ADDRESS)"). Any answer of
+// the manager's (a heartbeat, a call's, even an error) makes the client
+// patient again. A call the manager's rate limiter
 // refused (RESOURCE_EXHAUSTED with its retry-after) is retried after a
 // jittered exponential backoff, within the call's deadline, whatever the
 // call. Other errors return at once, as a Status whose message says what
@@ -68,9 +69,10 @@ class ManagerClient {
   // manager's retry-after).
   static constexpr absl::Duration kRateLimitBackoffMin = absl::Milliseconds(20);
   static constexpr absl::Duration kRateLimitBackoffMax = absl::Seconds(1);
-  // How long calls wait for a manager that stopped answering, counted from
-  // when it stopped: a restart (netfold's own take well under a second)
-  // is waited for, a manager that is gone is not.
+  // How long Attach and CreateGroup wait for a connection to a manager
+  // that stopped answering, counted from when it stopped: a restart
+  // (netfold's own take well under a second) is waited for, a manager that
+  // is gone is not.
   static constexpr absl::Duration kUnreachablePatience = absl::Seconds(5);
 
   // `address` is host:port; `auth` the fabric credential every call
@@ -116,14 +118,19 @@ class ManagerClient {
   void ReportLinkFailure(uint32_t plane, std::string why);
 
  private:
+  // How long a call retries while there is no connection to the manager:
+  // its whole `retry_for`, or (kBounded) no longer than what is left of
+  // kUnreachablePatience.
+  enum class Patience { kWhole, kBounded };
   // Calls `rpc` with the remaining time of `deadline` (capped at
-  // timeout_); retries UNAVAILABLE every `retry_every` for `retry_for`,
-  // each retry waiting (wait_for_ready) for the channel to reconnect.
+  // timeout_); retries UNAVAILABLE every `retry_every` for `retry_for`
+  // (see Patience), each retry waiting (wait_for_ready) for the channel to
+  // reconnect. A failure for want of a connection says "no manager answers".
   // Waits (at most connect_timeout) for a connection to the manager.
   absl::Status Connect();
   template <typename Rpc>
   absl::Status Call(std::string_view what, absl::Duration deadline, absl::Duration retry_for,
-                    absl::Duration retry_every, Rpc rpc);
+                    absl::Duration retry_every, Patience patience, Rpc rpc);
   void RunControl(uint32_t rank, absl::Duration heartbeat_interval,
                   const std::function<void(const control::JobEvent&)>& on_event);
   // The manager did not answer (marked once, from the first time) or did.
@@ -146,8 +153,8 @@ class ManagerClient {
   absl::Mutex watch_mu_;  // the calls StopControl cancels
   std::unique_ptr<grpc::ClientContext> watch_context_ ABSL_GUARDED_BY(watch_mu_);
   grpc::ClientContext* heartbeat_context_ ABSL_GUARDED_BY(watch_mu_) = nullptr;
-  // RealClock nanoseconds since the manager stopped answering; 0 while it
-  // answers. Set by the heartbeats and by calls, from any thread.
+  // ProcessAwakeClock nanoseconds since the manager stopped answering; 0
+  // while it answers. Set by the heartbeats and by calls, from any thread.
   std::atomic<int64_t> unreachable_since_ns_{0};
   // Link failures for the heartbeats to carry (ReportLinkFailure).
   absl::Mutex reports_mu_;

@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -374,13 +375,20 @@ absl::StatusOr<control::HostHeartbeatResponse> AggregationManager::HostHeartbeat
   // The rank's own word that its leaf link failed: handled as the leaf's
   // report of that QP's error would be (Tick, QpFailed), since a leaf
   // whose port was cut off has nothing in flight to report it with.
+  // Each attachment once, however often a (buggy or hostile) rank lists
+  // it: the queue is shared with the switches' reports. The reason is the
+  // rank's words, escaped to printable ASCII (it goes into logs and events).
   for (const control::LinkFailure& f : req.link_failures()) {
     const LeafAttachment* a = it->second.In(f.plane());
     if (a == nullptr || !a->attached || qp_failures_.size() >= 4096) continue;
+    const bool queued = std::any_of(qp_failures_.begin(), qp_failures_.end(), [&](const QpFailure& q) {
+      return q.switch_index == a->leaf && q.qpn == a->leaf_qpn;
+    });
+    if (queued) continue;
     qp_failures_.push_back(
         {a->leaf, a->leaf_qpn,
          absl::StrFormat("rank %d of job %d reports its link broken: %s", req.rank(), job->id,
-                         f.reason().substr(0, 200))});
+                         absl::CHexEscape(f.reason().substr(0, 200)))});
     WakeUp();
   }
   control::HostHeartbeatResponse resp;

@@ -378,6 +378,35 @@ TEST_F(ManagerTest, ARanksReportedLinkFailureDetachesItAndRevokesItsGroups) {
   ExpectLedgerMatchesSwitches();
 }
 
+// A revoked group's multicast address is not given again while its
+// processes may be joined there: DestroyGroup of the revoked group (which
+// answers NOT_FOUND) gives it back.
+TEST_F(ManagerTest, ARevokedGroupsAddressComesBackWhenItsProcessesDestroyIt) {
+  ManagerOptions options;
+  options.host_timeout = absl::ZeroDuration();
+  options.replan_on_failure = false;
+  Start("two_level.yaml", options);
+  RegisterAll();
+  control::CreateJobResponse job = CreateJob(kTwoLevelHosts);
+  AttachAll(job, 8);
+  absl::StatusOr<control::GroupInfo> doomed = Group(job, {0, 4});  // through leaf2
+  ASSERT_TRUE(doomed.ok()) << doomed.status();
+  fabric_->SetConnected("leaf2", false);
+  am_->SwitchDisconnected("leaf2", sessions_["leaf2"]);
+  am_->Tick();
+  absl::StatusOr<control::GroupInfo> next = Group(job, {0, 1});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_NE(next->multicast_address(), doomed->multicast_address());
+  control::DestroyGroupRequest destroy;
+  *destroy.mutable_job() = Creds(job);
+  destroy.set_group_id(doomed->group_id());
+  EXPECT_EQ(am_->DestroyGroup(destroy).code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<control::GroupInfo> after = Group(job, {0, 2});
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->multicast_address(), doomed->multicast_address());
+  ExpectLedgerMatchesSwitches();
+}
+
 TEST_F(ManagerTest, ReconcileRemovesStaleStateOnRegistration) {
   Start("single_switch.yaml");
   FakeSwitch* sw = fabric_->Get("sw0");
