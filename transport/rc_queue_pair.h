@@ -360,7 +360,11 @@ class RcQueuePair {
   // Binds the QP to `from`'s UDP source port if it is not bound yet; called
   // for the first packet the QP takes (a request at the expected PSN, an
   // ACK or NAK inside the window).
-  void BindSourcePort(const Ipv4Endpoint& from);
+  void BindSourcePort(const Ipv4Endpoint& from) {  // inline: every packet's
+    if (source_port_bound_) return;
+    source_port_ = from.port;
+    source_port_bound_ = true;
+  }
   // Responder PSN check: true for the expected PSN; duplicates are
   // re-ACKed, gaps NAKed once (counted drops).
   bool AcceptPsn(uint32_t psn);

@@ -5,7 +5,11 @@
 
 #include "transport/rc_queue_pair.h"
 
+#include <cstring>
+#include <utility>
+
 #include "absl/strings/str_format.h"
+#include "base/counter.h"
 #include "base/log.h"
 #include "proto/psn.h"
 
@@ -59,12 +63,6 @@ bool RcQueuePair::AcceptPsn(uint32_t psn) {
   if (!fatal_after_nak_.ok()) return false;  // already rejecting an invalid request
   nak_outstanding_ = false;
   return true;
-}
-
-void RcQueuePair::BindSourcePort(const Ipv4Endpoint& from) {
-  if (source_port_bound_) return;
-  source_port_ = from.port;
-  source_port_bound_ = true;
 }
 
 bool RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endpoint& from,
