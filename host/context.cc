@@ -42,8 +42,9 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   }
   // A leaf link that fails is told to the manager, which fails the job's
   // groups there for every rank at once.
-  ctx->data_path_->SetLinkFailureHandler([m = ctx->manager_.get()](uint32_t plane, std::string why) {
-    m->ReportLinkFailure(plane, std::move(why));
+  ManagerClient* manager = ctx->manager_.get();
+  ctx->data_path_->SetLinkFailureHandler([manager](uint32_t plane, std::string why) {
+    manager->ReportLinkFailure(plane, std::move(why));
   });
   ctx->manager_->StartControl(static_cast<uint32_t>(options.rank), ctx->heartbeat_interval_,
                               [c = ctx.get()](const control::JobEvent& e) { c->OnEvent(e); });

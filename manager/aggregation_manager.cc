@@ -381,9 +381,10 @@ absl::StatusOr<control::HostHeartbeatResponse> AggregationManager::HostHeartbeat
   for (const control::LinkFailure& f : req.link_failures()) {
     const LeafAttachment* a = it->second.In(f.plane());
     if (a == nullptr || !a->attached || qp_failures_.size() >= 4096) continue;
-    const bool queued = std::any_of(qp_failures_.begin(), qp_failures_.end(), [&](const QpFailure& q) {
-      return q.switch_index == a->leaf && q.qpn == a->leaf_qpn;
-    });
+    const bool queued =
+        std::any_of(qp_failures_.begin(), qp_failures_.end(), [&](const QpFailure& q) {
+          return q.switch_index == a->leaf && q.qpn == a->leaf_qpn;
+        });
     if (queued) continue;
     qp_failures_.push_back(
         {a->leaf, a->leaf_qpn,
