@@ -333,11 +333,14 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
         heartbeat_context_ = nullptr;
       }
       if (!s.ok()) {
-        if ((s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
-            channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+        const bool no_answer = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                               s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+                               s.error_code() == grpc::StatusCode::CANCELLED;
+        if (no_answer && channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
           // No connection (a slow manager on a live one is not marked).
           MarkUnreachable();
+        } else if (!no_answer) {
+          MarkReachable();  // the manager answered, with an error
         }
         if (failed++ == 0) failing_since = absl::Now();
         NETFOLD_LOG(kDebug) << "heartbeat: " << s.error_message() << " (channel state "

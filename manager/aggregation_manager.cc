@@ -26,6 +26,15 @@ namespace {
 
 int64_t Ms(absl::Duration d) { return absl::ToInt64Milliseconds(d); }
 
+// A text from a client, for logs and events: its first 200 bytes if they
+// are printable ASCII (as libnetfold sends), else escaped.
+std::string Printable(const std::string& text) {
+  const std::string head = text.substr(0, 200);
+  const bool plain =
+      std::all_of(head.begin(), head.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+  return plain ? head : absl::CHexEscape(head);
+}
+
 // What a rank attached as `a` (its leaf and the leaf's QP) is told.
 control::AttachResponse AttachAnswer(const FabricState& state, const Job& job,
                                      const LeafAttachment& a) {
@@ -389,7 +398,7 @@ absl::StatusOr<control::HostHeartbeatResponse> AggregationManager::HostHeartbeat
     qp_failures_.push_back(
         {a->leaf, a->leaf_qpn,
          absl::StrFormat("rank %d of job %d reports its link broken: %s", req.rank(), job->id,
-                         absl::CHexEscape(f.reason().substr(0, 200)))});
+                         Printable(f.reason()))});
     WakeUp();
   }
   control::HostHeartbeatResponse resp;

@@ -350,7 +350,7 @@ TEST_F(ManagerTest, ARanksReportedLinkFailureDetachesItAndRevokesItsGroups) {
   hb.set_rank(0);
   control::LinkFailure* f = hb.add_link_failures();
   f->set_plane(0);
-  f->set_reason("retry count (7) exceeded");
+  f->set_reason("retry count (7) exceeded\nforged log line \xff");  // escaped, not kept as is
   ASSERT_TRUE(am_->HostHeartbeat(hb).ok());
   am_->Tick();
   bool detached = false, revoked = false;
@@ -358,9 +358,10 @@ TEST_F(ManagerTest, ARanksReportedLinkFailureDetachesItAndRevokesItsGroups) {
     if (e.kind() == JobEvent::RANK_DETACHED) {
       detached = true;
       EXPECT_EQ(e.ranks_size(), 1);
-      EXPECT_NE(e.reason().find("reports its link broken: retry count (7) exceeded"),
+      EXPECT_NE(e.reason().find("reports its link broken: retry count (7) exceeded\\n"),
                 std::string::npos)
           << e.reason();
+      EXPECT_EQ(e.reason().find('\n'), std::string::npos) << e.reason();
     }
     if (e.kind() == JobEvent::GROUP_REVOKED) {
       EXPECT_EQ(e.group_id(), with0->group_id());
