@@ -513,19 +513,28 @@ int MPI_Finalize(void) {
     if (g.config.stats) {
       constexpr int kKinds = static_cast<int>(kNumKinds);
       constexpr int kReasons = static_cast<int>(kNumReasons);
-      constexpr int kAll = 2 * kKinds + kReasons + 2;
+      constexpr int kAll = 2 * kKinds + kReasons + 3;
       uint64_t local[kAll], total[kAll];
       for (int k = 0; k < kKinds; ++k) local[k] = g.offloaded[k].load();
       for (int r = 0; r < kReasons; ++r) local[kKinds + r] = g.fallbacks[r].load();
       for (int k = 0; k < kKinds; ++k) local[kKinds + kReasons + k] = g.hierarchical[k].load();
-      local[kAll - 2] = g.recovered_bytes.load();
-      local[kAll - 1] = g.reduced_again_bytes.load();
+      local[kAll - 3] = g.recovered_bytes.load();
+      local[kAll - 2] = g.reduced_again_bytes.load();
+      // Calls counted as offloaded that libnetfold ran on its host
+      // algorithms (NETFOLD_ALGORITHM=auto and the like; failovers).
+      netfold_stats_t lib{};
+      local[kAll - 1] =
+          g.ctx != nullptr && netfold_get_stats(g.ctx, &lib) == NETFOLD_SUCCESS ? lib.host_ops : 0;
       PMPI_Reduce(local, total, kAll, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
       if (g.world_rank == 0) {
         std::fprintf(stderr, "netfold-mpi: collectives summed over all ranks:\n");
         for (int k = 1; k < kNumKinds; ++k) {
           std::fprintf(stderr, "  offloaded %-10s %llu\n", kKindNames[k],
                        static_cast<unsigned long long>(total[k]));
+        }
+        if (total[kAll - 1] > 0) {
+          std::fprintf(stderr, "  of these, on libnetfold's host algorithms %llu\n",
+                       static_cast<unsigned long long>(total[kAll - 1]));
         }
         for (int k = 1; k < kNumKinds; ++k) {
           if (total[kKinds + kReasons + k] > 0) {
@@ -540,12 +549,12 @@ int MPI_Finalize(void) {
                          static_cast<unsigned long long>(total[kKinds + r]));
           }
         }
-        if (total[kAll - 2] + total[kAll - 1] > 0) {
+        if (total[kAll - 3] + total[kAll - 2] > 0) {
           std::fprintf(stderr,
                        "  failover: bytes the fabric had delivered %llu, reduced again on "
                        "MPI %llu\n",
-                       static_cast<unsigned long long>(total[kAll - 2]),
-                       static_cast<unsigned long long>(total[kAll - 1]));
+                       static_cast<unsigned long long>(total[kAll - 3]),
+                       static_cast<unsigned long long>(total[kAll - 2]));
         }
       }
     }

@@ -358,6 +358,24 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
   ExpectPassed(r, "outage");
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("re-running on MPI"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("on libnetfold's host algorithms"), std::string::npos) << r.output;
+}
+
+// The same with NETFOLD_ALGORITHM=auto: the groups fail over to
+// libnetfold's host algorithms, not to MPI, and the stats say how many of
+// the calls counted as offloaded ran there.
+TEST(MpiInterposerOutage, UnderAutoTheCallsOnTheHostAlgorithmsAreCounted) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  auto fabric = FourHostFabric();
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+      **fabric, 4, {"outage"},
+      {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"}, {"NETFOLD_ALGORITHM", "auto"}},
+      absl::Minutes(5));
+  ExpectPassed(r, "outage");
+  const double on_hosts = SecondsAfter(r.output, "of these, on libnetfold's host algorithms ");
+  EXPECT_GT(on_hosts, 0) << r.output;
 }
 
 // mpi_collectives `scenario` (1 Mi ints, 30 operations) on 4 ranks of a
