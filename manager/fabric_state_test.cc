@@ -30,6 +30,13 @@ class FabricStateTest : public testing::Test {
 
   std::optional<JobEvent> NextEvent() { return watcher_->Next(absl::ZeroDuration()); }
 
+  // Releases group 5 and erases it: revoked, its members told `reason`,
+  // or (no reason) destroyed by its processes.
+  void ReleaseAndErase(Outbox* out, const std::string& reason) {
+    books_.state.ReleaseGroup(books_.state.groups.at(5), out);
+    books_.state.EraseGroup(5, reason, /*notify=*/!reason.empty());
+  }
+
   TestBooks books_{"two_level.yaml"};
   std::shared_ptr<EventStream> watcher_;
 };
@@ -61,8 +68,7 @@ TEST_F(FabricStateTest, ReleasingAndErasingAGroupGivesEverythingBack) {
   const int root = books_.SwitchIndex("root0");
   EXPECT_EQ(st.alloc.used(root).groups, 1u);
   Outbox out;
-  st.ReleaseGroup(st.groups.at(5), &out);
-  st.EraseGroup(5, "switch root0 is dead", /*notify=*/true);
+  ReleaseAndErase(&out, "switch root0 is dead");
   EXPECT_EQ(st.alloc.used(root).groups, 0u);
   EXPECT_EQ(st.alloc.used(root).slots, 0u);
   EXPECT_TRUE(st.groups.empty());
@@ -85,8 +91,7 @@ TEST_F(FabricStateTest, ARevokedGroupsMulticastAddressWaitsUntilItsProcessesLetI
   FabricState& st = books_.state;
   const uint32_t revoked = st.groups.at(5).multicast_index;
   Outbox out;
-  st.ReleaseGroup(st.groups.at(5), &out);
-  st.EraseGroup(5, "switch root0 is dead", /*notify=*/true);
+  ReleaseAndErase(&out, "switch root0 is dead");
   const uint32_t next = st.AllocateMulticast();
   EXPECT_NE(next, revoked);
   EXPECT_NE(next, 0u);
@@ -100,8 +105,7 @@ TEST_F(FabricStateTest, ARevokedGroupsMulticastAddressWaitsUntilItsProcessesLetI
 TEST_F(FabricStateTest, ARevokedGroupsMulticastAddressIsFreeOnceItsJobEnds) {
   FabricState& st = books_.state;
   Outbox out;
-  st.ReleaseGroup(st.groups.at(5), &out);
-  st.EraseGroup(5, "switch root0 is dead", /*notify=*/true);
+  ReleaseAndErase(&out, "switch root0 is dead");
   EXPECT_FALSE(st.multicast_used.empty());
   st.DestroyJob(st.jobs.at(1), "the job was destroyed", &out);
   EXPECT_TRUE(st.multicast_used.empty());
@@ -112,8 +116,7 @@ TEST_F(FabricStateTest, ARevokedGroupsMulticastAddressIsFreeOnceItsJobEnds) {
 TEST_F(FabricStateTest, AGroupErasedWithoutARevocationFreesItsMulticastAddress) {
   FabricState& st = books_.state;
   Outbox out;
-  st.ReleaseGroup(st.groups.at(5), &out);
-  st.EraseGroup(5, "", /*notify=*/false);
+  ReleaseAndErase(&out, "");
   EXPECT_TRUE(st.multicast_used.empty());
   EXPECT_TRUE(st.jobs.at(1).revoked_multicast.empty());
 }

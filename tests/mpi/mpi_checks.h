@@ -122,8 +122,15 @@ void CheckGatherScatter(MPI_Comm comm, uint64_t& seed);
 void CheckGatherScatterOnce(MPI_Comm comm, uint64_t& seed);
 // Strided allgather, which goes to MPI itself.
 void CheckNonContiguousAllgather(MPI_Comm comm);
+// The outage scenarios (mpi_outage_scenarios.cc).
+// Waits (at most 30 s) for the driver's fault: NETFOLD_TEST_OUTAGE_FILE
+// exists.
+void WaitForTheDriver();
+// In-place allreduces (or reduces) back to back, the switches killed in
+// the middle of them; every element checked.
+void OutageInPlace(int count, int ops, bool reduces);
 // The root of a reduce behind the ranks that returned from it when the
-// switches die (mpi_outage_scenarios.cc).
+// switches die.
 void RootLate();
 // Allreduces, then a sleep of `seconds` (the driver stops the fabric on
 // "compute phase"), then `rounds` new communicators, each used once:

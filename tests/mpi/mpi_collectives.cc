@@ -534,9 +534,7 @@ void Outage() {
     std::printf("phase 1 done\n");
     std::fflush(stdout);
   }
-  // Wait for the driver to kill the fabric (it writes the file).
-  const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
-  for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+  WaitForTheDriver();  // it kills the fabric
   // First two nonblocking allreduces, a reduce-scatter and an allgather,
   // outstanding together: the fabric fails them, and they are recovered
   // when they are waited for.
@@ -564,40 +562,6 @@ void Outage() {
   for (int i = 0; i < 20; ++i) AllOps<double>(MPI_COMM_WORLD, MPI_DOUBLE, "double", {300}, seed);
 }
 
-// In-place allreduces of `count` ints, back to back, OPS of them (with
-// `reduces`, reduces to a moving root instead); the driver kills the
-// switches once phase 1 (three of them) is done, so the fabric fails one in
-// the middle: the failover completes an allreduce from the chunks the
-// fabric wrote and the inputs it had not touched (it keeps no copy of an
-// in-place input), a reduce from the end of their inputs the ranks that
-// returned kept. Every element of every result is checked.
-void OutageInPlace(int count, int ops, bool reduces) {
-  std::vector<int32_t> v(static_cast<size_t>(count)), out;
-  const int32_t ranks_sum = g_size * (g_size + 1) / 2;
-  for (int op = 0; op < ops; ++op) {
-    const int root = op % g_size;
-    for (size_t i = 0; i < v.size(); ++i) v[i] = (g_rank + 1) * (op + 1) + static_cast<int32_t>(i % 977);
-    if (reduces) {
-      out.assign(v.size(), -1);
-      MPI_Reduce(v.data(), out.data(), count, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
-      v.swap(out);
-    } else {
-      MPI_Allreduce(MPI_IN_PLACE, v.data(), count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    }
-    ++g_checks;
-    for (size_t i = 0; i < v.size() && (!reduces || g_rank == root); ++i) {
-      if (v[i] != ranks_sum * (op + 1) + g_size * static_cast<int32_t>(i % 977)) {
-        Fail("operation " + std::to_string(op) + " element " + std::to_string(i));
-        break;
-      }
-    }
-    if (op == 2 && g_rank == 0) {
-      std::printf("phase 1 done\n");
-      std::fflush(stdout);
-    }
-  }
-}
-
 // Phase 1 of Outage, then one allreduce after the driver killed the
 // switches, under the error handler `handler` names.
 void Strict(const std::string& handler) {
@@ -608,8 +572,7 @@ void Strict(const std::string& handler) {
     std::printf("phase 1 done\n");
     std::fflush(stdout);
   }
-  const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
-  for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+  WaitForTheDriver();
   if (handler == "return") MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   const int in = g_rank + 1;
   int out = -1;

@@ -1,4 +1,5 @@
-// mpi_collectives' outage scenarios that need one rank to lag on purpose.
+// mpi_collectives' outage scenarios: the driver breaks the fabric (NETFOLD_TEST_OUTAGE_FILE)
+// and every result is checked.
 #include <mpi.h>
 #include <unistd.h>
 
@@ -12,6 +13,45 @@
 #include "tests/mpi/mpi_checks.h"
 
 namespace mpi_test {
+
+void WaitForTheDriver() {
+  const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
+  for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+}
+
+// In-place allreduces of `count` ints, back to back, OPS of them (with
+// `reduces`, reduces to a moving root instead); the driver kills the
+// switches once phase 1 (three of them) is done, so the fabric fails one in
+// the middle: the failover completes an allreduce from the chunks the
+// fabric wrote and the inputs it had not touched (it keeps no copy of an
+// in-place input), a reduce from the end of their inputs the ranks that
+// returned kept. Every element of every result is checked.
+void OutageInPlace(int count, int ops, bool reduces) {
+  std::vector<int32_t> v(static_cast<size_t>(count)), out;
+  const int32_t ranks_sum = g_size * (g_size + 1) / 2;
+  for (int op = 0; op < ops; ++op) {
+    const int root = op % g_size;
+    for (size_t i = 0; i < v.size(); ++i) v[i] = (g_rank + 1) * (op + 1) + static_cast<int32_t>(i % 977);
+    if (reduces) {
+      out.assign(v.size(), -1);
+      MPI_Reduce(v.data(), out.data(), count, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
+      v.swap(out);
+    } else {
+      MPI_Allreduce(MPI_IN_PLACE, v.data(), count, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    }
+    ++g_checks;
+    for (size_t i = 0; i < v.size() && (!reduces || g_rank == root); ++i) {
+      if (v[i] != ranks_sum * (op + 1) + g_size * static_cast<int32_t>(i % 977)) {
+        Fail("operation " + std::to_string(op) + " element " + std::to_string(i));
+        break;
+      }
+    }
+    if (op == 2 && g_rank == 0) {
+      std::printf("phase 1 done\n");
+      std::fflush(stdout);
+    }
+  }
+}
 
 // A reduce whose root is behind the ranks that returned from it: the ranks
 // other than rank 0 finish a reduce to rank 0 of fewer chunks than the
@@ -53,8 +93,7 @@ void RootLate() {
     }
     std::printf("phase 1 done\n");
     std::fflush(stdout);
-    const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
-    for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
+    WaitForTheDriver();
     reduce(3, 0);
   }
   for (int op = 4; op < 8; ++op) reduce(op, op % g_size);
@@ -73,11 +112,6 @@ void CheckedAllreduce(MPI_Comm comm, int salt) {
   if (sum != g_size * (g_size - 1) / 2 + g_size * salt || size != g_size) {
     Fail("allreduce of " + std::to_string(salt));
   }
-}
-
-void WaitForTheDriver() {
-  const char* flag = std::getenv("NETFOLD_TEST_OUTAGE_FILE");
-  for (int i = 0; flag != nullptr && i < 600 && access(flag, F_OK) != 0; ++i) usleep(50000);
 }
 
 }  // namespace
