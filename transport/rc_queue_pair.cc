@@ -116,7 +116,7 @@ absl::Status RcQueuePair::Modify(QpState target, const RcQpAttributes& attrs) {
     fatal_after_nak_ = absl::OkStatus();
     retransmit_at_ns_ = rnr_resume_at_ns_ = -1;
     retries_ = rnr_retries_ = backoff_ = 0;
-    probing_ = false;
+    probing_ = keepalive_pending_ = keepalive_answered_ = keepalive_out_ = false;
     source_port_bound_ = false;
     error_ = absl::OkStatus();
     state_ = QpState::kReset;
@@ -418,6 +418,12 @@ void RcQueuePair::HandleAck(const proto::RocePacketView& packet, const Ipv4Endpo
   switch (proto::GetAethType(aeth)) {
     case proto::AethType::kAck: {
       BumpCounter(counters_.acks_received);
+      // The responder answers a duplicate with the PSN before the one it
+      // expects: for a keepalive, the keepalive's own (nothing is expected
+      // beyond what this side sent).
+      if (keepalive_out_ && psn == keepalive_psn_ && PsnAdd(psn, 1) == una_psn_) {
+        keepalive_answered_ = true;
+      }
       if (PsnLess(psn, una_psn_)) return;  // stale or repeated: nothing new
       if (una_psn_ == max_sent_psn_ || PsnLess(last_sent, psn)) {
         counters_.drops.Count(QpDropReason::kUnexpectedAck);
@@ -708,6 +714,7 @@ void RcQueuePair::Poll(const Ipv4Endpoint& local, PacketSink sink) {
     probe_psn_ = una_psn_;
     retransmit_at_ns_ = now + (absl::ToInt64Nanoseconds(attrs_.timeout) << backoff_);
   }
+  if (keepalive_pending_ && EmitKeepalive(local, sink)) keepalive_pending_ = false;
   constexpr int kMaxPacketsPerPoll = 64;
   for (int i = 0; i < kMaxPacketsPerPoll && TransmitOne(local, sink); ++i) {
   }
@@ -725,7 +732,7 @@ std::optional<int64_t> RcQueuePair::NextExpiryNs() const {
 
 std::optional<int64_t> RcQueuePair::NextTimerNs() const {
   if (state_ != QpState::kRtr && state_ != QpState::kRts) return std::nullopt;
-  if (nak_pending_) return clock_.NowNanos();
+  if (nak_pending_ || (keepalive_pending_ && state_ == QpState::kRts)) return clock_.NowNanos();
   std::optional<int64_t> next = NextExpiryNs();
   // Packets Poll left queued (it sends a bounded number per call, and only
   // what the pool has buffers for) are due now, not at the next packet.
@@ -742,6 +749,7 @@ bool RcQueuePair::HasWork(int64_t now) const {
   if (state_ != QpState::kRtr && state_ != QpState::kRts) return false;
   if (nak_pending_ || AckDue(now)) return true;
   if (state_ != QpState::kRts) return false;
+  if (keepalive_pending_) return true;
   if (retransmit_at_ns_ >= 0 && now >= retransmit_at_ns_ && una_psn_ != max_sent_psn_) return true;
   if (send_psn_ == next_post_psn_) return false;
   if (rnr_resume_at_ns_ >= 0 && now < rnr_resume_at_ns_) return false;

@@ -240,6 +240,19 @@ class RcQueuePair {
   // delivering a burst and whenever NextTimerNs() has passed.
   void Poll(const Ipv4Endpoint& local, PacketSink sink);
 
+  // Asks whether the responder is there: at the next Poll, a SEND of no
+  // payload with the PSN before the oldest unacknowledged one. The
+  // responder takes it for a duplicate and acknowledges it again without
+  // delivering anything (IBA 9.9.2.1: duplicates are answered, never
+  // executed twice): an ACK of exactly that PSN sets keepalive_answered().
+  // It is not a message and has no completion. Sent again, it asks again
+  // (keepalive_answered() stays true once set). FailedPrecondition outside
+  // RTS.
+  absl::Status SendKeepalive();
+  // An ACK of the last keepalive's PSN came (since the first SendKeepalive
+  // after a RESET).
+  bool keepalive_answered() const { return keepalive_answered_; }
+
   // When Poll() has something to do without new input (retransmission
   // timer, RNR wait, pending ACK); nullopt if nothing is pending.
   std::optional<int64_t> NextTimerNs() const;
@@ -312,6 +325,9 @@ class RcQueuePair {
   // Gives `w` frames of at least `frames_bytes` it may write (its own, not
   // one whose packets are still queued); true if they are new.
   bool FitFrames(SendWqe* w, size_t frames_bytes);
+  bool EmitKeepalive(const Ipv4Endpoint& local, PacketSink sink);
+  // A packet of `spec`'s headers alone (an ACK, a keepalive) to the peer.
+  bool EmitHeaderOnly(const Ipv4Endpoint& local, PacketSink sink, proto::RocePacketSpec spec);
   struct RecvSlot {
     LineOffsetVector<0> data;  // recv_line_offset bytes of pad, then the message
     std::optional<uint32_t> imm;
@@ -402,6 +418,10 @@ class RcQueuePair {
   int64_t stalled_since_ns_ = -1;  // the first timeout since the last progress
   uint32_t rnr_retries_ = 0;
   uint32_t backoff_ = 0;
+  bool keepalive_pending_ = false;       // SendKeepalive: goes out at the next Poll
+  bool keepalive_answered_ = false;
+  bool keepalive_out_ = false;           // one went out since the last RESET
+  uint32_t keepalive_psn_ = 0;           // the PSN the last one went out with
   bool probing_ = false;                 // after a timeout: one packet until answered
   uint32_t probe_psn_ = 0;               // una_psn_ when the last timeout fired
   std::deque<SendCompletion> completions_;

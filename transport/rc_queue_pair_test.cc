@@ -477,6 +477,65 @@ TEST(RcQueuePair, ADuplicateIsReAckedAtOnceEvenWithAnAckDelay) {
   EXPECT_EQ(pair.qa_->state(), QpState::kRts);
 }
 
+// A keepalive is answered and changes nothing else: before any message, and
+// after some (its PSN is then behind the acknowledged ones), the responder
+// answers a duplicate, delivers nothing and keeps its sequence; the
+// requester's next message goes through. Outside RTS it is refused, and a
+// reset forgets one not sent yet and the answer to the last.
+TEST(RcQueuePair, AKeepaliveIsAnsweredAndDeliversNothing) {
+  RcPair pair;
+  EXPECT_FALSE(pair.qa_->keepalive_answered());
+  EXPECT_TRUE(pair.qa_->SendKeepalive().ok());
+  for (int step = 0; step < 10; ++step) pair.Step();
+  EXPECT_TRUE(pair.qa_->keepalive_answered());
+  EXPECT_EQ(pair.qa_->counters().acks_received, 1u);
+  EXPECT_EQ(pair.qb_->counters().drops.Get(QpDropReason::kDuplicate), 1u);
+  EXPECT_EQ(pair.qb_->num_recv_queued(), 0u);
+  EXPECT_EQ(pair.qa_->counters().packets_sent, 0u) << "a keepalive is not a packet of a message";
+
+  ExpectExactlyOnceInOrder(Transfer(pair, {100, 5000}), {100, 5000});
+  const uint64_t acks = pair.qa_->counters().acks_received;
+  EXPECT_TRUE(pair.qa_->SendKeepalive().ok());
+  for (int step = 0; step < 10; ++step) pair.Step();
+  EXPECT_EQ(pair.qa_->counters().acks_received, acks + 1);
+  EXPECT_EQ(pair.qb_->counters().drops.Get(QpDropReason::kDuplicate), 2u);
+  EXPECT_EQ(pair.qb_->counters().messages_received, 2u);
+  EXPECT_EQ(pair.qa_->counters().drops.Get(QpDropReason::kUnexpectedAck), 0u);
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts);
+  EXPECT_EQ(pair.qb_->state(), QpState::kRts);
+  ASSERT_TRUE(pair.qa_->PostSend(Message(7, 10), 7).ok());
+  for (int step = 0; step < 100 && pair.qb_->num_recv_queued() < 3; ++step) pair.Step();
+  EXPECT_EQ(pair.qb_->counters().messages_received, 3u);
+
+  // Reset with one queued: connected again, nothing goes out until asked.
+  ASSERT_TRUE(pair.qa_->SendKeepalive().ok());
+  ASSERT_TRUE(pair.qa_->Modify(QpState::kReset, {}).ok());
+  EXPECT_FALSE(pair.qa_->keepalive_answered());
+  EXPECT_TRUE(absl::IsFailedPrecondition(pair.qa_->SendKeepalive()));
+  // As a host attaching again: both ends new, the requester's PSN another.
+  ASSERT_TRUE(pair.qb_->Modify(QpState::kReset, {}).ok());
+  RcPair::Connect(pair.qb_, kAddrA, pair.qa_->qpn(), {}, 0, 0x5000);
+  RcPair::Connect(pair.qa_, kAddrB, pair.qb_->qpn(), {}, 0x5000, 0);
+  for (int step = 0; step < 10; ++step) pair.Step();
+  EXPECT_EQ(pair.qb_->counters().drops.Get(QpDropReason::kDuplicate), 2u);
+  EXPECT_FALSE(pair.qa_->keepalive_answered());
+  ASSERT_TRUE(pair.qa_->SendKeepalive().ok());
+  for (int step = 0; step < 10; ++step) pair.Step();
+  EXPECT_TRUE(pair.qa_->keepalive_answered());
+  ExpectExactlyOnceInOrder(Transfer(pair, {300}), {300});
+}
+
+// A keepalive the link loses is not answered, however long the requester
+// waits (it is not retransmitted: the caller sends another).
+TEST(RcQueuePair, AKeepaliveTheLinkLosesIsNotAnswered) {
+  RcPair pair(*ParseImpairment("down=1"));
+  ASSERT_TRUE(pair.qa_->SendKeepalive().ok());
+  for (int step = 0; step < 1000; ++step) pair.Step();
+  EXPECT_FALSE(pair.qa_->keepalive_answered());
+  EXPECT_EQ(pair.qb_->counters().drops.Get(QpDropReason::kDuplicate), 0u);
+  EXPECT_EQ(pair.qa_->state(), QpState::kRts);
+}
+
 TEST(RcQueuePair, WhenOneDelayedAckIsDueTheEndpointSendsEveryWaitingAck) {
   RcQpConfig config;
   config.ack_delay = absl::Milliseconds(1);

@@ -137,23 +137,51 @@ bool RcQueuePair::HandleSend(const proto::RocePacketView& packet, const Ipv4Endp
   return keep;
 }
 
+// The requester's keepalive is a duplicate to the responder (AcceptPsn),
+// which is why it is here.
+absl::Status RcQueuePair::SendKeepalive() {
+  if (state_ != QpState::kRts) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "QP 0x%06x: a keepalive needs RTS, not %s", qpn_, QpStateName(state_)));
+  }
+  keepalive_pending_ = true;
+  return absl::OkStatus();
+}
+
+bool RcQueuePair::EmitKeepalive(const Ipv4Endpoint& local, PacketSink sink) {
+  proto::RocePacketSpec spec;
+  spec.bth.opcode = BthOpcode::kRcSendOnly;
+  spec.bth.psn = PsnAdd(una_psn_, -1);  // behind everything unacknowledged: a duplicate
+  spec.bth.ack_req = true;
+  if (!EmitHeaderOnly(local, sink, spec)) return false;
+  keepalive_psn_ = spec.bth.psn;
+  keepalive_out_ = true;
+  return true;
+}
+
 bool RcQueuePair::EmitAck(const Ipv4Endpoint& local, PacketSink sink, const proto::Aeth& aeth,
                           uint32_t psn) {
+  proto::RocePacketSpec spec;
+  spec.bth.opcode = BthOpcode::kRcAcknowledge;
+  spec.bth.psn = psn;
+  spec.aeth = aeth;
+  return EmitHeaderOnly(local, sink, spec);
+}
+
+bool RcQueuePair::EmitHeaderOnly(const Ipv4Endpoint& local, PacketSink sink,
+                                 proto::RocePacketSpec spec) {
   PacketBuffer* p = sink.pool->Alloc();
   if (p == nullptr) {
     counters_.drops.Count(QpDropReason::kNoBuffer);
     return false;
   }
-  proto::RocePacketSpec spec;
-  spec.bth.opcode = BthOpcode::kRcAcknowledge;
   spec.bth.pkey = attrs_.pkey;
   spec.bth.dest_qp = attrs_.remote_qpn;
-  spec.bth.psn = psn;
-  spec.aeth = aeth;
   const proto::IcrcAddresses addrs{local.ip, attrs_.remote.ip, local.port, attrs_.remote.port};
   auto n = proto::BuildRocePacket(spec, {}, addrs, {p->data(), p->capacity()});
   if (!n.ok()) {
-    NETFOLD_LOG(kError) << "building an ACK failed: " << n.status();
+    NETFOLD_LOG(kError) << "building a " << proto::BthOpcodeName(spec.bth.opcode)
+                        << " packet failed: " << n.status();
     PacketPool::Free(p);
     return false;
   }
