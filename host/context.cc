@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/random/random.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "auth/fabric_credential.h"
 #include "auth/tls_files.h"
@@ -42,9 +44,9 @@ absl::StatusOr<std::unique_ptr<Context>> Context::Create(const ContextOptions& o
   }
   // A leaf link that fails is told to the manager, which fails the job's
   // groups there for every rank at once.
-  ManagerClient* manager = ctx->manager_.get();
-  ctx->data_path_->SetLinkFailureHandler([manager](uint32_t plane, std::string why) {
-    manager->ReportLinkFailure(plane, std::move(why));
+  Context* c = ctx.get();
+  ctx->data_path_->SetLinkFailureHandler([c](uint32_t plane, std::string why) {
+    c->manager_->ReportLinkFailure(plane, c->attach_psn_[plane].load(), std::move(why));
   });
   ctx->manager_->StartControl(static_cast<uint32_t>(options.rank), ctx->heartbeat_interval_,
                               [c = ctx.get()](const control::JobEvent& e) { c->OnEvent(e); });
@@ -177,6 +179,7 @@ absl::Status Context::Join(Oob& world) {
   LeafLink& link = data_path_->link();
   uint32_t psn = 0;
   NETFOLD_ASSIGN_OR_RETURN(control::AttachResponse attached, RequestAttach(0, link, &psn));
+  attach_psn_[0].store(psn);
   NETFOLD_RETURN_IF_ERROR(ConnectLink(link, attached, psn));
   NETFOLD_ASSIGN_OR_RETURN(leaf_address_,
                            transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
@@ -219,8 +222,8 @@ absl::StatusOr<control::AttachResponse> Context::RequestAttach(uint32_t plane,
   return manager_->Attach(attach);
 }
 
-absl::Status Context::ConnectLink(LeafLink& link, const control::AttachResponse& attached,
-                                  uint32_t psn) {
+absl::StatusOr<LeafPeer> Context::PeerFrom(const control::AttachResponse& attached,
+                                           uint32_t psn) const {
   LeafPeer peer;
   NETFOLD_ASSIGN_OR_RETURN(peer.remote,
                            transport::ParseIpv4Endpoint(attached.switch_endpoint().address()));
@@ -229,17 +232,155 @@ absl::Status Context::ConnectLink(LeafLink& link, const control::AttachResponse&
   peer.sq_psn = psn;
   peer.pkey = pkey_;
   peer.qkey = qkey_;
+  return peer;
+}
+
+absl::Status Context::ConnectLink(LeafLink& link, const control::AttachResponse& attached,
+                                  uint32_t psn) {
+  NETFOLD_ASSIGN_OR_RETURN(LeafPeer peer, PeerFrom(attached, psn));
   return link.Connect(peer);
 }
 
 bool Context::PlaneLost(uint32_t plane) {
   // A link whose connection failed is lost as well: the manager's
   // RANK_DETACHED may come later, or not at all.
-  if (!(lost_planes_.load() & (1u << plane)) && plane > 0 && data_path_->has_plane(plane) &&
+  if (!(lost_planes_.load() & (1u << plane)) && data_path_->has_plane(plane) &&
       !data_path_->link(plane).status().ok()) {
     lost_planes_.fetch_or(1u << plane);
   }
   return (lost_planes_.load() & (1u << plane)) != 0;
+}
+
+absl::Status Context::ReattachLostPlanes() {
+  absl::Status plane_zero = absl::OkStatus();
+  for (uint32_t plane = 0; plane < planes_; ++plane) {
+    if (!PlaneLost(plane)) continue;
+    absl::Status s = Reattach(plane);
+    if (plane == 0) plane_zero = s;
+  }
+  return plane_zero;
+}
+
+absl::Status Context::Reattach(uint32_t plane) {
+  ReattachTimes& times = reattach_[plane];
+  if (!data_path_->has_plane(plane)) {
+    return absl::UnavailableError(absl::StrFormat(
+        "rank %d lost its attachment in data plane %d", options_.rank, plane));
+  }
+  if (!data_path_->soft()) {
+    return absl::UnavailableError(absl::StrFormat(
+        "rank %d lost its attachment in data plane %d (NETFOLD_TRANSPORT=verbs does not attach "
+        "again)",
+        options_.rank, plane));
+  }
+  if (times.attaching) {
+    return absl::UnavailableError(absl::StrFormat(
+        "rank %d lost its attachment in data plane %d; another thread is attaching it again",
+        options_.rank, plane));
+  }
+  const int64_t now = DataPath::clock().NowNanos();
+  if (now < times.due_ns) {
+    return absl::UnavailableError(absl::StrFormat(
+        "rank %d lost its attachment in data plane %d; it tries to attach again in %s",
+        options_.rank, plane,
+        absl::FormatDuration(absl::Trunc(absl::Nanoseconds(times.due_ns - now),
+                                         absl::Milliseconds(100)))));
+  }
+  // `retry_in`: when to try again; ZeroDuration: after the backoff.
+  auto failed = [&](const absl::Status& why, absl::Duration retry_in) {
+    times.attaching = false;
+    if (retry_in == absl::ZeroDuration()) {
+      times.backoff = std::clamp(2 * times.backoff, kReattachFirstBackoff, kReattachMaxBackoff);
+      retry_in = times.backoff;
+    }
+    times.due_ns = retry_in == absl::InfiniteDuration()
+                       ? std::numeric_limits<int64_t>::max()
+                       : DataPath::clock().NowNanos() + absl::ToInt64Nanoseconds(retry_in);
+    NETFOLD_LOG(kWarning) << absl::StrFormat(
+        "rank %d could not attach again in data plane %d (%s): %s", options_.rank, plane,
+        retry_in == absl::InfiniteDuration()
+            ? "not trying again"
+            : absl::StrCat("next try in ", absl::FormatDuration(retry_in)),
+        why.message());
+    return absl::UnavailableError(absl::StrFormat(
+        "rank %d lost its attachment in data plane %d and could not attach again: %s",
+        options_.rank, plane, why.message()));
+  };
+  LeafLink& link = data_path_->link(plane);
+  // A new PSN (the manager takes the attach as a replacement), this rank's
+  // from before the call on: a detach of the attachment before (an event,
+  // a report) is told apart by its PSN, even one that comes during it.
+  absl::BitGen gen;
+  uint32_t psn = absl::Uniform<uint32_t>(gen, 1, 1u << 24);
+  attach_psn_[plane].store(psn);
+  absl::StatusOr<control::AttachResponse> attached;
+  times.attaching = true;  // other threads' groups go to the hosts meanwhile
+  {
+    ProgressThread::Outside outside(*progress_);  // the manager may take its time
+    attached = RequestAttach(plane, link, &psn);
+  }
+  if (!attached.ok()) {
+    // Cheap to ask again (no keepalive was waited for) if the manager or
+    // the leaf was not there (restarting, registering); after the backoff
+    // if it refused (no QP left, ...); never for a plane it does not have
+    // (a topology changed under a restart).
+    const absl::Status& s = attached.status();
+    absl::Duration retry_in = absl::ZeroDuration();  // the backoff
+    if (absl::IsInvalidArgument(s)) {
+      retry_in = absl::InfiniteDuration();
+    } else if (absl::IsUnavailable(s) || absl::IsDeadlineExceeded(s)) {
+      retry_in = kReattachAttachRetry;
+    }
+    return failed(s, retry_in);
+  }
+  auto not_connected = [&](const absl::Status& why) {
+    // The manager hears it as of a link that fails, and detaches the rank.
+    manager_->ReportLinkFailure(plane, psn, std::string(why.message()));
+    return failed(why, absl::ZeroDuration());
+  };
+  absl::StatusOr<LeafPeer> peer = PeerFrom(*attached, psn);
+  if (!peer.ok()) return not_connected(peer.status());
+  if (absl::Status s = data_path_->ReconnectLink(plane, *peer); !s.ok()) return not_connected(s);
+  // The manager attached this rank at a leaf it sees up; whether the leaf's
+  // data port reaches this rank (a cut that has not healed) only the leaf
+  // can say: it answers a keepalive. One every kKeepaliveEvery, in case
+  // one is lost or the leaf does not run for a while.
+  const int64_t start = DataPath::clock().NowNanos();
+  int64_t sent_ns = start - absl::ToInt64Nanoseconds(kKeepaliveEvery);
+  while (!link.keepalive_answered() && link.status().ok() &&
+         detached_psn_[plane].load() != psn) {
+    const int64_t t = DataPath::clock().NowNanos();
+    if (t - start >= absl::ToInt64Nanoseconds(kReattachProbe)) break;
+    if (t - sent_ns >= absl::ToInt64Nanoseconds(kKeepaliveEvery)) {
+      if (absl::Status s = link.SendKeepalive(); !s.ok()) return not_connected(s);
+      sent_ns = t;
+    }
+    data_path_->Progress(absl::Milliseconds(10));
+  }
+  if (detached_psn_[plane].load() == psn) {
+    return failed(absl::UnavailableError("the manager detached it again meanwhile"),
+                  absl::ZeroDuration());
+  }
+  if (!link.status().ok()) return not_connected(link.status());
+  if (!link.keepalive_answered()) {
+    return not_connected(absl::UnavailableError(
+        absl::StrFormat("the leaf switch did not answer a keepalive within %s of attaching again",
+                        absl::FormatDuration(kReattachProbe))));
+  }
+  times = ReattachTimes();
+  lost_planes_.fetch_and(~(1u << plane));
+  if (plane == 0) {
+    if (absl::StatusOr<transport::Ipv4Endpoint> leaf =
+            transport::ParseIpv4Endpoint(attached->switch_endpoint().address());
+        leaf.ok()) {
+      leaf_address_ = *leaf;
+    }
+  }
+  // Told at the level its loss was (a warning), so that a user sees both.
+  NETFOLD_LOG(kWarning) << absl::StrFormat(
+      "rank %d attached again in data plane %d: QP 0x%06x -> %s %s", options_.rank, plane,
+      link.qpn(), attached->leaf_switch(), attached->switch_endpoint().address());
+  return absl::OkStatus();
 }
 
 absl::Status Context::EnsurePlane(uint32_t plane) {
@@ -256,6 +397,7 @@ absl::Status Context::EnsurePlane(uint32_t plane) {
     ProgressThread::Outside outside(*progress_);  // the manager may take its time
     attached = RequestAttach(plane, *link, &psn);
   }
+  if (attached.ok()) attach_psn_[plane].store(psn);
   if (!attached.ok()) {
     // The manager may have attached it: the next attempt names the same
     // endpoint, which it takes as a retry, not as a replacement.
@@ -293,22 +435,32 @@ void Context::OnEvent(const control::JobEvent& e) {
                                NETFOLD_ERR_ABORTED));
       break;
     case control::JobEvent::RANK_DETACHED:
-      if (e.plane() != 0) {
-        // This rank's attachment in one data plane: that plane's groups
-        // fail, the others go on; the plane is not chosen again. (Another
-        // rank's loss revokes the groups it is in: GROUP_REVOKED.)
-        if (std::find(e.ranks().begin(), e.ranks().end(), static_cast<uint32_t>(options_.rank)) ==
-            e.ranks().end()) {
+      // This rank's attachment in one data plane: that plane's groups
+      // fail, the others go on; the plane is not chosen again until the
+      // rank attaches there again (Reattach). Another rank's loss revokes
+      // the groups it is in (GROUP_REVOKED); this rank's other groups go on.
+      if (e.plane() >= control::kMaxPlanes) break;
+      if (auto it = std::find(e.ranks().begin(), e.ranks().end(),
+                              static_cast<uint32_t>(options_.rank));
+          it == e.ranks().end()) {
+        break;
+      } else if (const int i = static_cast<int>(it - e.ranks().begin());
+                 e.host_psns_size() == e.ranks_size()) {
+        // The attachment the manager detached: not this rank's current
+        // one if it attached again since (an old report, a replacement).
+        if (e.host_psns(i) != attach_psn_[e.plane()].load()) {
+          NETFOLD_LOG(kInfo) << "rank " << options_.rank << ": data plane " << e.plane()
+                             << ": an earlier attachment was detached (" << e.reason() << ")";
           break;
         }
-        if (e.plane() < control::kMaxPlanes) lost_planes_.fetch_or(1u << e.plane());
-        data_path_->PostPlaneFailure(
-            e.plane(), WithErrorCode(absl::UnavailableError(absl::StrFormat(
-                                         "data plane %d lost its leaf: %s", e.plane(), e.reason())),
-                                     NETFOLD_ERR_UNAVAILABLE));
-        break;
+        detached_psn_[e.plane()].store(e.host_psns(i));
       }
-      [[fallthrough]];
+      lost_planes_.fetch_or(1u << e.plane());
+      data_path_->PostPlaneFailure(
+          e.plane(), WithErrorCode(absl::UnavailableError(absl::StrFormat(
+                                       "data plane %d lost its leaf: %s", e.plane(), e.reason())),
+                                   NETFOLD_ERR_UNAVAILABLE));
+      break;
     case control::JobEvent::JOB_DESTROYED:
       lost_fabric_ = true;
       data_path_->PostFailure(
@@ -352,7 +504,7 @@ void Context::WhileWaiting() {
 bool Context::FabricThere() {
   if (lost_fabric_) return false;
   ProgressThread::Inside inside(*progress_);
-  if (fabric_failed_ || !data_path_->link().status().ok()) return false;
+  if (fabric_failed_ || PlaneLost(0)) return false;
   for (const Group* g : groups_) {
     if (g->fabric() != nullptr && !g->fabric()->failure().ok()) return false;
   }

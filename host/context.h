@@ -23,6 +23,7 @@
 #ifndef NETFOLD_HOST_CONTEXT_H_
 #define NETFOLD_HOST_CONTEXT_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -39,6 +40,7 @@
 #include "host/oob.h"
 #include "host/options.h"
 #include "host/progress_thread.h"
+#include "proto/control/plane_name.h"
 
 namespace netfold::host {
 
@@ -99,8 +101,25 @@ class Context : private GroupOwner {
   // `*psn` 0: a new one is picked (and returned there).
   absl::StatusOr<control::AttachResponse> RequestAttach(uint32_t plane, const LeafLink& link,
                                                         uint32_t* psn);
+  // The leaf's end the manager named, and this side's first PSN.
+  absl::StatusOr<LeafPeer> PeerFrom(const control::AttachResponse& attached, uint32_t psn) const;
   // Connects `link` to the leaf the manager named: with the lock held.
   absl::Status ConnectLink(LeafLink& link, const control::AttachResponse& attached, uint32_t psn);
+  // Tries to attach again in every data plane this rank lost (Reattach),
+  // as a group is created: OK if plane 0 is this rank's (again), else why
+  // not. With the data path's lock held.
+  absl::Status ReattachLostPlanes();
+  // This rank lost its attachment in `plane` (its link failed, or the
+  // manager detached it): attaches again at the manager (a new PSN),
+  // connects the link's QP to the leaf's new one and sends keepalives; the
+  // plane is the rank's again once the leaf answers one (within
+  // kReattachProbe). At once the first time; kReattachAttachRetry after
+  // an Attach that found no manager or leaf up; kReattachFirstBackoff
+  // after a leaf that did not answer or a refusal, doubling up to
+  // kReattachMaxBackoff; never again for a plane the manager does not have.
+  // A leaf that does not answer is reported to the manager as a failed
+  // link. Soft links only.
+  absl::Status Reattach(uint32_t plane);
   // The data planes of a new group's channels (docs/host.md, "Data
   // planes", "Channels"): group rank 0 takes the next of the planes it may
   // use, round-robin, and as many after it as the job's channels; every
@@ -154,18 +173,38 @@ class Context : private GroupOwner {
   uint32_t num_slots_ = 8, slot_bytes_ = 4032, max_groups_ = 0;
   uint64_t groups_created_ = 0;  // for idempotency tags
   // Data planes: the fabric's (from Attach), the next one this rank gives
-  // a group it creates, and those lost at the manager (bit p: plane p's
-  // attachment was detached; not used again).
+  // a group it creates, and those lost (bit p: plane p's link failed or
+  // the manager detached it; not used until Reattach succeeds).
   uint32_t planes_ = 1;
   uint32_t usable_planes_ = 1;  // of those, the ones this rank gives its groups
   uint32_t next_plane_ = 0;
   uint32_t channels_ = 1;  // channels()
   std::atomic<uint32_t> lost_planes_{0};
+  // Per plane: the PSN this rank's current attachment was made with (its
+  // AttachRequest's), which tells the manager's detaches and this rank's
+  // reports of it from those of an earlier one; and the PSN of the last
+  // attachment a RANK_DETACHED named. Set under the data path's lock, read
+  // by the control thread too.
+  std::array<std::atomic<uint32_t>, control::kMaxPlanes> attach_psn_{};
+  std::array<std::atomic<uint32_t>, control::kMaxPlanes> detached_psn_{};
+  // Reattach: when each plane may be tried again, and the wait after the
+  // last try whose leaf did not answer.
+  struct ReattachTimes {
+    int64_t due_ns = 0;
+    absl::Duration backoff = absl::ZeroDuration();
+    bool attaching = false;  // a thread is in Reattach (outside the lock, at the manager)
+  };
+  static constexpr absl::Duration kReattachProbe = absl::Seconds(2);
+  static constexpr absl::Duration kKeepaliveEvery = absl::Milliseconds(200);
+  static constexpr absl::Duration kReattachAttachRetry = absl::Milliseconds(500);
+  static constexpr absl::Duration kReattachFirstBackoff = absl::Seconds(2);
+  static constexpr absl::Duration kReattachMaxBackoff = absl::Seconds(64);
+  std::array<ReattachTimes, control::kMaxPlanes> reattach_;
   absl::Duration heartbeat_interval_ = absl::Seconds(1);
 
   std::unique_ptr<DataPath> data_path_;
   std::unique_ptr<ProgressThread> progress_;  // the data path's lock and thread
-  std::atomic<bool> lost_fabric_{false};      // RANK_DETACHED or JOB_DESTROYED seen
+  std::atomic<bool> lost_fabric_{false};      // JOB_DESTROYED seen
   bool fabric_failed_ = false;                // a released group had failed
   std::vector<Group*> groups_;   // every live group, fabric or not
   // WhileWaiting: when it last looked (how deep a thread is: t_following).

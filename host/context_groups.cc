@@ -169,6 +169,13 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     return adopt();
   };
   if (hosts_only) return host_group("the policy asks for host algorithms");
+  // A member that lost its leaf link attaches again first (Reattach), and
+  // the members agree: the manager would refuse a group with a member that
+  // is not attached.
+  if (absl::Status all = AgreeOnStatus(group_oob, ReattachLostPlanes()); !all.ok()) {
+    if (may_fall_back) return host_group(std::string(all.message()));
+    return all;
+  }
 
   absl::StatusOr<std::vector<uint32_t>> planes = ChoosePlanes(group_oob);
   if (!planes.ok()) return planes.status();

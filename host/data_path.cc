@@ -134,6 +134,15 @@ void DataPath::RemovePlane(uint32_t plane) {
   links_[plane] = PlaneLink();
 }
 
+absl::Status DataPath::ReconnectLink(uint32_t plane, const LeafPeer& peer) {
+  if (!has_plane(plane)) {
+    return absl::FailedPreconditionError(absl::StrFormat("no data plane %d to reconnect", plane));
+  }
+  NETFOLD_RETURN_IF_ERROR(links_[plane].link->Reconnect(peer));
+  links_[plane].failure_told = false;
+  return absl::OkStatus();
+}
+
 LeafLinkStats DataPath::link_stats() const {
   LeafLinkStats sum;
   for (const PlaneLink& p : links_) {

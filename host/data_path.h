@@ -78,6 +78,9 @@ class DataPath {
   void AttachFailed(uint32_t plane, uint32_t psn);
   // Drops a link that never became ready (no engine can use it).
   void RemovePlane(uint32_t plane);
+  // Connects the link of `plane` again after it failed or the manager
+  // detached it (LeafLink::Reconnect): a later failure is told again.
+  absl::Status ReconnectLink(uint32_t plane, const LeafPeer& peer);
   bool soft() const { return soft_link_; }
   // The soft engine, for the host algorithms' queue pairs.
   transport::RoceEndpoint& endpoint() { return *endpoint_; }

@@ -261,13 +261,14 @@ void ManagerClient::StartControl(uint32_t rank, absl::Duration heartbeat_interva
       });
 }
 
-void ManagerClient::ReportLinkFailure(uint32_t plane, std::string why) {
+void ManagerClient::ReportLinkFailure(uint32_t plane, uint32_t psn, std::string why) {
   absl::MutexLock lock(&reports_mu_);
   for (const control::LinkFailure& f : reports_) {
-    if (f.plane() == plane) return;
+    if (f.plane() == plane && f.psn() == psn) return;
   }
   control::LinkFailure& f = reports_.emplace_back();
   f.set_plane(plane);
+  f.set_psn(psn);
   // Printable ASCII: a cut through a UTF-8 character would make the
   // heartbeat unparseable (a proto3 string).
   if (why.size() > 200) why.resize(200);
@@ -352,7 +353,7 @@ void ManagerClient::RunControl(uint32_t rank, absl::Duration heartbeat_interval,
           absl::MutexLock lock(&reports_mu_);
           std::erase_if(reports_, [&](const control::LinkFailure& f) {
             for (const control::LinkFailure& sent : req.link_failures()) {
-              if (sent.plane() == f.plane()) return true;
+              if (sent.plane() == f.plane() && sent.psn() == f.psn()) return true;
             }
             return false;
           });

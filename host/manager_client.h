@@ -109,13 +109,15 @@ class ManagerClient {
                     std::function<void(const control::JobEvent&)> on_event);
   // Stops and joins the control thread (idempotent).
   void StopControl();
-  // This rank's leaf link in data plane `plane` failed: the next heartbeat,
-  // sent at once, tells the manager (HostHeartbeatRequest.link_failures),
-  // which detaches the rank there and fails its groups, so that the job's
-  // other ranks learn it from their events rather than each from an
-  // operation's deadline. Kept until a heartbeat carrying it is answered.
-  // Any thread; never blocks on the manager.
-  void ReportLinkFailure(uint32_t plane, std::string why);
+  // This rank's leaf link in data plane `plane`, attached with `psn` (its
+  // endpoint's), failed: the next heartbeat, sent at once, tells the
+  // manager (HostHeartbeatRequest.link_failures), which detaches the rank
+  // there and fails its groups, so that the job's other ranks learn it
+  // from their events rather than each from an operation's deadline. The
+  // manager ignores it if the rank attached again since. Kept until a
+  // heartbeat carrying it is answered. Any thread; never blocks on the
+  // manager.
+  void ReportLinkFailure(uint32_t plane, uint32_t psn, std::string why);
 
  private:
   // How long a call retries while there is no connection to the manager:

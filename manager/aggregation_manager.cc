@@ -390,6 +390,9 @@ absl::StatusOr<control::HostHeartbeatResponse> AggregationManager::HostHeartbeat
   for (const control::LinkFailure& f : req.link_failures()) {
     const LeafAttachment* a = it->second.In(f.plane());
     if (a == nullptr || !a->attached || qp_failures_.size() >= 4096) continue;
+    // A report of an earlier attachment (sent before the rank attached
+    // again) is not one of this attachment's.
+    if (f.psn() != 0 && f.psn() != a->host_endpoint.psn()) continue;
     const bool queued =
         std::any_of(qp_failures_.begin(), qp_failures_.end(), [&](const QpFailure& q) {
           return q.switch_index == a->leaf && q.qpn == a->leaf_qpn;

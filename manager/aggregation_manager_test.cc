@@ -379,6 +379,53 @@ TEST_F(ManagerTest, ARanksReportedLinkFailureDetachesItAndRevokesItsGroups) {
   ExpectLedgerMatchesSwitches();
 }
 
+// A rank that attached again after its link failed (a new PSN): the
+// detach names the attachment it ended (host_psns), and a report of the
+// earlier attachment that comes late (its heartbeat's answer lost) leaves
+// the new one alone; one of the new attachment detaches it.
+TEST_F(ManagerTest, AReportOfAnEarlierAttachmentLeavesTheNewOneAlone) {
+  ManagerOptions options;
+  options.host_timeout = absl::ZeroDuration();
+  options.replan_on_failure = false;
+  Start("two_level.yaml", options);
+  RegisterAll();
+  control::CreateJobResponse job = CreateJob(kTwoLevelHosts);
+  AttachAll(job, 8);  // rank 1 with PSN 1
+  std::shared_ptr<EventStream> w4 = Watch(job, 4);
+  auto report = [&](uint32_t psn) {
+    control::HostHeartbeatRequest hb;
+    *hb.mutable_job() = Creds(job);
+    hb.set_rank(1);
+    control::LinkFailure* f = hb.add_link_failures();
+    f->set_plane(0);
+    f->set_psn(psn);
+    f->set_reason("retry count (7) exceeded");
+    ASSERT_TRUE(am_->HostHeartbeat(hb).ok());
+    am_->Tick();
+  };
+  auto detached_psns = [&]() {
+    std::vector<uint32_t> psns;
+    for (const JobEvent& e : Drain(*w4)) {
+      if (e.kind() != JobEvent::RANK_DETACHED) continue;
+      EXPECT_EQ(e.host_psns_size(), e.ranks_size());
+      psns.insert(psns.end(), e.host_psns().begin(), e.host_psns().end());
+    }
+    return psns;
+  };
+  report(1);
+  EXPECT_EQ(detached_psns(), std::vector<uint32_t>{1});
+  absl::StatusOr<control::AttachResponse> again = Attach(job, 1, 0, /*attempt=*/1);  // PSN 101
+  ASSERT_TRUE(again.ok()) << again.status();
+  report(1);  // late
+  EXPECT_TRUE(detached_psns().empty());
+  EXPECT_TRUE(fabric_->Get(again->leaf_switch())->HasQp(again->switch_endpoint().qpn()));
+  ASSERT_TRUE(Group(job, {1, 4}).ok());
+  report(101);
+  EXPECT_EQ(detached_psns(), std::vector<uint32_t>{101});
+  EXPECT_FALSE(fabric_->Get(again->leaf_switch())->HasQp(again->switch_endpoint().qpn()));
+  ExpectLedgerMatchesSwitches();
+}
+
 // A revoked group's multicast address is not given again while its
 // processes may be joined there: DestroyGroup of the revoked group (which
 // answers NOT_FOUND) gives it back.

@@ -206,14 +206,16 @@ std::vector<uint64_t> FabricState::DetachRanks(Job& job, const std::vector<uint3
                                                const std::string& reason, bool destroy_qp,
                                                Outbox* out, std::optional<uint32_t> only_plane) {
   std::vector<uint64_t> lost;
-  std::map<uint32_t, std::vector<uint32_t>> detached;  // plane -> ranks
+  // plane -> the ranks detached there, and the PSNs of their attachments
+  std::map<uint32_t, std::pair<std::vector<uint32_t>, std::vector<uint32_t>>> detached;
   for (uint32_t r : ranks) {
     Rank& rank = job.ranks.at(r);
     std::set<uint32_t> planes;
     rank.ForEachAttachment([&](uint32_t plane, LeafAttachment& a) {
       if (!a.attached || (only_plane && *only_plane != plane)) return;
       planes.insert(plane);
-      detached[plane].push_back(r);
+      detached[plane].first.push_back(r);
+      detached[plane].second.push_back(a.host_endpoint.psn());
       a.attached = false;
       if (destroy_qp && Reachable(a.leaf)) {
         control::ManagerMessage m;
@@ -233,10 +235,12 @@ std::vector<uint64_t> FabricState::DetachRanks(Job& job, const std::vector<uint3
   if (detached.empty()) return lost;
   (void)records.PutJob(job);
   // One event per plane: a host keeps its attachments in the others.
-  for (const auto& [plane, in_plane] : detached) {
+  for (const auto& [plane, lost_here] : detached) {
+    const auto& [in_plane, psns] = lost_here;
     control::JobEvent ev;
     ev.set_kind(control::JobEvent::RANK_DETACHED);
     for (uint32_t r : in_plane) ev.add_ranks(r);
+    for (uint32_t psn : psns) ev.add_host_psns(psn);
     ev.set_reason(reason);
     ev.set_plane(plane);
     NETFOLD_LOG(kWarning) << "job " << job.id << ": ranks " << RanksText(in_plane) << " detached"

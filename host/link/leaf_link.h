@@ -94,6 +94,23 @@ class LeafLink {
   // Brings the RC QP through INIT and RTR to RTS toward the switch, and
   // creates the UD QP for the job's Q_Key and P_Key. Once only.
   virtual absl::Status Connect(const LeafPeer& peer) = 0;
+  // After the connection failed or the manager detached this rank: takes
+  // the RC QP through RESET and connects it to `peer`, the switch's new QP
+  // from another Attach (this side's QPN stays, `peer.sq_psn` is new). The
+  // UD QP and its multicast attachments stay; status() is OK again. What
+  // was queued is dropped. Unimplemented for a link that cannot (verbs).
+  virtual absl::Status Reconnect(const LeafPeer& peer) {
+    (void)peer;
+    return absl::UnimplementedError("this link cannot connect again after a failure");
+  }
+  // Asks the switch to answer without delivering anything (an RC
+  // keepalive: transport::RcQueuePair::SendKeepalive), sent at the next
+  // Progress. Unimplemented where Reconnect is.
+  virtual absl::Status SendKeepalive() {
+    return absl::UnimplementedError("this link sends no keepalives");
+  }
+  // The switch answered a keepalive since the last Reconnect.
+  virtual bool keepalive_answered() const { return false; }
   // Queues one request message: `header`, `elements`, then `tag` (16 bytes
   // with integrity, else empty). The header and tag are copied; the
   // elements may be read where they are (soft: sent from there, as a NIC

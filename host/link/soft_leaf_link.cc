@@ -38,6 +38,24 @@ size_t SoftLeafLink::max_datagram_payload() const { return transport::UdQpConfig
 
 absl::Status SoftLeafLink::Connect(const LeafPeer& peer) {
   if (ud_ != nullptr) return absl::FailedPreconditionError("the leaf link is already connected");
+  NETFOLD_RETURN_IF_ERROR(ConnectRc(peer));
+  // Results are taken only from the group root named at AttachMulticast:
+  // the keys travel in clear and anyone can join the multicast address.
+  NETFOLD_ASSIGN_OR_RETURN(
+      ud_, endpoint_->CreateUdQp({.qkey = peer.qkey,
+                                    .pkey = peer.pkey,
+                                    .filter_sources = true,
+                                    .keeps_placed = true}));
+  return absl::OkStatus();
+}
+
+absl::Status SoftLeafLink::Reconnect(const LeafPeer& peer) {
+  if (ud_ == nullptr) return absl::FailedPreconditionError("the leaf link was never connected");
+  NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kReset, {}));
+  return ConnectRc(peer);
+}
+
+absl::Status SoftLeafLink::ConnectRc(const LeafPeer& peer) {
   transport::RcQpAttributes attrs;
   attrs.pkey = peer.pkey;
   attrs.remote = peer.remote;
@@ -47,15 +65,7 @@ absl::Status SoftLeafLink::Connect(const LeafPeer& peer) {
   attrs.timeout = peer.ack_timeout;
   NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kInit, attrs));
   NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kRtr, attrs));
-  NETFOLD_RETURN_IF_ERROR(rc_->Modify(QpState::kRts, attrs));
-  // Results are taken only from the group root named at AttachMulticast:
-  // the keys travel in clear and anyone can join the multicast address.
-  NETFOLD_ASSIGN_OR_RETURN(
-      ud_, endpoint_->CreateUdQp({.qkey = peer.qkey,
-                                    .pkey = peer.pkey,
-                                    .filter_sources = true,
-                                    .keeps_placed = true}));
-  return absl::OkStatus();
+  return rc_->Modify(QpState::kRts, attrs);
 }
 
 void SoftLeafLink::ReserveRequests(uint32_t messages) {

@@ -33,6 +33,9 @@ class SoftLeafLink : public LeafLink {
   uint32_t qpn() const override { return rc_->qpn(); }
   size_t max_datagram_payload() const override;
   absl::Status Connect(const LeafPeer& peer) override;
+  absl::Status Reconnect(const LeafPeer& peer) override;
+  absl::Status SendKeepalive() override { return rc_->SendKeepalive(); }
+  bool keepalive_answered() const override { return rc_->keepalive_answered(); }
   // The elements are referenced (RcQueuePair::PostSendGatherReferencing):
   // sent from the caller's memory, copied only by ReleaseRequests or for a
   // port that cannot send them from there.
@@ -56,6 +59,8 @@ class SoftLeafLink : public LeafLink {
  private:
   SoftLeafLink(transport::RoceEndpoint* endpoint, const transport::ImpairedPort* port)
       : endpoint_(endpoint), port_(port) {}
+  // The RC QP from RESET to RTS toward `peer`.
+  absl::Status ConnectRc(const LeafPeer& peer);
 
   transport::RoceEndpoint* endpoint_;
   const transport::ImpairedPort* port_;

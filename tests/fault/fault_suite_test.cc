@@ -200,7 +200,10 @@ TEST(ProcessFaults, SwitchKilledAndRestartedFailsCleanlyThenWorksAgain) {
   std::remove(flag.c_str());
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_EQ(results[r].exit_code, 0) << "rank " << r << ":\n" << results[r].output;
+    // The same context, whose ranks attached again, then a new one.
     EXPECT_NE(results[r].output.find("phase2 ok=" + Ops(100)), std::string::npos) << results[r].output;
+    EXPECT_NE(results[r].output.find("phase3 ok=" + Ops(100)), std::string::npos)
+        << results[r].output;
   }
   ExpectNoLeaks(*fabric);
 }
@@ -393,37 +396,66 @@ std::pair<int, std::string> Cli(const std::string& args) {
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
 }
 
-// Two groups of a job on a fabric of two data planes (docs/host.md), used
-// in turn (the planes_until scenario, with `env`); plane 1's leaf1 is cut
-// off mid-run (`netfold fault leaf1@1 down=1`, both ways, every peer).
-// The ranks' results; every operation must be exact, and a third group,
-// created after the cut, must run on the fabric.
-std::vector<RankResult> CutOffPlaneOnesLeafUnderTwoGroups(
-    std::map<std::string, std::string> env) {
-  auto fabric = StartFabric(2, "", "", true, /*planes=*/2);
+// How a test cuts rank 1 off its leaf: every link of the leaf, for good;
+// or only the leaf's link to rank 1 (its tree link stays up), for good or
+// healed after rank 1's link failed.
+enum class Cut { kLeafForGood, kRankLinkForGood, kRankLinkHealed };
+
+// Two groups of a job used in turn (the planes_until scenario, with `env`)
+// on a fabric of `planes` data planes (docs/host.md); rank 1's leaf in one
+// plane, `leaf` (leaf1@1: plane 1's), is cut off mid-run (`netfold fault
+// LEAF down=1`, both ways) as `cut` says. The ranks' results; every
+// operation must be exact, and a third group, created after the cut, must
+// run on the fabric, or with rank 1 still cut off, on the hosts.
+std::vector<RankResult> CutOffALeafUnderTwoGroups(std::map<std::string, std::string> env,
+                                                  int planes, const std::string& leaf, Cut cut) {
+  auto fabric = StartFabric(2, "", "", true, planes);
   if (fabric == nullptr) return {};
   const std::string m = " --state-dir " + fabric->state_dir();
   testing::ReleaseFlag release;
   env["NETFOLD_TEST_RELEASE"] = release.path;
+  // Rank 1's data address, from its "joined" line.
+  if (cut != Cut::kLeafForGood) env["NETFOLD_LOG_LEVEL"] = "info";
   // h0 on leaf0 and h1 on leaf1: each group's tree goes through its
   // plane's root.
   Launch ranks(*fabric, 2, 0, {"planes_until"}, env);
   const int not_streaming = ranks.WaitForEveryOutput("streaming", kSay);
   EXPECT_EQ(not_streaming, -1) << ranks.output(not_streaming);
   absl::SleepFor(absl::Milliseconds(500));
+  std::string peer;
+  if (cut != Cut::kLeafForGood) {
+    const std::string& said = ranks.output(1);
+    const std::string joined = "rank 1 joined job ";
+    const size_t at = said.find(": ", said.find(joined));
+    EXPECT_NE(said.find(joined), std::string::npos) << said;
+    if (at != std::string::npos) {
+      peer = " --peer " + said.substr(at + 2, said.find(' ', at + 2) - at - 2);
+    }
+  }
   // Rank 1's leaf: rank 0, which chooses the planes of the next group,
   // keeps its own link in plane 1.
-  auto [rc, out] = Cli("fault leaf1@1 down=1" + m);
+  auto [rc, out] = Cli("fault " + leaf + " down=1" + peer + m);
   EXPECT_EQ(rc, 0) << out;
   // The plane's link fails within its 3 s without an ACK; the groups move.
   absl::SleepFor(absl::Seconds(6));
+  // Not healed before rank 1's link failed (later on a loaded machine).
+  if (cut != Cut::kLeafForGood) {
+    EXPECT_TRUE(ranks.WaitForOutput(1, "the connection to the leaf switch failed", kSay))
+        << ranks.output(1);
+  }
+  if (cut == Cut::kRankLinkHealed) {
+    std::tie(rc, out) = Cli("fault " + leaf + " none" + peer + m);
+    EXPECT_EQ(rc, 0) << out;
+  }
   release.Raise();
   std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
   testing::ExpectStreamExact(results, /*no_failover=*/false);
-  // The group created after the loss, on the fabric.
+  // The group created after the loss: on the fabric, or on the hosts while
+  // rank 1 is still cut off.
+  const std::string new_group = absl::StrFormat("new group ok=100 errors=0 wrong=0 on the hosts=%d",
+                                                cut == Cut::kRankLinkForGood ? 100 : 0);
   for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_NE(results[r].output.find("new group ok=100 errors=0 wrong=0 on the hosts=0"),
-              std::string::npos)
+    EXPECT_NE(results[r].output.find(new_group), std::string::npos)
         << "rank " << r << ":\n" << results[r].output;
   }
   ExpectNoLeaks(*fabric);
@@ -433,7 +465,8 @@ std::vector<RankResult> CutOffPlaneOnesLeafUnderTwoGroups(
 // Each group on a plane of its own: the cut-off plane's group goes over to
 // the hosts, the other stays on the fabric.
 TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesOnlyItsGroupToTheHosts) {
-  const std::vector<RankResult> results = CutOffPlaneOnesLeafUnderTwoGroups({});
+  const std::vector<RankResult> results =
+      CutOffALeafUnderTwoGroups({}, 2, "leaf1@1", Cut::kLeafForGood);
   ASSERT_EQ(results.size(), 2u);
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_NE(results[r].output.find("failovers=1,"), std::string::npos)
@@ -446,7 +479,7 @@ TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesOnlyItsGroupToTheHosts) {
 // from what the two channels wrote of it.
 TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesEveryGroupWithAChannelThereToTheHosts) {
   const std::vector<RankResult> results =
-      CutOffPlaneOnesLeafUnderTwoGroups({{"NETFOLD_CHANNELS", "2"}});
+      CutOffALeafUnderTwoGroups({{"NETFOLD_CHANNELS", "2"}}, 2, "leaf1@1", Cut::kLeafForGood);
   ASSERT_EQ(results.size(), 2u);
   for (size_t r = 0; r < results.size(); ++r) {
     EXPECT_NE(results[r].output.find("failovers=2,"), std::string::npos)
@@ -456,6 +489,35 @@ TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesEveryGroupWithAChannelThereToThe
   // not attach in plane 1 any more, and the group went on plane 0 alone.
   EXPECT_NE(results[0].output.find("cannot take the group"), std::string::npos)
       << results[0].output;
+}
+
+// Without planes: rank 1 cut off its only leaf, then back. Both groups go
+// over to the hosts when its link fails; the group created after the cut
+// healed runs on the fabric, since the rank attached again (docs/host.md,
+// "A lost attachment comes back"): before, it stayed detached and every
+// later group ran on the hosts.
+TEST(LinkFaultsAtRunTime, ARankWhoseLeafCameBackAttachesAgainForItsNextGroups) {
+  const std::vector<RankResult> results =
+      CutOffALeafUnderTwoGroups({}, 0, "leaf1", Cut::kRankLinkHealed);
+  ASSERT_EQ(results.size(), 2u);
+  for (size_t r = 0; r < results.size(); ++r) {
+    EXPECT_NE(results[r].output.find("failovers=2,"), std::string::npos)
+        << "rank " << r << ":\n" << results[r].output;
+  }
+  EXPECT_NE(results[1].output.find("attached again in data plane 0"), std::string::npos)
+      << results[1].output;
+}
+
+// The same, but the cut does not heal: rank 1 attaches again at the
+// manager when the third group is created, its leaf does not answer its
+// keepalives, and it says so (detached again); the group runs on the hosts.
+TEST(LinkFaultsAtRunTime, ARankStillCutOffDoesNotTakeItsNextGroupsToTheFabric) {
+  const std::vector<RankResult> results =
+      CutOffALeafUnderTwoGroups({}, 0, "leaf1", Cut::kRankLinkForGood);
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[1].output.find("did not answer a keepalive within 2s of attaching again"),
+            std::string::npos)
+      << results[1].output;
 }
 
 // Two application threads per rank, each streaming on a group of its own,

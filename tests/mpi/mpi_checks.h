@@ -138,8 +138,10 @@ void RootLate();
 void NewComms(double seconds, int rounds);
 // World and three duplicates, an allreduce on each per round; after round
 // 3, "phase 1 done" and a wait for the driver's cut (NETFOLD_TEST_OUTAGE_FILE),
-// then `rounds` more: rank 0 prints the slowest round after the cut.
-void LinkCut(int rounds);
+// then `rounds` more: rank 0 prints the slowest round after the cut. With
+// `new_comm_after` > 0, a new communicator that many seconds after the cut
+// (the driver heals it meanwhile), used once.
+void LinkCut(int rounds, double new_comm_after);
 
 }  // namespace mpi_test
 

@@ -498,6 +498,38 @@ TEST(MpiInterposerOutage, ALeafCutOffCostsTheLinkBudgetNotADeadlinePerCommunicat
   EXPECT_LT(slowest, 10.0) << r.output;
 }
 
+// The same cut, healed 6 s after it began: the communicators in use stay
+// on their fallback, and one created 20 s after the cut is offloaded
+// again (its leaf0 ranks attach again; the leaf's link up the tree, cut
+// too, is usable again 10 s after it failed). Before, those ranks stayed
+// detached and every later communicator ran on MPI ("group not created").
+TEST(MpiInterposerOutage, ACommunicatorCreatedAfterALeafCameBackIsOffloaded) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  auto fabric = FourHostFabric();
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  std::thread heal;
+  MpiResult r = RunWithAFaultAtPhaseOne(
+      **fabric, 4, {"link_cut", "2", "20"},
+      {{"NETFOLD_MPI_VERBOSE", "1"}, {"NETFOLD_TIMEOUT_MS", "15000"}}, absl::Minutes(3), [&] {
+        heal = std::thread([&] {
+          absl::SleepFor(absl::Seconds(6));
+          const absl::Status s = (*fabric)->SetLinkFault("leaf0", "none");
+          EXPECT_TRUE(s.ok()) << s;
+        });
+        return (*fabric)->SetLinkFault("leaf0", "down=1");
+      });
+  if (heal.joinable()) heal.join();
+  ExpectPassed(r, "link_cut");
+  // World and its three duplicates at the start, and the one after the cut.
+  size_t offloaded = 0;
+  for (size_t at = r.output.find("offloaded to the fabric"); at != std::string::npos;
+       at = r.output.find("offloaded to the fabric", at + 1)) {
+    ++offloaded;
+  }
+  EXPECT_EQ(offloaded, 5u) << r.output;
+}
+
 // NETFOLD_MPI_ENABLE=1 and a fabric that dies: the failed collective goes
 // through the communicator's error handler, as an error inside MPI would.
 // The default handler aborts the job (a program that does not check return

@@ -137,7 +137,7 @@ void NewComms(double seconds, int rounds) {
   if (g_rank == 0) std::printf("slowest new communicator took %.3f s\n", slowest);
 }
 
-void LinkCut(int rounds) {
+void LinkCut(int rounds, double new_comm_after) {
   MPI_Comm comms[4] = {MPI_COMM_WORLD};
   for (int k = 1; k < 4; ++k) MPI_Comm_dup(MPI_COMM_WORLD, &comms[k]);
   for (int round = 0; round < 3; ++round) {
@@ -149,6 +149,7 @@ void LinkCut(int rounds) {
     std::fflush(stdout);
   }
   WaitForTheDriver();
+  const double cut = MPI_Wtime();
   double slowest = 0;
   for (int round = 0; round < rounds; ++round) {
     const double t0 = MPI_Wtime();
@@ -158,6 +159,14 @@ void LinkCut(int rounds) {
   }
   for (int k = 1; k < 4; ++k) MPI_Comm_free(&comms[k]);
   if (g_rank == 0) std::printf("slowest round after the cut took %.3f s\n", slowest);
+  if (new_comm_after <= 0) return;
+  // Once the driver healed the cut: a new communicator, used once.
+  while (MPI_Wtime() < cut + new_comm_after) usleep(100000);
+  MPI_Barrier(MPI_COMM_WORLD);
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  CheckedAllreduce(dup, 7);
+  MPI_Comm_free(&dup);
 }
 
 }  // namespace mpi_test
