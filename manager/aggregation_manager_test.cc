@@ -327,18 +327,28 @@ TEST_F(ManagerTest, LinkQpErrorReplansAndTheLinkComesBack) {
   ExpectLedgerMatchesSwitches();
 }
 
+// The two-level fabric with failures not re-planned and no host timeout,
+// and a job of its 8 hosts, every rank attached (rank r with PSN r).
+class ManagerFailuresTest : public ManagerTest {
+ protected:
+  control::CreateJobResponse JobOfEightWithoutReplanning() {
+    ManagerOptions options;
+    options.host_timeout = absl::ZeroDuration();
+    options.replan_on_failure = false;
+    Start("two_level.yaml", options);
+    RegisterAll();
+    control::CreateJobResponse job = CreateJob(kTwoLevelHosts);
+    AttachAll(job, 8);
+    return job;
+  }
+};
+
 // A rank whose link to its leaf broke says so in its heartbeat (a leaf cut
 // off has nothing in flight to report the QP's error with): the manager
 // detaches it and revokes its groups as for the leaf's own report, so
 // that the job's other ranks hear of it at once.
-TEST_F(ManagerTest, ARanksReportedLinkFailureDetachesItAndRevokesItsGroups) {
-  ManagerOptions options;
-  options.host_timeout = absl::ZeroDuration();
-  options.replan_on_failure = false;
-  Start("two_level.yaml", options);
-  RegisterAll();
-  control::CreateJobResponse job = CreateJob(kTwoLevelHosts);
-  AttachAll(job, 8);
+TEST_F(ManagerFailuresTest, ARanksReportedLinkFailureDetachesItAndRevokesItsGroups) {
+  control::CreateJobResponse job = JobOfEightWithoutReplanning();
   absl::StatusOr<control::AttachResponse> rank0 = Attach(job, 0);  // a retry: the same answer
   ASSERT_TRUE(rank0.ok()) << rank0.status();
   absl::StatusOr<control::GroupInfo> with0 = Group(job, {0, 4});
@@ -383,14 +393,8 @@ TEST_F(ManagerTest, ARanksReportedLinkFailureDetachesItAndRevokesItsGroups) {
 // detach names the attachment it ended (host_psns), and a report of the
 // earlier attachment that comes late (its heartbeat's answer lost) leaves
 // the new one alone; one of the new attachment detaches it.
-TEST_F(ManagerTest, AReportOfAnEarlierAttachmentLeavesTheNewOneAlone) {
-  ManagerOptions options;
-  options.host_timeout = absl::ZeroDuration();
-  options.replan_on_failure = false;
-  Start("two_level.yaml", options);
-  RegisterAll();
-  control::CreateJobResponse job = CreateJob(kTwoLevelHosts);
-  AttachAll(job, 8);  // rank 1 with PSN 1
+TEST_F(ManagerFailuresTest, AReportOfAnEarlierAttachmentLeavesTheNewOneAlone) {
+  control::CreateJobResponse job = JobOfEightWithoutReplanning();  // rank 1 with PSN 1
   std::shared_ptr<EventStream> w4 = Watch(job, 4);
   auto report = [&](uint32_t psn) {
     control::HostHeartbeatRequest hb;
@@ -429,14 +433,8 @@ TEST_F(ManagerTest, AReportOfAnEarlierAttachmentLeavesTheNewOneAlone) {
 // A revoked group's multicast address is not given again while its
 // processes may be joined there: DestroyGroup of the revoked group (which
 // answers NOT_FOUND) gives it back.
-TEST_F(ManagerTest, ARevokedGroupsAddressComesBackWhenItsProcessesDestroyIt) {
-  ManagerOptions options;
-  options.host_timeout = absl::ZeroDuration();
-  options.replan_on_failure = false;
-  Start("two_level.yaml", options);
-  RegisterAll();
-  control::CreateJobResponse job = CreateJob(kTwoLevelHosts);
-  AttachAll(job, 8);
+TEST_F(ManagerFailuresTest, ARevokedGroupsAddressComesBackWhenItsProcessesDestroyIt) {
+  control::CreateJobResponse job = JobOfEightWithoutReplanning();
   absl::StatusOr<control::GroupInfo> doomed = Group(job, {0, 4});  // through leaf2
   ASSERT_TRUE(doomed.ok()) << doomed.status();
   fabric_->SetConnected("leaf2", false);
