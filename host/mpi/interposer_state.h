@@ -125,6 +125,11 @@ struct CommState {
   netfold_group_t group = nullptr;
   int rank = 0, size = 0;
   uint64_t completed = 0;
+  // After a failure of the fabric (kFabricError), a blocking collective on
+  // the communicator was reached: the nonblocking operations every rank
+  // started before it are the same ones (they still go down the fabric's
+  // path and are recovered in turn), and those after it go to MPI at once.
+  bool settled = false;
   LastOp last;
   // Nonblocking operations started on the fabric and not completed yet, in
   // start order (they complete in that order: Completed keeps `completed`
@@ -194,6 +199,11 @@ void Completed(CommState* s, const Pending& p);
 // (the whole vector). `nonblocking`: see mpi_interposer.cc. Defined there.
 CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count, bool has_op,
                   bool nonblocking = false);
+// A blocking collective on `comm` that goes through the node hierarchy
+// (which the communicator's own state does not see): settles a
+// communicator the fabric failed under (CommState::settled), as Usable
+// does for the others. Defined in mpi_interposer.cc.
+void SettleAfterFailure(MPI_Comm comm);
 // Usable, for a blocking collective: the communicator's nonblocking
 // operations complete first (and may send it to PMPI).
 CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,

@@ -407,8 +407,13 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
   }
   if (s->mode != CommState::Mode::kFabric) {
     if (s->pmpi_reason == kFabricError && s->group != nullptr) {
-      if (nonblocking) return s;
-      // Counted as the nonblocking ones are (by Resync): a rank that was
+      // Until a blocking collective settles the communicator, a nonblocking
+      // operation goes down the fabric's path (where it fails at once and
+      // is recovered in its turn), whatever each rank had outstanding when
+      // the fabric failed; from there on, to MPI.
+      if (nonblocking && !s->settled) return s;
+      if (!nonblocking) s->settled = true;
+      // Counted as the recovered ones are (by Resync): a rank that was
       // behind when the fabric failed runs on MPI, as a new call, the
       // operation the ranks ahead ran again in the resync and counted.
       ++s->completed;
@@ -417,6 +422,15 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
   }
   Tell(comm, kOffloadedBit, kind);
   return s;
+}
+
+void SettleAfterFailure(MPI_Comm comm) {
+  Global& g = G();
+  std::lock_guard<std::mutex> lock(g.mu);
+  auto it = g.comms.find(Key(comm));
+  if (it == g.comms.end()) return;
+  CommState* s = it->second.get();
+  if (s->mode == CommState::Mode::kPmpi && s->pmpi_reason == kFabricError) s->settled = true;
 }
 
 // Usable, for a blocking collective: the communicator's nonblocking

@@ -136,6 +136,10 @@ void RootLate();
 // "compute phase"), then `rounds` new communicators, each used once:
 // rank 0 prints how long the slowest took.
 void NewComms(double seconds, int rounds);
+// Nonblocking allreduces of 1000 ints on the world, each waited for and
+// checked; after 3, "phase 1 done" and a wait for the driver's outage,
+// then `before` more, one blocking allreduce, and `after` more.
+void NonblockingOutage(int before, int after);
 // World and three duplicates, an allreduce on each per round; after round
 // 3, "phase 1 done" and a wait for the driver's cut (NETFOLD_TEST_OUTAGE_FILE),
 // then `rounds` more: rank 0 prints the slowest round after the cut. With

@@ -738,6 +738,9 @@ int main(int argc, char** argv) {
   else if (what == "new_comms") {
     NewComms(argc > 2 ? std::atof(argv[2]) : 8, argc > 3 ? std::atoi(argv[3]) : 4);
   }
+  else if (what == "nb_outage") {
+    NonblockingOutage(argc > 2 ? std::atoi(argv[2]) : 5, argc > 3 ? std::atoi(argv[3]) : 20);
+  }
   else if (what == "link_cut") {
     LinkCut(argc > 2 ? std::atoi(argv[2]) : 10, argc > 3 ? std::atof(argv[3]) : 0);
   }

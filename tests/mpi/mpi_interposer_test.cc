@@ -530,6 +530,34 @@ TEST(MpiInterposerOutage, ACommunicatorCreatedAfterALeafCameBackIsOffloaded) {
   EXPECT_EQ(offloaded, 5u) << r.output;
 }
 
+// Nonblocking allreduces when the switches die: those started before the
+// next blocking collective go down the fabric's path and are recovered one
+// by one (each re-run on MPI, "reduced again"); the blocking collective
+// settles the communicator and those after it run on MPI at once. With two
+// ranks per host the blocking one goes through the node hierarchy, which
+// the world's own state does not see, and settles it as well. Before, every
+// later nonblocking operation was recovered one by one, for good.
+TEST(MpiInterposerOutage, NonblockingCallsAfterABlockingOneRunOnMpiAtOnce) {
+  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
+  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  for (int per_host : {1, 2}) {
+    SCOPED_TRACE(per_host);
+    auto fabric = FourHostFabric();
+    ASSERT_TRUE(fabric.ok()) << fabric.status();
+    MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+        **fabric, 4, {"nb_outage", "5", "20"},
+        {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"},
+         {"NETFOLD_TEST_RANKS_PER_HOST", std::to_string(per_host)}},
+        absl::Minutes(3));
+    ExpectPassed(r, "nb_outage");
+    // 4000 bytes per operation and rank, 4 ranks: at most the 5 before the
+    // blocking one (and one in flight at the kill), not the 20 after it.
+    const double again = SecondsAfter(r.output, "reduced again on MPI ");
+    EXPECT_GT(again, 0) << r.output;
+    EXPECT_LE(again, 6 * 4000 * 4) << r.output;
+  }
+}
+
 // NETFOLD_MPI_ENABLE=1 and a fabric that dies: the failed collective goes
 // through the communicator's error handler, as an error inside MPI would.
 // The default handler aborts the job (a program that does not check return

@@ -116,6 +116,34 @@ void CheckedAllreduce(MPI_Comm comm, int salt) {
 
 }  // namespace
 
+void NonblockingOutage(int before, int after) {
+  const int n = 1000;
+  std::vector<int32_t> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
+  auto checked = [&](int salt) {
+    for (int k = 0; k < n; ++k) in[static_cast<size_t>(k)] = g_rank + k + salt;
+    MPI_Request q;
+    MPI_Iallreduce(in.data(), out.data(), n, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q);
+    MPI_Wait(&q, MPI_STATUS_IGNORE);
+    ++g_checks;
+    for (int k = 0; k < n; ++k) {
+      if (out[static_cast<size_t>(k)] != g_size * (k + salt) + g_size * (g_size - 1) / 2) {
+        Fail("iallreduce " + std::to_string(salt));
+        break;
+      }
+    }
+  };
+  for (int i = 0; i < 3; ++i) checked(i);
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (g_rank == 0) {
+    std::printf("phase 1 done\n");
+    std::fflush(stdout);
+  }
+  WaitForTheDriver();
+  for (int i = 0; i < before; ++i) checked(100 + i);
+  CheckedAllreduce(MPI_COMM_WORLD, 5);  // blocking: settles the communicator
+  for (int i = 0; i < after; ++i) checked(200 + i);
+}
+
 void NewComms(double seconds, int rounds) {
   for (int i = 0; i < 5; ++i) CheckedAllreduce(MPI_COMM_WORLD, i);
   if (g_rank == 0) {
