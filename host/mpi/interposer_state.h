@@ -112,6 +112,10 @@ struct Pending {
   // saved for it.
   bool knows_written = false;
   netfold_written_t written{};
+  bool nonblocking = false;       // started with a request (StartNonblocking)
+  // Resync found that the other ranks had completed it (this rank was
+  // behind): not a point where every rank is (Recover).
+  bool others_completed = false;
 };
 
 struct NbOp;  // a nonblocking operation on the fabric (mpi_nonblocking.h)
@@ -125,10 +129,13 @@ struct CommState {
   netfold_group_t group = nullptr;
   int rank = 0, size = 0;
   uint64_t completed = 0;
-  // After a failure of the fabric (kFabricError), a blocking collective on
-  // the communicator was reached: the nonblocking operations every rank
-  // started before it are the same ones (they still go down the fabric's
-  // path and are recovered in turn), and those after it go to MPI at once.
+  // After a failure of the fabric (kFabricError), every rank reached a
+  // blocking collective on the communicator in step and completed what it
+  // had outstanding (Usable, SettleAfterFailure, or Recover of a blocking
+  // operation no rank had completed): nonblocking operations after it go
+  // to MPI at once. Before, they go down the fabric's path and are
+  // recovered in turn, since ranks may have started different numbers of
+  // them when the fabric failed.
   bool settled = false;
   LastOp last;
   // Nonblocking operations started on the fabric and not completed yet, in
@@ -200,9 +207,10 @@ void Completed(CommState* s, const Pending& p);
 CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count, bool has_op,
                   bool nonblocking = false);
 // A blocking collective on `comm` that goes through the node hierarchy
-// (which the communicator's own state does not see): settles a
-// communicator the fabric failed under (CommState::settled), as Usable
-// does for the others. Defined in mpi_interposer.cc.
+// (which the communicator's own state does not see): completes the
+// communicator's outstanding nonblocking operations, as a blocking one on
+// it does (UsableNow), and settles it if the fabric failed under it
+// (CommState::settled). Defined in mpi_interposer.cc.
 void SettleAfterFailure(MPI_Comm comm);
 // Usable, for a blocking collective: the communicator's nonblocking
 // operations complete first (and may send it to PMPI).

@@ -412,7 +412,12 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
       // is recovered in its turn), whatever each rank had outstanding when
       // the fabric failed; from there on, to MPI.
       if (nonblocking && !s->settled) return s;
-      if (!nonblocking) s->settled = true;
+      if (!nonblocking && !s->settled) {
+        // Every rank is here, in step: what each started before is
+        // completed (recovered) first, so none is left on the fabric's path.
+        FinishOutstanding(s);
+        s->settled = true;
+      }
       // Counted as the recovered ones are (by Resync): a rank that was
       // behind when the fabric failed runs on MPI, as a new call, the
       // operation the ranks ahead ran again in the resync and counted.
@@ -426,11 +431,19 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
 
 void SettleAfterFailure(MPI_Comm comm) {
   Global& g = G();
-  std::lock_guard<std::mutex> lock(g.mu);
-  auto it = g.comms.find(Key(comm));
-  if (it == g.comms.end()) return;
-  CommState* s = it->second.get();
-  if (s->mode == CommState::Mode::kPmpi && s->pmpi_reason == kFabricError) s->settled = true;
+  CommState* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    auto it = g.comms.find(Key(comm));
+    if (it == g.comms.end()) return;
+    s = it->second.get();  // this thread's while it calls a collective on `comm`
+  }
+  // A rank that has not seen the failure yet sees it here, in its turn.
+  FinishOutstanding(s);
+  if (s->mode == CommState::Mode::kPmpi && s->pmpi_reason == kFabricError &&
+      s->group != nullptr) {
+    s->settled = true;
+  }
 }
 
 // Usable, for a blocking collective: the communicator's nonblocking

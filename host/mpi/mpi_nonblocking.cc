@@ -144,6 +144,7 @@ int StartNonblocking(MPI_Comm comm, CommState* s, Pending p,
   op->comm = comm;
   op->s = s;
   op->p = std::move(p);
+  op->p.nonblocking = true;
   const int rc = start(&op->nr);
   if (rc != NETFOLD_SUCCESS) op->start_error = netfold_last_error();
   int err = PMPI_Grequest_start(QueryRequest, FreeRequest, CancelRequest, op.get(), request);

@@ -298,6 +298,7 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
     G().reduced_again_bytes += exchange.reduced;
     G().recovered_bytes += exchange.delivered;
     s->completed = me.completed;
+    if (current != nullptr) current->others_completed = true;
     return MPI_SUCCESS;  // `current` was the operation some ranks missed, now complete
   }
   if (current == nullptr) return MPI_SUCCESS;
@@ -331,7 +332,12 @@ int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc, const std::
                      << " failed on the fabric (" << netfold_strerror(netfold_rc) << ": " << why
                      << "); re-running on MPI";
   s->mode = CommState::Mode::kPmpi;
-  return Resync(comm, s, &p);
+  const int rc = Resync(comm, s, &p);
+  // A blocking operation no rank had completed: every rank is in it (the
+  // ranks behind reach it as a new call, and settle in Usable), with
+  // nothing outstanding (UsableNow completed that before it started).
+  if (!p.nonblocking && !p.others_completed) s->settled = true;
+  return rc;
 }
 
 }  // namespace netfold::mpi

@@ -130,7 +130,7 @@ void WaitForTheDriver();
 // the middle of them; every element checked.
 void OutageInPlace(int count, int ops, bool reduces);
 // The root of a reduce behind the ranks that returned from it when the
-// switches die.
+// switches die; then nonblocking allreduces.
 void RootLate();
 // Allreduces, then a sleep of `seconds` (the driver stops the fabric on
 // "compute phase"), then `rounds` new communicators, each used once:
