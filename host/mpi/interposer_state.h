@@ -113,8 +113,9 @@ struct Pending {
   bool knows_written = false;
   netfold_written_t written{};
   bool nonblocking = false;       // started with a request (StartNonblocking)
-  // Resync found that the other ranks had completed it (this rank was
-  // behind): not a point where every rank is (Recover).
+  // Resync found that ranks ahead had completed it (this rank was behind:
+  // they are in the next operation): not a point where every rank is
+  // (Recover).
   bool others_completed = false;
 };
 

@@ -298,7 +298,9 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
     G().reduced_again_bytes += exchange.reduced;
     G().recovered_bytes += exchange.delivered;
     s->completed = me.completed;
-    if (current != nullptr) current->others_completed = true;
+    // Behind the others (not every member level, recovering the chunks of
+    // an allreduce together): they are in the next operation already.
+    if (current != nullptr && me.another_round) current->others_completed = true;
     return MPI_SUCCESS;  // `current` was the operation some ranks missed, now complete
   }
   if (current == nullptr) return MPI_SUCCESS;
