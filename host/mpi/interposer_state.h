@@ -133,7 +133,7 @@ struct CommState {
   // After a failure of the fabric (kFabricError), every rank reached a
   // blocking collective on the communicator in step and completed what it
   // had outstanding (Usable, SettleAfterFailure, or Recover of a blocking
-  // operation no rank had completed): nonblocking operations after it go
+  // operation it was not behind in): nonblocking operations after it go
   // to MPI at once. Before, they go down the fabric's path and are
   // recovered in turn, since ranks may have started different numbers of
   // them when the fabric failed.

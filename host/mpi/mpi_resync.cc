@@ -335,9 +335,10 @@ int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc, const std::
                      << "); re-running on MPI";
   s->mode = CommState::Mode::kPmpi;
   const int rc = Resync(comm, s, &p);
-  // A blocking operation no rank had completed: every rank is in it (the
-  // ranks behind reach it as a new call, and settle in Usable), with
-  // nothing outstanding (UsableNow completed that before it started).
+  // A blocking operation this rank was not behind in (no rank had
+  // completed it, or every rank recovered its chunks together): every rank
+  // is in it (ranks behind reach it as a new call, and settle in Usable),
+  // with nothing outstanding (UsableNow completed that before it started).
   if (!p.nonblocking && !p.others_completed) s->settled = true;
   return rc;
 }
