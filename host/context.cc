@@ -25,6 +25,13 @@ namespace {
 // may pass between threads in the middle: Group::LetOthersIn).
 thread_local int t_following = 0;
 
+// The first PSN of an attachment: random, never 0 (0 means "none" in the
+// manager's messages).
+uint32_t NewPsn() {
+  absl::BitGen gen;
+  return absl::Uniform<uint32_t>(gen, 1, 1u << 24);
+}
+
 }  // namespace
 
 Context::Context(const ContextOptions& options) : options_(options) {}
@@ -209,10 +216,7 @@ absl::Status Context::Join(Oob& world) {
 absl::StatusOr<control::AttachResponse> Context::RequestAttach(uint32_t plane,
                                                                const LeafLink& link,
                                                                uint32_t* psn) {
-  if (*psn == 0) {
-    absl::BitGen gen;
-    *psn = absl::Uniform<uint32_t>(gen, 1, 1u << 24);
-  }
+  if (*psn == 0) *psn = NewPsn();
   control::AttachRequest attach;
   attach.set_rank(static_cast<uint32_t>(options_.rank));
   attach.set_plane(plane);
@@ -310,8 +314,7 @@ absl::Status Context::Reattach(uint32_t plane) {
   // A new PSN (the manager takes the attach as a replacement), this rank's
   // from before the call on: a detach of the attachment before (an event,
   // a report) is told apart by its PSN, even one that comes during it.
-  absl::BitGen gen;
-  uint32_t psn = absl::Uniform<uint32_t>(gen, 1, 1u << 24);
+  uint32_t psn = NewPsn();
   attach_psn_[plane].store(psn);
   absl::StatusOr<control::AttachResponse> attached;
   times.attaching = true;  // other threads' groups go to the hosts meanwhile

@@ -104,11 +104,13 @@ void WaitForAGroup(const tools::LocalFabric& fabric) {
   }
 }
 
-// Every rank's stats line says it failed over to the hosts once.
-void ExpectEveryRankFailedOverOnce(const std::vector<RankResult>& results) {
+// Every rank's stats line says `groups` of its groups failed over to the
+// hosts.
+void ExpectEveryRankFailedOver(const std::vector<RankResult>& results, int groups = 1) {
   for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_NE(results[r].output.find("failovers=1"), std::string::npos)
-        << "rank " << r << " never failed over (was the switch killed too late?):\n"
+    EXPECT_NE(results[r].output.find(absl::StrFormat("failovers=%d,", groups)), std::string::npos)
+        << "rank " << r << " did not fail over " << groups
+        << " group(s) (was the fault too late?):\n"
         << results[r].output;
   }
 }
@@ -223,7 +225,7 @@ TEST(ProcessFaults, SwitchKilledMidJobFailsOverToTheHostsWithExactResults) {
   release.Raise();
   auto results = ranks.Wait(absl::Minutes(4));
   ExpectStreamClean(results);
-  ExpectEveryRankFailedOverOnce(results);
+  ExpectEveryRankFailedOver(results);
 }
 
 // fabric_rank `scenario` (`ops` operations of 1 Mi int32) on 4 ranks, leaf0
@@ -253,7 +255,7 @@ void KillALeafDuring(const std::string& scenario, int ops) {
     EXPECT_NE(results[r].output.find(clean), std::string::npos)
         << "rank " << r << ":\n" << results[r].output;
   }
-  ExpectEveryRankFailedOverOnce(results);
+  ExpectEveryRankFailedOver(results);
 }
 
 // A switch killed while 4 MiB in-place allreduces run back to back: the
@@ -297,7 +299,7 @@ TEST(ProcessFaults, TreeOrderFailoverGivesTheFabricsBitsExactly) {
   auto results = ranks.Wait(absl::Minutes(4));
   EXPECT_EQ(testing::AgreedDigest(results), healthy)
       << "the hosts did not reproduce the fabric's association order";
-  ExpectEveryRankFailedOverOnce(results);
+  ExpectEveryRankFailedOver(results);
 }
 
 TEST(ProcessFaults, RankKilledMidOperationFailsTheOthersWithinTheirDeadline) {
@@ -468,10 +470,7 @@ TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesOnlyItsGroupToTheHosts) {
   const std::vector<RankResult> results =
       CutOffALeafUnderTwoGroups({}, 2, "leaf1@1", Cut::kLeafForGood);
   ASSERT_EQ(results.size(), 2u);
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_NE(results[r].output.find("failovers=1,"), std::string::npos)
-        << "rank " << r << ":\n" << results[r].output;
-  }
+  ExpectEveryRankFailedOver(results, 1);
 }
 
 // Channels (NETFOLD_CHANNELS=2): both groups' operations run on both
@@ -481,10 +480,7 @@ TEST(LinkFaultsAtRunTime, APlanesLeafCutOffMovesEveryGroupWithAChannelThereToThe
   const std::vector<RankResult> results =
       CutOffALeafUnderTwoGroups({{"NETFOLD_CHANNELS", "2"}}, 2, "leaf1@1", Cut::kLeafForGood);
   ASSERT_EQ(results.size(), 2u);
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_NE(results[r].output.find("failovers=2,"), std::string::npos)
-        << "rank " << r << ":\n" << results[r].output;
-  }
+  ExpectEveryRankFailedOver(results, 2);
   // The group created afterwards: rank 0 offered both planes, rank 1 could
   // not attach in plane 1 any more, and the group went on plane 0 alone.
   EXPECT_NE(results[0].output.find("cannot take the group"), std::string::npos)
@@ -500,10 +496,7 @@ TEST(LinkFaultsAtRunTime, ARankWhoseLeafCameBackAttachesAgainForItsNextGroups) {
   const std::vector<RankResult> results =
       CutOffALeafUnderTwoGroups({}, 0, "leaf1", Cut::kRankLinkHealed);
   ASSERT_EQ(results.size(), 2u);
-  for (size_t r = 0; r < results.size(); ++r) {
-    EXPECT_NE(results[r].output.find("failovers=2,"), std::string::npos)
-        << "rank " << r << ":\n" << results[r].output;
-  }
+  ExpectEveryRankFailedOver(results, 2);
   EXPECT_NE(results[1].output.find("attached again in data plane 0"), std::string::npos)
       << results[1].output;
 }

@@ -122,10 +122,17 @@ MpiResult MpiRun(int np, const std::vector<std::string>& args, const Target& tar
 
 bool HaveMpirun() { return system("command -v mpirun >/dev/null 2>&1") == 0; }
 
+// Why an MPI test cannot run here, or "" if it can: every test skips with it.
+std::string MissingForMpi() {
+  if (!HaveMpirun()) return "mpirun is not installed (deploy/install-deps.sh installs Open MPI)";
+  if (!fs::exists(Interposer())) return "libnetfold_mpi.so was not built (no MPI development files)";
+  return "";
+}
+
 class MpiInterposer : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    if (!HaveMpirun() || !fs::exists(Interposer())) return;
+    if (!MissingForMpi().empty()) return;
     tools::LocalFabricOptions o;
     o.hosts = 8;
     auto fabric = tools::LocalFabric::Start(o);
@@ -140,8 +147,7 @@ class MpiInterposer : public ::testing::Test {
     fabric_ = nullptr;
   }
   void SetUp() override {
-    if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed (deploy/install-deps.sh installs Open MPI)";
-    if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built (no MPI development files)";
+    if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
     ASSERT_NE(fabric_, nullptr) << "could not start the fabric: " << start_error_;
   }
   static const tools::LocalFabric& manager() { return *fabric_; }
@@ -294,8 +300,7 @@ TEST_F(MpiInterposer, VerboseSaysEachDecisionOnceFromRankZero) {
 // the daemons and the ranks wait, not what they compute: every result of
 // the sweep is checked, and nothing may fall back to Open MPI.
 TEST(MpiInterposerPolling, EveryTypeAndOpOnFourPollingRanks) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   tools::LocalFabricOptions o;
   o.hosts = 4;
   o.switch_poll_us = 200;
@@ -347,8 +352,7 @@ MpiResult RunKillingTheSwitchesAtPhaseOne(tools::LocalFabric& fabric, int np,
 }
 
 TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   // NETFOLD_LOG_LEVEL=error: no rank says it re-runs on MPI (an info line).
@@ -366,8 +370,7 @@ TEST(MpiInterposerOutage, KilledSwitchesDoNotHangTheJobAndResultsStayRight) {
 // libnetfold's host algorithms, not to MPI, and the stats say how many of
 // the calls counted as offloaded ran there.
 TEST(MpiInterposerOutage, UnderAutoTheCallsOnTheHostAlgorithmsAreCounted) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   MpiResult r = RunKillingTheSwitchesAtPhaseOne(
@@ -413,8 +416,7 @@ void ExpectCompletedFromWhatTheFabricWrote(const MpiResult& r) {
 // fabric had written and the inputs it had not (no copy of the input is
 // kept), and every result is right.
 TEST(MpiInterposerOutage, AnInPlaceAllreduceCutShortIsCompletedFromWhatTheFabricWrote) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   for (int channels : {1, 2}) {
     // Two channels: what each wrote is merged into one window the
     // interposer reads (netfold_request_written), the channels kept
@@ -432,8 +434,7 @@ TEST(MpiInterposerOutage, AnInPlaceAllreduceCutShortIsCompletedFromWhatTheFabric
 // from what both channels wrote (one window of N x K chunks:
 // netfold_request_written), every element checked.
 TEST(MpiInterposerOutage, AnInPlaceAllreduceWithOnePlaneCutIsCompletedFromWhatBothChannelsWrote) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   ExpectCompletedFromWhatTheFabricWrote(
       RunBreakingTheFabric("outage_inplace", /*channels=*/2, [](tools::LocalFabric& f) {
         return f.SetLinkFault("leaf1@1", "down=1");
@@ -447,8 +448,7 @@ TEST(MpiInterposerOutage, AnInPlaceAllreduceWithOnePlaneCutIsCompletedFromWhatBo
 // a root behind ranks that returned gets the kept end reduced again
 // (host/resync_test.cc and host_fabric_test.cc force that case).
 TEST(MpiInterposerOutage, AReduceCutShortIsRunAgainAndEveryResultIsExact) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   const MpiResult r = RunBreakingTheFabric("outage_reduce");
   EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
 }
@@ -460,8 +460,7 @@ TEST(MpiInterposerOutage, AReduceCutShortIsRunAgainAndEveryResultIsExact) {
 // in step. Until the ranks counted their collectives on MPI after a
 // failover, finalize aborted the job here ("behind but in no operation").
 TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   // NETFOLD_LOG_LEVEL=info: each rank says which operation it re-runs on MPI.
@@ -485,8 +484,7 @@ TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds)
 // flight to fail), and those ranks waited out NETFOLD_TIMEOUT_MS in each
 // communicator in turn: 4 x 15 s here, 4 x 30 s by default.
 TEST(MpiInterposerOutage, ALeafCutOffCostsTheLinkBudgetNotADeadlinePerCommunicator) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   MpiResult r = RunWithAFaultAtPhaseOne(
@@ -505,8 +503,7 @@ TEST(MpiInterposerOutage, ALeafCutOffCostsTheLinkBudgetNotADeadlinePerCommunicat
 // too, is usable again 10 s after it failed). Before, those ranks stayed
 // detached and every later communicator ran on MPI ("group not created").
 TEST(MpiInterposerOutage, ACommunicatorCreatedAfterALeafCameBackIsOffloaded) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   std::thread heal;
@@ -539,8 +536,7 @@ TEST(MpiInterposerOutage, ACommunicatorCreatedAfterALeafCameBackIsOffloaded) {
 // the world's own state does not see, and settles it as well. Before, every
 // later nonblocking operation was recovered one by one, for good.
 TEST(MpiInterposerOutage, NonblockingCallsAfterABlockingOneRunOnMpiAtOnce) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   // (ranks per host, nonblocking operations before the blocking one); with
   // none, every rank meets the failure in the blocking allreduce itself and
   // settles in its recovery.
@@ -570,8 +566,7 @@ TEST(MpiInterposerOutage, NonblockingCallsAfterABlockingOneRunOnMpiAtOnce) {
 // codes must not go on with a buffer nothing wrote); MPI_ERRORS_RETURN
 // gets MPI_ERR_OTHER back.
 TEST(MpiInterposerOutage, UnderEnableOneAFabricFailureGoesThroughTheErrorHandler) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   for (const std::string handler : {"return", "fatal"}) {
     SCOPED_TRACE(handler);
     tools::LocalFabricOptions o;
@@ -659,8 +654,7 @@ TEST_F(MpiInterposer, NonblockingCollectivesAreOffloadedAndCompleteInAnyWaitForm
 // switch waits for the ranks' ACKs) and a 20 s pause loses its fabric: the
 // test can tell. All four jobs run at once, on one fabric.
 TEST(MpiComputePhase, EveryCollectiveStaysOnTheFabricAfterAMinuteOfCompute) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   tools::LocalFabricOptions o;
   o.hosts = 8;
   auto fabric = tools::LocalFabric::Start(o);
@@ -722,8 +716,7 @@ bool SomethingListensOn(uint16_t port) {
 // in another job, varies by more than that on a loaded machine), rank 0
 // says so in one line, and the job runs on MPI itself.
 TEST(MpiStartup, NoManagerIsToldInOneLineWithinASecond) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   // A manager that was killed leaves a port nobody listens on.
   tools::LocalFabricOptions o;
   o.hosts = 2;
@@ -759,8 +752,7 @@ TEST(MpiStartup, NoManagerIsToldInOneLineWithinASecond) {
 // The whole fabric stopped while the job computes (netfold down): the job
 // recovers on MPI itself and MPI_Finalize does not wait for the manager.
 TEST(MpiStartup, FinalizeDoesNotWaitForAStoppedFabric) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   MpiResult r = MpiRun(4, {"pause", "5", "100", "sleep"}, **fabric,
@@ -780,8 +772,7 @@ TEST(MpiStartup, FinalizeDoesNotWaitForAStoppedFabric) {
 // since), and says so. Before, each took the whole 5 s here, 30 s by
 // default.
 TEST(MpiStartup, NewCommunicatorsAfterTheFabricStoppedDoNotWaitForTheManager) {
-  if (!HaveMpirun()) GTEST_SKIP() << "mpirun is not installed";
-  if (!fs::exists(Interposer())) GTEST_SKIP() << "libnetfold_mpi.so was not built";
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   MpiResult r = MpiRun(4, {"new_comms", "12", "4"}, **fabric,
