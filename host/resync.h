@@ -17,10 +17,10 @@
 //
 // The protocol (collective over the members):
 // 1. The members learn every member's count of completed operations (and
-//    what the fabric wrote of the allreduce each is in); lo and hi are the
-//    smallest and largest count. More than one apart: FailedPrecondition
-//    (each member waits for an operation before starting the next, so that
-//    cannot happen to a blocking caller).
+//    of started ones, and what the fabric wrote of the allreduce each is
+//    in); lo and hi are the smallest and largest count. More than one
+//    apart: FailedPrecondition (each member waits for an operation before
+//    starting the next, so that cannot happen to a blocking caller).
 // 2. Equal, and every member in an allreduce whose written chunks it knows
 //    (WrittenChunks): the members complete it chunk by chunk
 //    (RecoverChunks): a chunk whose result reached some member is handed to
@@ -137,6 +137,11 @@ struct ResyncMember {
   int rank = 0;
   int size = 1;
   uint64_t completed = 0;  // operations this member completed; updated
+  // Operations this member started (completed, in progress, and `current`),
+  // for callers that start one before the last completes; Resync sets
+  // most_started to the largest count of any member (step 1).
+  uint64_t started = 0;
+  uint64_t most_started = 0;
   // The operation this member is in (the first it did not complete), if
   // any, and where its result goes (allreduce, bcast).
   std::optional<ResyncOp> current;
@@ -150,9 +155,9 @@ struct ResyncMember {
   // `current`'s result over its input (in place), so that it cannot be run
   // again from it.
   bool current_input_unsure = false;
-  // The caller runs Resync again at once, at every member, when it sets
-  // another_round (Group::Failover can; the MPI interposer, whose members
-  // return to the application, cannot).
+  // The caller runs Resync again when it sets another_round: Group::Failover
+  // at once, at every member; the MPI interposer at the members ahead, whom
+  // the others meet in that operation in their turn.
   bool second_round = false;
   // Set by Resync when some members were behind: every member now stands
   // at its next operation, which may have been written in part at some
@@ -231,16 +236,17 @@ enum class ResyncOutcome {
 
 // What each member tells the others first (Resync, step 1).
 struct ResyncCounts {
-  static constexpr size_t kValues = 5;
+  static constexpr size_t kValues = 6;
   static constexpr uint64_t kUnknown = UINT64_MAX;  // no WrittenChunks
   uint64_t completed = 0;
   uint64_t first_missing = kUnknown;  // of current_written
   uint64_t end = 0;  // WrittenChunks::End; without them 1 if current_input_unsure
   uint64_t chunk_bytes = 0;
   uint64_t total_bytes = 0;  // of current_result
+  uint64_t started = 0;
 
   static ResyncCounts Of(const ResyncMember& m) {
-    ResyncCounts c{.completed = m.completed};
+    ResyncCounts c{.completed = m.completed, .started = m.started};
     if (!m.current_written && m.current_input_unsure) c.end = 1;  // counts as written
     if (m.current_written) {
       c.first_missing = m.current_written->first_missing;
@@ -252,7 +258,7 @@ struct ResyncCounts {
   }
   static ResyncCounts At(const std::vector<uint64_t>& all, size_t member) {
     const uint64_t* v = all.data() + member * kValues;
-    return {v[0], v[1], v[2], v[3], v[4]};
+    return {v[0], v[1], v[2], v[3], v[4], v[5]};
   }
 };
 
@@ -332,8 +338,9 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
     member.current_written.reset();  // not usable: as if the caller had not said
   }
   const ResyncCounts counts = ResyncCounts::Of(member);
-  const uint64_t mine[ResyncCounts::kValues] = {counts.completed, counts.first_missing, counts.end,
-                                                counts.chunk_bytes, counts.total_bytes};
+  const uint64_t mine[ResyncCounts::kValues] = {counts.completed,   counts.first_missing,
+                                                counts.end,         counts.chunk_bytes,
+                                                counts.total_bytes, counts.started};
   std::vector<uint64_t> values;
   NETFOLD_RETURN_IF_ERROR(exchange.AllgatherCounts(mine, &values));
   if (values.size() != static_cast<size_t>(member.size) * ResyncCounts::kValues) {
@@ -342,9 +349,11 @@ inline absl::StatusOr<ResyncOutcome> Resync(ResyncExchange& exchange, ResyncMemb
   std::vector<uint64_t> all(static_cast<size_t>(member.size));
   bool all_know = true, written_somewhere = false, same_shape = true;
   uint64_t first_missing = UINT64_MAX, end = 0, chunk_bytes = 0;
+  member.most_started = 0;
   for (size_t i = 0; i < all.size(); ++i) {
     const ResyncCounts c = ResyncCounts::At(values, i);
     all[i] = c.completed;
+    member.most_started = std::max(member.most_started, c.started);
     if (c.first_missing == ResyncCounts::kUnknown) {
       all_know = false;
       written_somewhere = written_somewhere || c.end > 0;  // unsure

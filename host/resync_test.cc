@@ -267,6 +267,23 @@ TEST(Resync, AMemberBehindGetsTheEndTheOthersKeptAndEndsWithTheWholeResult) {
   }
 }
 
+// Members that start an operation before the last completes (the MPI
+// interposer's nonblocking ones) learn how many any member started, the
+// ones ahead and behind alike.
+TEST(Resync, EveryMemberLearnsTheMostOperationsAnyMemberStarted) {
+  std::vector<uint8_t> result(100, 3), behind_buffer(100, 0);
+  std::vector<ResyncMember> m =
+      Members({5, 4, 5}, CollectiveType::kAllreduce, result, 1, behind_buffer);
+  m[0].started = 6;
+  m[1].started = 5;
+  m[2].started = 8;
+  const auto out = RunAll(m);
+  for (size_t i = 0; i < m.size(); ++i) {
+    ASSERT_TRUE(out[i].ok()) << out[i].status();
+    EXPECT_EQ(m[i].most_started, 8u) << "member " << i;
+  }
+}
+
 // A bcast rooted at member 2: only the root keeps the end of the result
 // (BcastRootKeeps); members 0 and 3, ahead as well, kept nothing, and the
 // member behind gets what it lacks from the root.

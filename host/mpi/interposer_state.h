@@ -12,9 +12,11 @@
 //
 // Thread safety (MPI_THREAD_MULTIPLE): Global::mu guards the maps of
 // communicators and what was told, the counters are atomics, and a
-// CommState is touched only by the thread calling a collective on its
+// CommState is touched by the thread calling a collective on its
 // communicator (MPI makes the application order calls on one
-// communicator). MPI_Init* and MPI_Finalize run alone.
+// communicator), and by any thread completing one of its nonblocking
+// operations: that one holds CommState::nb_mu, and so does Usable while
+// it decides. MPI_Init* and MPI_Finalize run alone.
 #ifndef NETFOLD_HOST_MPI_INTERPOSER_STATE_H_
 #define NETFOLD_HOST_MPI_INTERPOSER_STATE_H_
 
@@ -27,6 +29,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -112,35 +115,38 @@ struct Pending {
   // saved for it.
   bool knows_written = false;
   netfold_written_t written{};
-  bool nonblocking = false;       // started with a request (StartNonblocking)
-  // Resync found that ranks ahead had completed it (this rank was behind:
-  // they are in the next operation): not a point where every rank is
-  // (Recover).
-  bool others_completed = false;
 };
 
 struct NbOp;  // a nonblocking operation on the fabric (mpi_nonblocking.h)
 
 struct CommState {
-  enum class Mode { kUnknown, kFabric, kPmpi } mode = Mode::kUnknown;
+  enum class Mode { kUnknown, kFabric, kPmpi };
+  // Atomic: read without a lock (OnFabric) while another thread completing
+  // the communicator's operations may meet a failure (Recover, under
+  // nb_mu, which also guards the decision in Usable).
+  std::atomic<Mode> mode = Mode::kUnknown;
   uint64_t seq = 0;  // creation order: the order in which finalize settles communicators
   Reason pmpi_reason = kFabricError;  // why mode is kPmpi
   std::string pmpi_detail;            // the fabric's words for it (kGroupFailed, kFabricError)
   MPI_Comm oob = MPI_COMM_NULL;  // our private duplicate for out-of-band collectives
   netfold_group_t group = nullptr;
   int rank = 0, size = 0;
-  uint64_t completed = 0;
-  // After a failure of the fabric (kFabricError), every rank reached a
-  // blocking collective on the communicator in step and completed what it
-  // had outstanding (Usable, SettleAfterFailure, or Recover of a blocking
-  // operation it was not behind in): nonblocking operations after it go
-  // to MPI at once. Before, they go down the fabric's path and are
-  // recovered in turn, since ranks may have started different numbers of
-  // them when the fabric failed.
-  bool settled = false;
+  // The communicator's operations in the order every rank starts them
+  // (blocking or not): how many this rank started on the fabric (or, after
+  // a failure, on its way: below), and how many of those completed, which
+  // the failover compares across ranks (Resync).
+  uint64_t started = 0, completed = 0;
+  // After the fabric failed under the communicator (kFabricError): the
+  // most operations any rank had started when the ranks first met in a
+  // resync, which every rank learns there. Each operation up to it was
+  // started on the fabric somewhere, so at every rank it goes the fabric's
+  // way (failing at once, without touching the fabric) and is recovered in
+  // its turn by a resync, however far each rank had got; every later one
+  // goes to MPI at once, blocking or not, and is not counted.
+  std::optional<uint64_t> last_to_recover;
   LastOp last;
-  // Nonblocking operations started on the fabric and not completed yet, in
-  // start order (they complete in that order: Completed keeps `completed`
+  // Nonblocking operations Usable let through (started on the fabric, or
+  // failed at once after a failure) and not completed yet, in start order (they complete in that order: Completed keeps `completed`
   // and `last` in step with the other ranks). Under nb_mu: MPI lets
   // several threads complete requests of one communicator at once.
   std::mutex nb_mu;
@@ -202,21 +208,26 @@ inline size_t Bytes(MPI_Datatype type, int count) {
 // (for Resync). Defined in mpi_interposer.cc.
 void Completed(CommState* s, const Pending& p);
 
-// The state of `comm` if this collective can go to the fabric; nullptr
+// The state of `comm` if this collective goes the fabric's way; nullptr
 // (with the reason counted) if it goes to PMPI. `count` elements of `type`
-// (the whole vector). `nonblocking`: see mpi_interposer.cc. Defined there.
+// (the whole vector). A blocking collective first completes the
+// communicator's nonblocking operations (which may send it to PMPI).
+// Defined in mpi_interposer.cc.
 CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count, bool has_op,
                   bool nonblocking = false);
 // A blocking collective on `comm` that goes through the node hierarchy
-// (which the communicator's own state does not see): completes the
-// communicator's outstanding nonblocking operations, as a blocking one on
-// it does (UsableNow), and settles it if the fabric failed under it
-// (CommState::settled). Defined in mpi_interposer.cc.
-void SettleAfterFailure(MPI_Comm comm);
-// Usable, for a blocking collective: the communicator's nonblocking
-// operations complete first (and may send it to PMPI).
-CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
-                     bool has_op);
+// (over other communicators): completes `comm`'s own outstanding
+// nonblocking operations first, as one Usable lets through does. A rank
+// whose operation failed may be recovering it already (MPI_Test completes
+// too), and waits for this rank in that resync. Defined in
+// mpi_interposer.cc.
+void FinishFlatOperations(MPI_Comm comm);
+// Whether an operation Usable let through starts on the fabric. Not after
+// the fabric failed under the communicator: it is one of those to recover
+// (CommState::last_to_recover), which fails at once with kFailedEarlier,
+// and Recover completes it.
+inline bool OnFabric(const CommState* s) { return s->mode == CommState::Mode::kFabric; }
+inline constexpr int kFailedEarlier = NETFOLD_ERR_ABORTED;
 // An in-place input (Bytes(p.type, p.count) of p.recvbuf), kept before the
 // fabric writes the result over it: the failover re-runs from it. (Not for
 // an allreduce: NoteWritten.)

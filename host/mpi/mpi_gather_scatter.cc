@@ -40,9 +40,8 @@ CommState* Refuse(MPI_Comm comm, Reason why, Kind kind) {
 
 CommState* UsableFor(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
                      bool nonblocking) {
-  const bool reduces = kind == kReduceScatter;
-  return nonblocking ? netfold::mpi::Usable(comm, kind, type, op, count, reduces, true)
-                     : netfold::mpi::UsableNow(comm, kind, type, op, count, reduces);
+  return netfold::mpi::Usable(comm, kind, type, op, count, /*has_op=*/kind == kReduceScatter,
+                              nonblocking);
 }
 
 // Why an allgather of `counts[r]` elements of `recvtype` per rank (packed
@@ -146,7 +145,8 @@ int StartOnFabric(CommState* s, const Pending& p, netfold_request_t* r) {
 
 // Runs `p` on the fabric, blocking, recovering it on MPI if the fabric fails.
 int RunBlocking(MPI_Comm comm, CommState* s, Pending& p) {
-  const int rc = StartOnFabric(s, p, nullptr);
+  const int rc =
+      netfold::mpi::OnFabric(s) ? StartOnFabric(s, p, nullptr) : netfold::mpi::kFailedEarlier;
   if (rc != NETFOLD_SUCCESS) return netfold::mpi::Recover(comm, s, p, rc);
   netfold::mpi::Completed(s, p);
   return MPI_SUCCESS;

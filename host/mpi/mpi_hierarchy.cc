@@ -179,7 +179,7 @@ const NodeSplit* HierarchyFor(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_O
   }
   if (count < 0 || !Eligible(kind, type, op, count)) return nullptr;
   if (known != nullptr) {
-    SettleAfterFailure(comm);  // a blocking collective the flat state does not see
+    FinishFlatOperations(comm);  // a blocking collective the flat state does not see
     return known;
   }
   int inter = 0, size = 0;
@@ -193,7 +193,7 @@ const NodeSplit* HierarchyFor(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_O
     splits.by_comm[Key(comm)] = std::move(made);
   }
   if (!h->applies) return nullptr;
-  SettleAfterFailure(comm);
+  FinishFlatOperations(comm);
   Tell(comm, kHierarchyBit, kind, [&] {
     int size_of = 0;
     PMPI_Comm_size(comm, &size_of);

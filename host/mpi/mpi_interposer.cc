@@ -167,6 +167,7 @@ using netfold::mpi::Global;
 using netfold::mpi::Hierarchy;
 using netfold::mpi::Key;
 using netfold::mpi::Kind;
+using netfold::mpi::kFailedEarlier;
 using netfold::mpi::kKindNames;
 using netfold::mpi::kOffloadedBit;
 using netfold::mpi::kReasonNames;
@@ -180,7 +181,6 @@ using netfold::mpi::SaveInPlaceInput;
 using netfold::mpi::StartNonblocking;
 using netfold::mpi::Tell;
 using netfold::mpi::Usable;
-using netfold::mpi::UsableNow;
 using enum netfold::mpi::Kind;
 using enum netfold::mpi::Reason;
 
@@ -297,16 +297,14 @@ std::string TypeText(MPI_Datatype type) {
 
 namespace netfold::mpi {
 
-// The state of `comm` if this collective can go to the fabric; nullptr
+// The state of `comm` if this collective goes the fabric's way; nullptr
 // (with the reason counted) if it goes to PMPI.
 //
-// `nonblocking`: a communicator the fabric failed under still takes its
-// nonblocking collectives down the fabric's path, where they fail and are
-// recovered through Resync one by one, as the other ranks recover the
-// nonblocking operations they still had outstanding on the fabric: every
-// rank treats each operation alike, however far ahead it had started
-// operations when the fabric failed. (A blocking collective first completes
-// what is outstanding, so there every rank is in step and goes to PMPI.)
+// After the fabric failed under the communicator, the operations some rank
+// had started on it when the ranks first resynchronised still go the
+// fabric's way, at every rank and blocking or not: each fails at once
+// (OnFabric) and is recovered by a resync in its turn, as at the ranks
+// that started it on the fabric. Every later one goes to PMPI.
 CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
                   bool has_op, bool nonblocking) {
   Global& g = G();
@@ -405,31 +403,28 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
     }
     s->mode = CommState::Mode::kFabric;
   }
-  if (s->mode != CommState::Mode::kFabric) {
-    if (s->pmpi_reason == kFabricError && s->group != nullptr) {
-      // Until a blocking collective settles the communicator, a nonblocking
-      // operation goes down the fabric's path (where it fails at once and
-      // is recovered in its turn), whatever each rank had outstanding when
-      // the fabric failed; from there on, to MPI.
-      if (nonblocking && !s->settled) return s;
-      if (!nonblocking && !s->settled) {
-        // Every rank is here, in step: what each started before is
-        // completed (recovered) first, so none is left on the fabric's path.
-        FinishOutstanding(s);
-        s->settled = true;
-      }
-      // Counted as the recovered ones are (by Resync): a rank that was
-      // behind when the fabric failed runs on MPI, as a new call, the
-      // operation the ranks ahead ran again in the resync and counted.
-      ++s->completed;
-    }
-    return fallback(s->pmpi_reason);
+  // A blocking collective: the nonblocking operations started before it
+  // complete first (a failure among them may send the communicator to
+  // PMPI).
+  if (!nonblocking) FinishOutstanding(s);
+  bool fabric = false, way = false;
+  Reason why = kFabricError;
+  {
+    // Under the queue's lock: another thread completing the communicator's
+    // operations may be meeting a failure (Recover changes mode and sets
+    // last_to_recover under it).
+    std::lock_guard<std::mutex> lock(s->nb_mu);
+    fabric = OnFabric(s);
+    why = s->pmpi_reason;
+    way = fabric || (why == kFabricError && s->started < s->last_to_recover.value_or(0));
+    if (way) ++s->started;
   }
-  Tell(comm, kOffloadedBit, kind);
+  if (!way) return fallback(why);
+  if (fabric) Tell(comm, kOffloadedBit, kind);
   return s;
 }
 
-void SettleAfterFailure(MPI_Comm comm) {
+void FinishFlatOperations(MPI_Comm comm) {
   Global& g = G();
   CommState* s = nullptr;
   {
@@ -438,23 +433,7 @@ void SettleAfterFailure(MPI_Comm comm) {
     if (it == g.comms.end()) return;
     s = it->second.get();  // this thread's while it calls a collective on `comm`
   }
-  // A rank that has not seen the failure yet sees it here, in its turn.
   FinishOutstanding(s);
-  if (s->mode == CommState::Mode::kPmpi && s->pmpi_reason == kFabricError &&
-      s->group != nullptr) {
-    s->settled = true;
-  }
-}
-
-// Usable, for a blocking collective: the communicator's nonblocking
-// operations on the fabric complete first (they started first), and a
-// failure among them may have sent the communicator to PMPI.
-CommState* UsableNow(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int count,
-                     bool has_op) {
-  CommState* s = Usable(comm, kind, type, op, count, has_op);
-  if (s == nullptr) return s;
-  FinishOutstanding(s);  // takes the queue's lock: sees what another thread completed
-  return s->mode == CommState::Mode::kFabric ? s : Usable(comm, kind, type, op, count, has_op);
 }
 
 void SaveInPlaceInput(Pending& p) {
@@ -484,9 +463,7 @@ void ReleaseComm(MPI_Comm comm, bool destroy_group) {
   }
   if (s->oob != MPI_COMM_NULL) {
     FinishOutstanding(s);  // MPI lets a communicator be freed with operations pending
-    if (s->mode == CommState::Mode::kFabric || s->group != nullptr) {
-      (void)Resync(comm, s, nullptr);  // every member is here: settle doubts
-    }
+    ResyncAtEnd(comm, s);
     if (destroy_group && s->group != nullptr) netfold_group_destroy(s->group);
     PMPI_Comm_free(&s->oob);
   }
@@ -531,10 +508,10 @@ int MPI_Finalize(void) {
     for (const auto& [seq, k] : order) {
       CommState* s = g.comms[k].get();
       FinishOutstanding(s);
-      if (s->oob != MPI_COMM_NULL && s->group != nullptr) {
+      if (s->oob != MPI_COMM_NULL) {
         MPI_Comm c = MPI_COMM_NULL;
         std::memcpy(&c, &k, sizeof(c));
-        (void)Resync(c, s, nullptr);
+        ResyncAtEnd(c, s);
       }
     }
     if (g.config.stats) {
@@ -617,15 +594,17 @@ int MPI_Allreduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype ty
   if (const auto* h = netfold::mpi::HierarchyFor(comm, kAllreduce, type, op, count)) {
     return netfold::mpi::HierAllreduce(sendbuf, recvbuf, count, type, op, comm, *h);
   }
-  CommState* s = UsableNow(comm, kAllreduce, type, op, count, true);
+  CommState* s = Usable(comm, kAllreduce, type, op, count, true);
   if (s == nullptr) return PMPI_Allreduce(sendbuf, recvbuf, count, type, op, comm);
   Pending p{kAllreduce, sendbuf, recvbuf, count, type, op, 0, {}};
   // Started and waited for as a request, which says after a failure what
   // the fabric wrote: the failover needs no copy of an in-place input.
   netfold_request_t request = nullptr;
-  int rc = netfold_allreduce_nb(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
-                                recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
-                                *NetfoldOp(op), &request);
+  int rc = !OnFabric(s) ? kFailedEarlier
+                       : netfold_allreduce_nb(s->group,
+                                              sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
+                                              recvbuf, static_cast<size_t>(count),
+                                              *NetfoldDatatype(type), *NetfoldOp(op), &request);
   if (rc == NETFOLD_SUCCESS) rc = netfold_request_wait(request);
   if (rc != NETFOLD_SUCCESS) {
     const std::string why = netfold_last_error();
@@ -643,14 +622,16 @@ int MPI_Reduce(const void* sendbuf, void* recvbuf, int count, MPI_Datatype type,
   if (const auto* h = netfold::mpi::HierarchyFor(comm, kReduce, type, op, count)) {
     return netfold::mpi::HierReduce(sendbuf, recvbuf, count, type, op, root, comm, *h);
   }
-  CommState* s = UsableNow(comm, kReduce, type, op, count, true);
+  CommState* s = Usable(comm, kReduce, type, op, count, true);
   if (s == nullptr) return PMPI_Reduce(sendbuf, recvbuf, count, type, op, root, comm);
   Pending p{kReduce, sendbuf, recvbuf, count, type, op, root, {}};
   SaveInPlaceInput(p);
   // Non-roots may pass a NULL recvbuf; the library only writes at the root.
-  const int rc = netfold_reduce(s->group, sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
-                                recvbuf, static_cast<size_t>(count), *NetfoldDatatype(type),
-                                *NetfoldOp(op), root);
+  const int rc = !OnFabric(s) ? kFailedEarlier
+                             : netfold_reduce(s->group,
+                                              sendbuf == MPI_IN_PLACE ? NETFOLD_IN_PLACE : sendbuf,
+                                              recvbuf, static_cast<size_t>(count),
+                                              *NetfoldDatatype(type), *NetfoldOp(op), root);
   if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
   Completed(s, p);
   return MPI_SUCCESS;
@@ -661,7 +642,7 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
   if (const auto* h = netfold::mpi::HierarchyFor(comm, kBcast, type, MPI_OP_NULL, count)) {
     return netfold::mpi::HierBcast(buffer, count, type, root, comm, *h);
   }
-  CommState* s = UsableNow(comm, kBcast, type, MPI_OP_NULL, count, false);
+  CommState* s = Usable(comm, kBcast, type, MPI_OP_NULL, count, false);
   if (s == nullptr) return PMPI_Bcast(buffer, count, type, root, comm);
   // The fabric broadcasts bytes: the buffer itself when the data is
   // contiguous, else MPI's packed form, unpacked at the other ranks. Every
@@ -682,7 +663,9 @@ int MPI_Bcast(void* buffer, int count, MPI_Datatype type, int root, MPI_Comm com
     }
   }
   Pending p{kBcast, wire, wire, bytes, MPI_BYTE, MPI_OP_NULL, root, {}};
-  const int rc = netfold_bcast(s->group, wire, static_cast<size_t>(bytes), NETFOLD_DTYPE_UINT8, root);
+  const int rc = !OnFabric(s) ? kFailedEarlier
+                             : netfold_bcast(s->group, wire, static_cast<size_t>(bytes),
+                                             NETFOLD_DTYPE_UINT8, root);
   int result = MPI_SUCCESS;
   if (rc != NETFOLD_SUCCESS) {
     result = Recover(comm, s, p, rc);
@@ -700,10 +683,10 @@ int MPI_Barrier(MPI_Comm comm) {
   if (const auto* h = netfold::mpi::HierarchyFor(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0)) {
     return netfold::mpi::HierBarrier(comm, *h);
   }
-  CommState* s = UsableNow(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, false);
+  CommState* s = Usable(comm, kBarrier, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, false);
   if (s == nullptr) return PMPI_Barrier(comm);
   Pending p{kBarrier, nullptr, nullptr, 0, MPI_DATATYPE_NULL, MPI_OP_NULL, 0, {}};
-  const int rc = netfold_barrier(s->group);
+  const int rc = OnFabric(s) ? netfold_barrier(s->group) : kFailedEarlier;
   if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
   Completed(s, p);
   return MPI_SUCCESS;

@@ -82,6 +82,11 @@ bool CompleteOldest(NbOp* op, bool wait) {
   op->done = true;
   if (rc == NETFOLD_SUCCESS) {
     Completed(op->s, op->p);
+    // The fabric completed it here after this rank had met a failure under
+    // the communicator: it is among the operations the ranks recover in
+    // turn (CommState::last_to_recover), the others in a resync, which this
+    // rank takes part in with it complete.
+    if (!OnFabric(op->s)) op->error = Resync(op->comm, op->s, nullptr);
   } else {
     op->error = Recover(op->comm, op->s, op->p, rc, why);
   }
@@ -144,9 +149,8 @@ int StartNonblocking(MPI_Comm comm, CommState* s, Pending p,
   op->comm = comm;
   op->s = s;
   op->p = std::move(p);
-  op->p.nonblocking = true;
-  const int rc = start(&op->nr);
-  if (rc != NETFOLD_SUCCESS) op->start_error = netfold_last_error();
+  const int rc = OnFabric(s) ? start(&op->nr) : kFailedEarlier;
+  if (rc != NETFOLD_SUCCESS) op->start_error = OnFabric(s) ? netfold_last_error() : "";
   int err = PMPI_Grequest_start(QueryRequest, FreeRequest, CancelRequest, op.get(), request);
   if (err != MPI_SUCCESS) {
     if (rc == NETFOLD_SUCCESS) netfold_request_free(op->nr);  // waits for it

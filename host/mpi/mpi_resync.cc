@@ -248,7 +248,8 @@ netfold::host::ResyncOp AsResyncOp(Kind kind, int root) {
 }  // namespace
 
 int Resync(MPI_Comm comm, CommState* s, Pending* current) {
-  netfold::host::ResyncMember me{.rank = s->rank, .size = s->size, .completed = s->completed};
+  netfold::host::ResyncMember me{
+      .rank = s->rank, .size = s->size, .completed = s->completed, .started = s->started};
   if (current != nullptr) {
     me.current = AsResyncOp(current->kind, current->root);
     if (current->kind == kAllreduce || current->kind == kBcast || current->kind == kAllgather) {
@@ -280,8 +281,23 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
   me.last_result = s->last.result;
   me.last_input_bytes = s->last.input_bytes;
   me.last_input_kept = s->last.input.size();
+  // This rank may be ahead, in the operation after the one others have not
+  // completed: it meets them again in it (below).
+  me.second_round = current != nullptr;
   MpiResyncExchange exchange(s, current);
   absl::StatusOr<netfold::host::ResyncOutcome> outcome = netfold::host::Resync(exchange, me);
+  // What any rank had started when the ranks first met here: those
+  // operations are recovered in turn, every later one runs on MPI
+  // (CommState::last_to_recover).
+  if (outcome.ok() && !s->last_to_recover) s->last_to_recover = me.most_started;
+  if (outcome.ok() && *outcome == netfold::host::ResyncOutcome::kInStep && me.another_round &&
+      current != nullptr) {
+    // Ahead: the others now stand where this rank does, in `current`,
+    // which is among the operations to recover, so they reach this point
+    // in it in their turn: the ranks resolve it as ranks in step.
+    me.another_round = false;
+    outcome = netfold::host::Resync(exchange, me);
+  }
   if (!outcome.ok()) {
     std::fprintf(stderr, "netfold-mpi: rank %d: cannot recover from a fabric failure: %s\n",
                  G().world_rank, std::string(outcome.status().message()).c_str());
@@ -298,16 +314,20 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
     G().reduced_again_bytes += exchange.reduced;
     G().recovered_bytes += exchange.delivered;
     s->completed = me.completed;
-    // Behind the others (not every member level, recovering the chunks of
-    // an allreduce together): they are in the next operation already.
-    if (current != nullptr && me.another_round) current->others_completed = true;
     return MPI_SUCCESS;  // `current` was the operation some ranks missed, now complete
   }
   if (current == nullptr) return MPI_SUCCESS;
-  // `current` is an operation no rank completed: every rank re-runs it.
-  const int rc = RunOnPmpi(comm, *current);
+  // `current` is an operation no rank completed: every rank re-runs it, on
+  // the private duplicate like the rest of the recovery, so that it cannot
+  // cross the operations after the last to recover, which run on `comm`
+  // itself and may start before it (nonblocking) at some ranks.
+  const int rc = RunOnPmpi(s->oob, *current);
   if (rc == MPI_SUCCESS) ++s->completed;
   return rc;
+}
+
+void ResyncAtEnd(MPI_Comm comm, CommState* s) {
+  if (s->group != nullptr && !s->last_to_recover) (void)Resync(comm, s, nullptr);
 }
 
 int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc, const std::string& why) {
@@ -324,23 +344,19 @@ int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc, const std::
     return MPI_ERR_OTHER;
   }
   ++g.fallbacks[kFabricError];
-  s->pmpi_reason = kFabricError;
-  s->pmpi_detail = absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
-                                   netfold_strerror(netfold_rc), why);
-  Tell(comm, kFabricError, p.kind, [&] { return s->pmpi_detail; });
-  // Every rank's own line, at info: NETFOLD_MPI_VERBOSE's line above is rank
-  // 0's, once per communicator.
-  NETFOLD_LOG(kInfo) << "netfold-mpi: rank " << g.world_rank << ": " << kKindNames[p.kind]
-                     << " failed on the fabric (" << netfold_strerror(netfold_rc) << ": " << why
-                     << "); re-running on MPI";
-  s->mode = CommState::Mode::kPmpi;
-  const int rc = Resync(comm, s, &p);
-  // A blocking operation this rank was not behind in (no rank had
-  // completed it, or every rank recovered its chunks together): every rank
-  // is in it (ranks behind reach it as a new call, and settle in Usable),
-  // with nothing outstanding (UsableNow completed that before it started).
-  if (!p.nonblocking && !p.others_completed) s->settled = true;
-  return rc;
+  if (OnFabric(s)) {  // the first failure this rank meets on the communicator
+    s->pmpi_reason = kFabricError;
+    s->pmpi_detail = absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
+                                     netfold_strerror(netfold_rc), why);
+    Tell(comm, kFabricError, p.kind, [&] { return s->pmpi_detail; });
+    // Every rank's own line, at info: NETFOLD_MPI_VERBOSE's line above is
+    // rank 0's, once per communicator.
+    NETFOLD_LOG(kInfo) << "netfold-mpi: rank " << g.world_rank << ": " << kKindNames[p.kind]
+                       << " failed on the fabric (" << netfold_strerror(netfold_rc) << ": "
+                       << why << "); re-running on MPI";
+    s->mode = CommState::Mode::kPmpi;
+  }
+  return Resync(comm, s, &p);
 }
 
 }  // namespace netfold::mpi

@@ -9,7 +9,7 @@
 //   const int rc = netfold_allreduce(s->group, ...);
 //   if (rc != NETFOLD_SUCCESS) return Recover(comm, s, p, rc);
 //   ...
-//   (void)Resync(comm, s, nullptr);  // at MPI_Comm_free / MPI_Finalize
+//   ResyncAtEnd(comm, s);  // at MPI_Comm_free / MPI_Finalize
 //
 // Both are collective over the communicator's members. Thread safety: that
 // of host/mpi/interposer_state.h (none).
@@ -30,6 +30,14 @@ namespace netfold::mpi {
 // MPI_SUCCESS, an MPI error code, or MPI_ERR_OTHER when the ranks cannot
 // be brought back in step (the job is aborted unless an MPI exchange failed).
 int Resync(MPI_Comm comm, CommState* s, Pending* current);
+
+// At MPI_Comm_free and MPI_Finalize, every member there with nothing
+// outstanding (FinishOutstanding): Resync(comm, s, nullptr) if the
+// communicator has a group whose members have not met in a resync yet.
+// Once they have (CommState::last_to_recover), every operation in doubt
+// was recovered in its turn, and a rank that was ahead may have left after
+// the resync at its own free, which was the others' recovery.
+void ResyncAtEnd(MPI_Comm comm, CommState* s);
 
 // A fabric operation `p` failed on this rank with `netfold_rc`. With
 // NETFOLD_MPI_ENABLE=1: the communicator's error handler is called and

@@ -130,16 +130,18 @@ void WaitForTheDriver();
 // the middle of them; every element checked.
 void OutageInPlace(int count, int ops, bool reduces);
 // The root of a reduce behind the ranks that returned from it when the
-// switches die; then nonblocking allreduces.
-void RootLate();
+// switches die; `next`: what the ranks ahead do next ("blocking_next",
+// "nonblocking_next", "free_next").
+void RootLate(const std::string& next);
 // Allreduces, then a sleep of `seconds` (the driver stops the fabric on
 // "compute phase"), then `rounds` new communicators, each used once:
 // rank 0 prints how long the slowest took.
 void NewComms(double seconds, int rounds);
 // Nonblocking allreduces of 1000 ints on the world, each waited for and
 // checked; after 3, "phase 1 done" and a wait for the driver's outage,
-// then `before` more, one blocking allreduce, and `after` more.
-void NonblockingOutage(int before, int after);
+// then `before` more, one blocking allreduce (if `blocking`), and `after`
+// more.
+void NonblockingOutage(int before, int after, bool blocking);
 // World and three duplicates, an allreduce on each per round; after round
 // 3, "phase 1 done" and a wait for the driver's cut (NETFOLD_TEST_OUTAGE_FILE),
 // then `rounds` more: rank 0 prints the slowest round after the cut. With

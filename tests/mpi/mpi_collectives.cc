@@ -22,7 +22,8 @@
 //                             after the third ("phase 1 done")
 //   mpi_collectives outage_reduce COUNT OPS   the same with reduces to a
 //                             moving root
-//   mpi_collectives root_late  a reduce's root behind the ranks that
+//   mpi_collectives root_late [blocking_next|nonblocking_next|free_next]
+//                             a reduce's root behind the ranks that
 //                             returned from it when the switches die
 //   mpi_collectives strict return|fatal   phase 1 of outage, then (with
 //                             NETFOLD_MPI_ENABLE=1) one allreduce on the dead
@@ -720,7 +721,7 @@ int main(int argc, char** argv) {
     OutageInPlace(argc > 2 ? std::atoi(argv[2]) : 1 << 20, argc > 3 ? std::atoi(argv[3]) : 30,
                   what == "outage_reduce");
   }
-  else if (what == "root_late") RootLate();
+  else if (what == "root_late") RootLate(argc > 2 ? argv[2] : "blocking_next");
   else if (what == "verbose") Verbose(argc > 2 ? std::atoi(argv[2]) : 0);
   else if (what == "threads") {
     Threads(argc > 2 ? std::atoi(argv[2]) : 100);
@@ -739,7 +740,8 @@ int main(int argc, char** argv) {
     NewComms(argc > 2 ? std::atof(argv[2]) : 8, argc > 3 ? std::atoi(argv[3]) : 4);
   }
   else if (what == "nb_outage") {
-    NonblockingOutage(argc > 2 ? std::atoi(argv[2]) : 5, argc > 3 ? std::atoi(argv[3]) : 20);
+    NonblockingOutage(argc > 2 ? std::atoi(argv[2]) : 5, argc > 3 ? std::atoi(argv[3]) : 20,
+                      argc <= 4 || std::string(argv[4]) != "nonblocking_only");
   }
   else if (what == "link_cut") {
     LinkCut(argc > 2 ? std::atoi(argv[2]) : 10, argc > 3 ? std::atof(argv[3]) : 0);

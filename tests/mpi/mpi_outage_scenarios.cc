@@ -60,9 +60,13 @@ void OutageInPlace(int count, int ops, bool reduces) {
 // on to the next reduce. Rank 0 prints "phase 1 done", waits until the
 // driver killed the switches (NETFOLD_TEST_OUTAGE_FILE), then starts the
 // reduce: it is behind the others, in it, and gets it reduced again from
-// what they kept. Every later collective runs on MPI, and finalize finds
-// the ranks in step.
-void RootLate() {
+// what they kept. The operations after it are recovered or run on MPI,
+// and finalize finds the ranks in step. What comes next at the ranks ahead,
+// where they meet the failure while rank 0 is still in the reduce: a
+// reduce ("blocking_next"), an MPI_Iallreduce ("nonblocking_next"), or
+// ("free_next") MPI_Comm_free of the duplicate of the world the late reduce
+// runs on.
+void RootLate(const std::string& next) {
   const int count = 2048;  // 8 KiB: 3 chunks of 4032 bytes
   std::vector<int32_t> in(count), out(count);
   auto check = [&](int op, int root) {
@@ -75,17 +79,22 @@ void RootLate() {
       }
     }
   };
-  auto reduce = [&](int op, int root) {
+  auto reduce = [&](int op, int root, MPI_Comm comm = MPI_COMM_WORLD) {
     for (int i = 0; i < count; ++i) in[i] = (g_rank + 1) * (op + 1) + i;
     out.assign(count, -1);
-    MPI_Reduce(in.data(), out.data(), count, MPI_INT, MPI_SUM, root, MPI_COMM_WORLD);
+    MPI_Reduce(in.data(), out.data(), count, MPI_INT, MPI_SUM, root, comm);
     check(op, root);
   };
+  MPI_Comm late = MPI_COMM_WORLD;
+  if (next == "free_next") {
+    MPI_Comm_dup(MPI_COMM_WORLD, &late);
+    MPI_Barrier(late);  // on the fabric, which gives it a group
+  }
   for (int op = 0; op < 3; ++op) reduce(op, op % g_size);
   MPI_Barrier(MPI_COMM_WORLD);  // every earlier operation is complete everywhere
   int token = 0;
   if (g_rank != 0) {
-    reduce(3, 0);  // returns once the input has left
+    reduce(3, 0, late);  // returns once the input has left
     MPI_Send(&token, 1, MPI_INT, 0, 7, MPI_COMM_WORLD);
   } else {
     for (int r = 1; r < g_size; ++r) {
@@ -94,21 +103,25 @@ void RootLate() {
     std::printf("phase 1 done\n");
     std::fflush(stdout);
     WaitForTheDriver();
-    reduce(3, 0);
+    reduce(3, 0, late);
   }
+  if (late != MPI_COMM_WORLD) MPI_Comm_free(&late);
+  // Nonblocking operations: every rank must run them the same way, though
+  // the ranks that were ahead met the failure in the operation after reduce
+  // 3 and rank 0 in reduce 3 itself.
+  auto iallreduces = [&] {
+    for (int op = 100; op < 103; ++op) {
+      int32_t x = g_rank + op, sum = -1;
+      MPI_Request q;
+      MPI_Iallreduce(&x, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q);
+      MPI_Wait(&q, MPI_STATUS_IGNORE);
+      ++g_checks;
+      if (sum != g_size * (g_size - 1) / 2 + g_size * op) Fail("iallreduce " + std::to_string(op));
+    }
+  };
+  if (next == "nonblocking_next") iallreduces();
   reduce(4, 0);
-  // Nonblocking operations right after: every rank must send them the same
-  // way, though the ranks that were ahead met the failure in reduce 4 (and
-  // settled the communicator in its recovery) and rank 0 in reduce 3 (and
-  // settled it at reduce 4, a new call).
-  for (int op = 100; op < 103; ++op) {
-    int32_t x = g_rank + op, sum = -1;
-    MPI_Request q;
-    MPI_Iallreduce(&x, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD, &q);
-    MPI_Wait(&q, MPI_STATUS_IGNORE);
-    ++g_checks;
-    if (sum != g_size * (g_size - 1) / 2 + g_size * op) Fail("iallreduce " + std::to_string(op));
-  }
+  if (next != "nonblocking_next") iallreduces();
   for (int op = 5; op < 8; ++op) reduce(op, op % g_size);
 }
 
@@ -129,7 +142,7 @@ void CheckedAllreduce(MPI_Comm comm, int salt) {
 
 }  // namespace
 
-void NonblockingOutage(int before, int after) {
+void NonblockingOutage(int before, int after, bool blocking) {
   const int n = 1000;
   std::vector<int32_t> in(static_cast<size_t>(n)), out(static_cast<size_t>(n));
   auto checked = [&](int salt) {
@@ -153,7 +166,7 @@ void NonblockingOutage(int before, int after) {
   }
   WaitForTheDriver();
   for (int i = 0; i < before; ++i) checked(100 + i);
-  CheckedAllreduce(MPI_COMM_WORLD, 5);  // blocking: settles the communicator
+  if (blocking) CheckedAllreduce(MPI_COMM_WORLD, 5);
   for (int i = 0; i < after; ++i) checked(200 + i);
 }
 
