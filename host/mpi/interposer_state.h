@@ -85,6 +85,9 @@ struct Config {
   bool stats = false;
   bool verbose = false;
   Hierarchy hierarchy = Hierarchy::kAuto;
+  // How long a rank waits for the others to join a recovery (mpi_resync.cc)
+  // before it aborts the job.
+  int resync_timeout_s = 600;
 };
 
 // The last operation a communicator completed on the fabric, kept so that

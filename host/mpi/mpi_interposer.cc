@@ -18,7 +18,8 @@
 // (2), NETFOLD_MPI_STATS=0|1 (counts printed by rank 0 at MPI_Finalize),
 // NETFOLD_MPI_VERBOSE=0|1 (each communicator's decision, printed by its
 // rank 0 when it is taken),
-// NETFOLD_MPI_HIERARCHY=auto|flat|node, plus the library's NETFOLD_* (docs/host.md).
+// NETFOLD_MPI_HIERARCHY=auto|flat|node, NETFOLD_MPI_RESYNC_TIMEOUT_S (600), plus
+// the library's NETFOLD_* (docs/host.md).
 //
 // The state these pieces share is host/mpi/interposer_state.h; the failover
 // after a fabric failure is host/mpi/mpi_resync.cc; allgather and
@@ -213,12 +214,20 @@ Config ReadConfig() {
     else if (s == "try" || s.empty()) c.enable = Enable::kTry;
     else std::fprintf(stderr, "netfold-mpi: ignoring NETFOLD_MPI_ENABLE='%s' (0, 1 or try)\n", v);
   }
-  if (const char* v = std::getenv("NETFOLD_MPI_MIN_COMM_SIZE")) {
+  // A positive integer, or a line saying it is ignored.
+  auto positive = [](const char* name, int* out) {
+    const char* v = std::getenv(name);
+    if (v == nullptr) return;
     char* end = nullptr;
-    long n = std::strtol(v, &end, 10);
-    if (end != v && *end == '\0' && n >= 1 && n < INT32_MAX) c.min_comm_size = static_cast<int>(n);
-    else std::fprintf(stderr, "netfold-mpi: ignoring NETFOLD_MPI_MIN_COMM_SIZE='%s'\n", v);
-  }
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n >= 1 && n < INT32_MAX) {
+      *out = static_cast<int>(n);
+    } else {
+      std::fprintf(stderr, "netfold-mpi: ignoring %s='%s'\n", name, v);
+    }
+  };
+  positive("NETFOLD_MPI_MIN_COMM_SIZE", &c.min_comm_size);
+  positive("NETFOLD_MPI_RESYNC_TIMEOUT_S", &c.resync_timeout_s);
   if (const char* v = std::getenv("NETFOLD_MPI_STATS")) c.stats = std::string(v) == "1";
   if (const char* v = std::getenv("NETFOLD_MPI_VERBOSE")) c.verbose = std::string(v) == "1";
   if (const char* v = std::getenv("NETFOLD_MPI_HIERARCHY")) {

@@ -4,6 +4,7 @@
 #include "host/mpi/mpi_resync.h"
 
 #include <mpi.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -17,6 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/resync.h"
@@ -70,13 +73,41 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
  public:
   MpiResyncExchange(CommState* s, Pending* current) : s_(s), current_(current) {}
 
+  // The first exchange, where a rank waits for the others to reach the
+  // recovery, which they do only when they meet the failure themselves.
+  // A rank that was ahead of this one, its operation complete (the
+  // non-roots of a reduce return once their input has left), meets it at
+  // its next operation on the communicator, which may come much later; or
+  // never, if it waits first in another communicator for this rank. So
+  // the wait has a deadline, NETFOLD_MPI_RESYNC_TIMEOUT_S, past which the
+  // job is aborted with the reason rather than left hanging.
   absl::Status AllgatherCounts(std::span<const uint64_t> mine,
                                std::vector<uint64_t>* all) override {
     const int n = static_cast<int>(mine.size());
     all->assign(static_cast<size_t>(s_->size) * mine.size(), 0);
-    return FromMpi(PMPI_Allgather(mine.data(), n, MPI_UINT64_T, all->data(), n, MPI_UINT64_T,
-                                  s_->oob),
-                   "MPI_Allgather");
+    MPI_Request request = MPI_REQUEST_NULL;
+    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Iallgather(mine.data(), n, MPI_UINT64_T, all->data(), n,
+                                                    MPI_UINT64_T, s_->oob, &request),
+                                    "MPI_Iallgather"));
+    const int timeout_s = G().config.resync_timeout_s;
+    const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+    for (useconds_t pause = 20;; pause = std::min<useconds_t>(2 * pause, 10000)) {
+      int done = 0;
+      NETFOLD_RETURN_IF_ERROR(
+          FromMpi(PMPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
+      if (done) return absl::OkStatus();
+      if (absl::Now() > deadline) break;
+      usleep(pause);
+    }
+    std::fprintf(stderr,
+                 "netfold-mpi: rank %d: the other ranks of a communicator of %d did not join "
+                 "the recovery from a fabric failure within %d s "
+                 "(NETFOLD_MPI_RESYNC_TIMEOUT_S): one that had completed the operation may be "
+                 "waiting for this rank in another communicator (docs/mpi.md, \"When the "
+                 "fabric fails mid-run\"); aborting the job\n",
+                 G().world_rank, s_->size, timeout_s);
+    PMPI_Abort(MPI_COMM_WORLD, 1);
+    return absl::DeadlineExceededError("resync: the other ranks did not join");
   }
 
   absl::Status OrAll(std::span<uint8_t> bytes) override {

@@ -131,7 +131,7 @@ void WaitForTheDriver();
 void OutageInPlace(int count, int ops, bool reduces);
 // The root of a reduce behind the ranks that returned from it when the
 // switches die; `next`: what the ranks ahead do next ("blocking_next",
-// "nonblocking_next", "free_next").
+// "nonblocking_next", "free_next", "cross_next").
 void RootLate(const std::string& next);
 // Allreduces, then a sleep of `seconds` (the driver stops the fabric on
 // "compute phase"), then `rounds` new communicators, each used once:

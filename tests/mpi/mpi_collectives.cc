@@ -22,7 +22,7 @@
 //                             after the third ("phase 1 done")
 //   mpi_collectives outage_reduce COUNT OPS   the same with reduces to a
 //                             moving root
-//   mpi_collectives root_late [blocking_next|nonblocking_next|free_next]
+//   mpi_collectives root_late [blocking_next|nonblocking_next|free_next|cross_next]
 //                             a reduce's root behind the ranks that
 //                             returned from it when the switches die
 //   mpi_collectives strict return|fatal   phase 1 of outage, then (with

@@ -483,6 +483,25 @@ TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds)
   }
 }
 
+// The same, the ranks ahead going on to an allreduce on the world, which
+// waits for the root, while the root waits for them in its recovery: no
+// order completes both. The first rank to wait NETFOLD_MPI_RESYNC_TIMEOUT_S
+// in a recovery aborts the job, saying why, rather than leave it hanging.
+TEST(MpiInterposerOutage, ARecoveryTheOtherRanksCannotJoinAbortsTheJobAtItsDeadline) {
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
+  auto fabric = FourHostFabric();
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  const absl::Time start = absl::Now();
+  MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+      **fabric, 4, {"root_late", "cross_next"},
+      {{"NETFOLD_TIMEOUT_MS", "3000"}, {"NETFOLD_MPI_RESYNC_TIMEOUT_S", "5"}}, absl::Minutes(2));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("did not join the recovery from a fabric failure within 5 s"),
+            std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("[killed by the test"), std::string::npos) << r.output;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(60));
+}
+
 // One leaf's links cut (both ways, for good) under four communicators in
 // use: its ranks' links fail after their retry budget (about 3 s) and they
 // tell the manager in a heartbeat, which detaches them and revokes the

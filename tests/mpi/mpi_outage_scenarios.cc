@@ -63,9 +63,11 @@ void OutageInPlace(int count, int ops, bool reduces) {
 // what they kept. The operations after it are recovered or run on MPI,
 // and finalize finds the ranks in step. What comes next at the ranks ahead,
 // where they meet the failure while rank 0 is still in the reduce: a
-// reduce ("blocking_next"), an MPI_Iallreduce ("nonblocking_next"), or
+// reduce ("blocking_next"), an MPI_Iallreduce ("nonblocking_next"),
 // ("free_next") MPI_Comm_free of the duplicate of the world the late reduce
-// runs on.
+// runs on, or ("cross_next") an allreduce on the world, which waits for
+// rank 0 while rank 0 waits for them in the duplicate's recovery: the job
+// cannot end.
 void RootLate(const std::string& next) {
   const int count = 2048;  // 8 KiB: 3 chunks of 4032 bytes
   std::vector<int32_t> in(count), out(count);
@@ -86,7 +88,7 @@ void RootLate(const std::string& next) {
     check(op, root);
   };
   MPI_Comm late = MPI_COMM_WORLD;
-  if (next == "free_next") {
+  if (next == "free_next" || next == "cross_next") {
     MPI_Comm_dup(MPI_COMM_WORLD, &late);
     MPI_Barrier(late);  // on the fabric, which gives it a group
   }
@@ -104,6 +106,10 @@ void RootLate(const std::string& next) {
     std::fflush(stdout);
     WaitForTheDriver();
     reduce(3, 0, late);
+  }
+  if (next == "cross_next") {
+    int one = 1, sum = 0;
+    MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
   }
   if (late != MPI_COMM_WORLD) MPI_Comm_free(&late);
   // Nonblocking operations: every rank must run them the same way, though
