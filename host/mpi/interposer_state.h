@@ -53,6 +53,7 @@ enum Reason {
   kOpNotAllowed,     // an op MPI does not define on the type
   kGroupFailed,      // the fabric refused a group (no resources, ...)
   kFabricError,      // the fabric failed during an operation (re-run on PMPI)
+  kAfterFailure,     // a call after the operations the failover recovered
   kNonblocking,      // a nonblocking bcast of a non-contiguous datatype
   kHugeCount,        // count * size over 2^31 bytes
   kNonContiguous,    // allgather of a datatype that is not contiguous
@@ -63,7 +64,8 @@ inline constexpr const char* kReasonNames[kNumReasons] = {
     "disabled (NETFOLD_MPI_ENABLE=0)", "no fabric (netfold_init failed)",
     "communicator too small", "inter-communicator", "user-defined op",
     "unsupported datatype", "op not allowed on type", "group not created",
-    "fabric error (re-run on PMPI)", "nonblocking bcast of a non-contiguous datatype",
+    "fabric error (re-run on PMPI)", "on MPI after a fabric failure",
+    "nonblocking bcast of a non-contiguous datatype",
     "message too large", "allgather of a non-contiguous datatype",
     "allgatherv with gaps or blocks out of rank order"};
 
@@ -125,8 +127,8 @@ struct NbOp;  // a nonblocking operation on the fabric (mpi_nonblocking.h)
 struct CommState {
   enum class Mode { kUnknown, kFabric, kPmpi };
   // Atomic: read without a lock (OnFabric) while another thread completing
-  // the communicator's operations may meet a failure (Recover, under
-  // nb_mu, which also guards the decision in Usable).
+  // the communicator's nonblocking operations may meet a failure (Recover,
+  // then under nb_mu, which also guards the decision in Usable).
   std::atomic<Mode> mode = Mode::kUnknown;
   uint64_t seq = 0;  // creation order: the order in which finalize settles communicators
   Reason pmpi_reason = kFabricError;  // why mode is kPmpi

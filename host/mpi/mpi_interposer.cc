@@ -328,7 +328,8 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
         case kCommTooSmall:
           return absl::StrFormat("NETFOLD_MPI_MIN_COMM_SIZE=%d", g.config.min_comm_size);
         case kGroupFailed:
-        case kFabricError: {
+        case kFabricError:
+        case kAfterFailure: {
           std::lock_guard<std::mutex> lock(g.mu);
           auto it = g.comms.find(Key(comm));
           return it == g.comms.end() ? std::string() : it->second->pmpi_detail;
@@ -428,7 +429,7 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
     way = fabric || (why == kFabricError && s->started < s->last_to_recover.value_or(0));
     if (way) ++s->started;
   }
-  if (!way) return fallback(why);
+  if (!way) return fallback(why == kFabricError ? kAfterFailure : why);
   if (fabric) Tell(comm, kOffloadedBit, kind);
   return s;
 }

@@ -80,7 +80,10 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
   // its next operation on the communicator, which may come much later; or
   // never, if it waits first in another communicator for this rank. So
   // the wait has a deadline, NETFOLD_MPI_RESYNC_TIMEOUT_S, past which the
-  // job is aborted with the reason rather than left hanging.
+  // job is aborted with the reason rather than left hanging. Not at a
+  // rank that has met no failure (MPI_Comm_free, MPI_Finalize): it waits
+  // for the others as long as MPI's own collectives would. (Nonblocking
+  // at every rank: MPI matches a nonblocking collective only with another.)
   absl::Status AllgatherCounts(std::span<const uint64_t> mine,
                                std::vector<uint64_t>* all) override {
     const int n = static_cast<int>(mine.size());
@@ -89,6 +92,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
     NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Iallgather(mine.data(), n, MPI_UINT64_T, all->data(), n,
                                                     MPI_UINT64_T, s_->oob, &request),
                                     "MPI_Iallgather"));
+    if (OnFabric(s_)) return FromMpi(PMPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
     const int timeout_s = G().config.resync_timeout_s;
     const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
     for (useconds_t pause = 20;; pause = std::min<useconds_t>(2 * pause, 10000)) {

@@ -12,7 +12,8 @@
 //   ResyncAtEnd(comm, s);  // at MPI_Comm_free / MPI_Finalize
 //
 // Both are collective over the communicator's members. Thread safety: that
-// of host/mpi/interposer_state.h (none).
+// of host/mpi/interposer_state.h (one thread per communicator at a time,
+// holding CommState::nb_mu when it completes a nonblocking operation).
 #ifndef NETFOLD_HOST_MPI_MPI_RESYNC_H_
 #define NETFOLD_HOST_MPI_MPI_RESYNC_H_
 

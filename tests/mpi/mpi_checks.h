@@ -133,6 +133,9 @@ void OutageInPlace(int count, int ops, bool reduces);
 // switches die; `next`: what the ranks ahead do next ("blocking_next",
 // "nonblocking_next", "free_next", "cross_next").
 void RootLate(const std::string& next);
+// One allreduce on a duplicate of the world, then rank 0 sleeps `seconds`
+// before it frees it, which the others wait for in MPI_Comm_free.
+void LateToFree(int seconds);
 // Allreduces, then a sleep of `seconds` (the driver stops the fabric on
 // "compute phase"), then `rounds` new communicators, each used once:
 // rank 0 prints how long the slowest took.

@@ -722,6 +722,7 @@ int main(int argc, char** argv) {
                   what == "outage_reduce");
   }
   else if (what == "root_late") RootLate(argc > 2 ? argv[2] : "blocking_next");
+  else if (what == "late_to_free") LateToFree(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (what == "verbose") Verbose(argc > 2 ? std::atoi(argv[2]) : 0);
   else if (what == "threads") {
     Threads(argc > 2 ? std::atoi(argv[2]) : 100);

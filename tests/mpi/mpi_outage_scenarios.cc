@@ -131,6 +131,17 @@ void RootLate(const std::string& next) {
   for (int op = 5; op < 8; ++op) reduce(op, op % g_size);
 }
 
+void LateToFree(int seconds) {
+  MPI_Comm dup;
+  MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+  int one = 1, sum = 0;
+  MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, dup);
+  ++g_checks;
+  if (sum != g_size) Fail("allreduce");
+  if (g_rank == 0) sleep(static_cast<unsigned>(seconds));
+  MPI_Comm_free(&dup);
+}
+
 namespace {
 
 // An allreduce of one int on `comm`, checked.

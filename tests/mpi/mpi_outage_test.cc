@@ -170,6 +170,20 @@ TEST(MpiInterposerOutage, ARecoveryTheOtherRanksCannotJoinAbortsTheJobAtItsDeadl
   EXPECT_LT(absl::Now() - start, absl::Seconds(60));
 }
 
+// The deadline is for a recovery only: with no failure, the ranks wait in
+// MPI_Comm_free (whose check of the communicator uses the same exchange)
+// for a rank that comes 4 s after them, as MPI itself would.
+TEST(MpiInterposerOutage, WithNoFailureALateRankIsWaitedForWithoutADeadline) {
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
+  auto fabric = FourHostFabric();
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  MpiResult r = MpiRun(4, {"late_to_free", "4"}, **fabric,
+                       {{"NETFOLD_MPI_RESYNC_TIMEOUT_S", "1"}, {"NETFOLD_MPI_ENABLE", "1"}},
+                       absl::Minutes(2));
+  ExpectPassed(r, "late_to_free");
+  EXPECT_EQ(r.output.find("did not join"), std::string::npos) << r.output;
+}
+
 // One leaf's links cut (both ways, for good) under four communicators in
 // use: its ranks' links fail after their retry budget (about 3 s) and they
 // tell the manager in a heartbeat, which detaches them and revokes the
@@ -252,6 +266,8 @@ TEST(MpiInterposerOutage, NonblockingCallsAfterAFailureRunOnMpiAtOnce) {
     const double again = SecondsAfter(r.output, "reduced again on MPI ");
     EXPECT_GT(again, 0) << r.output;
     EXPECT_LE(again, (4000 + 4) * 4) << r.output;
+    // And counted apart from the one recovered.
+    EXPECT_GT(SecondsAfter(r.output, "fallback: on MPI after a fabric failure "), 0) << r.output;
   }
 }
 
