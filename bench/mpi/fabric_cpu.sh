@@ -44,7 +44,7 @@ pids=$(switch_pids)
 # Library settings to try (e.g. NETFOLD_SLOTS=4 NETFOLD_SLOT_BYTES=1024) reach the ranks.
 extra=()
 for v in NETFOLD_SLOTS NETFOLD_SLOT_BYTES NETFOLD_PROGRESS_THREAD NETFOLD_ALGORITHM NETFOLD_DELIVERY \
-         NETFOLD_BCAST_RUN NETFOLD_REDUCE_DATA; do
+         NETFOLD_BCAST_RUN NETFOLD_REDUCE_DATA NETFOLD_RELEASED_REDUCES; do
   [ -n "${!v:-}" ] && extra+=(-x "$v=${!v}")
 done
 hz=$(getconf CLK_TCK)
