@@ -25,6 +25,12 @@
 //   mpi_collectives root_late [blocking_next|nonblocking_next|free_next|cross_next]
 //                             a reduce's root behind the ranks that
 //                             returned from it when the switches die
+//   mpi_collectives late_to_free SECONDS   an allreduce on a duplicate of
+//                             the world, which rank 0 frees SECONDS after
+//                             the others
+//   mpi_collectives nb_outage BEFORE AFTER [blocking|nonblocking_only]
+//                             nonblocking allreduces around an outage, with
+//                             or without a blocking one between
 //   mpi_collectives strict return|fatal   phase 1 of outage, then (with
 //                             NETFOLD_MPI_ENABLE=1) one allreduce on the dead
 //                             fabric: it must return an error under
