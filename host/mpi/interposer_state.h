@@ -151,9 +151,10 @@ struct CommState {
   std::optional<uint64_t> last_to_recover;
   LastOp last;
   // Nonblocking operations Usable let through (started on the fabric, or
-  // failed at once after a failure) and not completed yet, in start order (they complete in that order: Completed keeps `completed`
-  // and `last` in step with the other ranks). Under nb_mu: MPI lets
-  // several threads complete requests of one communicator at once.
+  // failed at once after a failure) and not completed yet, in start order
+  // (they complete in that order: Completed keeps `completed` and `last` in
+  // step with the other ranks). Under nb_mu: MPI lets several threads
+  // complete requests of one communicator at once.
   std::mutex nb_mu;
   std::deque<NbOp*> outstanding;
 };

@@ -305,6 +305,19 @@ std::string TypeText(MPI_Datatype type) {
 }  // namespace
 
 namespace netfold::mpi {
+namespace {
+
+// The state of `comm` if a collective on it went through Usable, else
+// null. The map is shared between threads; the state is this thread's
+// while it calls a collective on `comm`.
+CommState* Known(MPI_Comm comm) {
+  Global& g = G();
+  std::lock_guard<std::mutex> lock(g.mu);
+  auto it = g.comms.find(Key(comm));
+  return it == g.comms.end() ? nullptr : it->second.get();
+}
+
+}  // namespace
 
 // The state of `comm` if this collective goes the fabric's way; nullptr
 // (with the reason counted) if it goes to PMPI.
@@ -330,9 +343,8 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
         case kGroupFailed:
         case kFabricError:
         case kAfterFailure: {
-          std::lock_guard<std::mutex> lock(g.mu);
-          auto it = g.comms.find(Key(comm));
-          return it == g.comms.end() ? std::string() : it->second->pmpi_detail;
+          const CommState* known = Known(comm);
+          return known == nullptr ? std::string() : known->pmpi_detail;
         }
         default:
           return std::string();
@@ -435,15 +447,7 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
 }
 
 void FinishFlatOperations(MPI_Comm comm) {
-  Global& g = G();
-  CommState* s = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g.mu);
-    auto it = g.comms.find(Key(comm));
-    if (it == g.comms.end()) return;
-    s = it->second.get();  // this thread's while it calls a collective on `comm`
-  }
-  FinishOutstanding(s);
+  if (CommState* s = Known(comm)) FinishOutstanding(s);
 }
 
 void SaveInPlaceInput(Pending& p) {
@@ -464,13 +468,8 @@ namespace {
 
 void ReleaseComm(MPI_Comm comm, bool destroy_group) {
   Global& g = G();
-  CommState* s = nullptr;
-  {
-    std::lock_guard<std::mutex> lock(g.mu);
-    auto it = g.comms.find(Key(comm));
-    if (it == g.comms.end()) return;
-    s = it->second.get();
-  }
+  CommState* s = netfold::mpi::Known(comm);
+  if (s == nullptr) return;
   if (s->oob != MPI_COMM_NULL) {
     FinishOutstanding(s);  // MPI lets a communicator be freed with operations pending
     ResyncAtEnd(comm, s);

@@ -149,8 +149,9 @@ int StartNonblocking(MPI_Comm comm, CommState* s, Pending p,
   op->comm = comm;
   op->s = s;
   op->p = std::move(p);
-  const int rc = OnFabric(s) ? start(&op->nr) : kFailedEarlier;
-  if (rc != NETFOLD_SUCCESS) op->start_error = OnFabric(s) ? netfold_last_error() : "";
+  const bool on_fabric = OnFabric(s);
+  const int rc = on_fabric ? start(&op->nr) : kFailedEarlier;
+  if (rc != NETFOLD_SUCCESS && on_fabric) op->start_error = netfold_last_error();
   int err = PMPI_Grequest_start(QueryRequest, FreeRequest, CancelRequest, op.get(), request);
   if (err != MPI_SUCCESS) {
     if (rc == NETFOLD_SUCCESS) netfold_request_free(op->nr);  // waits for it
