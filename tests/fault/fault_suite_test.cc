@@ -440,9 +440,15 @@ std::vector<RankResult> CutOffALeafUnderTwoGroups(std::map<std::string, std::str
   EXPECT_EQ(rc, 0) << out;
   // The plane's link fails within its 3 s without an ACK; the groups move.
   absl::SleepFor(absl::Seconds(6));
-  // Not healed before rank 1's link failed (later on a loaded machine).
+  // Not healed before rank 1's link failed (later on a loaded machine):
+  // rank 1 finds it so itself, when a packet it sent goes unacknowledged,
+  // or first hears it from the manager, when the leaf's packets to it did
+  // (RANK_DETACHED). Either way its attachment is lost (lost_planes_). The
+  // second happens when rank 1 had nothing unacknowledged at the cut (seen
+  // once, in a full suite run on two cores, 2026-12-07).
   if (cut != Cut::kLeafForGood) {
-    EXPECT_TRUE(ranks.WaitForOutput(1, "the connection to the leaf switch failed", kSay))
+    EXPECT_TRUE(ranks.WaitForOneOf(
+        1, {"the connection to the leaf switch failed", "lost its leaf: "}, kSay))
         << ranks.output(1);
   }
   if (cut == Cut::kRankLinkHealed) {

@@ -90,10 +90,17 @@ void Launch::Drain() {
 }
 
 bool Launch::WaitForOutput(int r, const std::string& text, absl::Duration timeout) {
+  return WaitForOneOf(r, {text}, timeout);
+}
+
+bool Launch::WaitForOneOf(int r, const std::vector<std::string>& texts,
+                          absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     Drain();
-    if (results_[r].output.find(text) != std::string::npos) return true;
+    for (const std::string& text : texts) {
+      if (results_[r].output.find(text) != std::string::npos) return true;
+    }
     absl::SleepFor(absl::Milliseconds(20));
   }
   return false;

@@ -71,6 +71,8 @@ class Launch {
   void Drain();
   // Waits until rank r printed `text`.
   bool WaitForOutput(int r, const std::string& text, absl::Duration timeout);
+  // Waits until rank r printed one of `texts`.
+  bool WaitForOneOf(int r, const std::vector<std::string>& texts, absl::Duration timeout);
   // Waits until each of `ranks` (all if empty) printed `text`, up to
   // `timeout` for each; the first that did not, or -1.
   int WaitForEveryOutput(const std::string& text, absl::Duration timeout,
