@@ -225,7 +225,9 @@ int RunBench(const BenchOptions& o) {
       "-x", "NETFOLD_CREDENTIAL_FILE=" + (*fabric)->credential_file(),
       "-x", "NETFOLD_TLS_CA=" + (*fabric)->tls_ca_file(),
       "-x", "LD_PRELOAD=" + interposer,
-      "-x", "NETFOLD_MPI_ENABLE=1"};
+      // The fabric at every rank count, two included (the interposer's
+      // default leaves two-rank communicators to MPI: docs/mpi.md).
+      "-x", "NETFOLD_MPI_ENABLE=1", "-x", "NETFOLD_MPI_MIN_COMM_SIZE=2"};
   if (o.poll_us > 0) {
     netfold_options.insert(netfold_options.end(),
                            {"-x", absl::StrFormat("NETFOLD_POLL_US=%d", o.poll_us)});

@@ -117,9 +117,14 @@ int RunTestbedBench(const BenchOptions& o) {
               o.op.c_str(), p, topology.c_str(), absl::StrJoin(o.testbed_rates, ", ").c_str(),
               o.seconds_per_size, MachineLine().c_str());
 
-  std::vector<TestbedVariant> variants = {{"netfold", {"-x", "NETFOLD_MPI_ENABLE=1"}}};
+  // The fabric at every rank count, two included (docs/mpi.md).
+  const std::vector<std::string> on_fabric = {"-x", "NETFOLD_MPI_ENABLE=1", "-x",
+                                              "NETFOLD_MPI_MIN_COMM_SIZE=2"};
+  std::vector<TestbedVariant> variants = {{"netfold", on_fabric}};
   if (base == "allreduce") {
-    variants.push_back({"ring", {"-x", "NETFOLD_MPI_ENABLE=1", "-x", "NETFOLD_ALGORITHM=ring"}});
+    std::vector<std::string> ring = on_fabric;
+    ring.insert(ring.end(), {"-x", "NETFOLD_ALGORITHM=ring"});
+    variants.push_back({"ring", ring});
   }
   variants.push_back({"ompi-tcp", {"--no-preload"}});
   // results[rate][variant] = points

@@ -42,7 +42,7 @@ for round in $(seq "$rounds"); do
     timeout 600 mpirun --allow-run-as-root --oversubscribe -np "$np" \
         -x NETFOLD_MANAGER="$manager" -x NETFOLD_CREDENTIAL_FILE="$state/credential" \
         -x NETFOLD_TLS_CA="$state/ca.pem" -x LD_PRELOAD="$build/host/mpi/libnetfold_mpi.so" \
-        -x NETFOLD_MPI_ENABLE=1 "$build/bench/mpi/collective_bench" "$op" "$sizes" 2 2>/dev/null |
+        -x NETFOLD_MPI_ENABLE=1 -x NETFOLD_MPI_MIN_COMM_SIZE=2 "$build/bench/mpi/collective_bench" "$op" "$sizes" 2 2>/dev/null |
       grep -E '^[0-9]+,' | awk -F, -v v="$v" '{printf "%s %s %s %s\n", v, $1, $3, $4}'
     cleanup
   done

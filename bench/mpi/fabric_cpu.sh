@@ -57,7 +57,7 @@ run() {
     -np "$np" -x NETFOLD_MANAGER="$manager" -x NETFOLD_CREDENTIAL_FILE="$state/credential" \
     -x NETFOLD_TLS_CA="$state/ca.pem" \
     -x LD_PRELOAD="$build/host/mpi/libnetfold_mpi.so" \
-    -x NETFOLD_MPI_ENABLE=1 "${extra[@]}" "$build/bench/mpi/collective_bench" "${OP:-allreduce}" "$size" "$secs" \
+    -x NETFOLD_MPI_ENABLE=1 -x NETFOLD_MPI_MIN_COMM_SIZE=2 "${extra[@]}" "$build/bench/mpi/collective_bench" "${OP:-allreduce}" "$size" "$secs" \
     >"$out" 2>/dev/null
   after=$(ticks $pids)
   line=$(grep -E "^$size," "$out" | tail -1)

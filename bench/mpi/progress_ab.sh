@@ -26,7 +26,7 @@ for round in $(seq "$rounds"); do
     [ "$v" = base ] && use=$base
     [ "$v" = off ] && pt=0
     res=$(timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$np" \
-            -x NETFOLD_MANAGER -x NETFOLD_CREDENTIAL_FILE -x LD_PRELOAD="$use" -x NETFOLD_MPI_ENABLE=1 \
+            -x NETFOLD_MANAGER -x NETFOLD_CREDENTIAL_FILE -x LD_PRELOAD="$use" -x NETFOLD_MPI_ENABLE=1 -x NETFOLD_MPI_MIN_COMM_SIZE=2 \
             -x NETFOLD_SLOTS=32 -x NETFOLD_SLOT_BYTES=4032 -x NETFOLD_PROGRESS_THREAD=$pt \
             "$build/bench/mpi/collective_bench" allreduce 8,1048576 1.0 2>/dev/null |
           grep -E '^[0-9]+,' | cut -d, -f1,3,4 | tr '\n' ' ')

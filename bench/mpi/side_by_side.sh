@@ -47,7 +47,7 @@ eval "$(grep '^export' "$state/up.out")"
 for j in $(seq "$jobs"); do
   timeout $((secs + 120)) mpirun --allow-run-as-root --oversubscribe -np "$np" \
     -x NETFOLD_MANAGER -x NETFOLD_CREDENTIAL_FILE -x NETFOLD_TLS_CA \
-    -x LD_PRELOAD="$lib" -x NETFOLD_MPI_ENABLE=1 ${NETFOLD_CHANNELS:+-x NETFOLD_CHANNELS} \
+    -x LD_PRELOAD="$lib" -x NETFOLD_MPI_ENABLE=1 -x NETFOLD_MPI_MIN_COMM_SIZE=2 ${NETFOLD_CHANNELS:+-x NETFOLD_CHANNELS} \
     "$build/bench/mpi/collective_bench" "$op" "$size" "$secs" >"$state/job$j.out" 2>&1 &
   pids+=($!)
 done

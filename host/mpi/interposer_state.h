@@ -83,7 +83,7 @@ inline constexpr const char* kKindNames[kNumKinds] = {
 
 struct Config {
   Enable enable = Enable::kTry;
-  int min_comm_size = 2;
+  int min_comm_size = 3;
   bool stats = false;
   bool verbose = false;
   Hierarchy hierarchy = Hierarchy::kAuto;

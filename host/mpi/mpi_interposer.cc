@@ -15,7 +15,7 @@
 // and continue on PMPI_ for that communicator; with =1 the error is returned.
 //
 // Knobs (environment): NETFOLD_MPI_ENABLE=0|1|try, NETFOLD_MPI_MIN_COMM_SIZE
-// (2), NETFOLD_MPI_STATS=0|1 (counts printed by rank 0 at MPI_Finalize),
+// (3), NETFOLD_MPI_STATS=0|1 (counts printed by rank 0 at MPI_Finalize),
 // NETFOLD_MPI_VERBOSE=0|1 (each communicator's decision, printed by its
 // rank 0 when it is taken),
 // NETFOLD_MPI_HIERARCHY=auto|flat|node, NETFOLD_MPI_RESYNC_TIMEOUT_S (600), plus

@@ -54,8 +54,12 @@ tools::LocalFabric* MpiInterposer::fabric_ = nullptr;
 std::string MpiInterposer::start_error_;
 
 
+// Two-rank communicators stay on MPI unless NETFOLD_MPI_MIN_COMM_SIZE=2
+// (VerboseSaysEachDecisionOnceFromRankZero checks the default).
 TEST_F(MpiInterposer, EveryTypeAndOpOnTwoRanksUpToOneMebiElements) {
-  MpiResult r = MpiRun(2, {"sweep", "big"}, manager(), {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_MPI_ENABLE", "1"}});
+  MpiResult r = MpiRun(2, {"sweep", "big"}, manager(),
+                       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_MPI_ENABLE", "1"},
+                        {"NETFOLD_MPI_MIN_COMM_SIZE", "2"}});
   ExpectPassed(r, "sweep");
   EXPECT_NE(r.output.find("offloaded allreduce"), std::string::npos) << r.output;
   EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
@@ -69,12 +73,14 @@ TEST_F(MpiInterposer, EveryTypeAndOpOnFourRanks) {
 // h<r/N>, as N ranks of one testbed host namespace are): the node hierarchy
 // carries every blocking collective, results exact, and only a host's
 // leader uses the link, V up and V down (checked inside the program).
+// Two hosts: their leaders' communicator has two ranks, on the fabric with
+// NETFOLD_MPI_MIN_COMM_SIZE=2.
 TEST_F(MpiInterposer, NodeHierarchyWithTwoAndFourRanksPerHost) {
   for (int per_host : {2, 4}) {
     SCOPED_TRACE(per_host);
     MpiResult r = MpiRun(2 * per_host, {"hierarchy"}, manager(),
                          {{"NETFOLD_MPI_ENABLE", "1"}, {"NETFOLD_MPI_STATS", "1"},
-                          {"NETFOLD_MPI_VERBOSE", "1"},
+                          {"NETFOLD_MPI_VERBOSE", "1"}, {"NETFOLD_MPI_MIN_COMM_SIZE", "2"},
                           {"NETFOLD_TEST_RANKS_PER_HOST", std::to_string(per_host)}},
                          absl::Minutes(10));
     ExpectPassed(r, "hierarchy");
@@ -93,7 +99,8 @@ TEST_F(MpiInterposer, NodeHierarchyWithTwoAndFourRanksPerHost) {
   // NETFOLD_MPI_HIERARCHY=flat: every rank on the fabric itself.
   MpiResult flat = MpiRun(4, {"comms"}, manager(),
                           {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_MPI_HIERARCHY", "flat"},
-                           {"NETFOLD_TEST_RANKS_PER_HOST", "2"}});
+                           {"NETFOLD_TEST_RANKS_PER_HOST", "2"},
+                           {"NETFOLD_MPI_MIN_COMM_SIZE", "2"}});
   ExpectPassed(flat, "comms");
   EXPECT_EQ(flat.output.find("node hierarchy"), std::string::npos) << flat.output;
 }
@@ -104,8 +111,10 @@ TEST_F(MpiInterposer, EveryTypeAndOpOnEightRanks) {
                "sweep");
 }
 
+// Split communicators of two ranks on the fabric (NETFOLD_MPI_MIN_COMM_SIZE=2).
 TEST_F(MpiInterposer, DupAndSplitCommunicators) {
-  MpiResult r = MpiRun(4, {"comms"}, manager(), {{"NETFOLD_MPI_STATS", "1"}});
+  MpiResult r = MpiRun(4, {"comms"}, manager(),
+                       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_MPI_MIN_COMM_SIZE", "2"}});
   ExpectPassed(r, "comms");
   // Split mod 3 of 4 ranks leaves single-rank communicators: counted.
   EXPECT_NE(r.output.find("fallback: communicator too small"), std::string::npos) << r.output;
@@ -144,7 +153,8 @@ TEST_F(MpiInterposer, NoFabricMeansFallbackUnderTryAndAnErrorUnderOne) {
 TEST_F(MpiInterposer, VerboseSaysEachDecisionOnceFromRankZero) {
   // The job's quota is 16 groups (the manager's default): MPI_COMM_WORLD
   // and 15 duplicates get one, the last 5 duplicates are refused.
-  MpiResult r = MpiRun(2, {"verbose", "20"}, manager(), {{"NETFOLD_MPI_VERBOSE", "1"}});
+  MpiResult r = MpiRun(2, {"verbose", "20"}, manager(),
+                       {{"NETFOLD_MPI_VERBOSE", "1"}, {"NETFOLD_MPI_MIN_COMM_SIZE", "2"}});
   ExpectPassed(r, "verbose");
   EXPECT_EQ(Occurrences(r.output,
                         "netfold-mpi: communicator MPI_COMM_WORLD (2 ranks): offloaded to the fabric\n"),
@@ -169,6 +179,16 @@ TEST_F(MpiInterposer, VerboseSaysEachDecisionOnceFromRankZero) {
   MpiResult quiet = MpiRun(2, {"verbose", "2"}, manager());
   ExpectPassed(quiet, "verbose");
   EXPECT_EQ(quiet.output.find("netfold-mpi: communicator"), std::string::npos) << quiet.output;
+
+  // By default a communicator needs three ranks: with two, in-network
+  // aggregation moves no fewer bytes than MPI's own exchange.
+  MpiResult two = MpiRun(2, {"verbose", "2"}, manager(), {{"NETFOLD_MPI_VERBOSE", "1"}});
+  ExpectPassed(two, "verbose");
+  EXPECT_EQ(Occurrences(two.output, "MPI_COMM_WORLD (2 ranks): not offloaded: communicator "
+                                    "too small (NETFOLD_MPI_MIN_COMM_SIZE=3)\n"),
+            1)
+      << two.output;
+  EXPECT_EQ(two.output.find("offloaded to the fabric"), std::string::npos) << two.output;
 }
 
 // Opt-in polling (switches' --poll_us, ranks' NETFOLD_POLL_US) changes how
@@ -268,11 +288,16 @@ TEST(MpiComputePhase, EveryCollectiveStaysOnTheFabricAfterAMinuteOfCompute) {
   };
   const std::map<std::string, std::string> strict = {{"NETFOLD_MPI_STATS", "1"},
                                                      {"NETFOLD_MPI_ENABLE", "1"}};
+  std::map<std::string, std::string> strict_on_two = strict;
+  strict_on_two["NETFOLD_MPI_MIN_COMM_SIZE"] = "2";
   std::vector<Job> jobs = {
-      {2, {"pause", "60", "1000", "sleep"}, strict, {}},
+      {2, {"pause", "60", "1000", "sleep"}, strict_on_two, {}},
       {4, {"pause", "60", "1000", "busy"}, strict, {}},
       {8, {"pause", "60", "1000", "busy"}, strict, {}},
-      {2, {"pause", "20", "50", "sleep"}, {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_PROGRESS_THREAD", "0"}, {"NETFOLD_DELIVERY", "rc"}}, {}},
+      {2, {"pause", "20", "50", "sleep"},
+       {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_PROGRESS_THREAD", "0"}, {"NETFOLD_DELIVERY", "rc"},
+        {"NETFOLD_MPI_MIN_COMM_SIZE", "2"}},
+       {}},
   };
   std::vector<std::thread> threads;
   for (Job& job : jobs) {

@@ -286,7 +286,9 @@ TEST(MpiInterposerOutage, UnderEnableOneAFabricFailureGoesThroughTheErrorHandler
     ASSERT_TRUE(fabric.ok()) << fabric.status();
     MpiResult r = RunKillingTheSwitchesAtPhaseOne(
         **fabric, 2, {"strict", handler},
-        {{"NETFOLD_MPI_ENABLE", "1"}, {"NETFOLD_TIMEOUT_MS", "2000"}}, absl::Minutes(3));
+        {{"NETFOLD_MPI_ENABLE", "1"}, {"NETFOLD_TIMEOUT_MS", "2000"},
+         {"NETFOLD_MPI_MIN_COMM_SIZE", "2"}},
+        absl::Minutes(3));
     EXPECT_NE(r.output.find("allreduce failed on the fabric"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("[killed by the test"), std::string::npos) << r.output;
     if (handler == "return") {

@@ -229,13 +229,15 @@ def run_backend(args, backend, prefix, mgmt_net, state_dir):
 
     # 2b. Several ranks per host namespace (udp backend: one is enough): the
     # interposer's node hierarchy, 2 and 4 ranks on each of two hosts under
-    # different leaves; only a host's leader uses its link.
+    # different leaves; only a host's leader uses its link. The two leaders'
+    # communicator has two ranks: on the fabric with NETFOLD_MPI_MIN_COMM_SIZE=2.
     if backend == "udp":
         for per_host in (2, 4):
             t2 = time.monotonic()
             h = run([tool, "mpirun", "--prefix", prefix, "--hosts", f"{first['name']},{last['name']}",
                      "--ranks-per-host", str(per_host),
                      "-x", "NETFOLD_MPI_ENABLE=1", "-x", "NETFOLD_MPI_STATS=1",
+                     "-x", "NETFOLD_MPI_MIN_COMM_SIZE=2",
                      "-x", f"NETFOLD_TEST_RANKS_PER_HOST={per_host}",
                      "--", args.mpi_program, "hierarchy", "quick"], timeout=MPI_TIMEOUT,
                     check=False)
