@@ -13,6 +13,8 @@
 #   netfold-tcp   the same, Open MPI over TCP (--mca btl tcp,self)
 #   netfold-min2  the same as netfold, NETFOLD_MPI_MIN_COMM_SIZE=2
 #   ompi          Open MPI alone (shared memory); ompi-tcp: over TCP
+# MPIRUN_ARGS: more mpirun arguments for every job (split on spaces, e.g.
+# "-x NETFOLD_MPI_RETRY_AFTER=100").
 # FAULT=1: in the netfold variants leaf0 is cut (netfold fault leaf0
 # down=1) 6 s after the job starts and healed 5 s later. A job still
 # running after DEADLINE_S (default 300) is reported HUNG, with every
@@ -58,7 +60,8 @@ run() {  # VARIANT ROUND
     *) echo "unknown variant $variant" >&2; exit 2 ;;
   esac
   out=$(mktemp /tmp/netfold-app-out.XXXXXX)
-  setsid mpirun --allow-run-as-root --oversubscribe -np "$np" "${mca[@]}" "${env[@]}" \
+  # shellcheck disable=SC2086 # MPIRUN_ARGS is split on purpose
+  setsid mpirun --allow-run-as-root --oversubscribe -np "$np" "${mca[@]}" "${env[@]}" ${MPIRUN_ARGS:-} \
     "$build/bench/mpi/app_mix" "$iterations" >"$out" 2>&1 &
   pid=$!
   local started=$SECONDS faulted=0

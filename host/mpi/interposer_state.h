@@ -90,6 +90,9 @@ struct Config {
   // How long a rank waits for the others to join a recovery (mpi_resync.cc)
   // before it aborts the job.
   int resync_timeout_s = 600;
+  // After a failover, the calls on MPI before the ranks try the fabric
+  // again (NETFOLD_MPI_RETRY_AFTER; 0: never).
+  int retry_after = 1000;
 };
 
 // The last operation a communicator completed on the fabric, kept so that
@@ -150,6 +153,20 @@ struct CommState {
   // goes to MPI at once, blocking or not, and is not counted.
   std::optional<uint64_t> last_to_recover;
   LastOp last;
+  // Calls to a recovery (mpi_resync.cc, CallTheOthers): whether this rank
+  // sent its own to the other members (`completed` then, the message), and
+  // what each member's said, once received.
+  bool called = false;
+  uint64_t completed_when_called = 0;
+  std::vector<MPI_Request> calls_sent;
+  std::vector<std::optional<uint64_t>> calls;
+  // True while this rank is in a resync of the communicator: a wait there
+  // does not answer calls on it again (AnswerCalls).
+  bool in_recovery = false;
+  // After a failover: the calls that went to MPI since it (or since the
+  // last try), and how many the ranks let go there before they try the
+  // fabric again (ReturnToTheFabric; doubles at each try).
+  uint64_t calls_on_mpi = 0, next_try = 0;
   // Nonblocking operations Usable let through (started on the fabric, or
   // failed at once after a failure) and not completed yet, in start order
   // (they complete in that order: Completed keeps `completed` and `last` in
@@ -167,6 +184,10 @@ struct Global {
   netfold_caps_t caps = {};  // the job's K and P bound every group's (Completed)
   MPI_Comm world_oob = MPI_COMM_NULL;
   int world_rank = 0;
+  // Below MPI_THREAD_MULTIPLE: no other thread is in a communicator while
+  // this one waits in a recovery, so the wait may join another's
+  // (mpi_resync.cc, AnswerCalls).
+  bool one_thread = true;
   std::atomic<uint64_t> offloaded[kNumKinds] = {};
   std::atomic<uint64_t> fallbacks[kNumReasons] = {};
   // Collectives that went through the node hierarchy (mpi_hierarchy.h), at
@@ -176,6 +197,11 @@ struct Global {
   // bytes whose result the fabric had delivered somewhere, and the bytes
   // reduced again on MPI.
   std::atomic<uint64_t> recovered_bytes{0}, reduced_again_bytes{0};
+  // Recoveries this rank joined, called, while it waited in another's
+  // (mpi_resync.cc, AnswerCalls).
+  std::atomic<uint64_t> recoveries_joined{0};
+  // Tries to go back to the fabric after a failover, and those that did.
+  std::atomic<uint64_t> tries{0}, returned{0};
   std::mutex mu;  // guards the three below (several threads under MPI_THREAD_MULTIPLE)
   std::unordered_map<uintptr_t, std::unique_ptr<CommState>> comms;
   uint64_t next_seq = 0;
@@ -187,7 +213,7 @@ struct Global {
   std::unordered_map<uintptr_t, NbOp*> requests;
   std::atomic<int> num_requests{0};  // requests.size(), read without mu
 };
-static_assert(kNumReasons < 30, "Global::told holds a bit per reason, and two more");
+static_assert(kNumReasons < 29, "Global::told holds a bit per reason, and three more");
 
 // The process's one Global, made on first use and never destroyed.
 // Defined in mpi_interposer.cc.
@@ -246,6 +272,17 @@ void NoteWritten(Pending& p, netfold_request_t request);
 // hierarchy" (the other bits are Reasons).
 constexpr int kOffloadedBit = kNumReasons;
 constexpr int kHierarchyBit = kNumReasons + 1;
+constexpr int kReturnedBit = kNumReasons + 2;  // "offloaded to the fabric again"
+
+// At MPI_Finalize with NETFOLD_MPI_STATS=1, at every rank (collective over
+// MPI_COMM_WORLD): rank 0 prints the job's counts summed over the ranks
+// (mpi_stats.cc).
+void PrintStats();
+
+// Every member of `comm` is in this call: creates the communicator's group
+// (collective; every member gets the same outcome). NETFOLD_SUCCESS or
+// libnetfold's code, with netfold_last_error() saying why.
+int CreateGroup(MPI_Comm comm, CommState* s);
 
 // With NETFOLD_MPI_VERBOSE=1, the communicator's rank 0 says once per
 // (communicator, bit) what was decided: `bit` is a Reason, or kOffloadedBit.

@@ -24,7 +24,8 @@
 // The state these pieces share is host/mpi/interposer_state.h; the failover
 // after a fabric failure is host/mpi/mpi_resync.cc; allgather and
 // reduce-scatter are mpi_gather_scatter.cc; several ranks per host, the
-// node hierarchy, mpi_hierarchy.cc.
+// node hierarchy, mpi_hierarchy.cc; what NETFOLD_MPI_STATS=1 prints,
+// mpi_stats.cc.
 #include <mpi.h>
 
 #include <algorithm>
@@ -104,6 +105,8 @@ void Tell(MPI_Comm comm, int bit, Kind kind, absl::FunctionRef<std::string()> de
   std::string line;
   if (bit == kOffloadedBit) {
     line = absl::StrFormat("%s: offloaded to the fabric", CommText(comm));
+  } else if (bit == kReturnedBit) {
+    line = absl::StrFormat("%s: offloaded to the fabric again", CommText(comm));
   } else if (bit == kHierarchyBit) {
     line = absl::StrFormat("%s: node hierarchy", CommText(comm));
   } else if (PerCall(static_cast<Reason>(bit))) {
@@ -228,6 +231,11 @@ Config ReadConfig() {
   };
   positive("NETFOLD_MPI_MIN_COMM_SIZE", &c.min_comm_size);
   positive("NETFOLD_MPI_RESYNC_TIMEOUT_S", &c.resync_timeout_s);
+  if (const char* v = std::getenv("NETFOLD_MPI_RETRY_AFTER"); v != nullptr && std::strcmp(v, "0") == 0) {
+    c.retry_after = 0;
+  } else {
+    positive("NETFOLD_MPI_RETRY_AFTER", &c.retry_after);
+  }
   if (const char* v = std::getenv("NETFOLD_MPI_STATS")) c.stats = std::string(v) == "1";
   if (const char* v = std::getenv("NETFOLD_MPI_VERBOSE")) c.verbose = std::string(v) == "1";
   if (const char* v = std::getenv("NETFOLD_MPI_HIERARCHY")) {
@@ -244,9 +252,22 @@ void JoinFabric() {
   g.config = ReadConfig();
   g.initialized = true;
   PMPI_Comm_rank(MPI_COMM_WORLD, &g.world_rank);
+  int level = MPI_THREAD_SINGLE;
+  PMPI_Query_thread(&level);
+  g.one_thread = level < MPI_THREAD_MULTIPLE;
   if (g.config.enable == Enable::kOff) return;
   int size = 0;
   PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  // One line, so that a job too small for the fabric (mpirun -np 2) does
+  // not run without it silently.
+  if (size < g.config.min_comm_size && g.world_rank == 0) {
+    std::fprintf(stderr,
+                 "netfold-mpi: MPI_COMM_WORLD has %d rank%s, fewer than "
+                 "NETFOLD_MPI_MIN_COMM_SIZE=%d: every collective runs on MPI itself "
+                 "(NETFOLD_MPI_MIN_COMM_SIZE=2 puts two-rank communicators on the fabric; "
+                 "docs/mpi.md, \"Two-rank communicators\")\n",
+                 size, size == 1 ? "" : "s", g.config.min_comm_size);
+  }
   PMPI_Comm_dup(MPI_COMM_WORLD, &g.world_oob);
   netfold_init_spec_t spec = NETFOLD_INIT_SPEC_INITIALIZER;
   spec.rank = g.world_rank;
@@ -318,6 +339,23 @@ CommState* Known(MPI_Comm comm) {
 }
 
 }  // namespace
+
+int CreateGroup(MPI_Comm comm, CommState* s) {
+  MPI_Group world_group, comm_group;
+  PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
+  PMPI_Comm_group(comm, &comm_group);
+  std::vector<int> local(static_cast<size_t>(s->size)), world(static_cast<size_t>(s->size));
+  for (int i = 0; i < s->size; ++i) local[i] = i;
+  PMPI_Group_translate_ranks(comm_group, s->size, local.data(), world_group, world.data());
+  PMPI_Group_free(&world_group);
+  PMPI_Group_free(&comm_group);
+  netfold_group_spec_t spec = NETFOLD_GROUP_SPEC_INITIALIZER;
+  spec.rank = s->rank;
+  spec.size = s->size;
+  spec.world_ranks = world.data();
+  spec.oob = Oob(&s->oob);
+  return netfold_group_create(G().ctx, &spec, &s->group);
+}
 
 // The state of `comm` if this collective goes the fabric's way; nullptr
 // (with the reason counted) if it goes to PMPI.
@@ -398,21 +436,7 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
     }
     // Every member is in this collective now: create the group collectively.
     PMPI_Comm_dup(comm, &s->oob);
-    MPI_Group world_group, comm_group;
-    PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
-    PMPI_Comm_group(comm, &comm_group);
-    std::vector<int> local(static_cast<size_t>(s->size)), world(static_cast<size_t>(s->size));
-    for (int i = 0; i < s->size; ++i) local[i] = i;
-    PMPI_Group_translate_ranks(comm_group, s->size, local.data(), world_group, world.data());
-    PMPI_Group_free(&world_group);
-    PMPI_Group_free(&comm_group);
-    netfold_group_spec_t spec = NETFOLD_GROUP_SPEC_INITIALIZER;
-    spec.rank = s->rank;
-    spec.size = s->size;
-    spec.world_ranks = world.data();
-    spec.oob = Oob(&s->oob);
-    const int rc = netfold_group_create(g.ctx, &spec, &s->group);
-    if (rc != NETFOLD_SUCCESS) {
+    if (CreateGroup(comm, s) != NETFOLD_SUCCESS) {
       // Group creation agrees on its outcome: every member falls back.
       if (g.config.enable == Enable::kOn && s->rank == 0) {
         std::fprintf(stderr, "netfold-mpi: no group for a communicator of %d ranks: %s\n",
@@ -440,6 +464,11 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
     why = s->pmpi_reason;
     way = fabric || (why == kFabricError && s->started < s->last_to_recover.value_or(0));
     if (way) ++s->started;
+  }
+  if (!way && why == kFabricError && ReturnToTheFabric(comm, s, nonblocking)) {
+    std::lock_guard<std::mutex> lock(s->nb_mu);
+    fabric = way = true;
+    ++s->started;
   }
   if (!way) return fallback(why == kFabricError ? kAfterFailure : why);
   if (fabric) Tell(comm, kOffloadedBit, kind);
@@ -523,54 +552,7 @@ int MPI_Finalize(void) {
         ResyncAtEnd(c, s);
       }
     }
-    if (g.config.stats) {
-      constexpr int kKinds = static_cast<int>(kNumKinds);
-      constexpr int kReasons = static_cast<int>(kNumReasons);
-      constexpr int kAll = 2 * kKinds + kReasons + 3;
-      uint64_t local[kAll], total[kAll];
-      for (int k = 0; k < kKinds; ++k) local[k] = g.offloaded[k].load();
-      for (int r = 0; r < kReasons; ++r) local[kKinds + r] = g.fallbacks[r].load();
-      for (int k = 0; k < kKinds; ++k) local[kKinds + kReasons + k] = g.hierarchical[k].load();
-      local[kAll - 3] = g.recovered_bytes.load();
-      local[kAll - 2] = g.reduced_again_bytes.load();
-      // Calls counted as offloaded that libnetfold ran on its host
-      // algorithms (NETFOLD_ALGORITHM=auto and the like; failovers).
-      netfold_stats_t lib{};
-      local[kAll - 1] =
-          g.ctx != nullptr && netfold_get_stats(g.ctx, &lib) == NETFOLD_SUCCESS ? lib.host_ops : 0;
-      PMPI_Reduce(local, total, kAll, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
-      if (g.world_rank == 0) {
-        std::fprintf(stderr, "netfold-mpi: collectives summed over all ranks:\n");
-        for (int k = 1; k < kNumKinds; ++k) {
-          std::fprintf(stderr, "  offloaded %-10s %llu\n", kKindNames[k],
-                       static_cast<unsigned long long>(total[k]));
-        }
-        if (total[kAll - 1] > 0) {
-          std::fprintf(stderr, "  of these, on libnetfold's host algorithms %llu\n",
-                       static_cast<unsigned long long>(total[kAll - 1]));
-        }
-        for (int k = 1; k < kNumKinds; ++k) {
-          if (total[kKinds + kReasons + k] > 0) {
-            std::fprintf(stderr, "  node hierarchy %-10s %llu (the leaders' share is offloaded)\n",
-                         kKindNames[k],
-                         static_cast<unsigned long long>(total[kKinds + kReasons + k]));
-          }
-        }
-        for (int r = 0; r < kNumReasons; ++r) {
-          if (total[kKinds + r] > 0) {
-            std::fprintf(stderr, "  fallback: %-35s %llu\n", kReasonNames[r],
-                         static_cast<unsigned long long>(total[kKinds + r]));
-          }
-        }
-        if (total[kAll - 3] + total[kAll - 2] > 0) {
-          std::fprintf(stderr,
-                       "  failover: bytes the fabric had delivered %llu, reduced again on "
-                       "MPI %llu\n",
-                       static_cast<unsigned long long>(total[kAll - 3]),
-                       static_cast<unsigned long long>(total[kAll - 2]));
-        }
-      }
-    }
+    if (g.config.stats) netfold::mpi::PrintStats();
     for (auto& [k, s] : g.comms) {
       if (s->oob != MPI_COMM_NULL) PMPI_Comm_free(&s->oob);
     }

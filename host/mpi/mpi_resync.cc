@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -22,49 +23,228 @@
 #include "absl/time/time.h"
 #include "base/log.h"
 #include "base/status_macros.h"
+#include "host/mpi/mpi_nonblocking.h"
 #include "host/resync.h"
 #include "netfold/netfold.h"
 
 namespace netfold::mpi {
 namespace {
 
-int RunOnPmpi(MPI_Comm comm, Pending& p) {
+absl::Status FromMpi(int rc, const char* what) {
+  if (rc == MPI_SUCCESS) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrFormat("%s failed (MPI error %d)", what, rc));
+}
+
+// Calls to a recovery. A rank whose last operation on a communicator
+// completed (the non-roots of a reduce return once their input has left)
+// learns that the fabric failed under it only at its next operation
+// there. If it first waits in another communicator for a rank that waits
+// for it in this one's recovery, neither moves. So a rank entering a
+// recovery calls the others to it: a message on the private duplicate
+// with how many operations it had completed there. A rank waiting in any
+// recovery (or in a communicator's last check) takes the calls on the
+// communicators where it has nothing outstanding, and joins a recovery at
+// once if it is ahead of a caller, having completed the operation the
+// caller is in (AnswerCalls). A rank that is not ahead does not: the
+// others wait in that recovery for it to run the operation in doubt, which
+// it reaches in its own order. The first exchange carries whether each rank
+// called, so every call is received by its end (TakeCalls).
+constexpr int kCallTag = 28262;  // on the private duplicates only, which carry no other message
+
+// The communicator goes to MPI after a failure this rank met (`why`).
+void LeaveTheFabric(CommState* s, const std::string& why) {
+  s->pmpi_reason = kFabricError;
+  s->pmpi_detail = why;
+  s->calls_on_mpi = 0;
+  if (s->next_try == 0) s->next_try = static_cast<uint64_t>(G().config.retry_after);
+  s->mode = CommState::Mode::kPmpi;
+}
+
+void CallTheOthers(CommState* s) {
+  if (s->called) return;
+  s->called = true;
+  s->completed_when_called = s->completed;
+  s->calls_sent.reserve(static_cast<size_t>(s->size));
+  for (int r = 0; r < s->size; ++r) {
+    if (r == s->rank) continue;
+    MPI_Request request = MPI_REQUEST_NULL;
+    if (PMPI_Isend(&s->completed_when_called, 1, MPI_UINT64_T, r, kCallTag, s->oob, &request) ==
+        MPI_SUCCESS) {
+      s->calls_sent.push_back(request);
+    }
+  }
+}
+
+void TakeCall(CommState* s, int from) {
+  s->calls.resize(static_cast<size_t>(s->size));
+  std::optional<uint64_t>& call = s->calls[static_cast<size_t>(from)];
+  if (call) return;
+  uint64_t completed = 0;
+  PMPI_Recv(&completed, 1, MPI_UINT64_T, from, kCallTag, s->oob, MPI_STATUS_IGNORE);
+  call = completed;
+}
+
+// After the first exchange: `callers[r]` is whether rank r called.
+void TakeCalls(CommState* s, const std::vector<bool>& callers) {
+  for (int r = 0; r < s->size; ++r) {
+    if (callers[static_cast<size_t>(r)] && r != s->rank) TakeCall(s, r);
+  }
+  if (!s->calls_sent.empty()) {
+    PMPI_Waitall(static_cast<int>(s->calls_sent.size()), s->calls_sent.data(),
+                 MPI_STATUSES_IGNORE);
+    s->calls_sent.clear();
+  }
+}
+
+// A rank that called this one on `c` and is in an operation this rank
+// started (completed, or outstanding), or -1.
+int CallerBehind(CommState* c) {
+  for (size_t r = 0; r < c->calls.size(); ++r) {
+    if (c->calls[r] && *c->calls[r] < c->started) return static_cast<int>(r);
+  }
+  return -1;
+}
+
+// While this rank waits in the recovery of another communicator (and
+// holds no communicator's state but those in recovery): takes the calls
+// on each communicator it still counts on the fabric, and if a caller is
+// in an operation this rank started there, joins the recovery: at once
+// with nothing outstanding there (so it is in no operation on it), else by
+// completing its outstanding operations. Not under MPI_THREAD_MULTIPLE, where another
+// thread may be in the communicator. Joins nest: the joined recovery's
+// wait answers calls too. Two ranks cannot nest two communicators in
+// opposite orders (each ahead in the one the other recovers): each would
+// have run the two communicators' operations in the other's order, which
+// MPI's rule for collectives (no deadlock whether or not they
+// synchronise) forbids.
+void AnswerCalls() {
+  Global& g = G();
+  if (!g.one_thread) return;
+  std::vector<std::pair<uintptr_t, CommState*>> comms;
+  {
+    std::lock_guard<std::mutex> lock(g.mu);
+    for (auto& [k, c] : g.comms) comms.emplace_back(k, c.get());
+  }
+  for (const auto& [k, c] : comms) {
+    // Not where the ranks have met in a recovery already: a call kept
+    // from it is over.
+    if (c->group == nullptr || !OnFabric(c) || c->in_recovery || c->last_to_recover) continue;
+    int behind = -1;
+    bool outstanding = false;
+    {
+      std::unique_lock<std::mutex> lock(c->nb_mu, std::try_to_lock);
+      if (!lock.owns_lock()) continue;
+      // At most one call from each member (CallTheOthers sends once).
+      for (int i = 0, called = 1; called && i < c->size; ++i) {
+        MPI_Status status;
+        if (PMPI_Iprobe(MPI_ANY_SOURCE, kCallTag, c->oob, &called, &status) != MPI_SUCCESS) break;
+        if (called) TakeCall(c, status.MPI_SOURCE);
+      }
+      behind = CallerBehind(c);
+      outstanding = !c->outstanding.empty();
+    }
+    if (behind < 0) continue;
+    if (outstanding) {
+      // This rank started the operation the caller is in: completing it
+      // here (it failed, or completes) takes this rank into the recovery
+      // as its own failure would.
+      FinishOutstanding(c);
+      continue;
+    }
+    ++g.recoveries_joined;
+    NETFOLD_LOG(kInfo) << "netfold-mpi: rank " << g.world_rank << ": rank " << behind
+                       << " of a communicator of " << c->size
+                       << " met a fabric failure there; joining its recovery while waiting in "
+                          "another communicator's";
+    LeaveTheFabric(c, "another rank met a fabric failure");
+    MPI_Comm comm = MPI_COMM_NULL;
+    std::memcpy(&comm, &k, sizeof(comm));
+    (void)Resync(comm, c, nullptr);  // a failure there is said there
+  }
+}
+
+// Every exchange of a recovery is a nonblocking collective on the private
+// duplicate, polled here with calls answered meanwhile (AnswerCalls): a
+// rank away in a recovery it joined from this one's wait does not leave
+// the others blocked in an exchange that answers nothing. A rank that has
+// met a failure here waits at most NETFOLD_MPI_RESYNC_TIMEOUT_S for the
+// others, then aborts the job, saying why: one that had completed the
+// operation may wait for it where the interposer does not see (a
+// point-to-point operation, a collective that does not go to the fabric).
+// A rank that has met none (MPI_Comm_free, MPI_Finalize) waits as long as
+// MPI's own collectives would (`with_deadline` false), as do the ranks
+// meeting to try the fabric again (ReturnToTheFabric). (Nonblocking at every rank: MPI matches a
+// nonblocking collective only with another.)
+absl::Status Await(CommState* s, MPI_Request* request, const char* what,
+                   bool with_deadline) {
+  const int timeout_s = G().config.resync_timeout_s;
+  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  // Polls at most every 10 ms in a recovery, every 1 ms otherwise (the
+  // ranks' last check of a communicator, at MPI_Comm_free).
+  const useconds_t most = with_deadline ? 10000 : 1000;
+  for (useconds_t pause = 20;; pause = std::min<useconds_t>(2 * pause, most)) {
+    int done = 0;
+    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Test(request, &done, MPI_STATUS_IGNORE), what));
+    if (done) return absl::OkStatus();
+    AnswerCalls();
+    if (with_deadline && absl::Now() > deadline) break;
+    usleep(pause);
+  }
+  std::fprintf(stderr,
+               "netfold-mpi: rank %d: the other ranks of a communicator of %d did not join "
+               "the recovery from a fabric failure within %d s "
+               "(NETFOLD_MPI_RESYNC_TIMEOUT_S): one that had completed the operation may be "
+               "waiting for this rank outside the recoveries, in a point-to-point operation "
+               "or a collective that does not go to the fabric (docs/mpi.md, \"When the "
+               "fabric fails mid-run\"); aborting the job\n",
+               G().world_rank, s->size, timeout_s);
+  PMPI_Abort(MPI_COMM_WORLD, 1);
+  return absl::DeadlineExceededError("resync: the other ranks did not join");
+}
+
+// Re-runs `p` on MPI itself, on `s`'s private duplicate (Await).
+absl::Status RunOnPmpi(CommState* s, Pending& p) {
+  MPI_Comm comm = s->oob;
+  MPI_Request request = MPI_REQUEST_NULL;
+  int rc = MPI_SUCCESS;
+  std::vector<int> displs;
   switch (p.kind) {
     case kAllreduce:
       // No member knows of a chunk the fabric wrote (host/resync.h): the
       // buffers are as the callers passed them.
-      return PMPI_Allreduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, comm);
+      rc = PMPI_Iallreduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, comm, &request);
+      break;
     case kReduce:
       if (p.sendbuf == MPI_IN_PLACE) {
         std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
       }
-      return PMPI_Reduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, p.root, comm);
+      rc = PMPI_Ireduce(p.sendbuf, p.recvbuf, p.count, p.type, p.op, p.root, comm, &request);
+      break;
     case kBcast:
-      return PMPI_Bcast(p.recvbuf, p.count, p.type, p.root, comm);
-    case kAllgather: {
+      rc = PMPI_Ibcast(p.recvbuf, p.count, p.type, p.root, comm, &request);
+      break;
+    case kAllgather:
       // Contiguous buffers packed in rank order (the fabric took no other),
       // moved as bytes.
-      int rank = 0;
-      PMPI_Comm_rank(comm, &rank);
-      std::vector<int> displs(p.counts.size(), 0);
+      displs.assign(p.counts.size(), 0);
       for (size_t r = 1; r < displs.size(); ++r) displs[r] = displs[r - 1] + p.counts[r - 1];
-      return PMPI_Allgatherv(p.sendbuf, p.counts.at(static_cast<size_t>(rank)), MPI_BYTE,
-                             p.recvbuf, p.counts.data(), displs.data(), MPI_BYTE, comm);
-    }
+      rc = PMPI_Iallgatherv(p.sendbuf, p.counts.at(static_cast<size_t>(s->rank)), MPI_BYTE,
+                            p.recvbuf, p.counts.data(), displs.data(), MPI_BYTE, comm, &request);
+      break;
     case kReduceScatter:
       if (p.sendbuf == MPI_IN_PLACE) {
         std::memcpy(p.recvbuf, p.saved_input.data(), p.saved_input.size());
       }
-      return PMPI_Reduce_scatter(p.sendbuf, p.recvbuf, p.counts.data(), p.type, p.op, comm);
+      rc = PMPI_Ireduce_scatter(p.sendbuf, p.recvbuf, p.counts.data(), p.type, p.op, comm,
+                                &request);
+      break;
     case kBarrier:
     default:
-      return PMPI_Barrier(comm);
+      rc = PMPI_Ibarrier(comm, &request);
+      break;
   }
-}
-
-absl::Status FromMpi(int rc, const char* what) {
-  if (rc == MPI_SUCCESS) return absl::OkStatus();
-  return absl::UnavailableError(absl::StrFormat("%s failed (MPI error %d)", what, rc));
+  NETFOLD_RETURN_IF_ERROR(FromMpi(rc, "the re-run"));
+  return Await(s, &request, "the re-run", !OnFabric(s));
 }
 
 // The failover's exchanges (host/resync.h), over MPI itself on the
@@ -74,52 +254,40 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
   MpiResyncExchange(CommState* s, Pending* current) : s_(s), current_(current) {}
 
   // The first exchange, where a rank waits for the others to reach the
-  // recovery, which they do only when they meet the failure themselves.
-  // A rank that was ahead of this one, its operation complete (the
-  // non-roots of a reduce return once their input has left), meets it at
-  // its next operation on the communicator, which may come much later; or
-  // never, if it waits first in another communicator for this rank. So
-  // the wait has a deadline, NETFOLD_MPI_RESYNC_TIMEOUT_S, past which the
-  // job is aborted with the reason rather than left hanging. Not at a
-  // rank that has met no failure (MPI_Comm_free, MPI_Finalize): it waits
-  // for the others as long as MPI's own collectives would. (Nonblocking
-  // at every rank: MPI matches a nonblocking collective only with another.)
+  // recovery, which they do when they meet the failure themselves or
+  // answer this rank's call (AnswerCalls), as it answers theirs while it
+  // waits (Await).
   absl::Status AllgatherCounts(std::span<const uint64_t> mine,
                                std::vector<uint64_t>* all) override {
-    const int n = static_cast<int>(mine.size());
-    all->assign(static_cast<size_t>(s_->size) * mine.size(), 0);
+    // Each rank's counts, then whether it called the others.
+    const size_t n = mine.size() + 1;
+    std::vector<uint64_t> sent(mine.begin(), mine.end());
+    sent.push_back(s_->called ? 1 : 0);
+    std::vector<uint64_t> got(static_cast<size_t>(s_->size) * n, 0);
     MPI_Request request = MPI_REQUEST_NULL;
-    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Iallgather(mine.data(), n, MPI_UINT64_T, all->data(), n,
-                                                    MPI_UINT64_T, s_->oob, &request),
-                                    "MPI_Iallgather"));
-    if (OnFabric(s_)) return FromMpi(PMPI_Wait(&request, MPI_STATUS_IGNORE), "MPI_Wait");
-    const int timeout_s = G().config.resync_timeout_s;
-    const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
-    for (useconds_t pause = 20;; pause = std::min<useconds_t>(2 * pause, 10000)) {
-      int done = 0;
-      NETFOLD_RETURN_IF_ERROR(
-          FromMpi(PMPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test"));
-      if (done) return absl::OkStatus();
-      if (absl::Now() > deadline) break;
-      usleep(pause);
+    NETFOLD_RETURN_IF_ERROR(FromMpi(
+        PMPI_Iallgather(sent.data(), static_cast<int>(n), MPI_UINT64_T, got.data(),
+                        static_cast<int>(n), MPI_UINT64_T, s_->oob, &request),
+        "MPI_Iallgather"));
+    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallgather", !OnFabric(s_)));
+    all->clear();
+    std::vector<bool> callers(static_cast<size_t>(s_->size));
+    for (size_t r = 0; r < callers.size(); ++r) {
+      all->insert(all->end(), got.begin() + r * n, got.begin() + r * n + mine.size());
+      callers[r] = got[r * n + mine.size()] != 0;
     }
-    std::fprintf(stderr,
-                 "netfold-mpi: rank %d: the other ranks of a communicator of %d did not join "
-                 "the recovery from a fabric failure within %d s "
-                 "(NETFOLD_MPI_RESYNC_TIMEOUT_S): one that had completed the operation may be "
-                 "waiting for this rank in another communicator (docs/mpi.md, \"When the "
-                 "fabric fails mid-run\"); aborting the job\n",
-                 G().world_rank, s_->size, timeout_s);
-    PMPI_Abort(MPI_COMM_WORLD, 1);
-    return absl::DeadlineExceededError("resync: the other ranks did not join");
+    TakeCalls(s_, callers);
+    return absl::OkStatus();
   }
 
   absl::Status OrAll(std::span<uint8_t> bytes) override {
     for (size_t done = 0; done < bytes.size();) {
       const int n = static_cast<int>(std::min<size_t>(bytes.size() - done, INT32_MAX));
-      NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Allreduce(MPI_IN_PLACE, bytes.data() + done, n,
-                                                     MPI_BYTE, MPI_BOR, s_->oob),
-                                      "MPI_Allreduce"));
+      MPI_Request request = MPI_REQUEST_NULL;
+      NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Iallreduce(MPI_IN_PLACE, bytes.data() + done, n,
+                                                      MPI_BYTE, MPI_BOR, s_->oob, &request),
+                                      "MPI_Iallreduce"));
+      NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallreduce", !OnFabric(s_)));
       done += static_cast<size_t>(n);
     }
     return absl::OkStatus();
@@ -133,10 +301,12 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
     for (size_t done = 0; done < bytes;) {
       const size_t part = std::min(bytes - done, most);
       const void* from = in == out ? MPI_IN_PLACE : static_cast<const void*>(in + done);
+      MPI_Request request = MPI_REQUEST_NULL;
       NETFOLD_RETURN_IF_ERROR(FromMpi(
-          PMPI_Allreduce(from, out + done, static_cast<int>(part / elem), current_->type,
-                         current_->op, s_->oob),
-          "MPI_Allreduce"));
+          PMPI_Iallreduce(from, out + done, static_cast<int>(part / elem), current_->type,
+                          current_->op, s_->oob, &request),
+          "MPI_Iallreduce"));
+      NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallreduce", !OnFabric(s_)));
       done += part;
     }
     return absl::OkStatus();
@@ -145,8 +315,10 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
   absl::Status Share(int from, std::span<uint8_t> bytes) override {
     for (size_t done = 0; done < bytes.size();) {
       const int n = static_cast<int>(std::min<size_t>(bytes.size() - done, INT32_MAX));
-      NETFOLD_RETURN_IF_ERROR(
-          FromMpi(PMPI_Bcast(bytes.data() + done, n, MPI_BYTE, from, s_->oob), "MPI_Bcast"));
+      MPI_Request request = MPI_REQUEST_NULL;
+      NETFOLD_RETURN_IF_ERROR(FromMpi(
+          PMPI_Ibcast(bytes.data() + done, n, MPI_BYTE, from, s_->oob, &request), "MPI_Ibcast"));
+      NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Ibcast", !OnFabric(s_)));
       done += static_cast<size_t>(n);
     }
     return absl::OkStatus();
@@ -186,8 +358,11 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
     }
     const int n = static_cast<int>(in.size());
     std::vector<int> sizes(static_cast<size_t>(s_->size));
-    NETFOLD_RETURN_IF_ERROR(
-        FromMpi(PMPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, s_->oob), "MPI_Gather"));
+    MPI_Request request = MPI_REQUEST_NULL;
+    NETFOLD_RETURN_IF_ERROR(FromMpi(
+        PMPI_Igather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, s_->oob, &request),
+        "MPI_Igather"));
+    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Igather", !OnFabric(s_)));
     std::vector<int> displs(static_cast<size_t>(s_->size), 0);
     int total = 0;
     for (int r = 0; r < s_->size; ++r) {
@@ -195,10 +370,11 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
       total += sizes[r];
     }
     std::vector<uint8_t> gathered(s_->rank == root ? static_cast<size_t>(total) : 0);
-    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Gatherv(in.data(), n, MPI_BYTE, gathered.data(),
-                                                 sizes.data(), displs.data(), MPI_BYTE, root,
-                                                 s_->oob),
-                                    "MPI_Gatherv"));
+    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Igatherv(in.data(), n, MPI_BYTE, gathered.data(),
+                                                  sizes.data(), displs.data(), MPI_BYTE, root,
+                                                  s_->oob, &request),
+                                    "MPI_Igatherv"));
+    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Igatherv", !OnFabric(s_)));
     if (s_->rank != root || current_ == nullptr) return absl::OkStatus();
     // acc = x_0 op (x_1 op (... op x_{n-1})): MPI_Reduce_local computes
     // inoutbuf = inbuf op inoutbuf.
@@ -223,8 +399,11 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
   absl::Status ReduceScatterAgain(std::span<const uint8_t> in, bool behind) {
     const int n = static_cast<int>(in.size());
     std::vector<int> sizes(static_cast<size_t>(s_->size));
+    MPI_Request request = MPI_REQUEST_NULL;
     NETFOLD_RETURN_IF_ERROR(FromMpi(
-        PMPI_Allgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, s_->oob), "MPI_Allgather"));
+        PMPI_Iallgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, s_->oob, &request),
+        "MPI_Iallgather"));
+    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallgather", !OnFabric(s_)));
     std::vector<int> displs(static_cast<size_t>(s_->size), 0);
     int total = 0;
     for (int r = 0; r < s_->size; ++r) {
@@ -232,10 +411,11 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
       total += sizes[r];
     }
     std::vector<uint8_t> gathered(static_cast<size_t>(total));
-    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Allgatherv(in.data(), n, MPI_BYTE, gathered.data(),
-                                                    sizes.data(), displs.data(), MPI_BYTE,
-                                                    s_->oob),
-                                    "MPI_Allgatherv"));
+    NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Iallgatherv(in.data(), n, MPI_BYTE, gathered.data(),
+                                                     sizes.data(), displs.data(), MPI_BYTE,
+                                                     s_->oob, &request),
+                                    "MPI_Iallgatherv"));
+    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallgatherv", !OnFabric(s_)));
     if (!behind) return absl::OkStatus();
     // This rank's block of every input, reduced in rank order as above.
     const std::vector<int>& counts = current_->counts;
@@ -280,9 +460,7 @@ netfold::host::ResyncOp AsResyncOp(Kind kind, int root) {
   }
 }
 
-}  // namespace
-
-int Resync(MPI_Comm comm, CommState* s, Pending* current) {
+int ResyncOnce(MPI_Comm comm, CommState* s, Pending* current) {
   netfold::host::ResyncMember me{
       .rank = s->rank, .size = s->size, .completed = s->completed, .started = s->started};
   if (current != nullptr) {
@@ -356,11 +534,22 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
   // the private duplicate like the rest of the recovery, so that it cannot
   // cross the operations after the last to recover, which run on `comm`
   // itself and may start before it (nonblocking) at some ranks.
-  const int rc = RunOnPmpi(s->oob, *current);
-  if (rc == MPI_SUCCESS) ++s->completed;
-  return rc;
+  const absl::Status rerun = RunOnPmpi(s, *current);
+  if (!rerun.ok()) return MPI_ERR_OTHER;
+  ++s->completed;
+  return MPI_SUCCESS;
 }
 
+}  // namespace
+
+int Resync(MPI_Comm comm, CommState* s, Pending* current) {
+  // A rank that has met a failure here calls the others to the recovery.
+  if (!OnFabric(s)) CallTheOthers(s);
+  s->in_recovery = true;
+  const int rc = ResyncOnce(comm, s, current);
+  s->in_recovery = false;
+  return rc;
+}
 void ResyncAtEnd(MPI_Comm comm, CommState* s) {
   if (s->group != nullptr && !s->last_to_recover) (void)Resync(comm, s, nullptr);
 }
@@ -380,18 +569,70 @@ int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc, const std::
   }
   ++g.fallbacks[kFabricError];
   if (OnFabric(s)) {  // the first failure this rank meets on the communicator
-    s->pmpi_reason = kFabricError;
-    s->pmpi_detail = absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
-                                     netfold_strerror(netfold_rc), why);
+    LeaveTheFabric(s, absl::StrFormat("%s failed: %s: %s", kKindNames[p.kind],
+                                      netfold_strerror(netfold_rc), why));
     Tell(comm, kFabricError, p.kind, [&] { return s->pmpi_detail; });
     // Every rank's own line, at info: NETFOLD_MPI_VERBOSE's line above is
     // rank 0's, once per communicator.
     NETFOLD_LOG(kInfo) << "netfold-mpi: rank " << g.world_rank << ": " << kKindNames[p.kind]
                        << " failed on the fabric (" << netfold_strerror(netfold_rc) << ": "
                        << why << "); re-running on MPI";
-    s->mode = CommState::Mode::kPmpi;
   }
   return Resync(comm, s, &p);
+}
+
+bool ReturnToTheFabric(MPI_Comm comm, CommState* s, bool nonblocking) {
+  Global& g = G();
+  if (s->next_try == 0) return false;
+  if (s->calls_on_mpi < s->next_try) ++s->calls_on_mpi;
+  // At a blocking call only: a nonblocking one must not wait for the
+  // others. MPI matches blocking calls with blocking ones, so every rank
+  // tries in the same call.
+  if (s->calls_on_mpi < s->next_try || nonblocking) return false;
+  ++g.tries;
+  const uint64_t after = s->next_try;
+  s->calls_on_mpi = 0;
+  s->next_try = std::min<uint64_t>(2 * s->next_try, uint64_t{1} << 40);
+  // The ranks meet first, answering calls meanwhile: one may be needed in
+  // another communicator's recovery before it can come here.
+  MPI_Request request = MPI_REQUEST_NULL;
+  if (!FromMpi(PMPI_Ibarrier(s->oob, &request), "MPI_Ibarrier").ok() ||
+      !Await(s, &request, "MPI_Ibarrier", /*with_deadline=*/false).ok()) {
+    return false;
+  }
+  FinishOutstanding(s);  // operations up to the last to recover, failed early
+  {
+    std::lock_guard<std::mutex> lock(s->nb_mu);
+    if (s->group != nullptr) netfold_group_destroy(s->group);
+    s->group = nullptr;
+    s->started = s->completed = 0;
+    s->last = LastOp{};
+    s->called = false;
+    s->calls.clear();
+    // No operation goes the fabric's way until the new group is made.
+    s->last_to_recover = 0;
+  }
+  if (CreateGroup(comm, s) != NETFOLD_SUCCESS) {
+    s->group = nullptr;
+    s->pmpi_detail = absl::StrFormat("no group after %llu calls on MPI: %s",
+                                     static_cast<unsigned long long>(after),
+                                     netfold_last_error());
+    NETFOLD_LOG(kInfo) << "netfold-mpi: rank " << g.world_rank << ": a communicator of "
+                       << s->size << " stays on MPI: " << s->pmpi_detail;
+    return false;
+  }
+  {
+    std::lock_guard<std::mutex> lock(s->nb_mu);
+    s->last_to_recover.reset();
+    s->mode = CommState::Mode::kFabric;
+  }
+  ++g.returned;
+  Tell(comm, kReturnedBit, kAllreduce, [&] {
+    return absl::StrFormat("after %llu calls on MPI", static_cast<unsigned long long>(after));
+  });
+  NETFOLD_LOG(kInfo) << "netfold-mpi: rank " << g.world_rank << ": a communicator of " << s->size
+                     << " is back on the fabric after " << after << " calls on MPI";
+  return true;
 }
 
 }  // namespace netfold::mpi

@@ -49,6 +49,15 @@ void ResyncAtEnd(MPI_Comm comm, CommState* s);
 int Recover(MPI_Comm comm, CommState* s, Pending& p, int netfold_rc,
             const std::string& why = netfold_last_error());
 
+// A call on a communicator the fabric failed under, past the operations
+// the ranks recovered, that would go to MPI. Counts it; at the first
+// blocking call from the NETFOLD_MPI_RETRY_AFTER-th such call on (the
+// count doubles after each try) every rank, in the same call, meets the
+// others, completes what it has outstanding, gives up the failed group
+// and creates a new one (collective). True if the communicator is back on
+// the fabric: the call goes there.
+bool ReturnToTheFabric(MPI_Comm comm, CommState* s, bool nonblocking);
+
 }  // namespace netfold::mpi
 
 #endif  // NETFOLD_HOST_MPI_MPI_RESYNC_H_

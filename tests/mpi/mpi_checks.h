@@ -131,8 +131,14 @@ void WaitForTheDriver();
 void OutageInPlace(int count, int ops, bool reduces);
 // The root of a reduce behind the ranks that returned from it when the
 // switches die; `next`: what the ranks ahead do next ("blocking_next",
-// "nonblocking_next", "free_next", "cross_next").
+// "nonblocking_next", "free_next", "cross_next", "recv_next").
 void RootLate(const std::string& next);
+// Four ranks: a reduce on {0, 1, 2} whose root (rank 0) is late as in
+// RootLate (rank 2's an MPI_Ireduce it waits for only at the end), while
+// ranks 1 and 2 go on to an allreduce on {1, 2, 3}, which the dead
+// switches fail too, without the caller in it (so its recovery goes on
+// past its first exchange while rank 1 is away in the reduce's).
+void CallerOutside();
 // One allreduce on a duplicate of the world, then rank 0 sleeps `seconds`
 // before it frees it, which the others wait for in MPI_Comm_free.
 void LateToFree(int seconds);
@@ -149,8 +155,9 @@ void NonblockingOutage(int before, int after, bool blocking);
 // 3, "phase 1 done" and a wait for the driver's cut (NETFOLD_TEST_OUTAGE_FILE),
 // then `rounds` more: rank 0 prints the slowest round after the cut. With
 // `new_comm_after` > 0, a new communicator that many seconds after the cut
-// (the driver heals it meanwhile), used once.
-void LinkCut(int rounds, double new_comm_after);
+// (the driver heals it meanwhile), used once, then `world_after` more
+// allreduces on the world.
+void LinkCut(int rounds, double new_comm_after, int world_after);
 
 }  // namespace mpi_test
 

@@ -22,9 +22,11 @@
 //                             after the third ("phase 1 done")
 //   mpi_collectives outage_reduce COUNT OPS   the same with reduces to a
 //                             moving root
-//   mpi_collectives root_late [blocking_next|nonblocking_next|free_next|cross_next]
+//   mpi_collectives root_late [blocking_next|nonblocking_next|free_next|cross_next|recv_next]
 //                             a reduce's root behind the ranks that
 //                             returned from it when the switches die
+//   mpi_collectives caller_outside   the same on {0, 1, 2}, ranks 1 and 2
+//                             then in a failed allreduce on {1, 2, 3}
 //   mpi_collectives late_to_free SECONDS   an allreduce on a duplicate of
 //                             the world, which rank 0 frees SECONDS after
 //                             the others
@@ -728,6 +730,7 @@ int main(int argc, char** argv) {
                   what == "outage_reduce");
   }
   else if (what == "root_late") RootLate(argc > 2 ? argv[2] : "blocking_next");
+  else if (what == "caller_outside") CallerOutside();
   else if (what == "late_to_free") LateToFree(argc > 2 ? std::atoi(argv[2]) : 3);
   else if (what == "verbose") Verbose(argc > 2 ? std::atoi(argv[2]) : 0);
   else if (what == "threads") {
@@ -751,7 +754,8 @@ int main(int argc, char** argv) {
                       argc <= 4 || std::string(argv[4]) != "nonblocking_only");
   }
   else if (what == "link_cut") {
-    LinkCut(argc > 2 ? std::atoi(argv[2]) : 10, argc > 3 ? std::atof(argv[3]) : 0);
+    LinkCut(argc > 2 ? std::atoi(argv[2]) : 10, argc > 3 ? std::atof(argv[3]) : 0,
+            argc > 4 ? std::atoi(argv[4]) : 0);
   }
   else if (what == "bench") {
     const long count = argc > 2 ? std::atol(argv[2]) : 1;

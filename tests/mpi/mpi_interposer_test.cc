@@ -189,6 +189,14 @@ TEST_F(MpiInterposer, VerboseSaysEachDecisionOnceFromRankZero) {
             1)
       << two.output;
   EXPECT_EQ(two.output.find("offloaded to the fabric"), std::string::npos) << two.output;
+  // Said once at MPI_Init, verbose or not.
+  for (const MpiResult* run : {&two, &quiet}) {
+    EXPECT_EQ(Occurrences(run->output, "netfold-mpi: MPI_COMM_WORLD has 2 ranks, fewer than "
+                                       "NETFOLD_MPI_MIN_COMM_SIZE=3: every collective runs on "
+                                       "MPI itself"),
+              1)
+        << run->output;
+  }
 }
 
 // Opt-in polling (switches' --poll_us, ranks' NETFOLD_POLL_US) changes how
@@ -211,14 +219,6 @@ TEST(MpiInterposerPolling, EveryTypeAndOpOnFourPollingRanks) {
 
 
 // --- The host keeps behaving like a NIC while the application computes -------
-
-// "offloaded KIND  N" as printed by NETFOLD_MPI_STATS=1 at MPI_Finalize.
-int64_t Offloaded(const std::string& output, const std::string& kind) {
-  const std::string key = "offloaded " + kind;
-  const size_t at = output.find(key);
-  if (at == std::string::npos) return -1;
-  return std::strtoll(output.c_str() + at + key.size(), nullptr, 10);
-}
 
 // MPI_THREAD_MULTIPLE keeps the fabric: two threads per rank run
 // collectives at once, each on its own communicator, every one offloaded

@@ -65,9 +65,11 @@ void OutageInPlace(int count, int ops, bool reduces) {
 // where they meet the failure while rank 0 is still in the reduce: a
 // reduce ("blocking_next"), an MPI_Iallreduce ("nonblocking_next"),
 // ("free_next") MPI_Comm_free of the duplicate of the world the late reduce
-// runs on, or ("cross_next") an allreduce on the world, which waits for
-// rank 0 while rank 0 waits for them in the duplicate's recovery: the job
-// cannot end.
+// runs on, ("cross_next") an allreduce on the world, which waits for rank 0
+// while rank 0 waits for them in the duplicate's recovery (they answer its
+// call to it from the world's), or ("recv_next") a message from rank 0,
+// which it sends after the reduce: a wait the interposer does not see, so
+// the job cannot end.
 void RootLate(const std::string& next) {
   const int count = 2048;  // 8 KiB: 3 chunks of 4032 bytes
   std::vector<int32_t> in(count), out(count);
@@ -88,7 +90,7 @@ void RootLate(const std::string& next) {
     check(op, root);
   };
   MPI_Comm late = MPI_COMM_WORLD;
-  if (next == "free_next" || next == "cross_next") {
+  if (next == "free_next" || next == "cross_next" || next == "recv_next") {
     MPI_Comm_dup(MPI_COMM_WORLD, &late);
     MPI_Barrier(late);  // on the fabric, which gives it a group
   }
@@ -110,6 +112,15 @@ void RootLate(const std::string& next) {
   if (next == "cross_next") {
     int one = 1, sum = 0;
     MPI_Allreduce(&one, &sum, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    ++g_checks;
+    if (sum != g_size) Fail("allreduce after the late reduce");
+  }
+  if (next == "recv_next") {
+    if (g_rank == 0) {
+      for (int r = 1; r < g_size; ++r) MPI_Send(&token, 1, MPI_INT, r, 8, MPI_COMM_WORLD);
+    } else {
+      MPI_Recv(&token, 1, MPI_INT, 0, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
   }
   if (late != MPI_COMM_WORLD) MPI_Comm_free(&late);
   // Nonblocking operations: every rank must run them the same way, though
@@ -129,6 +140,64 @@ void RootLate(const std::string& next) {
   reduce(4, 0);
   if (next != "nonblocking_next") iallreduces();
   for (int op = 5; op < 8; ++op) reduce(op, op % g_size);
+}
+
+void CallerOutside() {
+  if (g_size != 4) {
+    Fail("caller_outside needs 4 ranks");
+    return;
+  }
+  MPI_Comm low, high;  // {0, 1, 2} and {1, 2, 3}
+  MPI_Comm_split(MPI_COMM_WORLD, g_rank < 3 ? 0 : MPI_UNDEFINED, g_rank, &low);
+  MPI_Comm_split(MPI_COMM_WORLD, g_rank > 0 ? 0 : MPI_UNDEFINED, g_rank, &high);
+  for (MPI_Comm c : {low, high}) {
+    if (c != MPI_COMM_NULL) MPI_Barrier(c);  // on the fabric: each gets a group
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  const int count = 2048;
+  std::vector<int32_t> in(count), out(count, -1);
+  for (int i = 0; i < count; ++i) in[i] = (g_rank + 1) + i;
+  int token = 0;
+  MPI_Request pending = MPI_REQUEST_NULL;
+  if (g_rank == 1) {
+    MPI_Reduce(in.data(), out.data(), count, MPI_INT, MPI_SUM, 0, low);  // returns at once
+    MPI_Send(&token, 1, MPI_INT, 0, 9, MPI_COMM_WORLD);
+  } else if (g_rank == 2) {
+    // Waited for only after the allreduce: outstanding while it fails.
+    MPI_Ireduce(in.data(), out.data(), count, MPI_INT, MPI_SUM, 0, low, &pending);
+    MPI_Send(&token, 1, MPI_INT, 0, 9, MPI_COMM_WORLD);
+  } else if (g_rank == 0) {
+    for (int r = 1; r < 3; ++r) {
+      MPI_Recv(&token, 1, MPI_INT, r, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
+    std::printf("phase 1 done\n");
+    std::fflush(stdout);
+    WaitForTheDriver();
+    MPI_Reduce(in.data(), out.data(), count, MPI_INT, MPI_SUM, 0, low);
+    ++g_checks;
+    for (int i = 0; i < count; ++i) {
+      if (out[i] != 6 + 3 * i) {
+        Fail("reduce element " + std::to_string(i));
+        break;
+      }
+    }
+  }
+  if (high != MPI_COMM_NULL) {
+    // Rank 3 comes a second after the switches died: ranks 1 and 2 take
+    // rank 0's call in the allreduce's first exchange, before it completes.
+    if (g_rank == 3) {
+      WaitForTheDriver();
+      sleep(1);
+    }
+    int x = g_rank, sum = -1;
+    MPI_Allreduce(&x, &sum, 1, MPI_INT, MPI_SUM, high);
+    ++g_checks;
+    if (sum != 6) Fail("allreduce on {1, 2, 3}");
+  }
+  MPI_Wait(&pending, MPI_STATUS_IGNORE);
+  for (MPI_Comm* c : {&low, &high}) {
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  }
 }
 
 void LateToFree(int seconds) {
@@ -208,7 +277,7 @@ void NewComms(double seconds, int rounds) {
   if (g_rank == 0) std::printf("slowest new communicator took %.3f s\n", slowest);
 }
 
-void LinkCut(int rounds, double new_comm_after) {
+void LinkCut(int rounds, double new_comm_after, int world_after) {
   MPI_Comm comms[4] = {MPI_COMM_WORLD};
   for (int k = 1; k < 4; ++k) MPI_Comm_dup(MPI_COMM_WORLD, &comms[k]);
   for (int round = 0; round < 3; ++round) {
@@ -238,6 +307,7 @@ void LinkCut(int rounds, double new_comm_after) {
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   CheckedAllreduce(dup, 7);
   MPI_Comm_free(&dup);
+  for (int i = 0; i < world_after; ++i) CheckedAllreduce(MPI_COMM_WORLD, 8 + i);
 }
 
 }  // namespace mpi_test

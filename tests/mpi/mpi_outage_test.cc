@@ -130,10 +130,14 @@ TEST(MpiInterposerOutage, AReduceCutShortIsRunAgainAndEveryResultIsExact) {
 // failover, finalize aborted the job here ("behind but in no operation").
 // Until 2026-12-07 the job hung when the ranks ahead met the failure in an
 // MPI_Iallreduce (they re-ran it on MPI while the root recovered it) or in
-// MPI_Comm_free (the root's own free resynced again, alone).
+// MPI_Comm_free (the root's own free resynced again, alone). "cross_next":
+// they wait in the world's recovery for the root, which waits for them in
+// the duplicate's; they answer its call to it from there (before they
+// did, the job aborted at the deadline, and before that it hung).
 TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds) {
   if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
-  for (const std::string next : {"blocking_next", "nonblocking_next", "free_next"}) {
+  for (const std::string next :
+       {"blocking_next", "nonblocking_next", "free_next", "cross_next"}) {
     SCOPED_TRACE(next);
     auto fabric = FourHostFabric();
     ASSERT_TRUE(fabric.ok()) << fabric.status();
@@ -148,20 +152,55 @@ TEST(MpiInterposerOutage, ARootBehindTheRanksThatReturnedCatchesUpAndTheJobEnds)
     EXPECT_NE(r.output.find("re-running on MPI"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("cannot recover"), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("reduced again on MPI"), std::string::npos) << r.output;
+    if (next == "cross_next") {
+      EXPECT_EQ(Occurrences(r.output, "met a fabric failure there; joining its recovery"), 3)
+          << r.output;
+      EXPECT_NE(r.output.find("failover: recoveries joined while waiting in another 3\n"),
+                std::string::npos)
+          << r.output;
+    }
   }
 }
 
-// The same, the ranks ahead going on to an allreduce on the world, which
-// waits for the root, while the root waits for them in its recovery: no
-// order completes both. The first rank to wait NETFOLD_MPI_RESYNC_TIMEOUT_S
-// in a recovery aborts the job, saying why, rather than leave it hanging.
+// Ranks 1 and 2 returned from a reduce on {0, 1, 2} whose root (rank 0) is
+// late (rank 2's, an MPI_Ireduce, is still outstanding), then meet the dead
+// switches in an allreduce on {1, 2, 3}, without rank 0, which rank 3 joins
+// a second late. So both take rank 0's call in the allreduce's first
+// exchange: rank 1 joins the reduce's recovery at once, rank 2 by
+// completing its reduce. Checked against the interposer answering only
+// with nothing outstanding: rank 2 skipped the call, the allreduce's first
+// exchange completed when rank 3 came, and ranks 2 and 3 waited in its
+// next exchange for rank 1, away in the reduce's, which waited for rank 2:
+// the job aborted at the deadline.
+TEST(MpiInterposerOutage, RanksAwayInARecoveryTheyJoinedDoNotBlockAnotherRecovery) {
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
+  auto fabric = FourHostFabric();
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  MpiResult r = RunKillingTheSwitchesAtPhaseOne(
+      **fabric, 4, {"caller_outside"},
+      {{"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "3000"},
+       {"NETFOLD_MPI_RESYNC_TIMEOUT_S", "30"}, {"NETFOLD_LOG_LEVEL", "info"}},
+      absl::Minutes(2));
+  ExpectPassed(r, "caller_outside");
+  EXPECT_EQ(r.output.find("did not join"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("failover: recoveries joined while waiting in another "),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("reduced again on MPI"), std::string::npos) << r.output;
+}
+
+// The same, the ranks ahead going on to wait for a message from the root,
+// while the root waits for them in its recovery: no order completes both,
+// and the interposer does not see point-to-point operations. The first
+// rank to wait NETFOLD_MPI_RESYNC_TIMEOUT_S in a recovery aborts the job,
+// saying why, rather than leave it hanging.
 TEST(MpiInterposerOutage, ARecoveryTheOtherRanksCannotJoinAbortsTheJobAtItsDeadline) {
   if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   const absl::Time start = absl::Now();
   MpiResult r = RunKillingTheSwitchesAtPhaseOne(
-      **fabric, 4, {"root_late", "cross_next"},
+      **fabric, 4, {"root_late", "recv_next"},
       {{"NETFOLD_TIMEOUT_MS", "3000"}, {"NETFOLD_MPI_RESYNC_TIMEOUT_S", "5"}}, absl::Minutes(2));
   EXPECT_NE(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("did not join the recovery from a fabric failure within 5 s"),
@@ -205,19 +244,26 @@ TEST(MpiInterposerOutage, ALeafCutOffCostsTheLinkBudgetNotADeadlinePerCommunicat
   EXPECT_LT(slowest, 10.0) << r.output;
 }
 
-// The same cut, healed 6 s after it began: the communicators in use stay
-// on their fallback, and one created 20 s after the cut is offloaded
-// again (its leaf0 ranks attach again; the leaf's link up the tree, cut
-// too, is usable again 10 s after it failed). Before, those ranks stayed
-// detached and every later communicator ran on MPI ("group not created").
+// The same cut, healed 6 s after it began: one communicator created 20 s
+// after the cut is offloaded again (its leaf0 ranks attach again; the
+// leaf's link up the tree, cut too, is usable again 10 s after it failed).
+// Before, those ranks stayed detached and every later communicator ran on
+// MPI ("group not created"). The world, which failed over in one of the
+// two rounds after the cut, goes back to the fabric at its 12th call on
+// MPI (NETFOLD_MPI_RETRY_AFTER=12), among the 30 allreduces at the end: at
+// most two calls come before them (the second round's allreduce, the
+// barrier before the new communicator). Before, a communicator that
+// failed over stayed on MPI for good.
 TEST(MpiInterposerOutage, ACommunicatorCreatedAfterALeafCameBackIsOffloaded) {
   if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
   auto fabric = FourHostFabric();
   ASSERT_TRUE(fabric.ok()) << fabric.status();
   std::thread heal;
   MpiResult r = RunWithAFaultAtPhaseOne(
-      **fabric, 4, {"link_cut", "2", "20"},
-      {{"NETFOLD_MPI_VERBOSE", "1"}, {"NETFOLD_TIMEOUT_MS", "15000"}}, absl::Minutes(3), [&] {
+      **fabric, 4, {"link_cut", "2", "20", "30"},
+      {{"NETFOLD_MPI_VERBOSE", "1"}, {"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "15000"},
+       {"NETFOLD_MPI_RETRY_AFTER", "12"}},
+      absl::Minutes(3), [&] {
         heal = std::thread([&] {
           absl::SleepFor(absl::Seconds(6));
           const absl::Status s = (*fabric)->SetLinkFault("leaf0", "none");
@@ -228,12 +274,17 @@ TEST(MpiInterposerOutage, ACommunicatorCreatedAfterALeafCameBackIsOffloaded) {
   if (heal.joinable()) heal.join();
   ExpectPassed(r, "link_cut");
   // World and its three duplicates at the start, and the one after the cut.
-  size_t offloaded = 0;
-  for (size_t at = r.output.find("offloaded to the fabric"); at != std::string::npos;
-       at = r.output.find("offloaded to the fabric", at + 1)) {
-    ++offloaded;
-  }
-  EXPECT_EQ(offloaded, 5u) << r.output;
+  EXPECT_EQ(Occurrences(r.output, "offloaded to the fabric\n"), 5) << r.output;
+  EXPECT_EQ(Occurrences(r.output, "MPI_COMM_WORLD (4 ranks): offloaded to the fabric again "
+                                  "(after 12 calls on MPI)\n"),
+            1)
+      << r.output;
+  EXPECT_NE(r.output.find("failover: tries of the fabric again 4, back on it 4\n"),
+            std::string::npos)
+      << r.output;
+  // At every rank: the 12 before the cut, the new communicator's, and at
+  // least the last 20 of the 30 at the end.
+  EXPECT_GE(Offloaded(r.output, "allreduce "), 4 * (12 + 1 + 20)) << r.output;
 }
 
 // Nonblocking allreduces, each waited for, when the switches die: the first

@@ -127,6 +127,13 @@ double SecondsAfter(const std::string& output, const std::string& key) {
   return std::strtod(output.c_str() + at + key.size(), nullptr);
 }
 
+int64_t Offloaded(const std::string& output, const std::string& kind) {
+  const std::string key = "offloaded " + kind;
+  const size_t at = output.find(key);
+  if (at == std::string::npos) return -1;
+  return std::strtoll(output.c_str() + at + key.size(), nullptr, 10);
+}
+
 MpiResult RunWithAFaultAtPhaseOne(tools::LocalFabric& fabric, int np,
                                   const std::vector<std::string>& args,
                                   std::map<std::string, std::string> env, absl::Duration timeout,

@@ -8,6 +8,7 @@
 #ifndef NETFOLD_TESTS_MPI_MPI_TEST_DRIVER_H_
 #define NETFOLD_TESTS_MPI_MPI_TEST_DRIVER_H_
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -63,6 +64,10 @@ int Occurrences(const std::string& text, const std::string& needle);
 
 // The number after `key` in `output` (seconds), or -1 if `key` is not there.
 double SecondsAfter(const std::string& output, const std::string& key);
+
+// "offloaded KIND  N" as printed by NETFOLD_MPI_STATS=1 at MPI_Finalize: N,
+// or -1.
+int64_t Offloaded(const std::string& output, const std::string& kind);
 
 // mpi_collectives `args` on `np` ranks of `fabric`, which `fault` breaks
 // once "phase 1 done" is printed; then NETFOLD_TEST_OUTAGE_FILE exists, for
