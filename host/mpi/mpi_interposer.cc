@@ -18,8 +18,9 @@
 // (3), NETFOLD_MPI_STATS=0|1 (counts printed by rank 0 at MPI_Finalize),
 // NETFOLD_MPI_VERBOSE=0|1 (each communicator's decision, printed by its
 // rank 0 when it is taken),
-// NETFOLD_MPI_HIERARCHY=auto|flat|node, NETFOLD_MPI_RESYNC_TIMEOUT_S (600), plus
-// the library's NETFOLD_* (docs/host.md).
+// NETFOLD_MPI_HIERARCHY=auto|flat|node, NETFOLD_MPI_RESYNC_TIMEOUT_S (600),
+// NETFOLD_MPI_RETRY_AFTER (1000; 0: never), plus the library's NETFOLD_*
+// (docs/host.md).
 //
 // The state these pieces share is host/mpi/interposer_state.h; the failover
 // after a fabric failure is host/mpi/mpi_resync.cc; allgather and
@@ -231,7 +232,8 @@ Config ReadConfig() {
   };
   positive("NETFOLD_MPI_MIN_COMM_SIZE", &c.min_comm_size);
   positive("NETFOLD_MPI_RESYNC_TIMEOUT_S", &c.resync_timeout_s);
-  if (const char* v = std::getenv("NETFOLD_MPI_RETRY_AFTER"); v != nullptr && std::strcmp(v, "0") == 0) {
+  if (const char* v = std::getenv("NETFOLD_MPI_RETRY_AFTER");
+      v != nullptr && std::strcmp(v, "0") == 0) {
     c.retry_after = 0;
   } else {
     positive("NETFOLD_MPI_RETRY_AFTER", &c.retry_after);

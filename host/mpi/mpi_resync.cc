@@ -43,12 +43,13 @@ absl::Status FromMpi(int rc, const char* what) {
 // recovery calls the others to it: a message on the private duplicate
 // with how many operations it had completed there. A rank waiting in any
 // recovery (or in a communicator's last check) takes the calls on the
-// communicators where it has nothing outstanding, and joins a recovery at
-// once if it is ahead of a caller, having completed the operation the
-// caller is in (AnswerCalls). A rank that is not ahead does not: the
-// others wait in that recovery for it to run the operation in doubt, which
-// it reaches in its own order. The first exchange carries whether each rank
-// called, so every call is received by its end (TakeCalls).
+// other communicators, and joins a recovery if it started the operation a
+// caller is in: at once with nothing outstanding there, else by
+// completing its outstanding operations (AnswerCalls). A rank that has not
+// started it does not: the others wait in that recovery for it to run the
+// operation in doubt, which it reaches in its own order. The first
+// exchange carries whether each rank called, so every call is received by
+// its end (TakeCalls).
 constexpr int kCallTag = 28262;  // on the private duplicates only, which carry no other message
 
 // The communicator goes to MPI after a failure this rank met (`why`).
