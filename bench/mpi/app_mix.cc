@@ -81,7 +81,9 @@ int main(int argc, char** argv) {
     }
     Mix(w);
     if ((mask & 4) && it % 5 == 0) {
-      for (size_t i = 0; i < x.size(); ++i) x[i] = (rank + static_cast<int32_t>(i) * 3 + it) & 0xfff;
+      for (size_t i = 0; i < x.size(); ++i) {
+        x[i] = (rank + static_cast<int32_t>(i) * 3 + it) & 0xfff;
+      }
       const int root = it % row_size;
       MPI_Reduce(x.data(), y.data(), static_cast<int>(x.size()), MPI_INT, MPI_SUM, root, row);
       if (row_rank == root) Mix(y);

@@ -111,8 +111,8 @@ int CallerBehind(CommState* c) {
 // on each communicator it still counts on the fabric, and if a caller is
 // in an operation this rank started there, joins the recovery: at once
 // with nothing outstanding there (so it is in no operation on it), else by
-// completing its outstanding operations. Not under MPI_THREAD_MULTIPLE, where another
-// thread may be in the communicator. Joins nest: the joined recovery's
+// completing its outstanding operations. Not under MPI_THREAD_MULTIPLE,
+// where another thread may be in the communicator. Joins nest: the joined recovery's
 // wait answers calls too. Two ranks cannot nest two communicators in
 // opposite orders (each ahead in the one the other recovers): each would
 // have run the two communicators' operations in the other's order, which
@@ -174,8 +174,8 @@ void AnswerCalls() {
 // point-to-point operation, a collective that does not go to the fabric).
 // A rank that has met none (MPI_Comm_free, MPI_Finalize) waits as long as
 // MPI's own collectives would (`with_deadline` false), as do the ranks
-// meeting to try the fabric again (ReturnToTheFabric). (Nonblocking at every rank: MPI matches a
-// nonblocking collective only with another.)
+// meeting to try the fabric again (ReturnToTheFabric). (Nonblocking at
+// every rank: MPI matches a nonblocking collective only with another.)
 absl::Status Await(CommState* s, MPI_Request* request, const char* what,
                    bool with_deadline) {
   const int timeout_s = G().config.resync_timeout_s;
@@ -270,7 +270,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
         PMPI_Iallgather(sent.data(), static_cast<int>(n), MPI_UINT64_T, got.data(),
                         static_cast<int>(n), MPI_UINT64_T, s_->oob, &request),
         "MPI_Iallgather"));
-    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallgather", !OnFabric(s_)));
+    NETFOLD_RETURN_IF_ERROR(Wait(&request, "MPI_Iallgather"));
     all->clear();
     std::vector<bool> callers(static_cast<size_t>(s_->size));
     for (size_t r = 0; r < callers.size(); ++r) {
@@ -288,7 +288,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
       NETFOLD_RETURN_IF_ERROR(FromMpi(PMPI_Iallreduce(MPI_IN_PLACE, bytes.data() + done, n,
                                                       MPI_BYTE, MPI_BOR, s_->oob, &request),
                                       "MPI_Iallreduce"));
-      NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallreduce", !OnFabric(s_)));
+      NETFOLD_RETURN_IF_ERROR(Wait(&request, "MPI_Iallreduce"));
       done += static_cast<size_t>(n);
     }
     return absl::OkStatus();
@@ -307,7 +307,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
           PMPI_Iallreduce(from, out + done, static_cast<int>(part / elem), current_->type,
                           current_->op, s_->oob, &request),
           "MPI_Iallreduce"));
-      NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallreduce", !OnFabric(s_)));
+      NETFOLD_RETURN_IF_ERROR(Wait(&request, "MPI_Iallreduce"));
       done += part;
     }
     return absl::OkStatus();
@@ -319,7 +319,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
       MPI_Request request = MPI_REQUEST_NULL;
       NETFOLD_RETURN_IF_ERROR(FromMpi(
           PMPI_Ibcast(bytes.data() + done, n, MPI_BYTE, from, s_->oob, &request), "MPI_Ibcast"));
-      NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Ibcast", !OnFabric(s_)));
+      NETFOLD_RETURN_IF_ERROR(Wait(&request, "MPI_Ibcast"));
       done += static_cast<size_t>(n);
     }
     return absl::OkStatus();
@@ -363,7 +363,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
     NETFOLD_RETURN_IF_ERROR(FromMpi(
         PMPI_Igather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, root, s_->oob, &request),
         "MPI_Igather"));
-    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Igather", !OnFabric(s_)));
+    NETFOLD_RETURN_IF_ERROR(Wait(&request, "MPI_Igather"));
     std::vector<int> displs(static_cast<size_t>(s_->size), 0);
     int total = 0;
     for (int r = 0; r < s_->size; ++r) {
@@ -375,7 +375,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
                                                   sizes.data(), displs.data(), MPI_BYTE, root,
                                                   s_->oob, &request),
                                     "MPI_Igatherv"));
-    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Igatherv", !OnFabric(s_)));
+    NETFOLD_RETURN_IF_ERROR(Wait(&request, "MPI_Igatherv"));
     if (s_->rank != root || current_ == nullptr) return absl::OkStatus();
     // acc = x_0 op (x_1 op (... op x_{n-1})): MPI_Reduce_local computes
     // inoutbuf = inbuf op inoutbuf.
@@ -397,6 +397,11 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
   size_t delivered = 0, reduced = 0;
 
  private:
+  // Await, with the deadline once this rank has met a failure here.
+  absl::Status Wait(MPI_Request* request, const char* what) {
+    return Await(s_, request, what, !OnFabric(s_));
+  }
+
   absl::Status ReduceScatterAgain(std::span<const uint8_t> in, bool behind) {
     const int n = static_cast<int>(in.size());
     std::vector<int> sizes(static_cast<size_t>(s_->size));
@@ -404,7 +409,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
     NETFOLD_RETURN_IF_ERROR(FromMpi(
         PMPI_Iallgather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, s_->oob, &request),
         "MPI_Iallgather"));
-    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallgather", !OnFabric(s_)));
+    NETFOLD_RETURN_IF_ERROR(Wait(&request, "MPI_Iallgather"));
     std::vector<int> displs(static_cast<size_t>(s_->size), 0);
     int total = 0;
     for (int r = 0; r < s_->size; ++r) {
@@ -416,7 +421,7 @@ class MpiResyncExchange : public netfold::host::ResyncExchange {
                                                      sizes.data(), displs.data(), MPI_BYTE,
                                                      s_->oob, &request),
                                     "MPI_Iallgatherv"));
-    NETFOLD_RETURN_IF_ERROR(Await(s_, &request, "MPI_Iallgatherv", !OnFabric(s_)));
+    NETFOLD_RETURN_IF_ERROR(Wait(&request, "MPI_Iallgatherv"));
     if (!behind) return absl::OkStatus();
     // This rank's block of every input, reduced in rank order as above.
     const std::vector<int>& counts = current_->counts;
@@ -551,6 +556,7 @@ int Resync(MPI_Comm comm, CommState* s, Pending* current) {
   s->in_recovery = false;
   return rc;
 }
+
 void ResyncAtEnd(MPI_Comm comm, CommState* s) {
   if (s->group != nullptr && !s->last_to_recover) (void)Resync(comm, s, nullptr);
 }
