@@ -58,26 +58,27 @@ struct AggregationNode::Slot {
   AggregationStatus status = AggregationStatus::kOk;
   reduce::Kernel kernel;
   bool folds = false;  // allreduce/reduce with data: contributions are reduced
-  std::vector<uint8_t> arrived;       // per child: kNotArrived / kBuffered / kFolded
-  std::vector<uint8_t> child_data;    // per child: it carried elements
+  std::span<uint8_t> arrived;       // per child: kNotArrived / kBuffered / kFolded
+  std::span<uint8_t> child_data;    // per child: it carried elements
   uint32_t num_arrived = 0;
   size_t next_fold = 0;
   bool acc_started = false;
-  FrameBuffer acc;              // header room + P bytes: the partial result
+  std::span<uint8_t> acc;       // header room + P bytes: the partial result
   // children x PendingStride(): out-of-order contributions copied to wait;
   // allocated on a slot's first copy (most wait in their buffers).
   LineOffsetVector<0> pending;
   // Per child: an out-of-order contribution waiting in its receive buffer
   // (MessageKeeper's handle, and where its elements are) instead of in
   // `pending`.
-  std::vector<void*> kept;
-  std::vector<const uint8_t*> kept_elements;
+  std::span<void*> kept;
+  std::span<const uint8_t*> kept_elements;
   int64_t first_arrival_ns = 0;
-  // The root's last distributed result, kept until seq + K completes.
+  // The root's last distributed result, kept until seq + K completes
+  // (below the root, empty).
   bool has_result = false;
   uint64_t result_seq = 0;
   size_t result_len = 0;
-  FrameBuffer result;
+  std::span<uint8_t> result;
 };
 
 absl::StatusOr<std::unique_ptr<AggregationNode>> AggregationNode::Create(
@@ -101,16 +102,24 @@ AggregationNode::AggregationNode(const AggregationNodeConfig& config, NodeOutput
     : config_(config), output_(output), clock_(clock) {
   for (NodeChild& c : config_.children) std::sort(c.ranks.begin(), c.ranks.end());
   const size_t n = config_.children.size();
-  slots_.reserve(config_.num_slots);
-  for (uint32_t i = 0; i < config_.num_slots; ++i) {
-    auto slot = std::make_unique<Slot>();
-    slot->arrived.assign(n, kNotArrived);
-    slot->child_data.assign(n, 0);
-    slot->acc.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
-    slot->result.assign(kAggregationHeaderSize + config_.slot_bytes + TagRoom(), 0);
-    slot->kept.assign(n, nullptr);
-    slot->kept_elements.assign(n, nullptr);
-    slots_.push_back(std::move(slot));
+  const size_t k = config_.num_slots;
+  const size_t stride = FrameStride();
+  const size_t room = kAggregationHeaderSize + config_.slot_bytes + TagRoom();
+  // Written (zeros) now: the first operations take no page faults.
+  frames_.assign(stride * k * (config_.has_parent ? 1 : 2), 0);
+  arrived_.assign(k * n, kNotArrived);
+  child_data_.assign(k * n, 0);
+  kept_.assign(k * n, nullptr);
+  kept_elements_.assign(k * n, nullptr);
+  slots_.resize(k);
+  for (size_t i = 0; i < k; ++i) {
+    Slot& slot = slots_[i];
+    slot.arrived = {arrived_.data() + i * n, n};
+    slot.child_data = {child_data_.data() + i * n, n};
+    slot.kept = {kept_.data() + i * n, n};
+    slot.kept_elements = {kept_elements_.data() + i * n, n};
+    slot.acc = {frames_.data() + i * stride, room};
+    if (!config_.has_parent) slot.result = {frames_.data() + (k + i) * stride, room};
   }
   fold_inputs_.reserve(n + 1);
   scratch_.assign(kAggregationHeaderSize + TagRoom(), 0);
@@ -118,7 +127,7 @@ AggregationNode::AggregationNode(const AggregationNodeConfig& config, NodeOutput
 }
 
 AggregationNode::~AggregationNode() {
-  for (auto& slot : slots_) ReleaseKept(*slot, 0, slot->kept.size());
+  for (Slot& slot : slots_) ReleaseKept(slot, 0, slot.kept.size());
 }
 
 void AggregationNode::ReleaseKept(Slot& slot, size_t from, size_t to) {
@@ -132,7 +141,7 @@ void AggregationNode::ReleaseKept(Slot& slot, size_t from, size_t to) {
 
 size_t AggregationNode::num_busy_slots() const {
   size_t busy = 0;
-  for (const auto& s : slots_) busy += s->state != Slot::State::kFree;
+  for (const Slot& s : slots_) busy += s.state != Slot::State::kFree;
   return busy;
 }
 
@@ -156,7 +165,7 @@ std::optional<size_t> AggregationNode::ChildOfRank(uint32_t rank) const {
   return std::nullopt;
 }
 
-std::span<const uint8_t> AggregationNode::Frame(FrameBuffer& buffer,
+std::span<const uint8_t> AggregationNode::Frame(std::span<uint8_t> buffer,
                                                 const AggregationHeader& h, size_t data_bytes) {
   // The header was validated on the way in (or built here from validated
   // fields), so encoding cannot fail; check anyway: a bug must not send junk.
@@ -254,7 +263,7 @@ void AggregationNode::SendRunUp() {
 void AggregationNode::HandleOneRequest(size_t child, const AggregationHeader& h,
                                        std::span<const uint8_t> elements) {
   const uint32_t k = config_.num_slots;
-  Slot& slot = *slots_[h.seq % k];
+  Slot& slot = slots_[h.seq % k];
   switch (slot.state) {
     case Slot::State::kCollecting:
       if (h.seq != slot.seq) {
@@ -521,7 +530,7 @@ void AggregationNode::SendResultDown(const AggregationHeader& result,
 }
 
 void AggregationNode::HandleRepair(size_t child, const AggregationHeader& h) {
-  Slot& slot = *slots_[h.seq % config_.num_slots];
+  Slot& slot = slots_[h.seq % config_.num_slots];
   if (config_.has_parent) {
     // A repair request for s proves every rank got result s - 2K: the rank
     // asking posted s, so result s - K was computed, so every rank had
@@ -578,7 +587,7 @@ void AggregationNode::OnParentMessage(const AggregationHeader& h,
   }
   switch (h.type) {
     case AggregationMessageType::kResult: {
-      Slot& slot = *slots_[h.seq % config_.num_slots];
+      Slot& slot = slots_[h.seq % config_.num_slots];
       if (slot.state == Slot::State::kWaitingParent && slot.seq == h.seq) {
         slot.state = Slot::State::kFree;
         SendResultDown(h, elements, /*relay=*/true);
@@ -640,11 +649,11 @@ void AggregationNode::Abort(AggregationStatus why) {
   for (size_t c = 0; c < config_.children.size(); ++c) {
     SendError(c, h, AggregationMessageType::kAbort, h.status);
   }
-  for (auto& slot : slots_) {
-    ReleaseKept(*slot, 0, slot->kept.size());
-    slot->state = Slot::State::kFree;
-    slot->used = false;
-    slot->has_result = false;
+  for (Slot& slot : slots_) {
+    ReleaseKept(slot, 0, slot.kept.size());
+    slot.state = Slot::State::kFree;
+    slot.used = false;
+    slot.has_result = false;
   }
   pending_repairs_.clear();
 }

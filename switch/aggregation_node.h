@@ -236,8 +236,15 @@ class AggregationNode {
   // Encodes `h` into the first 40 bytes of `buffer` and returns header+data
   // (and the tag after the data, with an integrity key: `buffer` then has
   // 16 bytes of room after the data).
-  std::span<const uint8_t> Frame(FrameBuffer& buffer, const proto::AggregationHeader& h,
+  std::span<const uint8_t> Frame(std::span<uint8_t> buffer, const proto::AggregationHeader& h,
                                  size_t data_bytes);
+  // Bytes between two slots' message buffers in frames_: header room, P
+  // bytes and the tag's room, rounded up to a cache line (so every
+  // buffer's elements start on a line, as frames_' own do).
+  size_t FrameStride() const {
+    const size_t room = proto::kAggregationHeaderSize + config_.slot_bytes + TagRoom();
+    return (room + kCacheLine - 1) / kCacheLine * kCacheLine;
+  }
   // Bytes between two children's buffered contributions: P rounded up to
   // a cache line.
   size_t PendingStride() const {
@@ -250,7 +257,17 @@ class AggregationNode {
   AggregationNodeConfig config_;
   NodeOutput* output_;
   const Clock& clock_;
-  std::vector<std::unique_ptr<Slot>> slots_;
+  std::vector<Slot> slots_;
+  // The slots' storage, a few allocations per node rather than several
+  // per slot (a switch installs a group per communicator an application
+  // makes): every slot's accumulator, and at the root its kept result, in
+  // frames_ (each FrameStride() bytes); the per-child state of slot s at
+  // [s * children, (s + 1) * children) of the arrays below.
+  FrameBuffer frames_;
+  std::vector<uint8_t> arrived_;
+  std::vector<uint8_t> child_data_;
+  std::vector<void*> kept_;
+  std::vector<const uint8_t*> kept_elements_;
   // (seq, child) pairs waiting for a repaired result from the parent.
   std::vector<std::pair<uint64_t, uint32_t>> pending_repairs_;
   MessageKeeper* keeper_ = nullptr;

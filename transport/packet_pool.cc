@@ -100,7 +100,9 @@ void PacketPool::Prefault(uint32_t n) {
   n = std::min<uint32_t>(n, num_free());
   for (uint32_t i = 0; i < n; ++i) {
     PacketBuffer* b = free_[free_.size() - 1 - i];
+    if (b->prefaulted_) continue;
     std::memset(b->data_ - b->headroom_, 0, size_t{b->headroom_} + b->capacity_);
+    b->prefaulted_ = true;
   }
 }
 

@@ -115,6 +115,7 @@ class PacketBuffer {
   uint32_t headroom_ = 0;
   PacketPool* pool_ = nullptr;
   bool in_pool_ = true;
+  bool prefaulted_ = false;         // Prefault wrote its memory (it stays resident)
   PacketBuffer* parent_ = nullptr;  // views: the buffer shown
   uint32_t views_ = 0;              // buffers: live views of it
   bool freed_with_views_ = false;   // freed, back in the pool with its last view
@@ -167,6 +168,8 @@ class PacketPool {
   uint32_t num_free() const { return static_cast<uint32_t>(free_.size()); }
   // Writes the memory of the `n` free buffers Alloc hands out next (at
   // most every free one), so that their first use takes no page fault.
+  // A buffer is written once: the pool's memory is never given back, so
+  // a later call passes over it (a switch asks again at every group).
   void Prefault(uint32_t n);
   // With returns_from_any_thread: takes back what other threads freed.
   void Reclaim();

@@ -88,6 +88,22 @@ TEST(PacketPool, PrefaultedBuffersTakeNoPageFaultOnFirstUse) {
   pool.Prefault(1000);  // at most every free one
 }
 
+// A buffer is written once: asking again (a switch does at every group it
+// installs) passes over the buffers already written, whatever they hold.
+TEST(PacketPool, PrefaultWritesABufferOnce) {
+  PacketPool pool({.num_buffers = 4, .buffer_size = 256});
+  pool.Prefault(4);
+  PacketBuffer* b = pool.Alloc();
+  ASSERT_NE(b, nullptr);
+  std::memset(b->data(), 0xa5, b->capacity());
+  PacketPool::Free(b);  // the next one Alloc hands out
+  pool.Prefault(4);
+  PacketBuffer* again = pool.Alloc();
+  ASSERT_EQ(again, b);
+  for (uint32_t i = 0; i < again->capacity(); ++i) ASSERT_EQ(again->data()[i], 0xa5) << i;
+  PacketPool::Free(again);
+}
+
 TEST(PacketPool, BuffersDoNotOverlap) {
   PacketPool pool({.num_buffers = 8, .buffer_size = 77, .headroom = 16});
   PacketBuffer* bufs[8];
