@@ -213,15 +213,9 @@ std::vector<absl::StatusOr<control::CommandResult>> SwitchHub::Execute(
     }
     control::ManagerMessage msg = commands[i].message;
     msg.set_command_id(id);
-    bool queued = false;
-    {
-      absl::MutexLock lock(&s->mu);
-      if (!s->closed) {
-        s->outbox.push_back(std::move(msg));
-        queued = true;
-      }
+    if (!Queue(s, std::move(msg))) {
+      Complete(id, absl::UnavailableError("control stream closed"), s->id);
     }
-    if (!queued) Complete(id, absl::UnavailableError("control stream closed"), s->id);
   }
   {
     absl::MutexLock lock(&batch->mu);
@@ -241,6 +235,31 @@ std::vector<absl::StatusOr<control::CommandResult>> SwitchHub::Execute(
     }
   }
   return batch->results;
+}
+
+void SwitchHub::Post(const std::vector<SwitchCommand>& commands, absl::Duration) {
+  for (const SwitchCommand& c : commands) {
+    std::shared_ptr<Session> s;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = active_.find(c.switch_name);
+      if (it != active_.end()) s = it->second;
+    }
+    control::ManagerMessage msg = c.message;
+    msg.set_command_id(0);  // no result
+    if (s == nullptr || !Queue(s, std::move(msg))) {
+      NETFOLD_LOG(kInfo) << "switch " << c.switch_name
+                         << " is not connected: a command it misses is reconciled when it "
+                            "registers again";
+    }
+  }
+}
+
+bool SwitchHub::Queue(const std::shared_ptr<Session>& session, control::ManagerMessage msg) {
+  absl::MutexLock lock(&session->mu);
+  if (session->closed) return false;
+  session->outbox.push_back(std::move(msg));
+  return true;
 }
 
 void SwitchHub::WatchUnregistered(grpc::ServerContext* ctx, absl::Time deadline) {

@@ -94,6 +94,7 @@ class SwitchHub : public SwitchCommander {
 
   std::vector<absl::StatusOr<control::CommandResult>> Execute(
       const std::vector<SwitchCommand>& commands, absl::Duration timeout) override;
+  void Post(const std::vector<SwitchCommand>& commands, absl::Duration timeout) override;
   void Disconnect(const std::string& switch_name) override;
 
  private:
@@ -105,6 +106,8 @@ class SwitchHub : public SwitchCommander {
   };
 
   void WriterLoop(Session* session);
+  // Puts `msg` on `session`'s outbox; false if the session is closed.
+  bool Queue(const std::shared_ptr<Session>& session, control::ManagerMessage msg);
   void Complete(uint64_t command_id, absl::StatusOr<control::CommandResult> result,
                 uint64_t session_id);
   void FailPending(uint64_t session_id, const std::string& why);

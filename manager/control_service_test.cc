@@ -211,6 +211,48 @@ TEST_F(ServiceTest, JobsGroupsAndAKilledSwitchOverGrpc) {
   EXPECT_TRUE(fabric_->Get("leaf3")->HasGroup(again.group_id()));
 }
 
+// DestroyGroup answers without waiting for the switches to take the
+// removals: they get them, in order before any later command.
+TEST_F(ServiceTest, ADestroyedGroupsRemovalsAreNotWaitedFor) {
+  Start("two_level.yaml");
+  StartAgents();
+  control::CreateJobResponse job = CreateJob({"h0", "h4"});
+  control::AttachResponse a;
+  ASSERT_TRUE(Attach(job, 0, &a).ok());
+  ASSERT_TRUE(Attach(job, 1, &a).ok());
+  control::GroupInfo g;
+  ASSERT_TRUE(CreateGroup(job, {0, 1}, &g).ok());
+  std::vector<std::string> tree;  // the switches holding the group
+  for (FakeSwitch* sw : fabric_->All()) {
+    if (sw->HasGroup(g.group_id())) tree.push_back(sw->name());
+  }
+  ASSERT_EQ(tree.size(), 3u) << Status();  // two leaves and the root
+  for (const std::string& name : tree) agents_[name]->HoldCommands(true);
+  control::DestroyGroupRequest req;
+  *req.mutable_job() = Creds(job);
+  req.set_group_id(g.group_id());
+  control::DestroyGroupResponse resp;
+  grpc::ClientContext ctx;
+  const absl::Time asked = absl::Now();
+  grpc::Status s = host_->DestroyGroup(Ctx(&ctx), req, &resp);
+  const absl::Duration took = absl::Now() - asked;
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  // Waiting would have taken the command timeout (the switches hold).
+  EXPECT_LT(took, FastOptions().command_timeout / 2) << took;
+  for (const std::string& name : tree) {
+    EXPECT_TRUE(fabric_->Get(name)->HasGroup(g.group_id())) << name << ": held, yet removed";
+  }
+  // A new group on the same switches: its installs queue behind the
+  // removals, and the manager waits for those.
+  for (const std::string& name : tree) agents_[name]->HoldCommands(false);
+  control::GroupInfo again;
+  ASSERT_TRUE(CreateGroup(job, {0, 1}, &again).ok());
+  for (const std::string& name : tree) {
+    EXPECT_FALSE(fabric_->Get(name)->HasGroup(g.group_id())) << name;
+    EXPECT_TRUE(fabric_->Get(name)->HasGroup(again.group_id())) << name;
+  }
+}
+
 TEST_F(ServiceTest, HungSwitchIsDetectedWithinTwiceTheTimeout) {
   Start("two_level.yaml");
   StartAgents();

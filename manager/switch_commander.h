@@ -42,6 +42,17 @@ class SwitchCommander {
   virtual std::vector<absl::StatusOr<control::CommandResult>> Execute(
       const std::vector<SwitchCommand>& commands, absl::Duration timeout) = 0;
 
+  // Sends every command, after those sent before it to the same switch,
+  // and returns at once: no result is asked for (command_id 0) or waited
+  // for. For cleanup nobody waits on, such as a destroyed group's removal:
+  // the switch logs a refusal itself, and one that misses the command (not
+  // connected, its stream broke) reports what it holds when it registers
+  // again, and is reconciled. The default runs Execute and drops the
+  // results. Thread-safe.
+  virtual void Post(const std::vector<SwitchCommand>& commands, absl::Duration timeout) {
+    (void)Execute(commands, timeout);
+  }
+
   // Drops the switch's control connection, if any (it was declared dead:
   // whatever is left of it must register again and be reconciled).
   virtual void Disconnect(const std::string& switch_name) { (void)switch_name; }

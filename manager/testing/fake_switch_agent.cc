@@ -45,6 +45,11 @@ void FakeSwitchAgent::PauseHeartbeats(bool paused) {
   paused_ = paused;
 }
 
+void FakeSwitchAgent::HoldCommands(bool held) {
+  absl::MutexLock lock(&mu_);
+  held_ = held;
+}
+
 bool FakeSwitchAgent::WriteLocked(const control::SwitchMessage& msg) {
   return stream_ != nullptr && stream_->Write(msg);
 }
@@ -125,6 +130,11 @@ void FakeSwitchAgent::Run() {
       });
       control::ManagerMessage cmd;
       while (stream->Read(&cmd)) {
+        {
+          absl::MutexLock lock(&mu_);
+          auto go = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !held_ || stopping_; };
+          mu_.Await(absl::Condition(&go));
+        }
         control::CommandResult result = sw_->Apply(cmd);
         if (cmd.command_id() == 0) continue;
         control::SwitchMessage out;

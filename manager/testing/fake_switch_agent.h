@@ -44,6 +44,9 @@ class FakeSwitchAgent {
   void Kill() { Stop(); }
   // While paused no heartbeats are sent (a hung switch); commands still run.
   void PauseHeartbeats(bool paused);
+  // While held, commands wait unapplied and unanswered (a switch slow to
+  // take them); heartbeats go on. Released, they run in order.
+  void HoldCommands(bool held);
   // When the last heartbeat was handed to the stream (taken just before the
   // write: the manager received it no earlier); InfinitePast if none.
   absl::Time last_heartbeat_sent() const;
@@ -69,6 +72,7 @@ class FakeSwitchAgent {
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool paused_ ABSL_GUARDED_BY(mu_) = false;
+  bool held_ ABSL_GUARDED_BY(mu_) = false;
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Time last_heartbeat_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   grpc::Status last_error_ ABSL_GUARDED_BY(mu_);

@@ -403,10 +403,18 @@ class SwitchdTest : public ::testing::Test {
   }
 
   // No group and no slot left on any running switch.
+  // The manager answers DestroyGroup before the switches have taken the
+  // removals it sent them (they are not waited for): each switch is given
+  // up to 10 s to show none.
   void ExpectNoSlotsAnywhere() {
     for (const auto& [name, process] : process_of_) {
       if (!switchd_.at(process)->running()) continue;
       control::ListGroupsResponse g = ListGroups(name);
+      for (const absl::Time deadline = absl::Now() + absl::Seconds(10);
+           (g.groups_size() > 0 || g.usage().slots() > 0) && absl::Now() < deadline;) {
+        absl::SleepFor(absl::Milliseconds(10));
+        g = ListGroups(name);
+      }
       EXPECT_EQ(g.groups_size(), 0) << name;
       EXPECT_EQ(g.usage().groups(), 0u) << name;
       EXPECT_EQ(g.usage().slots(), 0u) << name;
