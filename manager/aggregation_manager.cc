@@ -531,8 +531,9 @@ absl::Status AggregationManager::DestroyGroup(const control::DestroyGroupRequest
     state_.MaybeSnapshot();
   }
   // The removals are not waited for: the switches take them before any
-  // later command (another group's install in the slots released here),
-  // and nobody waits on their outcome. A job that makes communicators in a
+  // later command (another group's install in the slots released here:
+  // both are sent under op_mu_, in order), and nobody waits on their
+  // outcome. A job that makes communicators in a
   // loop waited ~2 ms per free for them (docs/performance.md).
   commander_->Post(out.commands, options_.command_timeout);
   return absl::OkStatus();

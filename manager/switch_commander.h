@@ -1,5 +1,6 @@
 // How the aggregation manager talks to switches: a batch of commands out,
-// one result per command back, with a deadline.
+// one result per command back, with a deadline (Execute); or commands out
+// and nothing waited for (Post).
 //
 //   std::vector<SwitchCommand> cmds = {{"leaf0", msg0}, {"leaf1", msg1}};
 //   std::vector<absl::StatusOr<control::CommandResult>> results =
@@ -47,8 +48,11 @@ class SwitchCommander {
   // for. For cleanup nobody waits on, such as a destroyed group's removal:
   // the switch logs a refusal itself, and one that misses the command (not
   // connected, its stream broke) reports what it holds when it registers
-  // again, and is reconciled. The default runs Execute and drops the
-  // results. Thread-safe.
+  // again, and is reconciled. The default runs Execute, waiting up to
+  // `timeout`, and drops the results (SwitchHub's does not wait). A later
+  // Execute's commands to the same switch go after these as long as the
+  // caller orders the two calls (the manager makes both under its op_mu_).
+  // Thread-safe.
   virtual void Post(const std::vector<SwitchCommand>& commands, absl::Duration timeout) {
     (void)Execute(commands, timeout);
   }

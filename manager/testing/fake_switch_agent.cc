@@ -134,6 +134,7 @@ void FakeSwitchAgent::Run() {
           absl::MutexLock lock(&mu_);
           auto go = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !held_ || stopping_; };
           mu_.Await(absl::Condition(&go));
+          if (stopping_) break;  // killed while held: the command is lost with it
         }
         control::CommandResult result = sw_->Apply(cmd);
         if (cmd.command_id() == 0) continue;

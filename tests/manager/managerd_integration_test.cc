@@ -383,10 +383,16 @@ TEST_F(ManagerdTest, ManagerKilledAndRestartedMidJobJobsContinue) {
   EXPECT_GT(more.group_id(), local.group_id());
   EXPECT_TRUE(fabric_->Get("leaf3")->HasGroup(more.group_id()));
   ASSERT_TRUE(DestroyGroup(job, wide.group_id()).ok());
-  EXPECT_FALSE(fabric_->Get("root0")->HasGroup(wide.group_id()));
+  // The manager does not wait for the switches' removals (they follow).
+  EXPECT_TRUE(WaitUntil([&] { return !fabric_->Get("root0")->HasGroup(wide.group_id()); },
+                        absl::Seconds(10)));
   EXPECT_TRUE(w.events().empty());  // nobody was revoked
   control::GetStatusResponse st = GetStatus();
   for (const auto& sw : st.switches()) {
+    EXPECT_TRUE(WaitUntil(
+        [&] { return fabric_->Get(sw.name())->Usage().groups() == sw.used().groups(); },
+        absl::Seconds(10)))
+        << sw.name();
     control::ResourceUsage held = fabric_->Get(sw.name())->Usage();
     EXPECT_EQ(sw.used().groups(), held.groups()) << sw.name();
     EXPECT_EQ(sw.used().slots(), held.slots()) << sw.name();

@@ -430,6 +430,10 @@ TEST_F(SwitchdTest, ThreeSwitchesInOneProcessServeTheTreeAndStopTogether) {
   }
   EXPECT_GT(dropped, 0u);
   ASSERT_TRUE(DestroyGroup(rc.group_id()).ok());
+  // The manager does not wait for the switches' removals: root0 holds `g`
+  // alone before it is stopped.
+  ASSERT_TRUE(WaitUntil([&] { return ListGroups("root0").groups_size() == 1; },
+                        absl::Seconds(10)));
 
   // An operation stuck in root0 (rank 3 never posts), then SIGTERM.
   Bytes in(64, 1), out(64);
