@@ -104,13 +104,15 @@ absl::Status Context::Join(Oob& world) {
   NETFOLD_RETURN_IF_ERROR(world.Allgather(mine, names.data(), kNameBytes));
   // What each rank asks of the job, one uint16 per rank: bit 0 the
   // default partition (the job takes it if any rank asks: a RoCE NIC knows
-  // no other P_Key), bit 1 integrity (docs/security.md; likewise), bits 3
+  // no other P_Key), bit 1 integrity (docs/security.md; likewise), bit 2
+  // that it may keep groups (the job keeps them if every rank may), bits 3
   // to 7 its channels, bits 8 to 15 its NETFOLD_ALGORITHM.
   const uint16_t wants = static_cast<uint16_t>(
       (options_.default_partition || options_.transport == ContextOptions::Transport::kVerbs
            ? 1
            : 0) |
-      (options_.integrity ? 2 : 0) | (std::min(options_.channels, control::kMaxPlanes) << 3) |
+      (options_.integrity ? 2 : 0) | (options_.keep_groups > 0 ? 4 : 0) |
+      (std::min(options_.channels, control::kMaxPlanes) << 3) |
       (static_cast<uint16_t>(options_.algorithm) << 8));
   std::vector<uint16_t> asked(static_cast<size_t>(options_.world_size));
   NETFOLD_RETURN_IF_ERROR(world.Allgather(&wants, asked.data(), sizeof(wants)));
@@ -118,6 +120,10 @@ absl::Status Context::Join(Oob& world) {
       std::any_of(asked.begin(), asked.end(), [](uint16_t v) { return (v & 1) != 0; });
   const bool integrity =
       std::any_of(asked.begin(), asked.end(), [](uint16_t v) { return (v & 2) != 0; });
+  // Whether a group's creation starts by looking for a kept one: an
+  // exchange every member must take, so a job-wide choice.
+  keeps_groups_ =
+      std::all_of(asked.begin(), asked.end(), [](uint16_t v) { return (v & 4) != 0; });
   // The most channels any rank asks for, so that every rank knows how much
   // a group may have in flight (num_slots()).
   for (uint16_t v : asked) channels_ = std::max<uint32_t>(channels_, (v >> 3) & 0x1f);
@@ -543,6 +549,9 @@ ContextStats Context::stats() const {
   out.engines = retired_;
   out.host_ops = retired_host_ops_;
   out.failovers = retired_failovers_;
+  out.groups_requested = groups_requested_;
+  out.groups_reused = groups_reused_;
+  out.groups_kept = kept_.size();
   for (const Group* g : groups_) {
     out.host_ops += g->host_ops();
     out.failovers += g->failed_over() ? 1 : 0;
@@ -576,8 +585,9 @@ absl::Status Context::Finalize(Oob& world) {
 Context::~Context() {
   if (progress_ != nullptr) progress_->Stop();
   if (manager_ != nullptr) manager_->StopControl();
-  for (Group* g : groups_) g->Orphan();  // groups outliving the context
+  for (Group* g : groups_) g->Orphan();  // groups outliving the context, kept ones too
   groups_.clear();
+  kept_.clear();  // before the data path their engines send through
   data_path_.reset();
   manager_.reset();
 }

@@ -55,6 +55,12 @@ struct ContextStats {
   uint64_t foreign_packets_dropped = 0;  // of those, not from the switch (LeafLinkStats)
   uint64_t results_placed = 0;           // LeafLinkStats
   uint64_t results_place_missed = 0;
+  // Kept groups (docs/host.md, "Kept groups"): fabric groups this rank
+  // asked the manager for as a member, those given again from the kept
+  // ones, and how many it keeps now.
+  uint64_t groups_requested = 0;
+  uint64_t groups_reused = 0;
+  uint64_t groups_kept = 0;
 };
 
 class Context : private GroupOwner {
@@ -71,6 +77,11 @@ class Context : private GroupOwner {
   // world_ranks[i] is group rank i's world rank).
   absl::StatusOr<std::unique_ptr<Group>> CreateGroup(Oob& group_oob,
                                                      const std::vector<int>& world_ranks);
+  // Collective over the group's members, as Group::Destroy; but when every
+  // member may (NETFOLD_KEEP_GROUPS, room among its kept groups, the group
+  // Keepable) the group is kept, as it is, and the next CreateGroup of the
+  // same members in the same order gets it back without the manager.
+  absl::Status DestroyGroup(std::unique_ptr<Group> group, Oob& group_oob);
 
   const ContextOptions& options() const { return options_; }
   // K of each channel; a group has at most num_slots() x channels()
@@ -145,6 +156,18 @@ class Context : private GroupOwner {
   // Group rank 0 releases `infos`' groups at the manager (outside the
   // data path's lock); the others do nothing.
   void ReleaseGroups(Oob& group_oob, const std::vector<control::GroupInfo>& infos);
+  // The kept group every member of `world_ranks` offers (each its oldest
+  // of those members that is still Keepable), taken out of kept_; null if
+  // they offer different ones or none, and then every member drops those
+  // it kept of them (DropKept). One round of the OOB. With the data path's
+  // lock held.
+  absl::StatusOr<std::unique_ptr<Group>> TakeKeptGroup(Oob& group_oob,
+                                                       const std::vector<int>& world_ranks);
+  // Drops kept groups, alone (not with their members): the one that was
+  // their group rank 0 releases them at the manager; a member that still
+  // keeps one finds the others do not at its next offer and drops it too.
+  // With the data path's lock held.
+  void DropKept(std::vector<std::unique_ptr<Group>> dropped);
   void OnEvent(const control::JobEvent& event);
   // False once the fabric failed under this rank (its leaf link failed, a
   // group of its was revoked or lost its switches, the manager detached the
@@ -172,6 +195,15 @@ class Context : private GroupOwner {
   transport::Ipv4Endpoint leaf_address_;
   uint32_t num_slots_ = 8, slot_bytes_ = 4032, max_groups_ = 0;
   uint64_t groups_created_ = 0;  // for idempotency tags
+  // Kept groups (DestroyGroup), oldest first; whether the job keeps them
+  // (every rank's NETFOLD_KEEP_GROUPS > 0); places taken by groups being
+  // destroyed that may be kept; what stats() counts. Under the data
+  // path's lock.
+  std::vector<std::unique_ptr<Group>> kept_;
+  bool keeps_groups_ = false;
+  size_t keeping_ = 0;
+  uint64_t groups_requested_ = 0;
+  uint64_t groups_reused_ = 0;
   // Data planes: the fabric's (from Attach), the next one this rank gives
   // a group it creates, and those lost (bit p: plane p's link failed or
   // the manager detached it; not used until Reattach succeeds).

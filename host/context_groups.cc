@@ -169,6 +169,10 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     return adopt();
   };
   if (hosts_only) return host_group("the policy asks for host algorithms");
+  if (keeps_groups_) {
+    NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<Group> kept, TakeKeptGroup(group_oob, world_ranks));
+    if (kept != nullptr) return kept;
+  }
   // A member that lost its leaf link attaches again first (Reattach), and
   // the members agree: the manager would refuse a group with a member that
   // is not attached.
@@ -192,6 +196,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     }
     *planes = plane_zero;
   };
+  bool dropped_kept = false;
   for (;;) {
     absl::StatusOr<std::vector<control::GroupInfo>> infos =
         RequestGroups(group_oob, world_ranks, *planes);
@@ -199,6 +204,21 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
       if (*planes != plane_zero) {
         to_plane_zero(infos.status());
         continue;
+      }
+      // Kept groups hold switch slots and count among the job's groups:
+      // when the fabric has no room, the members drop those they keep and
+      // ask once more, if any kept one.
+      if (absl::IsResourceExhausted(infos.status()) && keeps_groups_ && !dropped_kept) {
+        dropped_kept = true;
+        const uint8_t mine = kept_.empty() ? 0 : 1;
+        std::vector<uint8_t> kept(static_cast<size_t>(group_oob.size()), 0);
+        NETFOLD_RETURN_IF_ERROR(group_oob.Allgather(&mine, kept.data(), 1));
+        if (std::any_of(kept.begin(), kept.end(), [](uint8_t k) { return k != 0; })) {
+          DropKept(std::exchange(kept_, {}));
+          // Their releases at the manager are done before rank 0 asks again.
+          NETFOLD_RETURN_IF_ERROR(group_oob.Barrier());
+          continue;
+        }
       }
       // The fabric cannot serve the group (no resources, a switch or the
       // manager gone): the hosts can, unless the policy forbids it.
@@ -231,7 +251,10 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     if (joined.ok() && may_fall_back) {
       joined = AgreeOnStatus(group_oob, connect_hosts(FabricTree(infos->front(), world_ranks)));
     }
-    if (joined.ok()) break;
+    if (joined.ok()) {
+      ++groups_requested_;
+      break;
+    }
     LeaveFabricGroups(setup);
     ReleaseGroups(group_oob, *infos);
     setup.host.reset();
@@ -247,6 +270,84 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
   }
   setup.group_id = setup.channels.front().group_id;
   return adopt();
+}
+
+absl::Status Context::DestroyGroup(std::unique_ptr<Group> group, Oob& group_oob) {
+  bool may_keep = false;
+  {
+    ProgressThread::Inside inside(*progress_);
+    may_keep = keeps_groups_ && kept_.size() + keeping_ < options_.keep_groups;
+    if (may_keep) ++keeping_;
+  }
+  absl::StatusOr<bool> kept = group->DestroyOrKeep(group_oob, may_keep);
+  ProgressThread::Inside inside(*progress_);
+  if (may_keep) --keeping_;
+  if (!kept.ok()) return kept.status();
+  if (*kept) kept_.push_back(std::move(group));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Group>> Context::TakeKeptGroup(
+    Oob& group_oob, const std::vector<int>& world_ranks) {
+  // The offer leaves kept_ before the exchange (outside the lock), so that
+  // another thread creating a group cannot take it meanwhile.
+  std::unique_ptr<Group> offered;
+  for (auto it = kept_.begin(); it != kept_.end(); ++it) {
+    if ((*it)->world_ranks() == world_ranks && (*it)->Keepable()) {
+      offered = std::move(*it);
+      kept_.erase(it);
+      break;
+    }
+  }
+  const uint64_t mine = offered != nullptr ? offered->group_id() : 0;
+  std::vector<uint64_t> offers(static_cast<size_t>(group_oob.size()), 0);
+  absl::Status exchanged = group_oob.Allgather(&mine, offers.data(), sizeof(mine));
+  if (!exchanged.ok()) {
+    if (offered != nullptr) kept_.insert(kept_.begin(), std::move(offered));
+    return exchanged;
+  }
+  if (mine != 0 && std::all_of(offers.begin(), offers.end(),
+                               [mine](uint64_t offer) { return offer == mine; })) {
+    ++groups_reused_;
+    return offered;
+  }
+  if (std::any_of(offers.begin(), offers.end(), [](uint64_t offer) { return offer != 0; })) {
+    // Some member offers another group or none (it never kept this one,
+    // dropped it, or its fabric failed): these members' kept groups are
+    // of no use together any more.
+    std::vector<std::unique_ptr<Group>> dropped;
+    if (offered != nullptr) dropped.push_back(std::move(offered));
+    for (auto it = kept_.begin(); it != kept_.end();) {
+      if ((*it)->world_ranks() == world_ranks) {
+        dropped.push_back(std::move(*it));
+        it = kept_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    DropKept(std::move(dropped));
+  }
+  return std::unique_ptr<Group>();
+}
+
+void Context::DropKept(std::vector<std::unique_ptr<Group>> dropped) {
+  for (std::unique_ptr<Group>& group : dropped) {
+    if (group->rank() == 0 && group->fabric() != nullptr) {
+      std::vector<uint64_t> ids;
+      for (size_t c = 0; c < group->fabric()->size(); ++c) {
+        ids.push_back(group->fabric()->channel(c).group_id);
+      }
+      ProgressThread::Outside outside(*progress_);  // the manager may take its time
+      for (uint64_t id : ids) {
+        // Gone already (revoked, or the job's end) is as good as released.
+        if (absl::Status s = ReleaseAtManager(id, /*fabric_failed=*/false);
+            !s.ok() && !absl::IsNotFound(s)) {
+          NETFOLD_LOG(kInfo) << "releasing kept group " << id << ": " << s;
+        }
+      }
+    }
+    group.reset();  // what is left fails; its routes, address and peer QPs go
+  }
 }
 
 void Context::ReleaseGroups(Oob& group_oob, const std::vector<control::GroupInfo>& infos) {

@@ -602,8 +602,18 @@ absl::Status Group::Wait(OpId id, std::optional<WrittenChunks>* written) {
   return s;
 }
 
+bool Group::Keepable() const {
+  return owner_ != nullptr && mode_ == Mode::kFabric && fabric_ != nullptr &&
+         fabric_->failure().ok() && !failed_over_ && ops_.empty() && detached_ == 0 &&
+         deferred_.ok() && !failing_over_.has_value();
+}
+
 absl::Status Group::Destroy(Oob& group_oob) {
-  if (owner_ == nullptr) return absl::OkStatus();
+  return DestroyOrKeep(group_oob, /*may_keep=*/false).status();
+}
+
+absl::StatusOr<bool> Group::DestroyOrKeep(Oob& group_oob, bool may_keep) {
+  if (owner_ == nullptr) return false;
   absl::Status deferred;
   {
     // Under the lock: another group's wait reads destroyed_ and may settle
@@ -611,7 +621,7 @@ absl::Status Group::Destroy(Oob& group_oob) {
     ProgressThread::Inside inside(owner_->progress());
     // (A failover another thread follows: the group is freed after this.)
     (void)AwaitOthersFailover();
-    if (destroyed_) return absl::OkStatus();
+    if (destroyed_) return false;
     destroyed_ = true;
     DrainDetached();
     deferred = TakeDeferred();
@@ -630,11 +640,25 @@ absl::Status Group::Destroy(Oob& group_oob) {
     if (absl::Status s = Wait(*last); !s.ok()) {
       NETFOLD_LOG(kInfo) << absl::StrFormat("group %d: the barrier before release: %s",
                                             group_id_, s.ToString());
+      may_keep = false;
     }
   }
   // Waits for the members and for the manager happen outside the data
   // path's lock: the progress thread keeps the link answered meanwhile.
-  absl::Status result = group_oob.Barrier();
+  // The first is the members' word on keeping the group: kept if every one
+  // can (one that cannot releases nothing alone, so none may keep it).
+  uint8_t keep = 0;
+  if (may_keep && deferred.ok()) {
+    ProgressThread::Inside inside(owner_->progress());
+    keep = Keepable() ? 1 : 0;
+  }
+  std::vector<uint8_t> keeps(world_ranks_.size(), 0);
+  absl::Status result = group_oob.Allgather(&keep, keeps.data(), 1);
+  if (result.ok() && std::all_of(keeps.begin(), keeps.end(), [](uint8_t k) { return k == 1; })) {
+    ProgressThread::Inside inside(owner_->progress());
+    destroyed_ = false;
+    return true;
+  }
   if (result.ok()) result = deferred;
   if (fabric_ != nullptr) {
     ProgressThread::Inside inside(owner_->progress());
@@ -662,7 +686,9 @@ absl::Status Group::Destroy(Oob& group_oob) {
     host_.reset();
   }
   owner_ = nullptr;
-  return result.ok() ? barrier : result;
+  if (!result.ok()) return result;
+  if (!barrier.ok()) return barrier;
+  return false;
 }
 
 }  // namespace netfold::host

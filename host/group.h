@@ -117,6 +117,16 @@ class Group {
   // Collective over the members: waits for the released reduces, then
   // releases the group at the manager.
   absl::Status Destroy(Oob& group_oob);
+  // The same, unless every member may keep the group (`may_keep`, and the
+  // group Keepable): then it stays as it is, on the fabric and at the
+  // manager, and true says so (Context::DestroyGroup keeps it for the next
+  // group of the same members). The members agree in the exchange the
+  // release waits in anyway.
+  absl::StatusOr<bool> DestroyOrKeep(Oob& group_oob, bool may_keep);
+  // On the fabric with nothing pending, failed or deferred: it can serve
+  // another communicator of its members as it is. Under the data path's
+  // lock.
+  bool Keepable() const;
   // Called by the owner while one of its groups waits
   // (GroupOwner::WhileWaiting): if the fabric failed under this group, or
   // a member went over to the hosts, this one follows now (Failover)
@@ -137,6 +147,7 @@ class Group {
 
   uint64_t group_id() const { return group_id_; }
   int rank() const { return group_rank_; }
+  const std::vector<int>& world_ranks() const { return world_ranks_; }
   int size() const { return static_cast<int>(world_ranks_.size()); }
   // Its fabric groups and their engines (host/channels.h); null for a
   // group the hosts serve from the start.

@@ -274,7 +274,8 @@ int netfold_group_create(netfold_context_t ctx, const netfold_group_spec_t* spec
 int netfold_group_destroy(netfold_group_t group) {
   if (group == nullptr) return Invalid("group is NULL");
   if (int rc = ForkedChild(group->pid); rc != NETFOLD_SUCCESS) return rc;
-  absl::Status s = group->impl ? group->impl->Destroy(*group->oob) : absl::OkStatus();
+  absl::Status s = group->impl ? group->ctx->impl->DestroyGroup(std::move(group->impl), *group->oob)
+                               : absl::OkStatus();
   delete group;
   return s.ok() ? Ok() : Fail(s);
 }
@@ -571,6 +572,17 @@ int netfold_get_counter(netfold_context_t ctx, const char* name, uint64_t* value
   if (wanted == "results_place_missed") {
     *value = s.results_place_missed;
     return Ok();
+  }
+  const std::pair<std::string_view, uint64_t> kGroups[] = {
+      {"groups_requested", s.groups_requested},
+      {"groups_reused", s.groups_reused},
+      {"groups_kept", s.groups_kept},
+  };
+  for (const auto& [counter, v] : kGroups) {
+    if (wanted == counter) {
+      *value = v;
+      return Ok();
+    }
   }
   return Invalid(absl::StrFormat("no counter named '%s'", name));
 }

@@ -108,6 +108,7 @@ absl::Status ApplyEnvironment(ContextOptions* o) {
   };
   NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_PORT", 255, &o->verbs_port));
   NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_RELEASED_REDUCES", 8, &o->released_reduces));
+  NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_KEEP_GROUPS", 64, &o->keep_groups));
   NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_PLANES", control::kMaxPlanes, &o->planes));
   NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_CHANNELS", control::kMaxPlanes, &o->channels));
   NETFOLD_RETURN_IF_ERROR(bounded("NETFOLD_VERBS_MTU", 4096, &o->verbs_mtu));

@@ -64,6 +64,12 @@ struct ContextOptions {
   // returned (docs/host.md, "Lifecycle"); 0: none, a reduce returns when
   // it completes. The MPI interposer asks for 1 (its failover needs it).
   uint32_t released_reduces = 8;
+  // NETFOLD_KEEP_GROUPS (0..64): how many destroyed groups this rank keeps
+  // for the next group of the same members (docs/host.md, "Kept groups"):
+  // a communicator freed and made again (MPI_Comm_dup, MPI_Comm_split in a
+  // loop) gets its fabric group back without the manager. 0: none; the
+  // job keeps groups only if every rank may.
+  uint32_t keep_groups = 4;
   // NETFOLD_PLANES (0..16): how many of the fabric's data planes this
   // rank's groups are spread over (docs/host.md, "Data planes"); 0 (the
   // default): all the fabric has, 1: plane 0 alone.

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <utility>
 
 #include "host/mpi/interposer_state.h"
 #include "netfold/netfold.h"
@@ -16,7 +17,18 @@ void PrintStats() {
   constexpr int kKinds = static_cast<int>(kNumKinds);
   constexpr int kReasons = static_cast<int>(kNumReasons);
   // The counts after the offloaded, fallback and hierarchical ones.
-  enum Extra { kHostOps, kRecovered, kReducedAgain, kJoined, kTries, kReturned, kExtras };
+  enum Extra {
+    kHostOps,
+    kRecovered,
+    kReducedAgain,
+    kJoined,
+    kTries,
+    kReturned,
+    kRequested,
+    kReused,
+    kKept,
+    kExtras
+  };
   constexpr int kFirstExtra = 2 * kKinds + kReasons;
   constexpr int kAll = kFirstExtra + kExtras;
   uint64_t local[kAll], total[kAll];
@@ -33,6 +45,15 @@ void PrintStats() {
   local[kFirstExtra + kJoined] = g.recoveries_joined.load();
   local[kFirstExtra + kTries] = g.tries.load();
   local[kFirstExtra + kReturned] = g.returned.load();
+  // Groups: made by the manager, kept ones given again (docs/host.md,
+  // "Kept groups"), kept now; one per member.
+  const std::pair<Extra, const char*> kGroups[] = {
+      {kRequested, "groups_requested"}, {kReused, "groups_reused"}, {kKept, "groups_kept"}};
+  for (const auto& [e, name] : kGroups) {
+    uint64_t v = 0;
+    local[kFirstExtra + e] =
+        g.ctx != nullptr && netfold_get_counter(g.ctx, name, &v) == NETFOLD_SUCCESS ? v : 0;
+  }
   PMPI_Reduce(local, total, kAll, MPI_UINT64_T, MPI_SUM, 0, MPI_COMM_WORLD);
   if (g.world_rank != 0) return;
   auto extra = [&](Extra e) { return static_cast<unsigned long long>(total[kFirstExtra + e]); };
@@ -64,6 +85,12 @@ void PrintStats() {
   if (extra(kJoined) > 0) {
     std::fprintf(stderr, "  failover: recoveries joined while waiting in another %llu\n",
                  extra(kJoined));
+  }
+  if (extra(kRequested) + extra(kReused) > 0) {
+    std::fprintf(stderr,
+                 "  groups (one per member): made by the manager %llu, kept ones given again "
+                 "%llu, kept now %llu\n",
+                 extra(kRequested), extra(kReused), extra(kKept));
   }
   if (extra(kTries) > 0) {
     std::fprintf(stderr, "  failover: tries of the fabric again %llu, back on it %llu\n",

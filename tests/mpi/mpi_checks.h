@@ -158,6 +158,10 @@ void NonblockingOutage(int before, int after, bool blocking);
 // (the driver heals it meanwhile), used once, then `world_after` more
 // allreduces on the world.
 void LinkCut(int rounds, double new_comm_after, int world_after);
+// Four ranks, NETFOLD_MPI_MIN_COMM_SIZE=2, NETFOLD_MAX_GROUPS=3
+// (mpi_kept_groups.cc): duplicates of the world freed and made again, then
+// pairs that run the job out of groups, each allreduce checked.
+void KeptGroups();
 
 }  // namespace mpi_test
 

@@ -9,6 +9,8 @@
 //                             reduce-scatter of every datatype x op, allgather
 //   mpi_collectives comms     dup and split communicators, freed and reused
 //                             (allreduce, reduce-scatter and allgather on each)
+//   mpi_collectives kept_groups   freed communicators' groups kept and given
+//                             again, dropped, evicted (mpi_kept_groups.cc)
 //   mpi_collectives hierarchy [quick]   with NETFOLD_TEST_RANKS_PER_HOST=N
 //                             (rank r is host h<r/N>): the sweep (not with
 //                             quick), split communicators, and the bytes
@@ -722,6 +724,7 @@ int main(int argc, char** argv) {
     }
   }
   else if (what == "comms") Comms();
+  else if (what == "kept_groups") KeptGroups();
   else if (what == "hierarchy") Hierarchy(per_host, argc > 2 && std::string(argv[2]) == "quick");
   else if (what == "fallback") Fallback();
   else if (what == "outage") Outage();

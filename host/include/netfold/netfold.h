@@ -204,7 +204,11 @@ int netfold_group_create(netfold_context_t ctx, const netfold_group_spec_t* spec
                          netfold_group_t* group);
 
 /* Releases the group's resources in the fabric. Collective over the
- * members. Pending requests of the group fail with ABORTED. */
+ * members. Pending requests of the group fail with ABORTED. A group on
+ * the fabric with nothing pending is kept instead, when every member may
+ * (NETFOLD_KEEP_GROUPS, default 4 per rank): the next group created over
+ * the same world ranks in the same order gets it back without asking the
+ * manager (docs/host.md, "Kept groups"). */
 int netfold_group_destroy(netfold_group_t group);
 
 /* Blocking collectives. `count` elements of `dtype`; root is a group rank.
@@ -367,6 +371,11 @@ int netfold_get_stats(netfold_context_t ctx, netfold_stats_t* stats);
  *                           memory); always 0 with the verbs transport
  *   "results_place_missed"  multicast datagrams read into a place that
  *                           turned out not to be theirs, then copied
+ *   "groups_requested"      fabric groups created for groups this rank is
+ *                           a member of (the manager asked by rank 0)
+ *   "groups_reused"         groups given a kept fabric group instead
+ *   "groups_kept"           fabric groups this rank keeps now
+ *                           (NETFOLD_KEEP_GROUPS, docs/host.md)
  * Returns SUCCESS, INVALID_ARGUMENT (NULL argument, unknown name), or
  * UNAVAILABLE in a forked child. */
 int netfold_get_counter(netfold_context_t ctx, const char* name, uint64_t* value);
