@@ -168,6 +168,10 @@ class Context : private GroupOwner {
   // keeps one finds the others do not at its next offer and drops it too.
   // With the data path's lock held.
   void DropKept(std::vector<std::unique_ptr<Group>> dropped);
+  // Drops the kept groups no longer Keepable (their fabric failed: revoked,
+  // re-planned, a plane lost), whoever else keeps them: each member finds
+  // the failure itself. With the data path's lock held.
+  void DropFailedKept();
   void OnEvent(const control::JobEvent& event);
   // False once the fabric failed under this rank (its leaf link failed, a
   // group of its was revoked or lost its switches, the manager detached the

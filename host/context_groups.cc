@@ -201,24 +201,37 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
     absl::StatusOr<std::vector<control::GroupInfo>> infos =
         RequestGroups(group_oob, world_ranks, *planes);
     if (!infos.ok()) {
+      // Kept groups hold switch slots and count among the job's groups:
+      // when the fabric has no room, the members drop the kept groups of
+      // their own ranks alone (all of whose members are here, dropping
+      // them together: none stays joined to an address the manager gives
+      // again) and ask once more, if any member dropped one.
+      if (absl::IsResourceExhausted(infos.status()) && keeps_groups_ && !dropped_kept) {
+        dropped_kept = true;
+        std::vector<std::unique_ptr<Group>> ours;
+        for (auto it = kept_.begin(); it != kept_.end();) {
+          const std::vector<int>& theirs = (*it)->world_ranks();
+          if (std::all_of(theirs.begin(), theirs.end(), [&](int r) {
+                return std::find(world_ranks.begin(), world_ranks.end(), r) != world_ranks.end();
+              })) {
+            ours.push_back(std::move(*it));
+            it = kept_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        const uint8_t mine = ours.empty() ? 0 : 1;
+        DropKept(std::move(ours));
+        std::vector<uint8_t> dropped(static_cast<size_t>(group_oob.size()), 0);
+        NETFOLD_RETURN_IF_ERROR(group_oob.Allgather(&mine, dropped.data(), 1));
+        // (The exchange also orders the releases before rank 0 asks again.)
+        if (std::any_of(dropped.begin(), dropped.end(), [](uint8_t d) { return d != 0; })) {
+          continue;
+        }
+      }
       if (*planes != plane_zero) {
         to_plane_zero(infos.status());
         continue;
-      }
-      // Kept groups hold switch slots and count among the job's groups:
-      // when the fabric has no room, the members drop those they keep and
-      // ask once more, if any kept one.
-      if (absl::IsResourceExhausted(infos.status()) && keeps_groups_ && !dropped_kept) {
-        dropped_kept = true;
-        const uint8_t mine = kept_.empty() ? 0 : 1;
-        std::vector<uint8_t> kept(static_cast<size_t>(group_oob.size()), 0);
-        NETFOLD_RETURN_IF_ERROR(group_oob.Allgather(&mine, kept.data(), 1));
-        if (std::any_of(kept.begin(), kept.end(), [](uint8_t k) { return k != 0; })) {
-          DropKept(std::exchange(kept_, {}));
-          // Their releases at the manager are done before rank 0 asks again.
-          NETFOLD_RETURN_IF_ERROR(group_oob.Barrier());
-          continue;
-        }
       }
       // The fabric cannot serve the group (no resources, a switch or the
       // manager gone): the hosts can, unless the policy forbids it.
@@ -276,6 +289,7 @@ absl::Status Context::DestroyGroup(std::unique_ptr<Group> group, Oob& group_oob)
   bool may_keep = false;
   {
     ProgressThread::Inside inside(*progress_);
+    DropFailedKept();  // their places first
     may_keep = keeps_groups_ && kept_.size() + keeping_ < options_.keep_groups;
     if (may_keep) ++keeping_;
   }
@@ -289,6 +303,7 @@ absl::Status Context::DestroyGroup(std::unique_ptr<Group> group, Oob& group_oob)
 
 absl::StatusOr<std::unique_ptr<Group>> Context::TakeKeptGroup(
     Oob& group_oob, const std::vector<int>& world_ranks) {
+  DropFailedKept();
   // The offer leaves kept_ before the exchange (outside the lock), so that
   // another thread creating a group cannot take it meanwhile.
   std::unique_ptr<Group> offered;
@@ -309,6 +324,7 @@ absl::StatusOr<std::unique_ptr<Group>> Context::TakeKeptGroup(
   if (mine != 0 && std::all_of(offers.begin(), offers.end(),
                                [mine](uint64_t offer) { return offer == mine; })) {
     ++groups_reused_;
+    offered->Reopen();
     return offered;
   }
   if (std::any_of(offers.begin(), offers.end(), [](uint64_t offer) { return offer != 0; })) {
@@ -328,6 +344,19 @@ absl::StatusOr<std::unique_ptr<Group>> Context::TakeKeptGroup(
     DropKept(std::move(dropped));
   }
   return std::unique_ptr<Group>();
+}
+
+void Context::DropFailedKept() {
+  std::vector<std::unique_ptr<Group>> failed;
+  for (auto it = kept_.begin(); it != kept_.end();) {
+    if (!(*it)->Keepable()) {
+      failed.push_back(std::move(*it));
+      it = kept_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  DropKept(std::move(failed));
 }
 
 void Context::DropKept(std::vector<std::unique_ptr<Group>> dropped) {

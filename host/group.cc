@@ -655,9 +655,7 @@ absl::StatusOr<bool> Group::DestroyOrKeep(Oob& group_oob, bool may_keep) {
   std::vector<uint8_t> keeps(world_ranks_.size(), 0);
   absl::Status result = group_oob.Allgather(&keep, keeps.data(), 1);
   if (result.ok() && std::all_of(keeps.begin(), keeps.end(), [](uint8_t k) { return k == 1; })) {
-    ProgressThread::Inside inside(owner_->progress());
-    destroyed_ = false;
-    return true;
+    return true;  // destroyed_ stays set until Reopen
   }
   if (result.ok()) result = deferred;
   if (fabric_ != nullptr) {

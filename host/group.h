@@ -127,6 +127,12 @@ class Group {
   // another communicator of its members as it is. Under the data path's
   // lock.
   bool Keepable() const;
+  // A kept group given to a new group of its members: usable again (while
+  // kept it counts as destroyed: it follows no failover, since members
+  // that dropped it would never answer). Under the data path's lock.
+  void Reopen() { destroyed_ = false; }
+  // The owner went first (Orphan): nothing is left to release.
+  bool orphaned() const { return owner_ == nullptr; }
   // Called by the owner while one of its groups waits
   // (GroupOwner::WhileWaiting): if the fabric failed under this group, or
   // a member went over to the hosts, this one follows now (Failover)
@@ -254,7 +260,7 @@ class Group {
   std::optional<std::thread::id> failing_over_;
   bool fabric_failed_ = false;
   std::string description_;
-  bool destroyed_ = false;
+  bool destroyed_ = false;  // or kept (Context::DestroyGroup) until Reopen
   // Released reduces whose Wait returned and which are not settled yet,
   // their owned bytes, and the first failure among them: the next Start
   // (or Destroy) of the group returns it.

@@ -274,8 +274,11 @@ int netfold_group_create(netfold_context_t ctx, const netfold_group_spec_t* spec
 int netfold_group_destroy(netfold_group_t group) {
   if (group == nullptr) return Invalid("group is NULL");
   if (int rc = ForkedChild(group->pid); rc != NETFOLD_SUCCESS) return rc;
-  absl::Status s = group->impl ? group->ctx->impl->DestroyGroup(std::move(group->impl), *group->oob)
-                               : absl::OkStatus();
+  // A group that outlived its context (netfold_finalize first) has nothing
+  // left to release, and its context is gone.
+  absl::Status s = group->impl == nullptr || group->impl->orphaned()
+                       ? absl::OkStatus()
+                       : group->ctx->impl->DestroyGroup(std::move(group->impl), *group->oob);
   delete group;
   return s.ok() ? Ok() : Fail(s);
 }

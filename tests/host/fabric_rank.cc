@@ -13,7 +13,8 @@
 //                (released, host/group.h); a mismatch after the return
 //                reaches the next call
 //   groups       three groups over the same ranks alive at once, nonblocking
-//                operations in flight on two of them at the same time
+//                operations in flight on two of them at the same time; two
+//                destroyed and a fourth made, from a kept one
 //   large BYTES  one allreduce of BYTES (fp32 sum, in place)
 //   victim       start a long stream of allreduces; the test kills one rank;
 //                the others must fail cleanly (exit 0 if they did, within
@@ -524,6 +525,21 @@ int main(int argc, char** argv) {
     }
     if (g3) CheckRc(netfold_group_destroy(g3), "destroy g3");
     if (g2) CheckRc(netfold_group_destroy(g2), "destroy g2");
+    // Both were kept (nothing pending): a fourth group over the same ranks
+    // gets one back without the manager (docs/host.md, "Kept groups").
+    netfold_group_t g4 = nullptr;
+    CheckRc(netfold_group_create(ctx, &gs, &g4), "fourth group");
+    uint64_t requested = 0, reused = 0;
+    CheckRc(netfold_get_counter(ctx, "groups_requested", &requested), "groups_requested");
+    CheckRc(netfold_get_counter(ctx, "groups_reused", &reused), "groups_reused");
+    Check(requested == 3 && reused == 1,
+          absl::StrFormat("groups made by the manager %d, kept ones given again %d; 3 and 1 "
+                          "expected",
+                          requested, reused));
+    if (g4 != nullptr) {
+      Nonblocking(g4);
+      CheckRc(netfold_group_destroy(g4), "destroy g4");
+    }
   } else if (scenario == "large") {
     size_t bytes = 64u << 20;
     if (argc > 2) (void)absl::SimpleAtoi(argv[2], &bytes);

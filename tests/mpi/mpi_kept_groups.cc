@@ -1,7 +1,6 @@
 // mpi_collectives kept_groups: the fabric groups of freed communicators are
 // kept and given to the next communicator of the same ranks (docs/host.md,
-// "Kept groups"), dropped when the ranks do not all keep one, and dropped
-// to make room when the job has no group left.
+// "Kept groups"), and dropped to make room when the job has no group left.
 #include <mpi.h>
 
 #include <string>
@@ -45,24 +44,23 @@ void KeptGroups() {
     CheckedSum(dup, "duplicate " + std::to_string(i));
     MPI_Comm_free(&dup);
   }
-  // {0, 1}, then {2, 3}: the job's third group goes to {0, 1}, which keep
-  // it when it is freed; {2, 3} find the job out of groups, drop the
-  // duplicate's group they keep (not released: its rank 0, world rank 0,
-  // still keeps it), find no room still and run on MPI itself.
-  for (int half = 0; half < 2; ++half) {
-    MPI_Comm pair;
-    MPI_Comm_split(MPI_COMM_WORLD, g_rank / 2 == half ? 0 : MPI_UNDEFINED, g_rank, &pair);
-    if (pair != MPI_COMM_NULL) {
-      CheckedSum(pair, "ranks " + std::to_string(2 * half) + " and " + std::to_string(2 * half + 1));
-      MPI_Comm_free(&pair);
+  // {0, 1}, then {0, 1, 2}: the job's third group goes to {0, 1}, which
+  // keep it when it is freed; {0, 1, 2} find the job out of groups, drop
+  // the kept group of their own ranks alone ({0, 1}'s, released by rank 0;
+  // not the duplicate's, which rank 3 keeps too) and get one.
+  for (int last : {1, 2}) {
+    MPI_Comm some;
+    MPI_Comm_split(MPI_COMM_WORLD, g_rank <= last ? 0 : MPI_UNDEFINED, g_rank, &some);
+    if (some != MPI_COMM_NULL) {
+      CheckedSum(some, "ranks 0 to " + std::to_string(last));
+      MPI_Comm_free(&some);
     }
     MPI_Barrier(MPI_COMM_WORLD);
   }
-  // A duplicate again: ranks 0 and 1 offer the kept group, 2 and 3 none;
-  // all drop it (rank 0 releases it) and the manager makes a new one.
+  // A duplicate again: the first duplicate's group once more.
   MPI_Comm dup;
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-  CheckedSum(dup, "duplicate after the drop");
+  CheckedSum(dup, "the last duplicate");
   MPI_Comm_free(&dup);
 }
 
