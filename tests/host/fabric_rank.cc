@@ -62,10 +62,11 @@
 //   progress     with NETFOLD_PROGRESS_THREAD=0: a 3 MiB allreduce moved by
 //                netfold_progress alone (no test or wait until its counter
 //                says it completed), its result checked; bad timeouts refused
-//   outage N     a stream that stops at its first error (the test kills a
-//                switch), then waits for $NETFOLD_TEST_PHASE2 to exist,
-//                joins the fabric again and runs N more operations that
-//                must all succeed
+//   outage N     a group kept first (made and destroyed); a stream that
+//                stops at its first error (the test kills a switch), then
+//                waits for $NETFOLD_TEST_PHASE2 to exist, joins the fabric
+//                again (the kept group dropped, not given again) and runs
+//                N more operations that must all succeed
 //
 // NETFOLD_TEST_HOLD_AT=K (stream, digest, inplace, bcasts, outage): after
 // its K-th operation the rank prints "rank R: holding at K", waits for
@@ -387,6 +388,14 @@ int main(int argc, char** argv) {
   } else if (scenario == "outage") {
     int n = 100;
     if (argc > 2) (void)absl::SimpleAtoi(argv[2], &n);
+    // A group kept from before the outage (docs/host.md, "Kept groups"):
+    // its fabric fails with the switch, so it is dropped, not given again.
+    netfold_group_t spare = nullptr;
+    CheckRc(netfold_group_create(ctx, &gs, &spare), "a spare group");
+    if (spare != nullptr) CheckRc(netfold_group_destroy(spare), "keeping the spare group");
+    uint64_t kept = 0, reused = 0;
+    CheckRc(netfold_get_counter(ctx, "groups_kept", &kept), "groups_kept");
+    Check(kept == 1, "the spare group was not kept");
     StreamResult r1 = Stream(g, 100000, /*stop_at_error=*/true);
     std::printf("rank %d: phase1 ok=%d errors=%d wrong=%d first error: %s\n", g_rank, r1.ok,
                 r1.errors, r1.wrong, r1.first_error.c_str());
@@ -407,6 +416,12 @@ int main(int argc, char** argv) {
       rc = netfold_group_create(ctx, &gs, &g);
     }
     CheckRc(rc, "a group of the same context after the outage");
+    CheckRc(netfold_get_counter(ctx, "groups_kept", &kept), "groups_kept");
+    CheckRc(netfold_get_counter(ctx, "groups_reused", &reused), "groups_reused");
+    Check(kept == 0 && reused == 0,
+          absl::StrFormat("after the outage, kept groups given again %d, kept now %d; none "
+                          "expected",
+                          reused, kept));
     for (int phase = 2; phase <= 3 && rc == NETFOLD_SUCCESS; ++phase) {
       StreamResult r2 = Stream(g, n, /*stop_at_error=*/false);
       std::printf("rank %d: phase%d ok=%d errors=%d wrong=%d%s %s\n", g_rank, phase, r2.ok,
