@@ -126,6 +126,18 @@ class ServiceTest : public testing::Test {
     return s;
   }
 
+  // A job on h0 and h4, both ranks attached, and a group of the two.
+  control::GroupInfo TwoRankGroup(control::CreateJobResponse* job) {
+    *job = CreateJob({"h0", "h4"});
+    control::AttachResponse a;
+    EXPECT_TRUE(Attach(*job, 0, &a).ok());
+    EXPECT_TRUE(Attach(*job, 1, &a).ok());
+    control::GroupInfo g;
+    grpc::Status s = CreateGroup(*job, {0, 1}, &g);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return g;
+  }
+
   control::WatchEventsRequest WatchRequest(const control::CreateJobResponse& job, uint32_t rank) {
     control::WatchEventsRequest req;
     *req.mutable_job() = Creds(job);
@@ -216,12 +228,9 @@ TEST_F(ServiceTest, JobsGroupsAndAKilledSwitchOverGrpc) {
 TEST_F(ServiceTest, ADestroyedGroupsRemovalsAreNotWaitedFor) {
   Start("two_level.yaml");
   StartAgents();
-  control::CreateJobResponse job = CreateJob({"h0", "h4"});
-  control::AttachResponse a;
-  ASSERT_TRUE(Attach(job, 0, &a).ok());
-  ASSERT_TRUE(Attach(job, 1, &a).ok());
-  control::GroupInfo g;
-  ASSERT_TRUE(CreateGroup(job, {0, 1}, &g).ok());
+  control::CreateJobResponse job;
+  const control::GroupInfo g = TwoRankGroup(&job);
+  ASSERT_FALSE(HasFailure());
   std::vector<std::string> tree;  // the switches holding the group
   for (FakeSwitch* sw : fabric_->All()) {
     if (sw->HasGroup(g.group_id())) tree.push_back(sw->name());
@@ -256,12 +265,9 @@ TEST_F(ServiceTest, ADestroyedGroupsRemovalsAreNotWaitedFor) {
 TEST_F(ServiceTest, HungSwitchIsDetectedWithinTwiceTheTimeout) {
   Start("two_level.yaml");
   StartAgents();
-  control::CreateJobResponse job = CreateJob({"h0", "h4"});
-  control::AttachResponse a;
-  ASSERT_TRUE(Attach(job, 0, &a).ok());
-  ASSERT_TRUE(Attach(job, 1, &a).ok());
-  control::GroupInfo g;
-  ASSERT_TRUE(CreateGroup(job, {0, 1}, &g).ok());
+  control::CreateJobResponse job;
+  TwoRankGroup(&job);
+  ASSERT_FALSE(HasFailure());
   EventWatcher w(channel_, WatchRequest(job, 0));
   ASSERT_TRUE(w.WaitStarted(absl::Seconds(5)));
   const absl::Time paused = absl::Now();

@@ -127,6 +127,13 @@ using netfold::fabric_rank::Progressed;
 using netfold::fabric_rank::Released;
 using netfold::fabric_rank::Sweep;
 
+// Counter `name` of the context (netfold_get_counter), checked.
+uint64_t Counter(netfold_context_t ctx, const char* name) {
+  uint64_t value = 0;
+  CheckRc(netfold_get_counter(ctx, name, &value), name);
+  return value;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -202,9 +209,8 @@ int main(int argc, char** argv) {
     // gets one back without the manager (docs/host.md, "Kept groups").
     netfold_group_t g4 = nullptr;
     CheckRc(netfold_group_create(ctx, &gs, &g4), "fourth group");
-    uint64_t requested = 0, reused = 0;
-    CheckRc(netfold_get_counter(ctx, "groups_requested", &requested), "groups_requested");
-    CheckRc(netfold_get_counter(ctx, "groups_reused", &reused), "groups_reused");
+    const uint64_t requested = Counter(ctx, "groups_requested");
+    const uint64_t reused = Counter(ctx, "groups_reused");
     Check(requested == 3 && reused == 1,
           absl::StrFormat("groups made by the manager %d, kept ones given again %d; 3 and 1 "
                           "expected",
@@ -393,9 +399,7 @@ int main(int argc, char** argv) {
     netfold_group_t spare = nullptr;
     CheckRc(netfold_group_create(ctx, &gs, &spare), "a spare group");
     if (spare != nullptr) CheckRc(netfold_group_destroy(spare), "keeping the spare group");
-    uint64_t kept = 0, reused = 0;
-    CheckRc(netfold_get_counter(ctx, "groups_kept", &kept), "groups_kept");
-    Check(kept == 1, "the spare group was not kept");
+    Check(Counter(ctx, "groups_kept") == 1, "the spare group was not kept");
     StreamResult r1 = Stream(g, 100000, /*stop_at_error=*/true);
     std::printf("rank %d: phase1 ok=%d errors=%d wrong=%d first error: %s\n", g_rank, r1.ok,
                 r1.errors, r1.wrong, r1.first_error.c_str());
@@ -416,8 +420,7 @@ int main(int argc, char** argv) {
       rc = netfold_group_create(ctx, &gs, &g);
     }
     CheckRc(rc, "a group of the same context after the outage");
-    CheckRc(netfold_get_counter(ctx, "groups_kept", &kept), "groups_kept");
-    CheckRc(netfold_get_counter(ctx, "groups_reused", &reused), "groups_reused");
+    const uint64_t kept = Counter(ctx, "groups_kept"), reused = Counter(ctx, "groups_reused");
     Check(kept == 0 && reused == 0,
           absl::StrFormat("after the outage, kept groups given again %d, kept now %d; none "
                           "expected",
