@@ -26,6 +26,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -168,6 +169,8 @@ class Context : private GroupOwner {
   // keeps one finds the others do not at its next offer and drops it too.
   // With the data path's lock held.
   void DropKept(std::vector<std::unique_ptr<Group>> dropped);
+  // Takes out of kept_ the groups `taken` says.
+  std::vector<std::unique_ptr<Group>> TakeKeptIf(const std::function<bool(const Group&)>& taken);
   // Drops the kept groups no longer Keepable (their fabric failed: revoked,
   // re-planned, a plane lost), whoever else keeps them: each member finds
   // the failure itself. With the data path's lock held.

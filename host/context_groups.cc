@@ -208,18 +208,11 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
       // again) and ask once more, if any member dropped one.
       if (absl::IsResourceExhausted(infos.status()) && keeps_groups_ && !dropped_kept) {
         dropped_kept = true;
-        std::vector<std::unique_ptr<Group>> ours;
-        for (auto it = kept_.begin(); it != kept_.end();) {
-          const std::vector<int>& theirs = (*it)->world_ranks();
-          if (std::all_of(theirs.begin(), theirs.end(), [&](int r) {
-                return std::find(world_ranks.begin(), world_ranks.end(), r) != world_ranks.end();
-              })) {
-            ours.push_back(std::move(*it));
-            it = kept_.erase(it);
-          } else {
-            ++it;
-          }
-        }
+        std::vector<std::unique_ptr<Group>> ours = TakeKeptIf([&](const Group& g) {
+          return std::all_of(g.world_ranks().begin(), g.world_ranks().end(), [&](int r) {
+            return std::find(world_ranks.begin(), world_ranks.end(), r) != world_ranks.end();
+          });
+        });
         const uint8_t mine = ours.empty() ? 0 : 1;
         DropKept(std::move(ours));
         std::vector<uint8_t> dropped(static_cast<size_t>(group_oob.size()), 0);
@@ -331,32 +324,30 @@ absl::StatusOr<std::unique_ptr<Group>> Context::TakeKeptGroup(
     // Some member offers another group or none (it never kept this one,
     // dropped it, or its fabric failed): these members' kept groups are
     // of no use together any more.
-    std::vector<std::unique_ptr<Group>> dropped;
+    std::vector<std::unique_ptr<Group>> dropped =
+        TakeKeptIf([&](const Group& g) { return g.world_ranks() == world_ranks; });
     if (offered != nullptr) dropped.push_back(std::move(offered));
-    for (auto it = kept_.begin(); it != kept_.end();) {
-      if ((*it)->world_ranks() == world_ranks) {
-        dropped.push_back(std::move(*it));
-        it = kept_.erase(it);
-      } else {
-        ++it;
-      }
-    }
     DropKept(std::move(dropped));
   }
   return std::unique_ptr<Group>();
 }
 
-void Context::DropFailedKept() {
-  std::vector<std::unique_ptr<Group>> failed;
+std::vector<std::unique_ptr<Group>> Context::TakeKeptIf(
+    const std::function<bool(const Group&)>& taken) {
+  std::vector<std::unique_ptr<Group>> out;
   for (auto it = kept_.begin(); it != kept_.end();) {
-    if (!(*it)->Keepable()) {
-      failed.push_back(std::move(*it));
+    if (taken(**it)) {
+      out.push_back(std::move(*it));
       it = kept_.erase(it);
     } else {
       ++it;
     }
   }
-  DropKept(std::move(failed));
+  return out;
+}
+
+void Context::DropFailedKept() {
+  DropKept(TakeKeptIf([](const Group& g) { return !g.Keepable(); }));
 }
 
 void Context::DropKept(std::vector<std::unique_ptr<Group>> dropped) {
@@ -366,10 +357,13 @@ void Context::DropKept(std::vector<std::unique_ptr<Group>> dropped) {
       for (size_t c = 0; c < group->fabric()->size(); ++c) {
         ids.push_back(group->fabric()->channel(c).group_id);
       }
+      // A group whose fabric failed does not wait for a manager that may
+      // be gone with it.
+      const bool failed = !group->fabric()->failure().ok();
       ProgressThread::Outside outside(*progress_);  // the manager may take its time
       for (uint64_t id : ids) {
         // Gone already (revoked, or the job's end) is as good as released.
-        if (absl::Status s = ReleaseAtManager(id, /*fabric_failed=*/false);
+        if (absl::Status s = ReleaseAtManager(id, /*fabric_failed=*/failed);
             !s.ok() && !absl::IsNotFound(s)) {
           NETFOLD_LOG(kInfo) << "releasing kept group " << id << ": " << s;
         }
