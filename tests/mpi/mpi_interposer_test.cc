@@ -129,8 +129,9 @@ TEST_F(MpiInterposer, DupAndSplitCommunicators) {
 // groups"). Counted over the four ranks: made by the manager, the world's
 // and the first duplicate's at every rank, {0, 1}'s at two and {0, 1, 2}'s
 // at three: 13; given again, the second and the last duplicates': 8; kept
-// at the end, the duplicates' at four and {0, 1, 2}'s at three: 7. With
-// NETFOLD_KEEP_GROUPS=0 the job keeps none.
+// at the end, the duplicates' at four and {0, 1, 2}'s at three: 7; the
+// same under NETFOLD_ALGORITHM=auto. With NETFOLD_KEEP_GROUPS=0 the job
+// keeps none.
 TEST_F(MpiInterposer, FreedCommunicatorsGroupsAreKeptForTheNextOfTheSameRanks) {
   const std::map<std::string, std::string> env = {{"NETFOLD_MPI_STATS", "1"},
                                                   {"NETFOLD_MPI_MIN_COMM_SIZE", "2"},
@@ -142,6 +143,15 @@ TEST_F(MpiInterposer, FreedCommunicatorsGroupsAreKeptForTheNextOfTheSameRanks) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
+  // The same with libnetfold's host fallback standing by (a barrier of the
+  // group on the fabric before the members agree to keep it).
+  std::map<std::string, std::string> with_hosts = env;
+  with_hosts["NETFOLD_ALGORITHM"] = "auto";
+  MpiResult a = MpiRun(4, {"kept_groups"}, manager(), with_hosts);
+  ExpectPassed(a, "kept_groups");
+  EXPECT_NE(a.output.find("made by the manager 13, kept ones given again 8, kept now 7"),
+            std::string::npos)
+      << a.output;
   std::map<std::string, std::string> off = env;
   off["NETFOLD_KEEP_GROUPS"] = "0";
   MpiResult none = MpiRun(4, {"kept_groups"}, manager(), off);
