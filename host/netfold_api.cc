@@ -568,20 +568,15 @@ int netfold_get_counter(netfold_context_t ctx, const char* name, uint64_t* value
       return Ok();
     }
   }
-  if (wanted == "results_placed") {
-    *value = s.results_placed;
-    return Ok();
-  }
-  if (wanted == "results_place_missed") {
-    *value = s.results_place_missed;
-    return Ok();
-  }
-  const std::pair<std::string_view, uint64_t> kGroups[] = {
+  // Counters added since netfold_stats_t's layout was fixed.
+  const std::pair<std::string_view, uint64_t> kLater[] = {
+      {"results_placed", s.results_placed},
+      {"results_place_missed", s.results_place_missed},
       {"groups_requested", s.groups_requested},
       {"groups_reused", s.groups_reused},
       {"groups_kept", s.groups_kept},
   };
-  for (const auto& [counter, v] : kGroups) {
+  for (const auto& [counter, v] : kLater) {
     if (wanted == counter) {
       *value = v;
       return Ok();
