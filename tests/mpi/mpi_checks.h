@@ -162,6 +162,7 @@ void LinkCut(int rounds, double new_comm_after, int world_after);
 // (mpi_kept_groups.cc): duplicates of the world freed and made again, then
 // pairs that run the job out of groups, each allreduce checked.
 void KeptGroups();
+void KeptThreads(int rounds);
 
 }  // namespace mpi_test
 

@@ -11,6 +11,9 @@
 //                             (allreduce, reduce-scatter and allgather on each)
 //   mpi_collectives kept_groups   freed communicators' groups kept and given
 //                             again, dropped, evicted (mpi_kept_groups.cc)
+//   mpi_collectives kept_threads ROUNDS   MPI_THREAD_MULTIPLE; two threads
+//                             each make, use and free ROUNDS communicators
+//                             of the world's ranks at once
 //   mpi_collectives hierarchy [quick]   with NETFOLD_TEST_RANKS_PER_HOST=N
 //                             (rank r is host h<r/N>): the sweep (not with
 //                             quick), split communicators, and the bytes
@@ -698,7 +701,7 @@ int main(int argc, char** argv) {
     per_host = std::max(1, std::atoi(n));
     if (r != nullptr) setenv("NETFOLD_HOST", ("h" + std::to_string(std::atoi(r) / per_host)).c_str(), 0);
   }
-  if (what == "threads") {
+  if (what == "threads" || what == "kept_threads") {
     int provided = 0;
     MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     if (provided != MPI_THREAD_MULTIPLE) Fail("MPI_THREAD_MULTIPLE not provided");
@@ -725,6 +728,7 @@ int main(int argc, char** argv) {
   }
   else if (what == "comms") Comms();
   else if (what == "kept_groups") KeptGroups();
+  else if (what == "kept_threads") KeptThreads(argc > 2 ? std::atoi(argv[2]) : 30);
   else if (what == "hierarchy") Hierarchy(per_host, argc > 2 && std::string(argv[2]) == "quick");
   else if (what == "fallback") Fallback();
   else if (what == "outage") Outage();

@@ -1,9 +1,13 @@
 // mpi_collectives kept_groups: the fabric groups of freed communicators are
 // kept and given to the next communicator of the same ranks (docs/host.md,
 // "Kept groups"), and dropped to make room when the job has no group left.
+// mpi_collectives kept_threads ROUNDS: the same, two threads at once.
 #include <mpi.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/mpi/mpi_checks.h"
@@ -62,6 +66,52 @@ void KeptGroups() {
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   CheckedSum(dup, "the last duplicate");
   MPI_Comm_free(&dup);
+}
+
+void KeptThreads(int rounds) {
+  // Each thread duplicates a parent of its own, so the two threads' groups
+  // have the same ranks: both threads keep groups of the world's ranks and
+  // offer them at once. In every other round, a thread whose number and
+  // rank differ in parity waits until the other has started its first
+  // collective (where it offers), and 5 ms more: on even and odd ranks the
+  // two threads offer the kept groups in opposite orders, and the members'
+  // offers differ (or, on a loaded machine, may not).
+  MPI_Comm parents[2];
+  for (MPI_Comm& p : parents) MPI_Comm_dup(MPI_COMM_WORLD, &p);
+  std::atomic<int> checks{0}, wrong{0};
+  std::atomic<int> started[2] = {0, 0};  // rounds whose collective each thread began
+  auto work = [&](int t) {
+    for (int i = 0; i < rounds; ++i) {
+      MPI_Comm comm;
+      MPI_Comm_dup(parents[t], &comm);
+      if ((g_rank + t) % 2 == 1 && i % 2 == 0) {
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        while (started[1 - t].load() <= i && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::microseconds(100));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      started[t].store(i + 1);
+      const int n = 1 + (i * 389 + t * 1201) % 2000;
+      std::vector<int> x(static_cast<size_t>(n)), y(x.size(), -1);
+      for (int k = 0; k < n; ++k) x[static_cast<size_t>(k)] = g_rank + i + k + t;
+      MPI_Allreduce(x.data(), y.data(), n, MPI_INT, MPI_SUM, comm);
+      ++checks;
+      for (int k = 0; k < n; ++k) {
+        if (y[static_cast<size_t>(k)] != g_size * (i + k + t) + g_size * (g_size - 1) / 2) {
+          ++wrong;
+          break;
+        }
+      }
+      MPI_Comm_free(&comm);
+    }
+  };
+  std::thread first(work, 0), second(work, 1);
+  first.join();
+  second.join();
+  g_checks += checks.load();
+  if (wrong.load() > 0) Fail(std::to_string(wrong.load()) + " wrong results");
+  for (MPI_Comm& p : parents) MPI_Comm_free(&p);
 }
 
 }  // namespace mpi_test
