@@ -136,6 +136,8 @@ TEST(CApi, NullHandlesAreInvalidArguments) {
   EXPECT_EQ(netfold_request_free(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_progress(nullptr, 0), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_group_destroy(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_group_keep_data(nullptr, &x, nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(netfold_group_take_data(nullptr), nullptr);
   EXPECT_EQ(netfold_finalize(nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_query_caps(nullptr, nullptr), NETFOLD_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(netfold_get_stats(nullptr, nullptr), NETFOLD_ERR_INVALID_ARGUMENT);

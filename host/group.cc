@@ -49,19 +49,21 @@ thread_local std::vector<uint64_t> t_failovers;
 }  // namespace
 
 Group::~Group() {
-  if (owner_ == nullptr) return;
-  // Under the data path's lock: the owner's list of groups is read under
-  // it (statistics, WhileWaiting) by other threads; not while another
-  // thread is in this group's failover.
-  ProgressThread::Inside inside(owner_->progress());
-  (void)AwaitOthersFailover();
-  if (fabric_ != nullptr) {
-    // Operations still pending (a group dropped without Destroy): the link
-    // must stop reading their buffers, which the caller may free now.
-    fabric_->Fail(
-        WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+  if (owner_ != nullptr) {
+    // Under the data path's lock: the owner's list of groups is read under
+    // it (statistics, WhileWaiting) by other threads; not while another
+    // thread is in this group's failover.
+    ProgressThread::Inside inside(owner_->progress());
+    (void)AwaitOthersFailover();
+    if (fabric_ != nullptr) {
+      // Operations still pending (a group dropped without Destroy): the
+      // link must stop reading their buffers, which the caller may free now.
+      fabric_->Fail(
+          WithErrorCode(absl::AbortedError("the group was destroyed"), NETFOLD_ERR_ABORTED));
+    }
+    owner_->Forget(*this);
   }
-  owner_->Forget(*this);
+  if (release_data_ != nullptr) release_data_(data_);
 }
 
 absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {

@@ -133,6 +133,17 @@ class Group {
   void Reopen() { destroyed_ = false; }
   // The owner went first (Orphan): nothing is left to release.
   bool orphaned() const { return owner_ == nullptr; }
+  // Something of the caller's that stays with the group while it is kept
+  // (the C API's netfold_group_keep_data): `release(data)` runs when the
+  // group goes, unless TakeData took it back first.
+  void KeepData(void* data, void (*release)(void*)) {
+    data_ = data;
+    release_data_ = release;
+  }
+  void* TakeData() {
+    release_data_ = nullptr;
+    return std::exchange(data_, nullptr);
+  }
   // Called by the owner while one of its groups waits
   // (GroupOwner::WhileWaiting): if the fabric failed under this group, or
   // a member went over to the hosts, this one follows now (Failover)
@@ -259,6 +270,8 @@ class Group {
   // lock, in an exchange: LetOthersIn).
   std::optional<std::thread::id> failing_over_;
   bool fabric_failed_ = false;
+  void* data_ = nullptr;  // KeepData
+  void (*release_data_)(void*) = nullptr;
   std::string description_;
   bool destroyed_ = false;  // or kept (Context::DestroyGroup) until Reopen
   // Released reduces whose Wait returned and which are not settled yet,

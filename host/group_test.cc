@@ -476,5 +476,23 @@ TEST_F(GroupTest, AThreadWaitsOutsideWhileAnotherRunsItsGroupsFailover) {
   EXPECT_TRUE(m1.groups[0]->failed_over());
 }
 
+// What the caller keeps with a group (the C API's netfold_group_keep_data)
+// is released when the group goes, once, unless taken back first.
+TEST_F(GroupTest, DataKeptWithAGroupIsReleasedWithItUnlessTakenBack) {
+  int taken = 0, released = 0;
+  auto count = [](void* data) { ++*static_cast<int*>(data); };
+  Group& fabric = *members_[0].groups[0];
+  EXPECT_EQ(fabric.TakeData(), nullptr);
+  fabric.KeepData(&taken, count);
+  EXPECT_EQ(fabric.TakeData(), &taken);
+  EXPECT_EQ(fabric.TakeData(), nullptr);
+  fabric.KeepData(&released, count);
+  members_[1].groups[1]->KeepData(&released, count);  // on the hosts alike
+  members_[0].groups[0].reset();
+  members_[1].groups[1].reset();
+  EXPECT_EQ(taken, 0);
+  EXPECT_EQ(released, 2);
+}
+
 }  // namespace
 }  // namespace netfold::host

@@ -283,6 +283,18 @@ int netfold_group_destroy(netfold_group_t group) {
   return s.ok() ? Ok() : Fail(s);
 }
 
+int netfold_group_keep_data(netfold_group_t group, void* data, void (*release)(void* data)) {
+  if (group == nullptr) return Invalid("group is NULL");
+  if (group->impl == nullptr) return Invalid("the group is not valid");
+  group->impl->KeepData(data, release);
+  return Ok();
+}
+
+void* netfold_group_take_data(netfold_group_t group) {
+  if (group == nullptr || group->impl == nullptr) return nullptr;
+  return group->impl->TakeData();
+}
+
 int netfold_allreduce_nb(netfold_group_t group, const void* sendbuf, void* recvbuf, size_t count,
                          netfold_dtype_t dtype, netfold_op_t op, netfold_request_t* request) {
   if (int rc = CheckData(group, sendbuf, recvbuf, count, dtype, true); rc != 0) return rc;

@@ -351,12 +351,32 @@ int CreateGroup(MPI_Comm comm, CommState* s) {
   PMPI_Group_translate_ranks(comm_group, s->size, local.data(), world_group, world.data());
   PMPI_Group_free(&world_group);
   PMPI_Group_free(&comm_group);
+  // A communicator's first group is made in its first collective, which
+  // every member is in: the group's exchanges run on the communicator
+  // itself. A group given again comes with the private duplicate of the
+  // communicator it served (ReleaseComm); any other gets one of its own,
+  // as every member does (they all get the same group).
+  const bool first = s->oob == MPI_COMM_NULL;
+  if (first) s->oob = comm;
   netfold_group_spec_t spec = NETFOLD_GROUP_SPEC_INITIALIZER;
   spec.rank = s->rank;
   spec.size = s->size;
   spec.world_ranks = world.data();
-  spec.oob = Oob(&s->oob);
-  return netfold_group_create(G().ctx, &spec, &s->group);
+  spec.oob = Oob(&s->oob);  // read at every exchange: the duplicate from below on
+  const int rc = netfold_group_create(G().ctx, &spec, &s->group);
+  MPI_Comm* kept =
+      rc == NETFOLD_SUCCESS ? static_cast<MPI_Comm*>(netfold_group_take_data(s->group)) : nullptr;
+  if (kept != nullptr) {
+    if (first) {
+      s->oob = *kept;
+    } else {
+      PMPI_Comm_free(kept);  // (a group made again after a failure: it has one)
+    }
+    delete kept;
+  } else if (first) {
+    PMPI_Comm_dup(comm, &s->oob);
+  }
+  return rc;
 }
 
 // The state of `comm` if this collective goes the fabric's way; nullptr
@@ -437,7 +457,6 @@ CommState* Usable(MPI_Comm comm, Kind kind, MPI_Datatype type, MPI_Op op, int co
       return fallback(kCommTooSmall);
     }
     // Every member is in this collective now: create the group collectively.
-    PMPI_Comm_dup(comm, &s->oob);
     if (CreateGroup(comm, s) != NETFOLD_SUCCESS) {
       // Group creation agrees on its outcome: every member falls back.
       if (g.config.enable == Enable::kOn && s->rank == 0) {
@@ -497,6 +516,11 @@ void NoteWritten(Pending& p, netfold_request_t request) {
 
 namespace {
 
+void FreeKeptOob(void* oob) {
+  PMPI_Comm_free(static_cast<MPI_Comm*>(oob));
+  delete static_cast<MPI_Comm*>(oob);
+}
+
 void ReleaseComm(MPI_Comm comm, bool destroy_group) {
   Global& g = G();
   CommState* s = netfold::mpi::Known(comm);
@@ -504,8 +528,17 @@ void ReleaseComm(MPI_Comm comm, bool destroy_group) {
   if (s->oob != MPI_COMM_NULL) {
     FinishOutstanding(s);  // MPI lets a communicator be freed with operations pending
     ResyncAtEnd(comm, s);
-    if (destroy_group && s->group != nullptr) netfold_group_destroy(s->group);
-    PMPI_Comm_free(&s->oob);
+    if (destroy_group && s->group != nullptr) {
+      // The private duplicate goes with the group: kept with it for the
+      // next communicator of the same ranks (CreateGroup), or freed when
+      // the group is released. At every member alike, so that every member
+      // of a group given again finds one.
+      netfold_group_keep_data(s->group, new MPI_Comm(s->oob), FreeKeptOob);
+      netfold_group_destroy(s->group);
+      s->oob = MPI_COMM_NULL;
+    } else {
+      PMPI_Comm_free(&s->oob);
+    }
   }
   std::lock_guard<std::mutex> lock(g.mu);
   g.comms.erase(Key(comm));

@@ -134,6 +134,11 @@ uint64_t Counter(netfold_context_t ctx, const char* name) {
   return value;
 }
 
+// How many times the "groups" scenario's data kept with g3 and g2 was
+// released (netfold_group_keep_data).
+int g_releases[2] = {0, 0};
+void CountRelease(void* data) { ++*static_cast<int*>(data); }
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -203,12 +208,20 @@ int main(int argc, char** argv) {
       netfold_request_free(rb);
       Check(a[4999] == g_size && b[0] == 2, "concurrent groups' results");
     }
+    // What a rank keeps with a group goes with it (netfold_group_keep_data).
+    if (g3) CheckRc(netfold_group_keep_data(g3, &g_releases[0], CountRelease), "keep data g3");
+    if (g2) CheckRc(netfold_group_keep_data(g2, &g_releases[1], CountRelease), "keep data g2");
     if (g3) CheckRc(netfold_group_destroy(g3), "destroy g3");
     if (g2) CheckRc(netfold_group_destroy(g2), "destroy g2");
     // Both were kept (nothing pending): a fourth group over the same ranks
-    // gets one back without the manager (docs/host.md, "Kept groups").
+    // gets one back without the manager (docs/host.md, "Kept groups"): the
+    // first kept, g3's, with its data. g2's stays kept until finalize.
     netfold_group_t g4 = nullptr;
     CheckRc(netfold_group_create(ctx, &gs, &g4), "fourth group");
+    if (g4 != nullptr) {
+      Check(netfold_group_take_data(g4) == &g_releases[0], "the fourth group has g3's data");
+      Check(netfold_group_take_data(g4) == nullptr, "data is taken back once");
+    }
     const uint64_t requested = Counter(ctx, "groups_requested");
     const uint64_t reused = Counter(ctx, "groups_reused");
     Check(requested == 3 && reused == 1,
@@ -504,6 +517,12 @@ int main(int argc, char** argv) {
   CheckRc(netfold_get_counter(ctx, "results_placed", &placed), "results_placed");
   CheckRc(netfold_get_counter(ctx, "results_place_missed", &missed), "results_place_missed");
   CheckRc(netfold_finalize(ctx), "finalize");
+  if (scenario == "groups") {
+    Check(g_releases[0] == 0 && g_releases[1] == 1,
+          absl::StrFormat("g3's data released %d times (taken back: 0 expected), g2's %d "
+                          "(released at finalize: 1 expected)",
+                          g_releases[0], g_releases[1]));
+  }
   std::printf("rank %d: %s (ops %llu, repairs %llu, retransmissions %llu, host_ops=%llu, "
               "failovers=%llu, dropped=%llu, placed=%llu, missed=%llu, foreign=%llu, "
               "window=%u, max_groups=%u)\n",
