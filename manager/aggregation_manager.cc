@@ -473,7 +473,7 @@ absl::StatusOr<control::CreateGroupResponse> AggregationManager::CreateGroup(
     NETFOLD_ASSIGN_OR_RETURN(Placement placement, state_.alloc.PlanGroup(greq, nullptr));
     NETFOLD_RETURN_IF_ERROR(state_.alloc.Reserve(placement));
     absl::StatusOr<uint64_t> gid = state_.records.NextGroupId();
-    uint32_t mcast = gid.ok() ? state_.AllocateMulticast() : 0;
+    uint32_t mcast = gid.ok() ? state_.AllocateMulticast(*gid) : 0;
     if (!gid.ok() || mcast == 0) {
       state_.alloc.Release(placement);
       return gid.ok() ? absl::ResourceExhaustedError("no free multicast address for the group")

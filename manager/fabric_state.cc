@@ -105,8 +105,11 @@ void FabricState::SetSwitchState(int sw, SwitchState state, const std::string& r
                                                              : "not registered");
 }
 
-uint32_t FabricState::AllocateMulticast() {
-  for (uint32_t i = 1; i <= kMaxMulticastIndex; ++i) {
+uint32_t FabricState::AllocateMulticast(uint64_t group_id) {
+  const uint32_t start =
+      static_cast<uint32_t>((group_id + kMaxMulticastIndex - 1) % kMaxMulticastIndex);
+  for (uint32_t n = 0; n < kMaxMulticastIndex; ++n) {
+    const uint32_t i = (start + n) % kMaxMulticastIndex + 1;  // 1 to kMaxMulticastIndex
     if ((i & 0xff) == 0 || (i & 0xff) == 0xff) continue;
     if (!multicast_used.count(i)) {
       multicast_used.insert(i);

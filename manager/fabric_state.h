@@ -93,8 +93,14 @@ struct FabricState {
   // ---- Transitions.
   // Sets a switch's state and whether the allocator may use it.
   void SetSwitchState(int sw, SwitchState state, const std::string& reason);
-  // A free multicast index, marked used; 0 when there is none.
-  uint32_t AllocateMulticast();
+  // A free multicast index for group `group_id`, marked used; 0 when
+  // there is none. The search starts at the group id's place among the
+  // indices and goes round: group ids only grow, so an index given back
+  // comes again only after the others were given out. A released group's
+  // members leave its address on their own time (a kept group, docs/host.md,
+  // is dropped by each member when it meets the drop), and a process
+  // cannot join one address twice.
+  uint32_t AllocateMulticast(uint64_t group_id);
   // Releases a group's resources and queues its removal from the reachable
   // switches of its subtree. The group stays in `groups` (see EraseGroup).
   void ReleaseGroup(Group& group, Outbox* out);

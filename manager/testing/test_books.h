@@ -76,7 +76,7 @@ struct TestBooks {
     g.job_id = 1;
     g.ranks = {0, 1};
     g.placement = std::move(p);
-    g.multicast_index = state.AllocateMulticast();
+    g.multicast_index = state.AllocateMulticast(g.id);
     g.state = GroupState::kReady;
     job.groups.insert(5);
     return absl::OkStatus();
