@@ -27,6 +27,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -175,6 +176,25 @@ class Context : private GroupOwner {
   // re-planned, a plane lost), whoever else keeps them: each member finds
   // the failure itself. With the data path's lock held.
   void DropFailedKept();
+  // A drop the members of a new group agreed on (offers that differed,
+  // a fabric with no room), of the kept groups of exactly its ranks or
+  // of any of them. Threads make the members meet it in different places
+  // of a concurrent destroy of a group it covers: before the destroy at
+  // one, while the destroy decides at another. So a destroy votes to keep
+  // with the number of drops that covered its group before it started
+  // (members that differ release it), and drops the group itself if one
+  // covers it while it decides: its members keep it, or none does.
+  struct KeptDrop {
+    std::vector<int> ranks;
+    bool any_of_them = false;
+    bool Covers(const Group& group) const;
+    auto operator<=>(const KeptDrop&) const = default;
+  };
+  void RecordKeptDrop(const KeptDrop& drop);
+  // How many drops ever covered `group`, and whether one after drop number
+  // `since` did. With the data path's lock held.
+  uint64_t KeptDropsCovering(const Group& group) const;
+  bool KeptDropCoveredSince(const Group& group, uint64_t since) const;
   void OnEvent(const control::JobEvent& event);
   // False once the fabric failed under this rank (its leaf link failed, a
   // group of its was revoked or lost its switches, the manager detached the
@@ -209,6 +229,14 @@ class Context : private GroupOwner {
   std::vector<std::unique_ptr<Group>> kept_;
   bool keeps_groups_ = false;
   size_t keeping_ = 0;
+  // Of every drop (RecordKeptDrop), by what it covered: how many, and the
+  // number of the last one; and the number of drops so far.
+  struct KeptDropTally {
+    uint64_t count = 0;
+    uint64_t last = 0;
+  };
+  std::map<KeptDrop, KeptDropTally> kept_drops_;
+  uint64_t kept_drops_made_ = 0;
   uint64_t groups_requested_ = 0;
   uint64_t groups_reused_ = 0;
   // Data planes: the fabric's (from Attach), the next one this rank gives

@@ -208,11 +208,10 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
       // again) and ask once more, if any member dropped one.
       if (absl::IsResourceExhausted(infos.status()) && keeps_groups_ && !dropped_kept) {
         dropped_kept = true;
-        std::vector<std::unique_ptr<Group>> ours = TakeKeptIf([&](const Group& g) {
-          return std::all_of(g.world_ranks().begin(), g.world_ranks().end(), [&](int r) {
-            return std::find(world_ranks.begin(), world_ranks.end(), r) != world_ranks.end();
-          });
-        });
+        const KeptDrop drop{.ranks = world_ranks, .any_of_them = true};
+        RecordKeptDrop(drop);
+        std::vector<std::unique_ptr<Group>> ours =
+            TakeKeptIf([&](const Group& g) { return drop.Covers(g); });
         const uint8_t mine = ours.empty() ? 0 : 1;
         DropKept(std::move(ours));
         std::vector<uint8_t> dropped(static_cast<size_t>(group_oob.size()), 0);
@@ -279,18 +278,30 @@ absl::StatusOr<std::unique_ptr<Group>> Context::CreateGroup(Oob& members,
 }
 
 absl::Status Context::DestroyGroup(std::unique_ptr<Group> group, Oob& group_oob) {
-  bool may_keep = false;
+  std::optional<uint64_t> vote;  // to keep the group (KeptDrop)
+  uint64_t drops_before = 0;
   {
     ProgressThread::Inside inside(*progress_);
     DropFailedKept();  // their places first
-    may_keep = keeps_groups_ && kept_.size() + keeping_ < options_.keep_groups;
-    if (may_keep) ++keeping_;
+    if (keeps_groups_ && kept_.size() + keeping_ < options_.keep_groups) {
+      ++keeping_;
+      vote = KeptDropsCovering(*group);
+      drops_before = kept_drops_made_;
+    }
   }
-  absl::StatusOr<bool> kept = group->DestroyOrKeep(group_oob, may_keep);
+  absl::StatusOr<bool> kept = group->DestroyOrKeep(group_oob, vote);
   ProgressThread::Inside inside(*progress_);
-  if (may_keep) --keeping_;
+  if (vote) --keeping_;
   if (!kept.ok()) return kept.status();
-  if (*kept) kept_.push_back(std::move(group));
+  if (*kept) {
+    std::vector<std::unique_ptr<Group>> ours;
+    ours.push_back(std::move(group));
+    if (KeptDropCoveredSince(*ours.front(), drops_before)) {
+      DropKept(std::move(ours));  // as the members that kept it already did
+    } else {
+      kept_.push_back(std::move(ours.front()));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -324,8 +335,10 @@ absl::StatusOr<std::unique_ptr<Group>> Context::TakeKeptGroup(
     // Some member offers another group or none (it never kept this one,
     // dropped it, or its fabric failed): these members' kept groups are
     // of no use together any more.
+    const KeptDrop drop{.ranks = world_ranks};
+    RecordKeptDrop(drop);
     std::vector<std::unique_ptr<Group>> dropped =
-        TakeKeptIf([&](const Group& g) { return g.world_ranks() == world_ranks; });
+        TakeKeptIf([&](const Group& g) { return drop.Covers(g); });
     if (offered != nullptr) dropped.push_back(std::move(offered));
     DropKept(std::move(dropped));
   }
@@ -350,6 +363,31 @@ void Context::DropFailedKept() {
   DropKept(TakeKeptIf([](const Group& g) { return !g.Keepable(); }));
 }
 
+bool Context::KeptDrop::Covers(const Group& group) const {
+  if (!any_of_them) return group.world_ranks() == ranks;
+  return std::all_of(group.world_ranks().begin(), group.world_ranks().end(), [&](int r) {
+    return std::find(ranks.begin(), ranks.end(), r) != ranks.end();
+  });
+}
+
+void Context::RecordKeptDrop(const KeptDrop& drop) {
+  KeptDropTally& tally = kept_drops_[drop];
+  ++tally.count;
+  tally.last = ++kept_drops_made_;
+}
+
+uint64_t Context::KeptDropsCovering(const Group& group) const {
+  uint64_t n = 0;
+  for (const auto& [drop, tally] : kept_drops_) n += drop.Covers(group) ? tally.count : 0;
+  return n;
+}
+
+bool Context::KeptDropCoveredSince(const Group& group, uint64_t since) const {
+  return std::any_of(kept_drops_.begin(), kept_drops_.end(), [&](const auto& entry) {
+    return entry.second.last > since && entry.first.Covers(group);
+  });
+}
+
 void Context::DropKept(std::vector<std::unique_ptr<Group>> dropped) {
   for (std::unique_ptr<Group>& group : dropped) {
     if (group->rank() == 0 && group->fabric() != nullptr) {
@@ -368,6 +406,13 @@ void Context::DropKept(std::vector<std::unique_ptr<Group>> dropped) {
           NETFOLD_LOG(kInfo) << "releasing kept group " << id << ": " << s;
         }
       }
+    }
+    {
+      // What the caller kept with the group goes outside the lock: its
+      // release may take time, or call the MPI library (the interposer
+      // frees a communicator, whose attributes' callbacks run).
+      ProgressThread::Outside outside(*progress_);
+      group->ReleaseData();
     }
     group.reset();  // what is left fails; its routes, address and peer QPs go
   }

@@ -63,7 +63,7 @@ Group::~Group() {
     }
     owner_->Forget(*this);
   }
-  if (release_data_ != nullptr) release_data_(data_);
+  ReleaseData();
 }
 
 absl::StatusOr<OpId> Group::Start(CollectiveArgs args) {
@@ -611,10 +611,10 @@ bool Group::Keepable() const {
 }
 
 absl::Status Group::Destroy(Oob& group_oob) {
-  return DestroyOrKeep(group_oob, /*may_keep=*/false).status();
+  return DestroyOrKeep(group_oob, std::nullopt).status();
 }
 
-absl::StatusOr<bool> Group::DestroyOrKeep(Oob& group_oob, bool may_keep) {
+absl::StatusOr<bool> Group::DestroyOrKeep(Oob& group_oob, std::optional<uint64_t> keep_vote) {
   if (owner_ == nullptr) return false;
   absl::Status deferred;
   {
@@ -642,21 +642,23 @@ absl::StatusOr<bool> Group::DestroyOrKeep(Oob& group_oob, bool may_keep) {
     if (absl::Status s = Wait(*last); !s.ok()) {
       NETFOLD_LOG(kInfo) << absl::StrFormat("group %d: the barrier before release: %s",
                                             group_id_, s.ToString());
-      may_keep = false;
+      keep_vote.reset();
     }
   }
   // Waits for the members and for the manager happen outside the data
   // path's lock: the progress thread keeps the link answered meanwhile.
   // The first is the members' word on keeping the group: kept if every one
-  // can (one that cannot releases nothing alone, so none may keep it).
-  uint8_t keep = 0;
-  if (may_keep && deferred.ok()) {
+  // can, with the same vote (one that cannot releases nothing alone, so
+  // none may keep it). 0: release.
+  uint64_t keep = 0;
+  if (keep_vote && deferred.ok()) {
     ProgressThread::Inside inside(owner_->progress());
-    keep = Keepable() ? 1 : 0;
+    keep = Keepable() ? *keep_vote + 1 : 0;
   }
-  std::vector<uint8_t> keeps(world_ranks_.size(), 0);
-  absl::Status result = group_oob.Allgather(&keep, keeps.data(), 1);
-  if (result.ok() && std::all_of(keeps.begin(), keeps.end(), [](uint8_t k) { return k == 1; })) {
+  std::vector<uint64_t> keeps(world_ranks_.size(), 0);
+  absl::Status result = group_oob.Allgather(&keep, keeps.data(), sizeof(keep));
+  if (result.ok() && keep != 0 &&
+      std::all_of(keeps.begin(), keeps.end(), [keep](uint64_t k) { return k == keep; })) {
     return true;  // destroyed_ stays set until Reopen
   }
   if (result.ok()) result = deferred;

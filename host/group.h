@@ -117,12 +117,13 @@ class Group {
   // Collective over the members: waits for the released reduces, then
   // releases the group at the manager.
   absl::Status Destroy(Oob& group_oob);
-  // The same, unless every member may keep the group (`may_keep`, and the
-  // group Keepable): then it stays as it is, on the fabric and at the
-  // manager, and true says so (Context::DestroyGroup keeps it for the next
-  // group of the same members). The members agree in the exchange the
-  // release waits in anyway.
-  absl::StatusOr<bool> DestroyOrKeep(Oob& group_oob, bool may_keep);
+  // The same, unless every member may keep the group (`keep_vote` set,
+  // the same at every member, and the group Keepable): then it stays as it
+  // is, on the fabric and at the manager, and true says so
+  // (Context::DestroyGroup keeps it for the next group of the same
+  // members). The members agree in the exchange the release waits in
+  // anyway.
+  absl::StatusOr<bool> DestroyOrKeep(Oob& group_oob, std::optional<uint64_t> keep_vote);
   // On the fabric with nothing pending, failed or deferred: it can serve
   // another communicator of its members as it is. Under the data path's
   // lock.
@@ -143,6 +144,10 @@ class Group {
   void* TakeData() {
     release_data_ = nullptr;
     return std::exchange(data_, nullptr);
+  }
+  // Releases what KeepData gave now rather than when the group goes.
+  void ReleaseData() {
+    if (auto release = std::exchange(release_data_, nullptr)) release(std::exchange(data_, nullptr));
   }
   // Called by the owner while one of its groups waits
   // (GroupOwner::WhileWaiting): if the fabric failed under this group, or

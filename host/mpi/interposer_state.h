@@ -202,6 +202,9 @@ struct Global {
   std::atomic<uint64_t> recoveries_joined{0};
   // Tries to go back to the fabric after a failover, and those that did.
   std::atomic<uint64_t> tries{0}, returned{0};
+  // Private duplicates of communicators made (CreateGroup): one per group
+  // the manager made, none for a kept group given again.
+  std::atomic<uint64_t> duplicates{0};
   std::mutex mu;  // guards the three below (several threads under MPI_THREAD_MULTIPLE)
   std::unordered_map<uintptr_t, std::unique_ptr<CommState>> comms;
   uint64_t next_seq = 0;

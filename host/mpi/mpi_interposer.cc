@@ -374,7 +374,11 @@ int CreateGroup(MPI_Comm comm, CommState* s) {
     }
     delete kept;
   } else if (first) {
-    PMPI_Comm_dup(comm, &s->oob);
+    MPI_Comm oob = MPI_COMM_NULL;
+    // (A failure leaves none: the group's later exchanges fail, and
+    // MPI_Comm_free neither destroys the group nor frees anything.)
+    if (PMPI_Comm_dup(comm, &oob) == MPI_SUCCESS) ++G().duplicates;
+    s->oob = oob;
   }
   return rc;
 }
@@ -533,9 +537,15 @@ void ReleaseComm(MPI_Comm comm, bool destroy_group) {
       // next communicator of the same ranks (CreateGroup), or freed when
       // the group is released. At every member alike, so that every member
       // of a group given again finds one.
-      netfold_group_keep_data(s->group, new MPI_Comm(s->oob), FreeKeptOob);
+      auto* oob = new MPI_Comm(s->oob);
+      const bool goes = netfold_group_keep_data(s->group, oob, FreeKeptOob) == NETFOLD_SUCCESS;
+      if (!goes) delete oob;
       netfold_group_destroy(s->group);
-      s->oob = MPI_COMM_NULL;
+      if (goes) {
+        s->oob = MPI_COMM_NULL;
+      } else {
+        PMPI_Comm_free(&s->oob);
+      }
     } else {
       PMPI_Comm_free(&s->oob);
     }

@@ -27,6 +27,7 @@ void PrintStats() {
     kRequested,
     kReused,
     kKept,
+    kDuplicates,
     kExtras
   };
   constexpr int kFirstExtra = 2 * kKinds + kReasons;
@@ -45,6 +46,7 @@ void PrintStats() {
   local[kFirstExtra + kJoined] = g.recoveries_joined.load();
   local[kFirstExtra + kTries] = g.tries.load();
   local[kFirstExtra + kReturned] = g.returned.load();
+  local[kFirstExtra + kDuplicates] = g.duplicates.load();
   // Groups: made by the manager, kept ones given again (docs/host.md,
   // "Kept groups"), kept now; one per member.
   const std::pair<Extra, const char*> kGroups[] = {
@@ -89,8 +91,8 @@ void PrintStats() {
   if (extra(kRequested) + extra(kReused) > 0) {
     std::fprintf(stderr,
                  "  groups (one per member): made by the manager %llu, kept ones given again "
-                 "%llu, kept now %llu\n",
-                 extra(kRequested), extra(kReused), extra(kKept));
+                 "%llu, kept now %llu; private duplicates of communicators made %llu\n",
+                 extra(kRequested), extra(kReused), extra(kKept), extra(kDuplicates));
   }
   if (extra(kTries) > 0) {
     std::fprintf(stderr, "  failover: tries of the fabric again %llu, back on it %llu\n",

@@ -516,6 +516,7 @@ int main(int argc, char** argv) {
   uint64_t placed = 0, missed = 0;
   CheckRc(netfold_get_counter(ctx, "results_placed", &placed), "results_placed");
   CheckRc(netfold_get_counter(ctx, "results_place_missed", &missed), "results_place_missed");
+  if (scenario == "groups") Check(g_releases[1] == 0, "g2's data released before finalize");
   CheckRc(netfold_finalize(ctx), "finalize");
   if (scenario == "groups") {
     Check(g_releases[0] == 0 && g_releases[1] == 1,

@@ -131,8 +131,9 @@ TEST_F(MpiInterposer, DupAndSplitCommunicators) {
 // and the first duplicate's at every rank, {0, 1}'s at two and {0, 1, 2}'s
 // at three: 13; given again, the second and the last duplicates': 8; kept
 // at the end, the duplicates' at four and {0, 1, 2}'s at three: 7; the
-// same under NETFOLD_ALGORITHM=auto. With NETFOLD_KEEP_GROUPS=0 the job
-// keeps none.
+// same under NETFOLD_ALGORITHM=auto. A private duplicate for each group
+// made, none for a group given again (its own comes with it). With
+// NETFOLD_KEEP_GROUPS=0 the job keeps none.
 TEST_F(MpiInterposer, FreedCommunicatorsGroupsAreKeptForTheNextOfTheSameRanks) {
   const std::map<std::string, std::string> env = {{"NETFOLD_MPI_STATS", "1"},
                                                   {"NETFOLD_MPI_MIN_COMM_SIZE", "2"},
@@ -149,14 +150,14 @@ TEST_F(MpiInterposer, FreedCommunicatorsGroupsAreKeptForTheNextOfTheSameRanks) {
         << knob << "=" << value << "\n" << r.output;
     return r;
   };
-  MpiResult r = run("", "", "13, kept ones given again 8, kept now 7");
+  MpiResult r = run("", "", "13, kept ones given again 8, kept now 7; private duplicates of communicators made 13");
   EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
   // The same with libnetfold's host fallback standing by (a barrier of the
   // group on the fabric before the members agree to keep it).
-  run("NETFOLD_ALGORITHM", "auto", "13, kept ones given again 8, kept now 7");
+  run("NETFOLD_ALGORITHM", "auto", "13, kept ones given again 8, kept now 7; private duplicates of communicators made 13");
   // The world's and three duplicates' at four, {0, 1}'s at two, {0, 1, 2}'s
   // at three.
-  run("NETFOLD_KEEP_GROUPS", "0", "21, kept ones given again 0, kept now 0");
+  run("NETFOLD_KEEP_GROUPS", "0", "21, kept ones given again 0, kept now 0; private duplicates of communicators made 21");
 }
 
 // Two threads per rank make, use and free communicators of the same ranks
@@ -179,8 +180,12 @@ TEST_F(MpiInterposer, ThreadsMakingCommunicatorsOfTheSameRanksAtOnceShareNoKeptG
                         &made, &reused),
             2)
       << r.output;
-  EXPECT_EQ(made + reused, 2 * kRounds * 4) << r.output;
+  EXPECT_EQ(made + reused, (2 * kRounds + 6) * 4) << r.output;
   EXPECT_GT(reused, 0) << r.output;
+  // A group given again brings the private duplicate its communicator had.
+  EXPECT_NE(r.output.find("private duplicates of communicators made " + std::to_string(made)),
+            std::string::npos)
+      << r.output;
   std::printf("made by the manager %d, given again %d\n", made, reused);
 }
 

@@ -211,20 +211,25 @@ int netfold_group_create(netfold_context_t ctx, const netfold_group_spec_t* spec
  * manager (docs/host.md, "Kept groups"). */
 int netfold_group_destroy(netfold_group_t group);
 
-/* Something of the caller's to keep with the group if netfold_group_destroy
- * keeps it, and to hand back with it (an MPI library's private communicator
- * of the same members, say): the group created from the kept one returns it
- * from netfold_group_take_data. When the group is released instead (by
- * netfold_group_destroy, when a kept group is dropped, or by
- * netfold_finalize), release(data) is called once, if not NULL, after the
- * group's last use of its OOB, on the thread releasing it, inside
- * netfold_group_create, netfold_group_destroy or netfold_finalize; it must
- * not call netfold. A second call replaces the first's data without
- * releasing it. Returns SUCCESS or INVALID_ARGUMENT. */
+/* Something of the caller's (`data`, which may be NULL) to keep with the
+ * group if netfold_group_destroy keeps it, and to hand back with it (an MPI
+ * library's private communicator of the same members, say): the group
+ * created from the kept one returns it from netfold_group_take_data. When
+ * the group is released instead (by netfold_group_destroy, when a kept
+ * group is dropped, or by netfold_finalize), release(data) is called once,
+ * if `release` is not NULL, after the group's last use of its OOB: on the
+ * thread releasing the group, inside netfold_group_create,
+ * netfold_group_destroy or netfold_finalize, without netfold's locks held;
+ * it must not call netfold. Every member should keep data with a group or
+ * none: a group given again then has data at every member or at none. A
+ * second call replaces the first's data without releasing it (as does a
+ * call on a group given again whose data was not taken). Returns SUCCESS
+ * or INVALID_ARGUMENT. */
 int netfold_group_keep_data(netfold_group_t group, void* data, void (*release)(void* data));
 
-/* The data kept with the group this one was given (netfold_group_keep_data),
- * or NULL: the caller owns it again, and release will not be called. */
+/* The data kept with the group (netfold_group_keep_data, on this group or,
+ * for a group given a kept one, on the group it was), or NULL: the caller
+ * owns it again, and release will not be called. */
 void* netfold_group_take_data(netfold_group_t group);
 
 /* Blocking collectives. `count` elements of `dtype`; root is a group rank.
