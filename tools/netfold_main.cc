@@ -11,6 +11,8 @@
 //   netfold help [COMMAND]      (also: netfold --help, netfold COMMAND --help)
 //   netfold completion bash
 //
+// The verbs and their table are here; the framework that reads the table
+// (the option parser, the usage, the bash completion) is tools/cli.h.
 // See docs/operations.md.
 #include <algorithm>
 #include <cstdio>
@@ -37,6 +39,7 @@
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "proto/control/plane_name.h"
 #include "tools/bench.h"
+#include "tools/cli.h"
 #include "tools/demo.h"
 #include "tools/explain.h"
 #include "tools/fabric_certificates.h"
@@ -46,140 +49,6 @@
 
 namespace netfold::tools {
 namespace {
-
-// A command of the CLI: its usage and help, the options its parser accepts
-// and what completes its first argument. The usage, `netfold help COMMAND`,
-// the parser and `netfold completion bash` all read the table (Commands()),
-// so that they cannot disagree.
-struct Command {
-  std::string_view name;
-  std::string_view synopsis;        // what follows "netfold NAME"
-  std::string_view summary;         // its lines under the name in the usage
-  std::vector<std::string> flags;   // --flag
-  std::vector<std::string> valued;  // --key VALUE (and --log-level, common to all)
-  size_t max_positional = 0;
-  std::vector<std::string> words;  // the choices of the first argument
-  int (*run)(int argc, char** argv) = nullptr;
-};
-
-// Every command, in the order of the usage; defined after the commands.
-const std::vector<Command>& Commands();
-const Command* FindCommand(std::string_view name) {
-  for (const Command& c : Commands()) {
-    if (c.name == name) return &c;
-  }
-  return nullptr;
-}
-
-constexpr std::string_view kCommonHelp =
-    "Common: --log-level error|warning|info|debug|trace. The state directory defaults to\n"
-    "$NETFOLD_STATE_DIR or /tmp/netfold-<uid>.\n";
-
-// Each line of `text` after `indent`.
-std::string Indent(std::string_view text, std::string_view indent) {
-  std::string out;
-  for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
-    out += absl::StrFormat("%s%s\n", line.empty() ? "" : indent, std::string(line));
-  }
-  return out;
-}
-
-std::string Usage() {
-  std::string out = "usage: netfold COMMAND [options]\n\ncommands:\n";
-  size_t width = 0;
-  for (const Command& c : Commands()) width = std::max(width, c.name.size());
-  for (const Command& c : Commands()) {
-    // The summary under itself, after "  NAME ".
-    const std::string summary = Indent(c.summary, std::string(width + 3, ' '));
-    out += absl::StrFormat("  %-*s %s", static_cast<int>(width), c.name, summary.substr(width + 3));
-  }
-  out += "\n";
-  out += kCommonHelp;
-  out += "`netfold help COMMAND` or `netfold COMMAND --help` prints one command's usage.\n";
-  return out;
-}
-
-std::string CommandUsage(const Command& c) {
-  return absl::StrFormat("usage: netfold %s %s\n\n%s\n%s", c.name, c.synopsis,
-                         Indent(c.summary, "  "), kCommonHelp);
-}
-
-// --key=value / --key value / --flag, after the command, and up to
-// the command's max_positional plain arguments among them (in `positional`).
-struct Args {
-  std::map<std::string, std::string> values;
-  std::vector<std::string> positional;
-  std::string error;
-
-  static Args Parse(int argc, char** argv, const Command& command) {
-    const std::vector<std::string>& flags = command.flags;
-    std::vector<std::string> valued = command.valued;
-    valued.push_back("log-level");
-    Args a;
-    for (int i = 2; i < argc; ++i) {
-      std::string arg = argv[i];
-      if (arg.rfind("--", 0) != 0) {
-        if (a.positional.size() < command.max_positional) {
-          a.positional.push_back(arg);
-          continue;
-        }
-        a.error = absl::StrFormat("unexpected argument '%s'", arg);
-        return a;
-      }
-      std::string key = arg.substr(2), value;
-      if (size_t eq = key.find('='); eq != std::string::npos) {
-        value = key.substr(eq + 1);
-        key = key.substr(0, eq);
-      }
-      for (char& c : key) c = c == '_' ? '-' : c;
-      const bool is_flag = std::find(flags.begin(), flags.end(), key) != flags.end();
-      const bool is_valued = std::find(valued.begin(), valued.end(), key) != valued.end();
-      if (!is_flag && !is_valued) {
-        a.error = absl::StrFormat("unknown option --%s", key);
-        return a;
-      }
-      if (is_valued && value.empty() && arg.find('=') == std::string::npos) {
-        if (i + 1 >= argc) {
-          a.error = absl::StrFormat("--%s needs a value", key);
-          return a;
-        }
-        value = argv[++i];
-      }
-      a.values[key] = is_flag && value.empty() ? "1" : value;
-    }
-    return a;
-  }
-  bool Has(const std::string& k) const { return values.count(k) > 0; }
-  std::string Get(const std::string& k, const std::string& def = "") const {
-    auto it = values.find(k);
-    return it == values.end() ? def : it->second;
-  }
-};
-
-int Fail(const std::string& message) {
-  std::fprintf(stderr, "netfold: %s\n", message.c_str());
-  return 2;
-}
-
-// A command line the command cannot parse: the error, and where the usage is.
-int FailUsage(std::string_view command, const std::string& message) {
-  return Fail(
-      absl::StrFormat("%s (netfold %s --help prints the usage)", message, std::string(command)));
-}
-
-std::string SelfPath(const char* argv0) {
-  char buf[4096];
-  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
-  if (n <= 0) return argv0;
-  buf[n] = '\0';
-  return buf;
-}
-
-void ApplyLogLevel(const Args& args) {
-  if (args.Has("log-level")) {
-    if (auto level = ParseLogLevel(args.Get("log-level"))) SetLogLevel(*level);
-  }
-}
 
 int Demo(int argc, char** argv) {
   Args args = Args::Parse(argc, argv, *FindCommand("demo"));
@@ -595,72 +464,6 @@ int Help(int argc, char** argv) {
   return 0;
 }
 
-std::string Join(const std::vector<std::string>& words, std::string_view prefix = "") {
-  std::string out;
-  for (const std::string& w : words) {
-    absl::StrAppendFormat(&out, "%s%s%s", out.empty() ? "" : " ", std::string(prefix), w);
-  }
-  return out;
-}
-
-// What completes an option's value: files, directories, choices, or
-// nothing (a number, an address).
-std::string CompleteValue(std::string_view option) {
-  if (option == "topology") return "compgen -f -- \"$cur\"";
-  if (option == "state-dir" || option == "out") return "compgen -d -- \"$cur\"";
-  if (option == "direction") return "compgen -W \"both send receive\" -- \"$cur\"";
-  if (option == "peer") return "compgen -W \"all default\" -- \"$cur\"";
-  if (option == "log-level") return "compgen -W \"error warning info debug trace\" -- \"$cur\"";
-  return "";
-}
-
-// The bash completion script, from the command table.
-std::string BashCompletion() {
-  std::vector<std::string> names;
-  std::vector<std::string> valued = {"log-level"};
-  for (const Command& c : Commands()) {
-    names.emplace_back(c.name);
-    for (const std::string& v : c.valued) {
-      if (std::find(valued.begin(), valued.end(), v) == valued.end()) valued.push_back(v);
-    }
-  }
-  std::string out =
-      "# bash completion for netfold, generated by `netfold completion bash`\n"
-      "# (docs/operations.md). Load it with: source <(netfold completion bash)\n"
-      "_netfold() {\n"
-      "  local cur=\"${COMP_WORDS[COMP_CWORD]}\" prev=\"${COMP_WORDS[COMP_CWORD-1]}\"\n"
-      "  COMPREPLY=()\n"
-      "  if [[ $COMP_CWORD -eq 1 ]]; then\n";
-  absl::StrAppendFormat(&out, "    COMPREPLY=($(compgen -W \"%s --help\" -- \"$cur\"))\n",
-                        Join(names));
-  out += "    return\n  fi\n  case \"$prev\" in\n";
-  for (const std::string& v : valued) {
-    const std::string values = CompleteValue(v);
-    absl::StrAppendFormat(&out, "    --%s) %sreturn ;;\n", v,
-                          values.empty() ? "" : absl::StrFormat("COMPREPLY=($(%s)); ", values));
-  }
-  out += "  esac\n  local options=\"\" words=\"\"\n  case \"${COMP_WORDS[1]}\" in\n";
-  for (const Command& c : Commands()) {
-    std::vector<std::string> options = c.flags;
-    options.insert(options.end(), c.valued.begin(), c.valued.end());
-    options.push_back("log-level");
-    options.push_back("help");
-    const std::vector<std::string>& words = c.name == "help" ? names : c.words;
-    absl::StrAppendFormat(&out, "    %s) options=\"%s\"; words=\"%s\" ;;\n", c.name,
-                          Join(options, "--"), Join(words));
-  }
-  out +=
-      "  esac\n"
-      "  if [[ \"$cur\" == -* ]]; then\n"
-      "    COMPREPLY=($(compgen -W \"$options\" -- \"$cur\"))\n"
-      "  elif [[ $COMP_CWORD -eq 2 && -n \"$words\" ]]; then\n"
-      "    COMPREPLY=($(compgen -W \"$words\" -- \"$cur\"))\n"
-      "  fi\n"
-      "}\n"
-      "complete -F _netfold netfold\n";
-  return out;
-}
-
 int Completion(int argc, char** argv) {
   Args args = Args::Parse(argc, argv, *FindCommand("completion"));
   if (!args.error.empty()) return FailUsage("completion", args.error);
@@ -671,6 +474,9 @@ int Completion(int argc, char** argv) {
   return 0;
 }
 
+}  // namespace
+
+// The table of commands (tools/cli.h), in the order of the usage.
 const std::vector<Command>& Commands() {
   static const std::vector<Command>* const kCommands = new std::vector<Command>{
       {.name = "demo",
@@ -793,7 +599,6 @@ const std::vector<Command>& Commands() {
   return *kCommands;
 }
 
-}  // namespace
 }  // namespace netfold::tools
 
 int main(int argc, char** argv) {
