@@ -147,7 +147,8 @@ class Group {
   }
   // Releases what KeepData gave now rather than when the group goes.
   void ReleaseData() {
-    if (auto release = std::exchange(release_data_, nullptr)) release(std::exchange(data_, nullptr));
+    auto release = std::exchange(release_data_, nullptr);
+    if (release != nullptr) release(std::exchange(data_, nullptr));
   }
   // Called by the owner while one of its groups waits
   // (GroupOwner::WhileWaiting): if the fabric failed under this group, or

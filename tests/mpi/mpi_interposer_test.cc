@@ -150,14 +150,17 @@ TEST_F(MpiInterposer, FreedCommunicatorsGroupsAreKeptForTheNextOfTheSameRanks) {
         << knob << "=" << value << "\n" << r.output;
     return r;
   };
-  MpiResult r = run("", "", "13, kept ones given again 8, kept now 7; private duplicates of communicators made 13");
+  const std::string kept = "13, kept ones given again 8, kept now 7; private duplicates of "
+                           "communicators made 13";
+  MpiResult r = run("", "", kept);
   EXPECT_EQ(r.output.find("fallback:"), std::string::npos) << "nothing fell back:\n" << r.output;
   // The same with libnetfold's host fallback standing by (a barrier of the
   // group on the fabric before the members agree to keep it).
-  run("NETFOLD_ALGORITHM", "auto", "13, kept ones given again 8, kept now 7; private duplicates of communicators made 13");
+  run("NETFOLD_ALGORITHM", "auto", kept);
   // The world's and three duplicates' at four, {0, 1}'s at two, {0, 1, 2}'s
   // at three.
-  run("NETFOLD_KEEP_GROUPS", "0", "21, kept ones given again 0, kept now 0; private duplicates of communicators made 21");
+  run("NETFOLD_KEEP_GROUPS", "0",
+      "21, kept ones given again 0, kept now 0; private duplicates of communicators made 21");
 }
 
 // Two threads per rank make, use and free communicators of the same ranks
