@@ -374,10 +374,13 @@ int CreateGroup(MPI_Comm comm, CommState* s) {
     }
     delete kept;
   } else if (first) {
+    // A split, not MPI_Comm_dup: the application's attributes are not
+    // copied to it, so their callbacks never run for it (it is freed
+    // whenever its group is dropped, on any thread). A failure leaves none:
+    // the group's later exchanges fail, and MPI_Comm_free neither destroys
+    // the group nor frees anything.
     MPI_Comm oob = MPI_COMM_NULL;
-    // (A failure leaves none: the group's later exchanges fail, and
-    // MPI_Comm_free neither destroys the group nor frees anything.)
-    if (PMPI_Comm_dup(comm, &oob) == MPI_SUCCESS) ++G().duplicates;
+    if (PMPI_Comm_split(comm, 0, s->rank, &oob) == MPI_SUCCESS) ++G().duplicates;
     s->oob = oob;
   }
   return rc;

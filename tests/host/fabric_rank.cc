@@ -135,8 +135,11 @@ uint64_t Counter(netfold_context_t ctx, const char* name) {
 }
 
 // How many times the "groups" scenario's data kept with g3 and g2 was
-// released (netfold_group_keep_data).
+// released (netfold_group_keep_data), and whether the scenario checks
+// what was kept (no rank's groups failed over).
 int g_releases[2] = {0, 0};
+bool g_kept_checked = false;
+void* g_taken = nullptr;  // the data the fourth group got back
 void CountRelease(void* data) { ++*static_cast<int*>(data); }
 
 }  // namespace
@@ -218,16 +221,32 @@ int main(int argc, char** argv) {
     // first kept, g3's, with its data. g2's stays kept until finalize.
     netfold_group_t g4 = nullptr;
     CheckRc(netfold_group_create(ctx, &gs, &g4), "fourth group");
-    if (g4 != nullptr) {
-      Check(netfold_group_take_data(g4) == &g_releases[0], "the fourth group has g3's data");
-      Check(netfold_group_take_data(g4) == nullptr, "data is taken back once");
-    }
+    void* back = g4 != nullptr ? netfold_group_take_data(g4) : nullptr;
+    if (g4 != nullptr) Check(netfold_group_take_data(g4) == nullptr, "data is taken back once");
     const uint64_t requested = Counter(ctx, "groups_requested");
     const uint64_t reused = Counter(ctx, "groups_reused");
-    Check(requested == 3 && reused == 1,
-          absl::StrFormat("groups made by the manager %d, kept ones given again %d; 3 and 1 "
-                          "expected",
-                          requested, reused));
+    // Unless the fabric failed under some rank's groups (a switch starved
+    // of the CPU past the manager's heartbeat timeout on a loaded machine
+    // does it: every group goes to the hosts, and none is kept).
+    netfold_stats_t st;
+    netfold_get_stats(ctx, &st);
+    std::vector<uint64_t> failovers(static_cast<size_t>(g_size), 0);
+    CheckRc((*oob)->Allgather(&st.failovers, failovers.data(), sizeof(uint64_t)).ok()
+                ? NETFOLD_SUCCESS
+                : NETFOLD_ERR_OOB,
+            "failovers");
+    g_kept_checked =
+        std::all_of(failovers.begin(), failovers.end(), [](uint64_t f) { return f == 0; });
+    g_taken = back;
+    if (g_kept_checked) {
+      Check(back == &g_releases[0], "the fourth group has g3's data");
+      Check(requested == 3 && reused == 1,
+            absl::StrFormat("groups made by the manager %d, kept ones given again %d; 3 and 1 "
+                            "expected",
+                            requested, reused));
+    } else if (g_rank == 0) {
+      std::printf("groups: the fabric failed under the groups; what was kept not checked\n");
+    }
     if (g4 != nullptr) {
       Nonblocking(g4);
       CheckRc(netfold_group_destroy(g4), "destroy g4");
@@ -516,13 +535,16 @@ int main(int argc, char** argv) {
   uint64_t placed = 0, missed = 0;
   CheckRc(netfold_get_counter(ctx, "results_placed", &placed), "results_placed");
   CheckRc(netfold_get_counter(ctx, "results_place_missed", &missed), "results_place_missed");
-  if (scenario == "groups") Check(g_releases[1] == 0, "g2's data released before finalize");
+  if (g_kept_checked) Check(g_releases[1] == 0, "g2's data released before finalize");
   CheckRc(netfold_finalize(ctx), "finalize");
   if (scenario == "groups") {
-    Check(g_releases[0] == 0 && g_releases[1] == 1,
-          absl::StrFormat("g3's data released %d times (taken back: 0 expected), g2's %d "
-                          "(released at finalize: 1 expected)",
-                          g_releases[0], g_releases[1]));
+    // Each once, at its destroy or at finalize, but the one taken back.
+    for (int i = 0; i < 2; ++i) {
+      const int expected = g_taken == &g_releases[i] ? 0 : 1;
+      Check(g_releases[i] == expected,
+            absl::StrFormat("the data of %s released %d times, %d expected", i == 0 ? "g3" : "g2",
+                            g_releases[i], expected));
+    }
   }
   std::printf("rank %d: %s (ops %llu, repairs %llu, retransmissions %llu, host_ops=%llu, "
               "failovers=%llu, dropped=%llu, placed=%llu, missed=%llu, foreign=%llu, "

@@ -33,6 +33,24 @@ void CheckedSum(MPI_Comm comm, const std::string& what) {
   }
 }
 
+// An attribute of the world's whose callbacks count their calls: MPI
+// copies it to every duplicate of the world the application makes and
+// deletes it with each; the interposer's private communicators must not
+// carry it (their callbacks would run when a kept group is dropped).
+int g_copies = 0, g_deletes = 0;
+
+int CountCopy(MPI_Comm, int, void*, void* in, void* out, int* flag) {
+  ++g_copies;
+  *static_cast<void**>(out) = in;
+  *flag = 1;
+  return MPI_SUCCESS;
+}
+
+int CountDelete(MPI_Comm, int, void*, void*) {
+  ++g_deletes;
+  return MPI_SUCCESS;
+}
+
 }  // namespace
 
 void KeptGroups() {
@@ -40,6 +58,9 @@ void KeptGroups() {
     Fail("kept_groups runs on 4 ranks");
     return;
   }
+  int keyval = MPI_KEYVAL_INVALID;
+  MPI_Comm_create_keyval(CountCopy, CountDelete, &keyval, nullptr);
+  MPI_Comm_set_attr(MPI_COMM_WORLD, keyval, &g_copies);
   CheckedSum(MPI_COMM_WORLD, "world");  // its group: one of the job's three
   // The second duplicate gets the first one's group back.
   for (int i = 0; i < 2; ++i) {
@@ -66,6 +87,15 @@ void KeptGroups() {
   MPI_Comm_dup(MPI_COMM_WORLD, &dup);
   CheckedSum(dup, "the last duplicate");
   MPI_Comm_free(&dup);
+  // Three duplicates of the world, each freed: the attribute's callbacks
+  // ran for them alone.
+  MPI_Comm_delete_attr(MPI_COMM_WORLD, keyval);
+  MPI_Comm_free_keyval(&keyval);
+  ++g_checks;
+  if (g_copies != 3 || g_deletes != 4) {
+    Fail("the world's attribute was copied " + std::to_string(g_copies) + " times and deleted " +
+         std::to_string(g_deletes) + " (3 and 4 expected: the application's duplicates alone)");
+  }
 }
 
 void KeptThreads(int rounds) {
