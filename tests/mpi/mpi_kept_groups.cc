@@ -142,10 +142,10 @@ void KeptThreads(int rounds) {
   g_checks += checks.load();
   if (wrong.load() > 0) Fail(std::to_string(wrong.load()) + " wrong results");
   for (MPI_Comm& p : parents) MPI_Comm_free(&p);
-  // Then six communicators of the world's ranks at once: the manager gives
-  // them the lowest free multicast addresses, so a group one member dropped
-  // (and released) while another still kept it would leave that member
-  // unable to join one of them (the test sees a fallback).
+  // Then six communicators of the world's ranks at once: the job out of
+  // groups drops its kept ones to make room, and a member unable to join
+  // one of them (still joined to an address the manager gave again, as
+  // when it gave the lowest free one) would show as a fallback.
   MPI_Comm many[6];
   for (int i = 0; i < 6; ++i) {
     MPI_Comm_dup(MPI_COMM_WORLD, &many[i]);
