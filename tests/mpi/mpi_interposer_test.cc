@@ -185,6 +185,11 @@ TEST_F(MpiInterposer, ThreadsMakingCommunicatorsOfTheSameRanksAtOnceShareNoKeptG
       << r.output;
   EXPECT_EQ(made + reused, (2 * kRounds + 6) * 4) << r.output;
   EXPECT_GT(reused, 0) << r.output;
+  // Offers differed at least once: with none, the manager would have made
+  // the two threads' first groups and four of the six at the end, 24 (72
+  // to 176 in 20 runs beside two busy loops; one differing offer in the
+  // 15 rounds where they are made to differ suffices).
+  EXPECT_GT(made, 24) << "no offers differed:\n" << r.output;
   // A group given again brings the private duplicate its communicator had.
   EXPECT_NE(r.output.find("private duplicates of communicators made " + std::to_string(made)),
             std::string::npos)
