@@ -74,6 +74,10 @@ struct FabricState {
   // A restarted manager detaches no silent rank before this (recovery.h,
   // RestartReregistrationGrace): its hosts must find it again first.
   absl::Duration ranks_grace_until = absl::ZeroDuration();
+  // The last liveness sweep (liveness.h), and whether it found the manager
+  // itself late and judged no one silent.
+  absl::Duration last_sweep = absl::InfiniteDuration();
+  bool last_sweep_held_back = false;
 
   // ---- Queries.
   const std::string& SwitchName(int sw) const { return topo.switch_at(sw).name; }

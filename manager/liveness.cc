@@ -5,13 +5,15 @@
 namespace netfold::manager {
 namespace {
 
-void SweepSwitches(FabricState& state, absl::Duration now, LivenessSweep* due) {
+// `manager_late`: no switch is judged silent (SweepLiveness).
+void SweepSwitches(FabricState& state, absl::Duration now, bool manager_late,
+                   LivenessSweep* due) {
   const absl::Duration timeout = state.options.switch_timeout;
   for (int sw = 0; sw < state.topo.num_switches(); ++sw) {
     Switch& s = state.switches[sw];
     if (s.death_pending) {
       due->deaths.push_back(sw);
-    } else if (state.Reachable(sw) && now - s.last_heartbeat > timeout) {
+    } else if (!manager_late && state.Reachable(sw) && now - s.last_heartbeat > timeout) {
       s.dead_reason = absl::StrFormat("no heartbeat for %dms (timeout %dms)",
                                       absl::ToInt64Milliseconds(now - s.last_heartbeat),
                                       absl::ToInt64Milliseconds(timeout));
@@ -90,11 +92,16 @@ std::string RecordSwitchHeartbeat(FabricState& state, int sw, uint64_t sequence,
 
 LivenessSweep SweepLiveness(FabricState& state, absl::Duration now) {
   LivenessSweep due;
-  SweepSwitches(state, now, &due);
+  const bool manager_late = state.last_sweep != absl::InfiniteDuration() &&
+                            now - state.last_sweep > state.options.switch_timeout / 2 &&
+                            !state.last_sweep_held_back;
+  state.last_sweep = now;
+  state.last_sweep_held_back = manager_late;
+  SweepSwitches(state, now, manager_late, &due);
   LiftLinkDowntimes(state, now);
   SweepJobs(state, now, &due);
   // An abandoned job has no attached rank, so none of its ranks is silent.
-  SweepRanks(state, now, &due);
+  if (!manager_late) SweepRanks(state, now, &due);
   return due;
 }
 

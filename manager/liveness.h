@@ -16,6 +16,12 @@
 // is due to die, starts or clears the abandoned-job clocks, and lifts
 // expired link downtimes. What follows from its answer is the manager's
 // (AggregationManager::Tick). Needs the manager's state lock held.
+//
+// A sweep that comes more than half of switch_timeout after the one before
+// finds the manager itself late (its process had no CPU, or the state lock
+// was held: a journal write on a busy disk), and the heartbeats that came
+// meanwhile may still wait, unread, behind that lock: it judges no switch
+// or rank silent, once. The next sweep, a tick later, does.
 #ifndef NETFOLD_MANAGER_LIVENESS_H_
 #define NETFOLD_MANAGER_LIVENESS_H_
 
