@@ -134,6 +134,7 @@ absl::StatusOr<std::unique_ptr<DpdkLink>> DpdkLink::Open(const std::string& devi
   rc = rte_eth_macaddr_get(port_id, &addr);
   if (rc < 0) return DpdkError(rc, absl::StrFormat("rte_eth_macaddr_get(%s)", name));
   std::memcpy(link->mac_.bytes.data(), addr.addr_bytes, 6);
+  link->DiscardQueuedFrames();
   NETFOLD_LOG(kInfo) << "DPDK link " << name << " (port " << port_id << ", " << link->mac_.ToString()
                      << ") up";
   return link;
@@ -155,6 +156,18 @@ DpdkLink::~DpdkLink() {
   if (claimed_) {
     absl::MutexLock lock(&g_claim_mu);
     Claimed().erase(port_id_);
+  }
+}
+
+void DpdkLink::DiscardQueuedFrames() {
+  // Bounded: the receive queue holds at most its descriptors (af_packet:
+  // its ring's frames); more would be frames arriving meanwhile.
+  rte_mbuf* mbufs[kMaxBurst];
+  for (int round = 0; round < 256; ++round) {
+    const uint16_t n = rte_eth_rx_burst(port_id_, 0, mbufs, kMaxBurst);
+    if (n == 0) return;
+    for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(mbufs[i]);
+    discarded_at_start_ += n;
   }
 }
 
@@ -223,6 +236,7 @@ void DpdkLink::ForEachDeviceCounter(
   fn("ierrors", s.ierrors);
   fn("oerrors", s.oerrors);
   fn("rx_nombuf", s.rx_nombuf);
+  fn("discarded_at_start", discarded_at_start_);
 }
 
 }  // namespace netfold::transport::dpdk

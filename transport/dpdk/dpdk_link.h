@@ -11,7 +11,11 @@
 // virtual device's devargs ("net_af_packet3,iface=veth3") which is
 // hot-plugged now and removed again when the link closes. The port is
 // configured with one RX and one TX queue, its own mbuf pool, promiscuous
-// and all-multicast (a switch port sees every frame), and started.
+// and all-multicast (a switch port sees every frame), and started. What
+// its receive queue holds once started is discarded (counted as
+// discarded_at_start): net_af_packet's socket takes every interface's
+// frames until DPDK binds it to its own, enough on a busy host to fill its
+// ring before anyone polls.
 //
 // Data path: frames are copied between mbufs and PacketBuffers (one copy
 // each way; af_packet adds its own). RecvFrames never waits; SendFrames
@@ -59,7 +63,7 @@ class DpdkLink : public FrameLink {
   const std::string& name() const override { return name_; }
   MacAddress mac() const override { return mac_; }
   // rte_eth_stats: ipackets, opackets, ibytes, obytes, imissed, ierrors,
-  // oerrors, rx_nombuf.
+  // oerrors, rx_nombuf; and discarded_at_start.
   void ForEachDeviceCounter(
       const std::function<void(std::string_view, uint64_t)>& fn) const override;
 
@@ -67,6 +71,7 @@ class DpdkLink : public FrameLink {
 
  private:
   DpdkLink() = default;
+  void DiscardQueuedFrames();
 
   std::string name_;
   MacAddress mac_;
@@ -75,6 +80,7 @@ class DpdkLink : public FrameLink {
   bool claimed_ = false;
   rte_device* hotplugged_ = nullptr;  // removed on close
   rte_mempool* mbufs_ = nullptr;
+  uint64_t discarded_at_start_ = 0;  // written before the link is handed out
 };
 
 }  // namespace netfold::transport::dpdk

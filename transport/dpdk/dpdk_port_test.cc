@@ -15,6 +15,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <rte_dev.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+#include <rte_ring.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -31,6 +36,7 @@
 #include "base/clock.h"
 #include "gtest/gtest.h"
 #include "tests/netns/netns.h"
+#include "transport/dpdk/dpdk_link.h"
 #include "transport/dpdk/dpdk_port.h"
 #include "transport/roce_endpoint.h"
 #include "transport/udp_port.h"
@@ -429,6 +435,56 @@ TEST_F(DpdkPortTest, MulticastGoesOutOfEveryPortAndAcrossTheBridge) {
   }
   EXPECT_GE(admin_->bridge_counters().flooded_group, 5u);
   for (size_t l = 0; l < 3; ++l) EXPECT_GE(admin_->link_counters(l).tx_frames, 5u) << "link " << l;
+}
+
+// An af_packet socket takes every interface's frames until DPDK binds it
+// to its own; on a busy host (a loopback flood while the port was made)
+// they filled its 256-frame ring before anyone polled, and the host's next
+// frames were dropped by the kernel. A link starts with its receive queue
+// empty. Shown on a net_ring port, whose queue the test fills itself.
+TEST_F(DpdkPortTest, FramesQueuedBeforeALinkStartedAreDiscarded) {
+  rte_mempool* pool = rte_pktmbuf_pool_create("nf_test_ring_pool", 63, 0, 0,
+                                              RTE_PKTMBUF_HEADROOM + 256, SOCKET_ID_ANY);
+  ASSERT_NE(pool, nullptr);
+  rte_ring* rx = rte_ring_create("nf_test_rx", 64, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring* tx = rte_ring_create("nf_test_tx", 64, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ASSERT_NE(rx, nullptr);
+  ASSERT_NE(tx, nullptr);
+  const int port = rte_eth_from_rings("nf_test_ring", &rx, 1, &tx, 1, SOCKET_ID_ANY);
+  ASSERT_GE(port, 0);
+  auto enqueue = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      rte_mbuf* m = rte_pktmbuf_alloc(pool);
+      ASSERT_NE(m, nullptr);
+      std::memset(rte_pktmbuf_append(m, 60), i, 60);
+      ASSERT_EQ(rte_ring_enqueue(rx, m), 0);
+    }
+  };
+  ASSERT_NO_FATAL_FAILURE(enqueue(10));  // what a socket took before its bind
+  {
+    absl::StatusOr<std::unique_ptr<DpdkLink>> link = DpdkLink::Open("net_ring_nf_test_ring", {});
+    ASSERT_TRUE(link.ok()) << link.status();
+    uint64_t discarded = 0;
+    (*link)->ForEachDeviceCounter([&](std::string_view name, uint64_t value) {
+      if (name == "discarded_at_start") discarded = value;
+    });
+    EXPECT_EQ(discarded, 10u);
+    PacketPool buffers({.num_buffers = 16, .buffer_size = 256});
+    PacketBuffer* bufs[16];
+    for (PacketBuffer*& b : bufs) b = buffers.Alloc();
+    LinkCounters counters;
+    EXPECT_EQ((*link)->RecvFrames(bufs, counters), 0u);
+    ASSERT_NO_FATAL_FAILURE(enqueue(3));  // frames after the start are the link's
+    EXPECT_EQ((*link)->RecvFrames(bufs, counters), 3u);
+    PacketPool::FreeBurst(bufs);
+  }
+  rte_eth_dev_info info;
+  ASSERT_EQ(rte_eth_dev_info_get(static_cast<uint16_t>(port), &info), 0);
+  rte_eth_dev_close(static_cast<uint16_t>(port));
+  EXPECT_EQ(rte_dev_remove(info.device), 0);
+  rte_ring_free(rx);
+  rte_ring_free(tx);
+  rte_mempool_free(pool);
 }
 
 TEST_F(DpdkPortTest, PingAndTcpBetweenNamespacesThroughTheBridge) {
