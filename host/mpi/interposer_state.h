@@ -282,10 +282,28 @@ constexpr int kReturnedBit = kNumReasons + 2;  // "offloaded to the fabric again
 // (mpi_stats.cc).
 void PrintStats();
 
+// --- A communicator's group (mpi_groups.cc) ---
+
+// libnetfold's out-of-band exchanges over `*comm` (read at every exchange).
+netfold_oob_t Oob(MPI_Comm* comm);
+
+// The state of `comm` if a collective on it went through Usable, else null.
+CommState* Known(MPI_Comm comm);
+
 // Every member of `comm` is in this call: creates the communicator's group
 // (collective; every member gets the same outcome). NETFOLD_SUCCESS or
 // libnetfold's code, with netfold_last_error() saying why.
 int CreateGroup(MPI_Comm comm, CommState* s);
+
+// At MPI_Comm_free (every member is there): settles the communicator's
+// operations and its failover, then destroys its group (if
+// `destroy_group`), handing the group the private communicator to keep, or
+// frees that communicator; forgets the state.
+void ReleaseComm(MPI_Comm comm, bool destroy_group);
+
+// MPI may give a freed communicator's handle to a new one: what was told
+// about the old one is forgotten with it.
+void ForgetComm(MPI_Comm comm);
 
 // With NETFOLD_MPI_VERBOSE=1, the communicator's rank 0 says once per
 // (communicator, bit) what was decided: `bit` is a Reason, or kOffloadedBit.

@@ -22,7 +22,8 @@
 // NETFOLD_MPI_RETRY_AFTER (1000; 0: never), plus the library's NETFOLD_*
 // (docs/host.md).
 //
-// The state these pieces share is host/mpi/interposer_state.h; the failover
+// The state these pieces share is host/mpi/interposer_state.h; a
+// communicator's group, made and released, mpi_groups.cc; the failover
 // after a fabric failure is host/mpi/mpi_resync.cc; allgather and
 // reduce-scatter are mpi_gather_scatter.cc; several ranks per host, the
 // node hierarchy, mpi_hierarchy.cc; what NETFOLD_MPI_STATS=1 prints,
@@ -167,6 +168,7 @@ using netfold::mpi::Config;
 using netfold::mpi::Contiguous;
 using netfold::mpi::Enable;
 using netfold::mpi::FinishOutstanding;
+using netfold::mpi::ForgetComm;
 using netfold::mpi::G;
 using netfold::mpi::Global;
 using netfold::mpi::Hierarchy;
@@ -178,8 +180,10 @@ using netfold::mpi::kOffloadedBit;
 using netfold::mpi::kReasonNames;
 using netfold::mpi::NetfoldDatatype;
 using netfold::mpi::NetfoldOp;
+using netfold::mpi::Oob;
 using netfold::mpi::Pending;
 using netfold::mpi::Reason;
+using netfold::mpi::ReleaseComm;
 using netfold::mpi::Recover;
 using netfold::mpi::Resync;
 using netfold::mpi::SaveInPlaceInput;
@@ -188,24 +192,6 @@ using netfold::mpi::Tell;
 using netfold::mpi::Usable;
 using enum netfold::mpi::Kind;
 using enum netfold::mpi::Reason;
-
-// --- OOB over an MPI communicator (our private duplicate) ---------------------
-
-int OobAllgather(void* ctx, const void* send, void* recv, size_t bytes) {
-  MPI_Comm comm = *static_cast<MPI_Comm*>(ctx);
-  if (bytes > INT32_MAX) return -1;
-  return PMPI_Allgather(send, static_cast<int>(bytes), MPI_BYTE, recv, static_cast<int>(bytes),
-                        MPI_BYTE, comm) == MPI_SUCCESS ? 0 : -1;
-}
-int OobBcast(void* ctx, void* buf, size_t bytes, int root) {
-  MPI_Comm comm = *static_cast<MPI_Comm*>(ctx);
-  if (bytes > INT32_MAX) return -1;
-  return PMPI_Bcast(buf, static_cast<int>(bytes), MPI_BYTE, root, comm) == MPI_SUCCESS ? 0 : -1;
-}
-int OobBarrier(void* ctx) {
-  return PMPI_Barrier(*static_cast<MPI_Comm*>(ctx)) == MPI_SUCCESS ? 0 : -1;
-}
-netfold_oob_t Oob(MPI_Comm* comm) { return {OobAllgather, OobBcast, OobBarrier, comm}; }
 
 // --- Configuration ------------------------------------------------------------
 
@@ -314,7 +300,7 @@ void JoinFabric() {
   }
 }
 
-// --- Eligibility and group creation ----------------------------------------------
+// --- Eligibility ------------------------------------------------------------------
 
 // The datatype's name for NETFOLD_MPI_VERBOSE.
 std::string TypeText(MPI_Datatype type) {
@@ -328,63 +314,6 @@ std::string TypeText(MPI_Datatype type) {
 }  // namespace
 
 namespace netfold::mpi {
-namespace {
-
-// The state of `comm` if a collective on it went through Usable, else
-// null. The map is shared between threads; the state is this thread's
-// while it calls a collective on `comm`.
-CommState* Known(MPI_Comm comm) {
-  Global& g = G();
-  std::lock_guard<std::mutex> lock(g.mu);
-  auto it = g.comms.find(Key(comm));
-  return it == g.comms.end() ? nullptr : it->second.get();
-}
-
-}  // namespace
-
-int CreateGroup(MPI_Comm comm, CommState* s) {
-  MPI_Group world_group, comm_group;
-  PMPI_Comm_group(MPI_COMM_WORLD, &world_group);
-  PMPI_Comm_group(comm, &comm_group);
-  std::vector<int> local(static_cast<size_t>(s->size)), world(static_cast<size_t>(s->size));
-  for (int i = 0; i < s->size; ++i) local[i] = i;
-  PMPI_Group_translate_ranks(comm_group, s->size, local.data(), world_group, world.data());
-  PMPI_Group_free(&world_group);
-  PMPI_Group_free(&comm_group);
-  // A communicator's first group is made in its first collective, which
-  // every member is in: the group's exchanges run on the communicator
-  // itself. A group given again comes with the private duplicate of the
-  // communicator it served (ReleaseComm); any other gets one of its own,
-  // as every member does (they all get the same group).
-  const bool first = s->oob == MPI_COMM_NULL;
-  if (first) s->oob = comm;
-  netfold_group_spec_t spec = NETFOLD_GROUP_SPEC_INITIALIZER;
-  spec.rank = s->rank;
-  spec.size = s->size;
-  spec.world_ranks = world.data();
-  spec.oob = Oob(&s->oob);  // read at every exchange: the duplicate from below on
-  const int rc = netfold_group_create(G().ctx, &spec, &s->group);
-  MPI_Comm* kept =
-      rc == NETFOLD_SUCCESS ? static_cast<MPI_Comm*>(netfold_group_take_data(s->group)) : nullptr;
-  if (kept != nullptr) {
-    if (first) {
-      s->oob = *kept;
-    } else {
-      PMPI_Comm_free(kept);  // (a group made again after a failure: it has one)
-    }
-    delete kept;
-  } else if (first) {
-    // A split, not MPI_Comm_dup: the application's attributes are not
-    // copied to it, so their callbacks never run for it (it is freed
-    // whenever its group is dropped, on any thread). A failure leaves none:
-    // the group's later exchanges fail, and MPI_Comm_free neither destroys
-    // the group nor frees anything.
-    MPI_Comm oob = MPI_COMM_NULL;
-    if (PMPI_Comm_split(comm, 0, s->rank, &oob) == MPI_SUCCESS) ++G().duplicates;
-    s->oob = oob;
-  }
-  return rc;
-}
 
 // The state of `comm` if this collective goes the fabric's way; nullptr
 // (with the reason counted) if it goes to PMPI.
@@ -520,52 +449,6 @@ void NoteWritten(Pending& p, netfold_request_t request) {
 }
 
 }  // namespace netfold::mpi
-
-namespace {
-
-void FreeKeptOob(void* oob) {
-  PMPI_Comm_free(static_cast<MPI_Comm*>(oob));
-  delete static_cast<MPI_Comm*>(oob);
-}
-
-void ReleaseComm(MPI_Comm comm, bool destroy_group) {
-  Global& g = G();
-  CommState* s = netfold::mpi::Known(comm);
-  if (s == nullptr) return;
-  if (s->oob != MPI_COMM_NULL) {
-    FinishOutstanding(s);  // MPI lets a communicator be freed with operations pending
-    ResyncAtEnd(comm, s);
-    if (destroy_group && s->group != nullptr) {
-      // The private duplicate goes with the group: kept with it for the
-      // next communicator of the same ranks (CreateGroup), or freed when
-      // the group is released. At every member alike, so that every member
-      // of a group given again finds one.
-      auto* oob = new MPI_Comm(s->oob);
-      const bool goes = netfold_group_keep_data(s->group, oob, FreeKeptOob) == NETFOLD_SUCCESS;
-      if (!goes) delete oob;
-      netfold_group_destroy(s->group);
-      if (goes) {
-        s->oob = MPI_COMM_NULL;
-      } else {
-        PMPI_Comm_free(&s->oob);
-      }
-    } else {
-      PMPI_Comm_free(&s->oob);
-    }
-  }
-  std::lock_guard<std::mutex> lock(g.mu);
-  g.comms.erase(Key(comm));
-}
-
-// MPI may give a freed communicator's handle to a new one: what was told
-// about the old one is forgotten with it.
-void ForgetComm(MPI_Comm comm) {
-  std::lock_guard<std::mutex> lock(G().mu);
-  G().told.erase(Key(comm));
-}
-
-
-}  // namespace
 
 extern "C" {
 
