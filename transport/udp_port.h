@@ -21,6 +21,9 @@
 //
 // Thread-safety: as for every Port, one thread polls it; counters() may be
 // read from anywhere.
+//
+// The reads (GRO batches, placed multicast results) are udp_port_read.cc;
+// the rest, sends included, udp_port.cc.
 #ifndef NETFOLD_TRANSPORT_UDP_PORT_H_
 #define NETFOLD_TRANSPORT_UDP_PORT_H_
 
