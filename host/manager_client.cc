@@ -142,6 +142,15 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
     }
     if (deadline.Remaining() <= pause) break;
     absl::SleepFor(pause);
+    if (absl::IsUnavailable(s) && !no_connection &&
+        channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY) {
+      // The connection broke with that answer, before the channel noticed:
+      // a manager that stopped answering, whose retries wait only the
+      // patience left (not the call's whole timeout).
+      no_connection = true;
+      MarkUnreachable();
+      if (first_unreachable.ok()) first_unreachable = s;
+    }
   }
   return s;
 }

@@ -12,9 +12,12 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -36,6 +39,17 @@ class FakeManager : public control::HostControl::Service {
   void Set(const std::string& rpc, Answer answer) {
     absl::MutexLock lock(&mu_);
     answers_[rpc] = std::move(answer);
+  }
+  // Heartbeats answer by what they carry.
+  using HeartbeatAnswer = std::function<grpc::Status(const control::HostHeartbeatRequest&)>;
+  void SetHeartbeat(HeartbeatAnswer answer) {
+    absl::MutexLock lock(&mu_);
+    heartbeat_answer_ = std::move(answer);
+  }
+  // When each heartbeat arrived.
+  std::vector<absl::Time> heartbeat_times() {
+    absl::MutexLock lock(&mu_);
+    return heartbeat_times_;
   }
   int calls(const std::string& rpc) {
     absl::MutexLock lock(&mu_);
@@ -87,11 +101,14 @@ class FakeManager : public control::HostControl::Service {
   }
   grpc::Status Heartbeat(grpc::ServerContext* c, const control::HostHeartbeatRequest* q,
                          control::HostHeartbeatResponse*) override {
+    HeartbeatAnswer answer;
     {
       absl::MutexLock lock(&mu_);
       heartbeats_.push_back(*q);
+      heartbeat_times_.push_back(absl::Now());
+      answer = heartbeat_answer_;
     }
-    return Reply(c, "Heartbeat");
+    return answer ? answer(*q) : Reply(c, "Heartbeat");
   }
   grpc::Status WatchEvents(grpc::ServerContext* c, const control::WatchEventsRequest* q,
                            grpc::ServerWriter<JobEvent>* writer) override {
@@ -129,7 +146,9 @@ class FakeManager : public control::HostControl::Service {
   absl::Mutex mu_;
   std::map<std::string, Answer> answers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> calls_ ABSL_GUARDED_BY(mu_);
+  HeartbeatAnswer heartbeat_answer_ ABSL_GUARDED_BY(mu_);
   std::vector<control::HostHeartbeatRequest> heartbeats_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Time> heartbeat_times_ ABSL_GUARDED_BY(mu_);
   std::vector<control::WatchEventsRequest> watches_ ABSL_GUARDED_BY(mu_);
   std::vector<JobEvent> first_events_ ABSL_GUARDED_BY(mu_);
   control::JobCredentials credentials_ ABSL_GUARDED_BY(mu_);
@@ -202,7 +221,7 @@ TEST_F(ManagerClientTest, AJobsFirstCallGivesUpSoonWhenNoManagerListens) {
   EXPECT_NE(job.status().message().find("no netfold manager answers at 127.0.0.1:"),
             std::string::npos)
       << job.status();
-  EXPECT_LT(took, absl::Seconds(10)) << "the job's first call waited out its timeout";
+  EXPECT_LT(took, absl::Seconds(5)) << "the job's first call waited out its timeout";
 }
 
 TEST_F(ManagerClientTest, ARateLimitedCallIsRetriedNoSoonerThanTheManagerSaid) {
@@ -244,6 +263,10 @@ TEST_F(ManagerClientTest, TheManagersOwnUnavailableIsAskedAgainUntilItAnswers) {
 TEST_F(ManagerClientTest, ReleasesAreTriedOnceUnlessTheFabricIsThere) {
   manager_.Set("DestroyGroup", UnavailableFor(2));
   std::unique_ptr<ManagerClient> client = Client();
+  // Connected first: a release that is not patient has the connect
+  // timeout (1 s) for its one attempt, which a loaded machine may spend on
+  // connecting.
+  ASSERT_TRUE(client->Attach({}).ok());
   absl::Status once = client->DestroyGroup(5, /*patient=*/false);
   EXPECT_TRUE(absl::IsUnavailable(once)) << once;
   EXPECT_EQ(manager_.calls("DestroyGroup"), 1);
@@ -294,7 +317,7 @@ bool Eventually(const std::function<bool()>& done) {
   return true;
 }
 
-TEST_F(ManagerClientTest, TheControlThreadSendsHeartbeatsAndHandsOnEventsWatchingAgainAfterTheLast) {
+TEST_F(ManagerClientTest, TheControlThreadSendsHeartbeatsAndHandsOnEventsWatchingAgain) {
   std::vector<JobEvent> stream(3);
   stream[0].set_kind(JobEvent::WATCH_STARTED);
   stream[0].set_manager_incarnation(9);
@@ -307,10 +330,10 @@ TEST_F(ManagerClientTest, TheControlThreadSendsHeartbeatsAndHandsOnEventsWatchin
   stream[2].set_manager_incarnation(9);
   manager_.SetFirstEvents(stream);
 
+  absl::Mutex mu;  // before the client: its thread hands events on until it is gone
+  std::vector<JobEvent> seen;
   std::unique_ptr<ManagerClient> client = Client();
   client->SetJob(42, "k");
-  absl::Mutex mu;
-  std::vector<JobEvent> seen;
   client->StartControl(/*rank=*/2, absl::Milliseconds(50), [&](const JobEvent& e) {
     absl::MutexLock lock(&mu);
     seen.push_back(e);
@@ -340,35 +363,38 @@ TEST_F(ManagerClientTest, TheControlThreadSendsHeartbeatsAndHandsOnEventsWatchin
 
 TEST_F(ManagerClientTest, ALinkFailureIsToldAtOnceAndAgainUntilAHeartbeatCarryingItIsAnswered) {
   // The first heartbeat that carries a report is refused: the next carries it again.
-  std::atomic<int> carrying{0};
-  manager_.Set("Heartbeat", [&](grpc::ServerContext*, int call) {
-    const control::HostHeartbeatRequest last = manager_.heartbeats()[static_cast<size_t>(call)];
-    if (last.link_failures_size() > 0 && carrying++ == 0) {
+  auto carrying = std::make_shared<std::atomic<int>>(0);  // the handler may outlive the test
+  manager_.SetHeartbeat([carrying](const control::HostHeartbeatRequest& beat) {
+    if (beat.link_failures_size() > 0 && carrying->fetch_add(1) == 0) {
       return grpc::Status(grpc::StatusCode::INTERNAL, "not now");
     }
     return grpc::Status::OK;
   });
   std::unique_ptr<ManagerClient> client = Client();
-  const absl::Duration interval = absl::Seconds(1);
+  const absl::Duration interval = absl::Seconds(2);
   client->StartControl(/*rank=*/1, interval, [](const JobEvent&) {});
+  // Reported just after a heartbeat: the next one is due a whole interval later.
   ASSERT_TRUE(Eventually([&] { return !manager_.heartbeats().empty(); }));
   const size_t before = manager_.heartbeats().size();
+  ASSERT_TRUE(Eventually([&] { return manager_.heartbeats().size() > before; }));
   const absl::Time reported = absl::Now();
   client->ReportLinkFailure(/*plane=*/0, /*psn=*/77, std::string(300, 'x'));
   client->ReportLinkFailure(/*plane=*/0, /*psn=*/77, "the same failure again");  // once
-  ASSERT_TRUE(Eventually([&] { return carrying.load() >= 1; }));
-  EXPECT_LT(absl::Now() - reported, interval) << "the report waited for the next interval";
-  ASSERT_TRUE(Eventually([&] { return carrying.load() >= 2; }));
+  ASSERT_TRUE(Eventually([&] { return carrying->load() >= 1; }));
+  ASSERT_TRUE(Eventually([&] { return carrying->load() >= 2; }));
   // And no more once one was answered.
   const size_t answered = manager_.heartbeats().size();
-  ASSERT_TRUE(Eventually([&] { return manager_.heartbeats().size() >= answered + 2; }));
+  ASSERT_TRUE(Eventually([&] { return manager_.heartbeats().size() >= answered + 1; }));
   client->StopControl();
 
   const std::vector<control::HostHeartbeatRequest> beats = manager_.heartbeats();
+  const std::vector<absl::Time> times = manager_.heartbeat_times();
   int with_report = 0;
   for (size_t i = before; i < beats.size(); ++i) {
     if (beats[i].link_failures_size() == 0) continue;
-    ++with_report;
+    if (with_report++ == 0) {
+      EXPECT_LT(times[i] - reported, interval / 2) << "the report waited for the next interval";
+    }
     ASSERT_EQ(beats[i].link_failures_size(), 1);
     EXPECT_EQ(beats[i].link_failures(0).psn(), 77u);
     EXPECT_EQ(beats[i].link_failures(0).reason(), std::string(200, 'x'));
@@ -403,7 +429,7 @@ TEST_F(ManagerClientTest, AManagerThatComesBackIsWaitedFor) {
   const std::string at = address();
   Stop();
   std::thread restart([&] {
-    absl::SleepFor(absl::Seconds(1));
+    absl::SleepFor(absl::Milliseconds(200));
     Start(at);  // a restart on the same address
   });
   absl::StatusOr<control::CreateGroupResponse> group = client->CreateGroup({});

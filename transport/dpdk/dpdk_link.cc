@@ -162,12 +162,21 @@ DpdkLink::~DpdkLink() {
 void DpdkLink::DiscardQueuedFrames() {
   // Bounded: the receive queue holds at most its descriptors (af_packet:
   // its ring's frames); more would be frames arriving meanwhile.
+  constexpr int kRounds = 256;
   rte_mbuf* mbufs[kMaxBurst];
-  for (int round = 0; round < 256; ++round) {
+  int round = 0;
+  for (; round < kRounds; ++round) {
     const uint16_t n = rte_eth_rx_burst(port_id_, 0, mbufs, kMaxBurst);
-    if (n == 0) return;
+    if (n == 0) break;
     for (uint16_t i = 0; i < n; ++i) rte_pktmbuf_free(mbufs[i]);
     discarded_at_start_ += n;
+  }
+  if (round == kRounds) {
+    NETFOLD_LOG(kWarning) << "DPDK link " << name_ << ": still receiving after discarding "
+                          << discarded_at_start_ << " frames queued before its start";
+  } else if (discarded_at_start_ > 0) {
+    NETFOLD_LOG(kDebug) << "DPDK link " << name_ << ": discarded " << discarded_at_start_
+                        << " frames queued before its start";
   }
 }
 
@@ -226,6 +235,7 @@ size_t DpdkLink::SendFrames(std::span<PacketBuffer* const> frames, LinkCounters&
 
 void DpdkLink::ForEachDeviceCounter(
     const std::function<void(std::string_view, uint64_t)>& fn) const {
+  fn("discarded_at_start", discarded_at_start_);
   rte_eth_stats s;
   if (rte_eth_stats_get(port_id_, &s) != 0) return;
   fn("ipackets", s.ipackets);
@@ -236,7 +246,6 @@ void DpdkLink::ForEachDeviceCounter(
   fn("ierrors", s.ierrors);
   fn("oerrors", s.oerrors);
   fn("rx_nombuf", s.rx_nombuf);
-  fn("discarded_at_start", discarded_at_start_);
 }
 
 }  // namespace netfold::transport::dpdk

@@ -15,7 +15,8 @@
 // its receive queue holds once started is discarded (counted as
 // discarded_at_start): net_af_packet's socket takes every interface's
 // frames until DPDK binds it to its own, enough on a busy host to fill its
-// ring before anyone polls.
+// ring before anyone polls. Other devices start with an empty queue; for
+// them it finds nothing, or the frames of the start's last microseconds.
 //
 // Data path: frames are copied between mbufs and PacketBuffers (one copy
 // each way; af_packet adds its own). RecvFrames never waits; SendFrames
@@ -62,8 +63,9 @@ class DpdkLink : public FrameLink {
   size_t SendFrames(std::span<PacketBuffer* const> frames, LinkCounters& counters) override;
   const std::string& name() const override { return name_; }
   MacAddress mac() const override { return mac_; }
-  // rte_eth_stats: ipackets, opackets, ibytes, obytes, imissed, ierrors,
-  // oerrors, rx_nombuf; and discarded_at_start.
+  // discarded_at_start; rte_eth_stats: ipackets (the discarded frames
+  // included), opackets, ibytes, obytes, imissed, ierrors, oerrors,
+  // rx_nombuf.
   void ForEachDeviceCounter(
       const std::function<void(std::string_view, uint64_t)>& fn) const override;
 

@@ -11,11 +11,12 @@
 #ifndef NETFOLD_TRANSPORT_TESTING_RC_PAIR_H_
 #define NETFOLD_TRANSPORT_TESTING_RC_PAIR_H_
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <vector>
 
 #include "base/clock.h"
@@ -91,7 +92,6 @@ inline std::vector<uint8_t> Message(uint32_t index, size_t size) {
   if (size >= 4) std::memcpy(m.data(), &index, 4);
   return m;
 }
-
 
 // Sends `sizes` from a to b (keeping the send queue full), returns what b
 // received, in order, and checks every send completion. With `reference`,
