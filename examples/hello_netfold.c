@@ -3,9 +3,13 @@
  * one process joins a running fabric, creates a group of itself and runs an
  * allreduce, a bcast and a barrier through the switches.
  *
- *   netfold up --hosts 1 && export NETFOLD_MANAGER=... NETFOLD_CREDENTIAL_FILE=...  (what `up` prints)
+ *   eval "$(build/tools/netfold up --hosts 1 | grep '^export ')"
  *   cc hello_netfold.c $(pkg-config --cflags --libs netfold) -o hello_netfold
  *   ./hello_netfold
+ *
+ * (pkg-config finds netfold once installed, `meson install -C build`; from
+ * the build tree: PKG_CONFIG_PATH=build/meson-uninstalled and the package
+ * netfold-uninstalled, plus -Wl,-rpath,$PWD/build/host.)
  *
  * With more processes, pass out-of-band callbacks that really exchange data
  * (MPI, a key-value store); a single process can answer them itself.

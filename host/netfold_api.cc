@@ -204,6 +204,9 @@ int netfold_init(const netfold_init_spec_t* spec, netfold_context_t* ctx) {
     o.integrity = true;
   }
   if (absl::Status s = netfold::host::ApplyEnvironment(&o); !s.ok()) return Fail(s);
+  // The spec's fields win over the environment's (which ApplyEnvironment
+  // sets whatever was there, these two having defaults of their own).
+  if (spec->local_address) o.local_address = spec->local_address;
   if (spec->timeout_ms > 0) o.timeout = absl::Milliseconds(spec->timeout_ms);
   auto c = std::make_unique<netfold_context>();
   c->world = std::make_unique<CallbackOob>(spec->oob, spec->rank, spec->world_size);

@@ -539,7 +539,7 @@ const std::vector<Command>& Commands() {
        .run = Explain},
       {.name = "fault",
        .synopsis = "SWITCH IMPAIRMENT [--peer IP:PORT|all|default] "
-                   "[--direction both|send|receive]",
+                   "[--direction both|send|receive] [--manager IP:PORT | --state-dir DIR]",
        .summary = "SWITCH IMPAIRMENT: set link faults on a running switch, e.g.\n"
                   "`netfold fault leaf0 drop=0.05,seed=3` or `netfold fault root down=1`;\n"
                   "`none` clears them.   --peer IP:PORT|all (default)|default\n"
@@ -570,7 +570,7 @@ const std::vector<Command>& Commands() {
                   "--quick\n"
                   "--rounds N: every variant N times in alternating order; medians and the\n"
                   "ratio's range over rounds (loopback runs)\n"
-                  "--slots 128: netfold also with each window K (NETFOLD_SLOTS=K), next to\n"
+                  "--slots 256: netfold also with each window K (NETFOLD_SLOTS=K), next to\n"
                   "the default in the same run, and a table of their ratios\n"
                   "--poll-us N: netfold's switches and ranks poll N us after each packet "
                   "(opt-in)\n"

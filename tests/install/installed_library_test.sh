@@ -52,4 +52,23 @@ echo "$out"
 echo "$out" | grep -q "ok" || { echo "FAIL: the example did not succeed"; exit 1; }
 LD_LIBRARY_PATH="$root/$libdir" ldd "$tmp/hello_netfold" | grep -q "$root/$libdir/libnetfold.so" || {
   echo "FAIL: the example did not run against the installed library"; ldd "$tmp/hello_netfold"; exit 1; }
-echo "PASS: built and ran against the installed libnetfold via pkg-config"
+
+# The init spec's fields win over the environment: a spec that names the
+# local address runs whatever NETFOLD_LOCAL_ADDRESS says.
+sed '/NETFOLD_INIT_SPEC_INITIALIZER;/a spec.local_address = "127.0.0.1";' \
+  "$src/examples/hello_netfold.c" > "$tmp/hello_address.c"
+grep -q 'spec.local_address' "$tmp/hello_address.c" || { echo "FAIL: could not set the spec's address"; exit 1; }
+cc -std=c99 -Wall -Wextra -Werror "$tmp/hello_address.c" $flags -o "$tmp/hello_address"
+out=$(NETFOLD_MANAGER="$manager" NETFOLD_CREDENTIAL_FILE="$credential" NETFOLD_TLS_CA="$ca" \
+      NETFOLD_LOCAL_ADDRESS=not-an-address LD_LIBRARY_PATH="$root/$libdir" \
+      timeout 60 "$tmp/hello_address" 2>&1) || true
+echo "$out" | grep -q "ok" || { echo "FAIL: NETFOLD_LOCAL_ADDRESS won over the spec:"; echo "$out"; exit 1; }
+
+# From the build tree, not installed, as README.md says.
+flags=$(PKG_CONFIG_PATH="$build/meson-uninstalled" pkg-config --cflags --libs netfold-uninstalled)
+cc -std=c99 -Wall -Wextra -Werror "$src/examples/hello_netfold.c" $flags \
+  -Wl,-rpath,"$(cd "$build" && pwd)/host" -o "$tmp/hello_tree"
+out=$(NETFOLD_MANAGER="$manager" NETFOLD_CREDENTIAL_FILE="$credential" NETFOLD_TLS_CA="$ca" \
+      timeout 60 "$tmp/hello_tree")
+echo "$out" | grep -q "ok" || { echo "FAIL: the example built against the tree did not succeed"; exit 1; }
+echo "PASS: built and ran against the installed libnetfold via pkg-config, and against the tree"
