@@ -1,5 +1,6 @@
 // The scripted leaf and the fixture of the group engine's tests
-// (host/group_engine_test.cc, host/group_engine_repair_test.cc): a
+// (host/group_engine_test.cc, group_engine_repair_test.cc,
+// group_engine_blocks_test.cc): a
 // RequestSender that records every request (or refuses the next ones),
 // and a fixture with small parameters, a fake clock and Answer(), which
 // answers a recorded request as the switches would.
