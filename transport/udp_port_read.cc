@@ -2,6 +2,8 @@
 // buffers and handed out as views, multicast results read into the places
 // the placer predicts (a result's payload straight into the caller's
 // buffer), and plain recvmmsg without GRO. Split from udp_port.cc.
+#include "transport/udp_port.h"
+
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <sys/socket.h>
@@ -11,7 +13,6 @@
 #include <cstring>
 
 #include "base/log.h"
-#include "transport/udp_port.h"
 #include "transport/udp_port_internal.h"
 
 namespace netfold::transport {

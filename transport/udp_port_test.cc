@@ -1,5 +1,6 @@
 // UdpPort over real sockets on loopback: unicast bursts, multicast to several
-// receivers, timeouts, truncation, busy polling.
+// receivers, timeouts, truncation, busy polling. Reads into the placer's
+// places are udp_port_placed_test.cc.
 #include "transport/udp_port.h"
 
 #include <arpa/inet.h>
@@ -13,7 +14,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <memory>
 #include <thread>
 #include <numeric>
@@ -23,39 +23,10 @@
 #include "proto/icrc.h"
 #include "gtest/gtest.h"
 #include "transport/testing/port_test_util.h"
+#include "transport/testing/udp_port_test_util.h"
 
 namespace netfold::transport {
 namespace {
-
-constexpr uint32_t kLoopback = 0x7f000001;
-
-std::unique_ptr<UdpPort> MakePort(UdpPortConfig config = {}) {
-  config.local = {kLoopback, 0};
-  auto port = UdpPort::Create(config);
-  EXPECT_TRUE(port.ok()) << port.status();
-  return port.ok() ? std::move(*port) : nullptr;
-}
-
-// The datagrams of these tests: 64 bytes unless a test says otherwise.
-PacketBuffer* Packet(Port& port, const Ipv4Endpoint& dst, uint32_t tag, uint32_t len = 64) {
-  return TaggedPacket(port, dst, tag, len);
-}
-
-// Receives until `n` packets arrived or 5 s passed; returns their tags.
-std::vector<uint32_t> RecvTags(Port& port, size_t n, std::vector<Ipv4Endpoint>* dsts = nullptr) {
-  std::vector<uint32_t> tags;
-  Deadline deadline(RealClock(), absl::Seconds(5));
-  PacketBuffer* rx[32];
-  while (tags.size() < n && !deadline.Expired()) {
-    size_t got = port.RecvBurst(rx, absl::Milliseconds(50));
-    for (size_t i = 0; i < got; ++i) {
-      tags.push_back(Tag(rx[i]));
-      if (dsts) dsts->push_back(rx[i]->dst);
-    }
-    PacketPool::FreeBurst({rx, got});
-  }
-  return tags;
-}
 
 TEST(UdpPort, BindsAFreePortAndRejectsMulticastLocal) {
   auto a = MakePort();
@@ -185,29 +156,6 @@ TEST(UdpPort, WakeFromAnotherThreadEndsAWait) {
   }
 }
 
-// A RoCEv2-shaped payload of `len` bytes: a tag, filler, and the ICRC of
-// `addrs` (identification 0, as a queue pair builds it).
-// (Again) the ICRC of `p`'s first `len` bytes, sent by `port` to `dst`.
-void StoreRoceIcrc(const Port& port, const Ipv4Endpoint& dst, PacketBuffer* p, uint32_t len) {
-  const proto::IcrcAddresses addrs{port.local().ip, dst.ip, port.local().port, dst.port};
-  proto::StoreIcrc(proto::ComputeIcrc(addrs, p->bytes().first(len - proto::kIcrcSize)),
-                   p->bytes().last<proto::kIcrcSize>());
-}
-
-PacketBuffer* RocePacket(Port& port, const Ipv4Endpoint& dst, uint32_t tag, uint32_t len) {
-  PacketBuffer* p = Packet(port, dst, tag, len);
-  StoreRoceIcrc(port, dst, p, len);
-  return p;
-}
-
-// The ICRC of a received packet against the identification the port
-// reports for it.
-bool IcrcHolds(const PacketBuffer* p) {
-  const proto::IcrcAddresses addrs{p->src.ip, p->dst.ip, p->src.port, p->dst.port, p->ip_id};
-  return proto::ComputeIcrc(addrs, p->bytes().first(p->len() - proto::kIcrcSize)) ==
-         proto::LoadIcrc(p->bytes().last<proto::kIcrcSize>());
-}
-
 // Consecutive packets of one size to one destination leave in one
 // segmentation batch and arrive whole through UDP_GRO: split into the same
 // packets, in order, packet i reporting identification i, every ICRC
@@ -307,227 +255,6 @@ TEST(UdpPort, ExternalBytesLeaveInTheirPlaceInBatchesAndAlone) {
   }
   EXPECT_EQ(got, expected);
   EXPECT_EQ(a->pool().num_in_use(), 0u);
-}
-
-// A receive placer for the tests: places in `arena`, one per tag in
-// `guesses` (place i at i * stride), claimed by the packet whose tag (its
-// first 4 bytes) is the place's. A guess is made once, or with `repeat`
-// every time until claimed (as a group engine offers a chunk its place).
-struct TagPlacer : ReceivePlacer {
-  std::vector<uint8_t> arena;
-  std::vector<uint32_t> guesses;
-  uint32_t head = 16, len = 0, tail = proto::kIcrcSize, stride = 0;
-  bool repeat = false;
-  int predictions = 0;
-  // Places for the payloads of `places` packets of `packet_len` bytes.
-  void SizeFor(uint32_t packet_len, size_t places) {
-    len = packet_len - head - tail;
-    stride = len;
-    arena.assign(places * stride, 0);
-  }
-  size_t PredictPlaces(const Ipv4Endpoint& group, std::span<ReceivePlace> out) override {
-    (void)group;
-    ++predictions;
-    size_t n = 0;
-    for (; n < out.size() && n < guesses.size(); ++n) {
-      out[n] = {.at = arena.data() + n * stride, .len = len, .head = head, .tail = tail,
-                .id = guesses[n]};
-    }
-    if (!repeat) guesses.erase(guesses.begin(), guesses.begin() + static_cast<long>(n));
-    return n;
-  }
-  bool ClaimPlace(const ReceivePlace& place, std::span<const uint8_t> bytes) override {
-    uint32_t tag;
-    std::memcpy(&tag, bytes.data(), 4);
-    return tag == place.id;
-  }
-};
-
-// A multicast group for one test; its port is `sender`'s, free on this host.
-Ipv4Endpoint TestGroup(const UdpPort& sender, uint32_t salt) {
-  return {0xef4f0000u | ((static_cast<uint32_t>(getpid()) * 7 + salt) & 0xffff),
-          sender.local().port};
-}
-
-// What came: each packet's bytes made whole (but its ICRC, checked), by
-// tag; `external[tag]` says
-// where its external bytes were (nullptr: it had none).
-struct Arrived {
-  std::map<uint32_t, std::vector<uint8_t>> bytes;
-  std::map<uint32_t, const uint8_t*> external;
-};
-Arrived ReceiveWhole(Port& port, size_t n) {
-  Arrived a;
-  Deadline deadline(RealClock(), absl::Seconds(5));
-  PacketBuffer* rx[32];
-  while (a.bytes.size() < n && !deadline.Expired()) {
-    const size_t got = port.RecvBurst(rx, absl::Milliseconds(50));
-    for (size_t i = 0; i < got; ++i) {
-      a.external[Tag(rx[i])] = rx[i]->external().empty() ? nullptr : rx[i]->external().data();
-      rx[i]->Materialize();
-      EXPECT_TRUE(IcrcHolds(rx[i])) << "packet " << Tag(rx[i]);
-      // Without the ICRC: a batch's segment k carries identification k's.
-      a.bytes[Tag(rx[i])].assign(rx[i]->data(), rx[i]->data() + rx[i]->len() - proto::kIcrcSize);
-    }
-    PacketPool::FreeBurst({rx, got});
-  }
-  return a;
-}
-
-// Payloads of datagrams to a joined group go straight into the places the
-// placer guessed for them, in a segmentation batch or alone, the packet
-// keeping its head and tail; a guess that was wrong (two packets crossed)
-// is copied back into its packet before RecvBurst returns, whole and
-// right, though the other's place was written over; a batch cut at
-// another size than guessed comes out whole too; unicast is never placed,
-// nor anything when the placer has no guess.
-TEST(UdpPort, MulticastPayloadsLandInTheirPlacesAndWrongGuessesComeBackWhole) {
-  for (const bool gro : {true, false}) {
-    SCOPED_TRACE(gro ? "with UDP_GSO and UDP_GRO" : "without offloads");
-    UdpPortConfig config;
-    config.gro = gro;
-    config.gso = gro;  // without: each datagram alone, identification 0
-    auto sender = MakePort(config);
-    auto receiver = MakePort(config);
-    ASSERT_TRUE(sender && receiver);
-    const Ipv4Endpoint g = TestGroup(*sender, gro ? 1 : 2);
-    ASSERT_TRUE(receiver->JoinMulticast(g).ok());
-    TagPlacer placer;
-    constexpr uint32_t kLen = 4088;
-    placer.SizeFor(kLen, 8);
-    receiver->SetReceivePlacer(&placer);
-    auto send = [&](std::vector<uint32_t> tags, uint32_t len, const Ipv4Endpoint& to) {
-      std::vector<PacketBuffer*> tx;
-      std::map<uint32_t, std::vector<uint8_t>> sent;
-      for (uint32_t t : tags) {
-        PacketBuffer* p = RocePacket(*sender, to, t, len);
-        for (uint32_t k = 4; k + proto::kIcrcSize < len; ++k) p->data()[k] = static_cast<uint8_t>(t * 31 + k);
-        StoreRoceIcrc(*sender, to, p, len);
-        sent[t].assign(p->data(), p->data() + len - proto::kIcrcSize);
-        tx.push_back(p);
-      }
-      EXPECT_EQ(sender->SendBurst(tx), tx.size());
-      return sent;
-    };
-    // Right guesses: every payload in its place, the packet's own bytes
-    // around it.
-    placer.guesses = {0, 1, 2, 3, 4};
-    auto sent = send({0, 1, 2, 3, 4}, kLen, g);
-    Arrived got = ReceiveWhole(*receiver, 5);
-    for (uint32_t t = 0; t < 5; ++t) {
-      EXPECT_EQ(got.bytes[t], sent[t]) << "packet " << t;
-      EXPECT_EQ(got.external[t], placer.arena.data() + t * placer.stride) << "packet " << t;
-      EXPECT_TRUE(std::equal(placer.arena.begin() + t * placer.stride,
-                             placer.arena.begin() + (t + 1) * placer.stride,
-                             sent[t].begin() + placer.head))
-          << "place " << t;
-    }
-    EXPECT_EQ(receiver->counters().rx_placed, 5u);
-    EXPECT_EQ(receiver->counters().rx_place_missed, 0u);
-    // Two packets crossed: 5 went where 6 was guessed and 6 where 5 was.
-    placer.guesses = {6, 5, 7};
-    sent = send({5, 6, 7}, kLen, g);
-    got = ReceiveWhole(*receiver, 3);
-    for (uint32_t t = 5; t < 8; ++t) EXPECT_EQ(got.bytes[t], sent[t]) << "packet " << t;
-    EXPECT_EQ(got.external[5], nullptr);
-    EXPECT_EQ(got.external[6], nullptr);
-    EXPECT_EQ(got.external[7], placer.arena.data() + 2 * placer.stride);
-    EXPECT_EQ(receiver->counters().rx_placed, 6u);
-    EXPECT_EQ(receiver->counters().rx_place_missed, 2u);
-    // Cut at another size than guessed: copied out, whole.
-    placer.guesses = {8, 9, 10};
-    sent = send({8, 9, 10}, 1000, g);
-    got = ReceiveWhole(*receiver, 3);
-    for (uint32_t t = 8; t < 11; ++t) {
-      EXPECT_EQ(got.bytes[t], sent[t]) << "packet " << t;
-      EXPECT_EQ(got.external[t], nullptr) << "packet " << t;
-    }
-    EXPECT_EQ(receiver->counters().rx_placed, 6u);
-    // Unicast: the placer is not asked.
-    const int predictions = placer.predictions;
-    placer.guesses = {11};
-    sent = send({11}, kLen, receiver->local());
-    got = ReceiveWhole(*receiver, 1);
-    EXPECT_EQ(got.bytes[11], sent[11]);
-    EXPECT_EQ(got.external[11], nullptr);
-    EXPECT_EQ(placer.predictions, predictions);
-    // No guesses (a drained socket before): read as usual, every time.
-    for (uint32_t t = 12; t < 14; ++t) {
-      sent = send({t}, kLen, g);
-      got = ReceiveWhole(*receiver, 1);
-      EXPECT_EQ(got.bytes[t], sent[t]);
-      EXPECT_EQ(got.external[t], nullptr);
-    }
-    EXPECT_EQ(receiver->counters().rx_placed, 6u);
-    receiver->SetReceivePlacer(nullptr);
-    EXPECT_EQ(sender->pool().num_in_use(), 0u);
-    EXPECT_EQ(receiver->pool().num_in_use(), 0u);
-  }
-}
-
-// A placed read needs a free packet buffer for each packet a batch may
-// hold; with fewer (a small pool, or buffers held elsewhere) the socket is
-// read as usual instead of not at all, and nothing counts as dropped.
-TEST(UdpPort, APlacedReadShortOfBuffersReadsAsUsual) {
-  UdpPortConfig config;
-  config.pool.num_buffers = 12;  // fewer than a batch of 4088-byte packets may hold (16)
-  auto sender = MakePort();
-  auto receiver = MakePort(config);
-  ASSERT_TRUE(sender && receiver);
-  const Ipv4Endpoint g = TestGroup(*sender, 3);
-  ASSERT_TRUE(receiver->JoinMulticast(g).ok());
-  TagPlacer placer;
-  constexpr uint32_t kLen = 4088;
-  placer.SizeFor(kLen, 4);
-  placer.guesses = {1, 2, 3, 4};  // not the packet's: offered again and again
-  placer.repeat = true;
-  receiver->SetReceivePlacer(&placer);
-  PacketBuffer* p = RocePacket(*sender, g, 0, kLen);
-  const std::vector<uint8_t> sent(p->data(), p->data() + kLen - proto::kIcrcSize);
-  PacketBuffer* tx[1] = {p};
-  ASSERT_EQ(sender->SendBurst(tx), 1u);
-  Arrived got = ReceiveWhole(*receiver, 1);
-  EXPECT_EQ(got.bytes[0], sent);
-  EXPECT_EQ(receiver->counters().rx_no_buffer, 0u);
-  receiver->SetReceivePlacer(nullptr);
-  EXPECT_EQ(receiver->pool().num_in_use(), 0u);
-}
-
-// Packets held past the next receive hold the batch buffer they are views
-// of. Once every batch buffer is held, the packets of further batches are
-// copied out of the batch (counted in rx_batch_copied), whole and in
-// order; freed, every buffer goes back.
-TEST(UdpPort, BatchesThatFindEveryBatchBufferHeldAreCopiedAndCounted) {
-  auto a = MakePort();
-  auto b = MakePort();
-  ASSERT_TRUE(a && b);
-  constexpr uint32_t kBatches = 40;  // more than the port's 32 batch buffers
-  std::vector<PacketBuffer*> held;
-  std::vector<uint32_t> tags;
-  for (uint32_t i = 0; i < kBatches; ++i) {
-    std::vector<PacketBuffer*> tx = {RocePacket(*a, b->local(), 2 * i, 4088),
-                                     RocePacket(*a, b->local(), 2 * i + 1, 4088)};
-    ASSERT_EQ(a->SendBurst(tx), tx.size());
-    Deadline deadline(RealClock(), absl::Seconds(5));
-    PacketBuffer* rx[4];
-    size_t got = 0;
-    while (got < 2 && !deadline.Expired()) {
-      got += b->RecvBurst({rx + got, 4 - got}, absl::Milliseconds(50));
-    }
-    ASSERT_EQ(got, 2u) << "batch " << i;
-    for (size_t k = 0; k < got; ++k) {
-      tags.push_back(Tag(rx[k]));
-      EXPECT_TRUE(IcrcHolds(rx[k])) << "packet " << Tag(rx[k]);
-      held.push_back(rx[k]);  // each batch stays held
-    }
-  }
-  std::vector<uint32_t> want(2 * kBatches);
-  std::iota(want.begin(), want.end(), 0u);
-  EXPECT_EQ(tags, want);
-  EXPECT_EQ(b->counters().rx_batched, 2u * kBatches);
-  EXPECT_EQ(b->counters().rx_batch_copied, 2u * (kBatches - 32));
-  PacketPool::FreeBurst(held);
-  EXPECT_EQ(b->pool().num_in_use(), 0u);
 }
 
 // For a loop that serves several ports on one thread: the epoll set turns
