@@ -196,16 +196,14 @@ int netfold_init(const netfold_init_spec_t* spec, netfold_context_t* ctx) {
   o.world_size = spec->world_size;
   o.manager = spec->manager ? spec->manager : "";
   o.host_name = spec->host_name ? spec->host_name : "";
-  if (spec->local_address) o.local_address = spec->local_address;
   if (spec->job_name) o.job_name = spec->job_name;
   if (spec->timeout_ms < 0) return Invalid("timeout_ms must not be negative");
-  if (spec->timeout_ms > 0) o.timeout = absl::Milliseconds(spec->timeout_ms);
   if (spec->struct_size >= sizeof(netfold_init_spec_t) && spec->integrity != 0) {
     o.integrity = true;
   }
   if (absl::Status s = netfold::host::ApplyEnvironment(&o); !s.ok()) return Fail(s);
-  // The spec's fields win over the environment's (which ApplyEnvironment
-  // sets whatever was there, these two having defaults of their own).
+  // These two have defaults of their own, which ApplyEnvironment replaces
+  // with the environment's: the spec's are set after it, to win.
   if (spec->local_address) o.local_address = spec->local_address;
   if (spec->timeout_ms > 0) o.timeout = absl::Milliseconds(spec->timeout_ms);
   auto c = std::make_unique<netfold_context>();
