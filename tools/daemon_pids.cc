@@ -92,6 +92,21 @@ void Signal(int pidfd, pid_t pid, int signal) {
   if (pidfd < 0) kill(pid, signal);
 }
 
+// Waits at most 100 ms, and not past `deadline`, for the process to exit;
+// reaps it if it is this process's child.
+void AwaitExit(pid_t pid, int pidfd, absl::Time deadline) {
+  waitpid(pid, nullptr, WNOHANG);
+  if (pidfd >= 0) {
+    // Readable when the process exits.
+    pollfd p = {pidfd, POLLIN, 0};
+    const int64_t ms =
+        std::clamp<int64_t>(absl::ToInt64Milliseconds(deadline - absl::Now()) + 1, 0, 100);
+    poll(&p, 1, static_cast<int>(ms));
+  } else {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
 }  // namespace
 
 std::string FormatDaemonRecords(const std::vector<DaemonRecord>& records) {
@@ -205,20 +220,36 @@ int StopDaemons(const std::vector<DaemonRecord>& records, const std::vector<std:
         }
         break;
       }
-      waitpid(t.record->pid, nullptr, WNOHANG);  // reaps it if it is our child
-      if (t.pidfd >= 0) {
-        // Readable when the process exits.
-        pollfd p = {t.pidfd, POLLIN, 0};
-        const int64_t ms = std::clamp<int64_t>(
-            absl::ToInt64Milliseconds(deadline - absl::Now()) + 1, 0, 100);
-        poll(&p, 1, static_cast<int>(ms));
-      } else {
-        absl::SleepFor(absl::Milliseconds(10));
-      }
+      AwaitExit(t.record->pid, t.pidfd, deadline);
     }
     if (t.pidfd >= 0) close(t.pidfd);
   }
   return static_cast<int>(targets.size());
+}
+
+absl::Status SignalDaemon(const DaemonRecord& record, const std::vector<std::string>& programs,
+                          int signal, absl::Duration wait) {
+  const int pidfd = PidfdOpen(record.pid);
+  std::string why;
+  if (CheckDaemon(record, programs, &why) != DaemonState::kRunning) {
+    if (pidfd >= 0) close(pidfd);
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "%s (pid %d) was not signalled: %s", record.name, record.pid, why));
+  }
+  Signal(pidfd, record.pid, signal);
+  const absl::Time deadline = absl::Now() + wait;
+  bool running = wait > absl::ZeroDuration();
+  while (running && absl::Now() < deadline) {
+    AwaitExit(record.pid, pidfd, deadline);
+    running = CheckDaemon(record, programs, nullptr) == DaemonState::kRunning;
+  }
+  if (pidfd >= 0) close(pidfd);
+  if (running) {
+    return absl::DeadlineExceededError(absl::StrFormat(
+        "%s (pid %d) still runs %s after the signal", record.name, record.pid,
+        absl::FormatDuration(wait)));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace netfold::tools

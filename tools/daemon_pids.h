@@ -67,6 +67,14 @@ DaemonState CheckDaemon(const DaemonRecord& record, const std::vector<std::strin
 int StopDaemons(const std::vector<DaemonRecord>& records, const std::vector<std::string>& programs,
                 absl::Duration grace, std::vector<std::string>* notes);
 
+// Sends `signal` to `record`'s process if CheckDaemon finds it kRunning,
+// through a pidfd opened before the check (as StopDaemons does);
+// FailedPrecondition saying why not otherwise. With `wait` > 0 it then
+// waits that long for the process to exit (after SIGKILL or SIGTERM):
+// DeadlineExceeded if it still runs.
+absl::Status SignalDaemon(const DaemonRecord& record, const std::vector<std::string>& programs,
+                          int signal, absl::Duration wait);
+
 }  // namespace netfold::tools
 
 #endif  // NETFOLD_TOOLS_DAEMON_PIDS_H_

@@ -144,5 +144,27 @@ TEST(DaemonPids, StopTerminatesTheRecordedProcess) {
   EXPECT_TRUE(notes.empty()) << notes[0];
 }
 
+TEST(DaemonPids, SignalReachesOnlyTheRecordedProcessAndWaitsForItsEnd) {
+  SleepChild child;
+  const DaemonRecord r = child.Record();
+  // Not one of the programs: refused, the process untouched.
+  absl::Status s = SignalDaemon(r, {"netfold-switchd"}, SIGKILL, absl::Seconds(1));
+  EXPECT_TRUE(absl::IsFailedPrecondition(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("was not signalled"));
+  EXPECT_FALSE(child.Wait(absl::ZeroDuration()).has_value()) << "the process was signalled";
+  // Paused and resumed without a wait.
+  ASSERT_TRUE(SignalDaemon(r, {"sleep"}, SIGSTOP, absl::ZeroDuration()).ok());
+  ASSERT_TRUE(SignalDaemon(r, {"sleep"}, SIGCONT, absl::ZeroDuration()).ok());
+  // Killed: it returns once the process has exited (a zombie of this test
+  // counts as gone).
+  ASSERT_TRUE(SignalDaemon(r, {"sleep"}, SIGKILL, absl::Seconds(30)).ok());
+  EXPECT_EQ(CheckDaemon(r, {"sleep"}, nullptr), DaemonState::kGone);
+  std::optional<int> status = child.Wait(absl::Seconds(30));
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(WTERMSIG(*status), SIGKILL);
+  // And then there is nothing to signal.
+  EXPECT_TRUE(absl::IsFailedPrecondition(SignalDaemon(r, {"sleep"}, SIGKILL, absl::Seconds(1))));
+}
+
 }  // namespace
 }  // namespace netfold::tools

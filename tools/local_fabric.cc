@@ -1,10 +1,8 @@
 #include "tools/local_fabric.h"
 
-#include <fcntl.h>
 #include <sched.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,44 +28,13 @@
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "proto/control/plane_name.h"
 #include "tools/daemon_pids.h"
+#include "tools/fabric_daemons.h"
 #include "tools/fabric_certificates.h"
 
 namespace netfold::tools {
 namespace {
 
 namespace fs = std::filesystem;
-
-// The programs `netfold down` agrees to signal (tools/daemon_pids.h).
-const std::vector<std::string>& DaemonPrograms() {
-  static const std::vector<std::string>* const kPrograms =
-      new std::vector<std::string>{"netfold-managerd", "netfold-switchd"};
-  return *kPrograms;
-}
-
-// Waits for the file `name` in `dir` to hold a number (a port written by a
-// daemon).
-absl::StatusOr<int> WaitForPortFile(const StateDir& dir, const std::string& name, pid_t pid,
-                                    absl::Duration timeout, const std::string& log) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    const std::string text = dir.ReadFile(name).value_or("");
-    int port = 0;
-    if (!text.empty() && absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &port) && port > 0) {
-      return port;
-    }
-    int status = 0;
-    if (waitpid(pid, &status, WNOHANG) == pid) {
-      return absl::UnavailableError(absl::StrFormat(
-          "the daemon exited before it was ready (status %d); its log %s says:\n%s", status,
-          dir.PathOf(log), dir.ReadFile(log).value_or("").substr(0, 2000)));
-    }
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return absl::DeadlineExceededError(absl::StrFormat("no port in %s after %s (log: %s)",
-                                                     dir.PathOf(name),
-                                                     absl::FormatDuration(timeout),
-                                                     dir.PathOf(log)));
-}
 
 // The daemons that fabric.pids in `dir` lists and that still run (checked as
 // `netfold down` checks them), as "123 124 ..."; "" if none does (no file,
@@ -159,41 +126,16 @@ absl::StatusOr<std::string> LocalFabric::FindDaemon(const std::string& name,
 
 absl::StatusOr<pid_t> LocalFabric::Spawn(const std::string& name,
                                          const std::vector<std::string>& argv, bool detach) {
+  // Kept for `netfold restart` (tools/fabric_daemons.h).
+  NETFOLD_RETURN_IF_ERROR(dir_->WriteFile(name + ".argv", FormatArgv(argv)));
   // The log is a new file (O_EXCL | O_NOFOLLOW, tools/state_dir.h), opened
-  // here so that a failure is reported; the child only dup2s it. Nothing
-  // after fork() allocates (the parent has gRPC's threads).
+  // here so that a failure is reported; the child only dup2s it.
   NETFOLD_ASSIGN_OR_RETURN(const int log_fd, dir_->CreateFile(name + ".log"));
-  std::vector<char*> args;
-  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
   const int claim_fd = multicast_claim_ ? multicast_claim_->fd() : -1;
-  pid_t pid = fork();
-  if (pid < 0) {
-    const int e = errno;
-    close(log_fd);
-    return ErrnoToStatus(e, "fork");
-  }
-  if (pid == 0) {
-    // A session of its own, always: with the scheduler's autogroups (on
-    // by default) CPU time is shared between sessions first, so a daemon
-    // in the launcher's session got one share among every rank's when
-    // the machine is busy, where `netfold up`'s got one beside the job's.
-    setsid();
-    if (!detach) {
-      // Children of a test, the demo or the benchmark die with their parent.
-      prctl(PR_SET_PDEATHSIG, SIGTERM);
-    }
-    dup2(log_fd, STDOUT_FILENO);
-    dup2(log_fd, STDERR_FILENO);
-    int null_fd = open("/dev/null", O_RDONLY);
-    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
-    // Every daemon holds the fabric's multicast claim: it lasts while any
-    // of them runs, also after this launcher is gone.
-    if (claim_fd >= 0) fcntl(claim_fd, F_SETFD, 0);
-    execv(args[0], args.data());
-    _exit(127);
-  }
+  absl::StatusOr<pid_t> spawned = SpawnDaemon(argv, log_fd, claim_fd, detach);
   close(log_fd);
+  if (!spawned.ok()) return spawned.status();
+  const pid_t pid = *spawned;
   // Taken now, before anything could reuse the pid: what `netfold down`
   // checks before it signals (tools/daemon_pids.h).
   const uint64_t start_time = ProcessStartTime(pid).value_or(0);
@@ -221,6 +163,7 @@ absl::StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Start(const LocalFabri
 }
 
 absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
+  std::optional<StateDir::Lock> launch_lock;
   if (options.state_dir.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "netfold-fabric-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) return ErrnoToStatus(errno, "mkdtemp");
@@ -232,6 +175,8 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
     // (tools/state_dir.h).
     NETFOLD_ASSIGN_OR_RETURN(StateDir dir, StateDir::Open(options.state_dir, /*create=*/true));
     dir_.emplace(std::move(dir));
+    // Until every daemon is recorded: no down or restart meanwhile.
+    NETFOLD_ASSIGN_OR_RETURN(launch_lock, dir_->TakeLock(kFabricLock, absl::Seconds(40)));
     // A fabric that runs from here keeps its state: nothing below (nor
     // Stop(), which only removes a fabric.pids this launch wrote) touches it.
     NETFOLD_ASSIGN_OR_RETURN(const std::string running, RunningDaemons(*dir_));
@@ -590,18 +535,10 @@ absl::Status LocalFabric::StopStateDir(const std::string& state_dir, absl::Durat
   }
   if (!opened.ok()) return opened.status();
   const StateDir& dir = *opened;
-  absl::StatusOr<std::string> text = dir.ReadFile("fabric.pids");
-  if (absl::IsNotFound(text.status()) || (text.ok() && text->empty())) {
-    return absl::NotFoundError(absl::StrFormat("no fabric runs from %s", dir.path()));
-  }
-  if (!text.ok()) return text.status();
-  absl::StatusOr<std::vector<DaemonRecord>> records = ParseDaemonRecords(*text);
-  if (!records.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s: %s; no process was signalled", dir.PathOf("fabric.pids"),
-                        records.status().message()));
-  }
-  StopDaemons(*records, DaemonPrograms(), grace, notes);
+  // Not while a restart records a daemon it started.
+  NETFOLD_ASSIGN_OR_RETURN(StateDir::Lock lock, dir.TakeLock(kFabricLock, absl::Seconds(40)));
+  NETFOLD_ASSIGN_OR_RETURN(std::vector<DaemonRecord> records, ReadFabricRecords(dir));
+  StopDaemons(records, DaemonPrograms(), grace, notes);
   dir.Remove("fabric.pids");
   dir.Remove("manager.address");
   return absl::OkStatus();

@@ -6,10 +6,14 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "base/errno_status.h"
 
 namespace netfold::tools {
@@ -49,6 +53,46 @@ absl::StatusOr<MulticastClaim> MulticastClaim::Take(int start) {
       "every multicast prefix 239.%d..239.%d is taken by another fabric on this machine "
       "(`ss -xap | grep netfold-multicast` lists who holds them)",
       kFirstOctet, kLastOctet));
+}
+
+absl::StatusOr<MulticastClaim> MulticastClaim::TakeExactly(int octet) {
+  if (octet < kFirstOctet || octet > kLastOctet) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "multicast prefix 239.%d is outside 239.%d..239.%d", octet, kFirstOctet, kLastOctet));
+  }
+  absl::StatusOr<int> fd = BindName(octet);
+  if (!fd.ok()) return fd.status();
+  if (*fd < 0) {
+    return absl::AlreadyExistsError(
+        absl::StrFormat("another process holds the multicast prefix 239.%d", octet));
+  }
+  return MulticastClaim(*fd, octet);
+}
+
+bool MulticastClaim::HeldByOneOf(int octet, const std::vector<pid_t>& pids) {
+  // The inodes of the sockets bound to the name ("@" marks an abstract one).
+  const std::string path = absl::StrFormat("@netfold-multicast-239.%d", octet);
+  std::vector<std::string> sockets;
+  std::ifstream table("/proc/net/unix");
+  std::string line;
+  while (std::getline(table, line)) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    // Num RefCount Protocol Flags Type St Inode Path
+    if (f.size() >= 8 && f[7] == path) sockets.push_back("socket:[" + f[6] + "]");
+  }
+  if (sockets.empty()) return false;
+  for (pid_t pid : pids) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it(absl::StrFormat("/proc/%d/fd", pid), ec);
+    for (; !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+      std::error_code link_ec;
+      const std::string target = std::filesystem::read_symlink(it->path(), link_ec).string();
+      if (!link_ec && std::find(sockets.begin(), sockets.end(), target) != sockets.end()) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 MulticastClaim::MulticastClaim(MulticastClaim&& other) noexcept

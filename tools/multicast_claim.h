@@ -24,7 +24,10 @@
 #ifndef NETFOLD_TOOLS_MULTICAST_CLAIM_H_
 #define NETFOLD_TOOLS_MULTICAST_CLAIM_H_
 
+#include <sys/types.h>
+
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -39,6 +42,13 @@ class MulticastClaim {
   // Claims the first free prefix, trying 239.`start` first and going up
   // (wrapping). `start` outside the range is folded into it.
   static absl::StatusOr<MulticastClaim> Take(int start);
+  // Claims 239.`octet` alone (a restarted daemon's fabric keeps its prefix):
+  // AlreadyExists if a process holds it, InvalidArgument outside the range.
+  static absl::StatusOr<MulticastClaim> TakeExactly(int octet);
+  // True if one of `pids` holds the claim on 239.`octet` (an open descriptor
+  // of the bound socket, found through /proc/net/unix and /proc/PID/fd);
+  // false if another process or none does.
+  static bool HeldByOneOf(int octet, const std::vector<pid_t>& pids);
 
   MulticastClaim(MulticastClaim&& other) noexcept;
   MulticastClaim& operator=(MulticastClaim&& other) noexcept;

@@ -33,6 +33,20 @@ TEST(MulticastClaim, APrefixLetGoIsFreeAgain) {
   EXPECT_EQ(b->octet(), octet);
 }
 
+TEST(MulticastClaim, TakeExactlyTakesThatPrefixOrSaysWhoHasIt) {
+  absl::StatusOr<MulticastClaim> a = MulticastClaim::Take(201);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const int octet = a->octet();
+  absl::StatusOr<MulticastClaim> b = MulticastClaim::TakeExactly(octet);
+  EXPECT_TRUE(absl::IsAlreadyExists(b.status())) << b.status();
+  { MulticastClaim moved = std::move(*a); }
+  b = MulticastClaim::TakeExactly(octet);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->octet(), octet);
+  EXPECT_TRUE(absl::IsInvalidArgument(MulticastClaim::TakeExactly(0).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(MulticastClaim::TakeExactly(251).status()));
+}
+
 TEST(MulticastClaim, AStartOutsideTheRangeIsFoldedIntoIt) {
   for (int start : {0, -5, 251, 100000}) {
     absl::StatusOr<MulticastClaim> c = MulticastClaim::Take(start);

@@ -43,6 +43,7 @@
 #include "tools/demo.h"
 #include "tools/explain.h"
 #include "tools/fabric_certificates.h"
+#include "tools/fabric_daemons.h"
 #include "tools/local_fabric.h"
 #include "tools/state_dir.h"
 #include "tools/status_text.h"
@@ -323,6 +324,42 @@ int Explain(int argc, char** argv) {
   return resp.fits() ? 0 : 1;
 }
 
+int Kill(int argc, char** argv) {
+  // netfold kill NAME [--signal KILL|TERM|STOP|CONT] [--state-dir DIR]
+  Args args = Args::Parse(argc, argv, *FindCommand("kill"));
+  if (!args.error.empty()) return FailUsage("kill", args.error);
+  if (args.positional.size() != 1) {
+    return FailUsage("kill", "give the daemon: manager, a switch's name, or switches");
+  }
+  absl::StatusOr<int> signal = ParseSignalName(args.Get("signal", "KILL"));
+  if (!signal.ok()) return FailUsage("kill", std::string(signal.status().message()));
+  const std::string dir = args.Get("state-dir", LocalFabric::DefaultStateDir());
+  absl::StatusOr<std::string> said = SignalFabricDaemon(dir, args.positional[0], *signal);
+  if (!said.ok()) return Fail(std::string(said.status().message()));
+  std::printf("netfold kill: %s\n", said->c_str());
+  return 0;
+}
+
+int Restart(int argc, char** argv) {
+  // netfold restart NAME [--timeout S] [--state-dir DIR]
+  Args args = Args::Parse(argc, argv, *FindCommand("restart"));
+  if (!args.error.empty()) return FailUsage("restart", args.error);
+  if (args.positional.size() != 1) {
+    return FailUsage("restart", "give the daemon: manager, a switch's name, or switches");
+  }
+  double seconds = 30;
+  if (args.Has("timeout") && (!absl::SimpleAtod(args.Get("timeout"), &seconds) ||
+                              !(seconds > 0 && seconds <= 3600))) {
+    return FailUsage("restart", "--timeout: seconds, more than 0 and at most 3600");
+  }
+  const std::string dir = args.Get("state-dir", LocalFabric::DefaultStateDir());
+  absl::StatusOr<std::string> said =
+      RestartFabricDaemon(dir, args.positional[0], absl::Seconds(seconds));
+  if (!said.ok()) return Fail(std::string(said.status().message()));
+  std::printf("netfold restart: %s\n", said->c_str());
+  return 0;
+}
+
 int Fault(int argc, char** argv) {
   // netfold fault SWITCH IMPAIRMENT [options]
   Args args = Args::Parse(argc, argv, *FindCommand("fault"));
@@ -547,6 +584,23 @@ const std::vector<Command>& Commands() {
        .valued = {"manager", "state-dir", "peer", "direction"},
        .max_positional = 2,
        .run = Fault},
+      {.name = "kill",
+       .synopsis = "NAME [--signal KILL|TERM|STOP|CONT] [--state-dir DIR]",
+       .summary = "NAME: a process fault on the fabric of `up`: the signal (KILL by default;\n"
+                  "STOP pauses, CONT resumes) to its daemon NAME: manager, a switch, or\n"
+                  "switches (the one process of every switch: --switch-processes each\n"
+                  "gives each switch its own).   --signal S  --state-dir DIR",
+       .valued = {"signal", "state-dir"},
+       .max_positional = 1,
+       .run = Kill},
+      {.name = "restart",
+       .synopsis = "NAME [--timeout S] [--state-dir DIR]",
+       .summary = "NAME: start a daemon of the fabric of `up` again after `kill`, as it was\n"
+                  "started (the manager on its port and journal; a switch registers again),\n"
+                  "and wait until every switch is up at the manager.   --timeout S (30)",
+       .valued = {"timeout", "state-dir"},
+       .max_positional = 1,
+       .run = Restart},
       {.name = "certs",
        .synopsis = "--out DIR [--hosts ADDR,...] [--days N] [--force]",
        .summary = "make a fabric's TLS files for daemons on several machines: a new CA\n"

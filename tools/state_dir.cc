@@ -2,14 +2,18 @@
 
 #include <fcntl.h>
 #include <pwd.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <filesystem>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "base/errno_status.h"
 
 namespace netfold::tools {
@@ -216,6 +220,53 @@ absl::StatusOr<int> StateDir::CreateFile(std::string_view name) const {
   const int fd = openat(fd_, n.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) return ErrnoToStatus(errno, absl::StrFormat("create %s", PathOf(name)));
   return fd;
+}
+
+StateDir::Lock::Lock(Lock&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+
+StateDir::Lock& StateDir::Lock::operator=(Lock&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+  }
+  return *this;
+}
+
+StateDir::Lock::~Lock() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::StatusOr<StateDir::Lock> StateDir::TakeLock(std::string_view name,
+                                                  absl::Duration timeout) const {
+  if (!ValidName(name)) return absl::InvalidArgumentError(absl::StrFormat("bad name '%s'", name));
+  const int fd = openat(fd_, std::string(name).c_str(),
+                        O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrFormat("open %s", PathOf(name)));
+  Lock lock(fd);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      return ErrnoToStatus(errno, absl::StrFormat("flock %s", PathOf(name)));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "%s is held by another netfold command on this fabric after %s; try again",
+          PathOf(name), absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return lock;
+}
+
+absl::Status StateDir::Rename(std::string_view from, std::string_view to) const {
+  if (!ValidName(from) || !ValidName(to)) {
+    return absl::InvalidArgumentError(absl::StrFormat("bad name '%s' or '%s'", from, to));
+  }
+  if (renameat(fd_, std::string(from).c_str(), fd_, std::string(to).c_str()) != 0) {
+    const int e = errno;
+    if (e != ENOENT) return ErrnoToStatus(e, absl::StrFormat("rename %s", PathOf(from)));
+  }
+  return absl::OkStatus();
 }
 
 void StateDir::Remove(std::string_view name) const {

@@ -30,11 +30,27 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace netfold::tools {
 
 class StateDir {
  public:
+  // An exclusive flock(2) on a file of the directory, released when this
+  // is destroyed. Movable.
+  class Lock {
+   public:
+    explicit Lock(int fd) : fd_(fd) {}
+    Lock(Lock&& other) noexcept;
+    Lock& operator=(Lock&& other) noexcept;
+    Lock(const Lock&) = delete;
+    Lock& operator=(const Lock&) = delete;
+    ~Lock();
+
+   private:
+    int fd_ = -1;
+  };
+
   // See above. `create`: make the directory (0700) when it is missing;
   // otherwise a missing directory is NotFound.
   static absl::StatusOr<StateDir> Open(const std::string& path, bool create);
@@ -58,6 +74,14 @@ class StateDir {
   // A new empty file `name` (a previous one is removed first), open for
   // writing with O_CLOEXEC; the caller closes it. For daemons' logs.
   absl::StatusOr<int> CreateFile(std::string_view name) const;
+  // Renames `from` to `to` (replacing it) if `from` exists; a symlink is
+  // renamed, not followed. OK if `from` is missing.
+  absl::Status Rename(std::string_view from, std::string_view to) const;
+  // Takes the lock on `name` (created 0600 if missing, never through a
+  // symlink), waiting up to `timeout` for another process to release it:
+  // DeadlineExceeded then. The commands that change which daemons a fabric
+  // runs hold "fabric.lock" while they do.
+  absl::StatusOr<Lock> TakeLock(std::string_view name, absl::Duration timeout) const;
   // Removes `name` if it exists (a symlink is removed, not followed).
   void Remove(std::string_view name) const;
   bool Exists(std::string_view name) const;

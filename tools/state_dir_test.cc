@@ -139,6 +139,19 @@ TEST_F(StateDirTest, WriteFileReplacesASymlinkInsteadOfWritingThroughIt) {
   EXPECT_EQ(*d->ReadFile("leaf0.log"), "log\n");
 }
 
+TEST_F(StateDirTest, RenameMovesAFileAndAMissingOneIsNoError) {
+  absl::StatusOr<StateDir> dir = StateDir::Open(tmp_ + "/s", /*create=*/true);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  ASSERT_TRUE(dir->WriteFile("leaf0.log", "first\n").ok());
+  ASSERT_TRUE(dir->WriteFile("leaf0.log.1", "older\n").ok());
+  ASSERT_TRUE(dir->Rename("leaf0.log", "leaf0.log.1").ok());
+  EXPECT_FALSE(dir->Exists("leaf0.log"));
+  EXPECT_EQ(dir->ReadFile("leaf0.log.1").value_or(""), "first\n");
+  EXPECT_TRUE(dir->Rename("leaf0.log", "leaf0.log.1").ok());
+  EXPECT_EQ(dir->ReadFile("leaf0.log.1").value_or(""), "first\n");
+  EXPECT_TRUE(absl::IsInvalidArgument(dir->Rename("../x", "y")));
+}
+
 TEST_F(StateDirTest, ReadFileRefusesSymlinksAndOddFiles) {
   absl::StatusOr<StateDir> d = StateDir::Open(tmp_ + "/state", true);
   ASSERT_TRUE(d.ok()) << d.status();
