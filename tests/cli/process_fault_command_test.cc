@@ -171,7 +171,12 @@ TEST_F(ProcessFaultCommand, TheManagerPausesResumesAndComesBackOnItsAddress) {
   ASSERT_EQ(Run({"kill", "manager", "--signal", "cont"}).exit_code, 0);
   EXPECT_TRUE(Running(before));
 
-  ASSERT_EQ(Run({"kill", "manager"}).exit_code, 0);
+  // TERM ends it as KILL does; then there is nothing left to signal.
+  ASSERT_EQ(Run({"kill", "manager", "--signal", "TERM"}).exit_code, 0);
+  EXPECT_FALSE(Running(before));
+  CliResult again = Run({"kill", "manager"});
+  EXPECT_EQ(again.exit_code, 2);
+  EXPECT_THAT(again.err, HasSubstr("was not signalled"));
   CliResult restarted = Run({"restart", "manager"});
   ASSERT_EQ(restarted.exit_code, 0) << restarted.err;
   EXPECT_TRUE(Running(Record("manager")));
