@@ -26,6 +26,9 @@
 // the fabric is destroyed, unless KeepStateDir() was called, a daemon had
 // to be killed, or NETFOLD_KEEP_STATE is set (for reading the logs).
 // Every wait has a deadline; Stop sends SIGTERM, then SIGKILL after 5 s.
+// Daemons not detached get SIGTERM when the thread that started them
+// (Start, Restart) exits, not only the process (PR_SET_PDEATHSIG follows
+// the forking thread): call those from a thread that outlives the fabric.
 #ifndef NETFOLD_TOOLS_LOCAL_FABRIC_H_
 #define NETFOLD_TOOLS_LOCAL_FABRIC_H_
 

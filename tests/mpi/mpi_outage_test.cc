@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "tests/mpi/mpi_test_driver.h"
 #include "tools/local_fabric.h"
@@ -284,6 +285,45 @@ TEST(MpiInterposerOutage, ACommunicatorCreatedAfterALeafCameBackIsOffloaded) {
       << r.output;
   // At every rank: the 12 before the cut, the new communicator's, and at
   // least the last 20 of the 30 at the end.
+  EXPECT_GE(Offloaded(r.output, "allreduce "), 4 * (12 + 1 + 20)) << r.output;
+}
+
+// The same job with the switches killed and started again instead of a
+// cut (what `netfold kill` and `netfold restart` do to a fabric of `netfold
+// up`, docs/faults.md): the communicators fail over, the switches register
+// as new incarnations, the ranks attach again for the communicator made
+// after it, and the world, tried again after 12 calls on MPI, is back on
+// the fabric.
+TEST(MpiInterposerOutage, SwitchesKilledAndStartedAgainGiveTheJobTheFabricBack) {
+  if (const std::string why = MissingForMpi(); !why.empty()) GTEST_SKIP() << why;
+  // One process for the switches, on any machine: restarted as one.
+  tools::LocalFabricOptions o;
+  o.hosts = 4;
+  o.switch_processes = tools::LocalFabricOptions::SwitchProcesses::kOne;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  // Killed and started again while the ranks wait between operations (on
+  // this thread: a daemon of the harness dies with the thread that started
+  // it, tools/local_fabric.h); their groups were revoked meanwhile.
+  MpiResult r = RunWithAFaultAtPhaseOne(
+      **fabric, 4, {"link_cut", "2", "20", "30"},
+      {{"NETFOLD_MPI_VERBOSE", "1"}, {"NETFOLD_MPI_STATS", "1"}, {"NETFOLD_TIMEOUT_MS", "15000"},
+       {"NETFOLD_MPI_RETRY_AFTER", "12"}},
+      absl::Minutes(3), [&] {
+        NETFOLD_RETURN_IF_ERROR((*fabric)->KillSwitches(SIGKILL));
+        absl::SleepFor(absl::Seconds(1));
+        return (*fabric)->Restart("switches");
+      });
+  ExpectPassed(r, "link_cut");
+  EXPECT_NE(r.output.find("fallback: fabric error"), std::string::npos) << r.output;
+  EXPECT_EQ(Occurrences(r.output, "offloaded to the fabric\n"), 5) << r.output;
+  EXPECT_EQ(Occurrences(r.output, "MPI_COMM_WORLD (4 ranks): offloaded to the fabric again "
+                                  "(after 12 calls on MPI)\n"),
+            1)
+      << r.output;
+  EXPECT_NE(r.output.find("failover: tries of the fabric again 4, back on it 4\n"),
+            std::string::npos)
+      << r.output;
   EXPECT_GE(Offloaded(r.output, "allreduce "), 4 * (12 + 1 + 20)) << r.output;
 }
 
