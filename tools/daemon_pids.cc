@@ -92,10 +92,10 @@ void Signal(int pidfd, pid_t pid, int signal) {
   if (pidfd < 0) kill(pid, signal);
 }
 
-// Waits at most 100 ms, and not past `deadline`, for the process to exit;
-// reaps it if it is this process's child.
-void AwaitExit(pid_t pid, int pidfd, absl::Time deadline) {
-  waitpid(pid, nullptr, WNOHANG);
+// Waits at most 100 ms, and not past `deadline`, for the process to exit.
+// A child of this process is left a zombie for its parent's own wait
+// (CheckDaemon takes a zombie for gone).
+void AwaitExit(int pidfd, absl::Time deadline) {
   if (pidfd >= 0) {
     // Readable when the process exits.
     pollfd p = {pidfd, POLLIN, 0};
@@ -220,7 +220,7 @@ int StopDaemons(const std::vector<DaemonRecord>& records, const std::vector<std:
         }
         break;
       }
-      AwaitExit(t.record->pid, t.pidfd, deadline);
+      AwaitExit(t.pidfd, deadline);
     }
     if (t.pidfd >= 0) close(t.pidfd);
   }
@@ -240,7 +240,7 @@ absl::Status SignalDaemon(const DaemonRecord& record, const std::vector<std::str
   const absl::Time deadline = absl::Now() + wait;
   bool running = wait > absl::ZeroDuration();
   while (running && absl::Now() < deadline) {
-    AwaitExit(record.pid, pidfd, deadline);
+    AwaitExit(pidfd, deadline);
     running = CheckDaemon(record, programs, nullptr) == DaemonState::kRunning;
   }
   if (pidfd >= 0) close(pidfd);

@@ -79,7 +79,10 @@ std::vector<std::string> SwitchesOf(const std::vector<std::string>& argv) {
   const std::string names = FlagValue(argv, "name");
   if (names.empty()) return out;
   uint32_t planes = 1;
-  if (!absl::SimpleAtoi(FlagValue(argv, "planes"), &planes) || planes == 0) planes = 1;
+  if (!absl::SimpleAtoi(FlagValue(argv, "planes"), &planes) || planes == 0 ||
+      planes > control::kMaxPlanes) {
+    planes = 1;
+  }
   for (absl::string_view name : absl::StrSplit(names, ',', absl::SkipEmpty())) {
     for (uint32_t p = 0; p < planes; ++p) {
       out.push_back(control::PlaneSwitchName(std::string_view(name.data(), name.size()), p));
@@ -157,18 +160,23 @@ std::chrono::system_clock::time_point RpcDeadline(absl::Time deadline) {
   return std::chrono::system_clock::now() + absl::ToChronoMilliseconds(left);
 }
 
-// The incarnation the switch serving its admin API at `address` has.
+// The incarnation the switch serving its admin API at `address` has, asked
+// until `deadline` (a loaded machine may be slow to answer the first call).
 absl::StatusOr<uint64_t> OwnIncarnation(const std::string& address, const auth::ClientAuth& auth,
                                         absl::Time deadline) {
   auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(address, auth));
-  grpc::ClientContext c;
-  c.set_deadline(RpcDeadline(deadline));
-  control::GetCountersResponse counters;
-  if (grpc::Status s = stub->GetCounters(&c, control::GetCountersRequest(), &counters); !s.ok()) {
-    return absl::UnavailableError(absl::StrFormat("switch admin %s: %s", address,
-                                                  s.error_message()));
-  }
-  return counters.incarnation();
+  grpc::Status s;
+  do {
+    grpc::ClientContext c;
+    c.set_deadline(RpcDeadline(deadline));
+    control::GetCountersResponse counters;
+    s = stub->GetCounters(&c, control::GetCountersRequest(), &counters);
+    if (s.ok()) return counters.incarnation();
+    absl::SleepFor(absl::Milliseconds(50));
+  } while (absl::Now() < deadline);
+  return absl::DeadlineExceededError(
+      absl::StrFormat("restarted, but its admin API %s did not answer: %s", address,
+                      s.error_message()));
 }
 
 // Until the manager lists each switch of `want` UP with the incarnation

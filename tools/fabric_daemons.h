@@ -10,7 +10,7 @@
 // registering again with a new incarnation.
 //
 //   NETFOLD_ASSIGN_OR_RETURN(std::string said, SignalFabricDaemon(dir, "leaf0", SIGKILL));
-//   NETFOLD_ASSIGN_OR_RETURN(said, RestartFabricDaemon(dir, "leaf0", auth, absl::Seconds(30)));
+//   NETFOLD_ASSIGN_OR_RETURN(said, RestartFabricDaemon(dir, "leaf0", absl::Seconds(30)));
 //
 // A name is "manager", a switch's name, or "switches" for the one process
 // that runs every switch (netfold up --switch-processes one|auto). A switch
@@ -79,8 +79,8 @@ absl::StatusOr<std::string> SignalFabricDaemon(const std::string& state_dir,
 // Starts the daemon `name` again with the command line it was started with,
 // after it exited (FailedPrecondition while it runs), and records it in
 // fabric.pids, holding fabric.lock (tools/state_dir.h) meanwhile. Its
-// earlier log is kept as NAME.log.1. Then waits until it is ready, within
-// `timeout`: the manager's port file, each switch's admin port file, and
+// earlier log is kept as NAME.log.1. Then waits until it is ready, all
+// within `timeout` (the wait for the lock too): the manager's port file, each switch's admin port file, and
 // the manager (at manager.address, with the fabric's credential and CA)
 // listing each restarted switch UP with the incarnation the switch itself
 // reports, or, for the manager, every switch of the daemons that run.

@@ -157,13 +157,13 @@ absl::StatusOr<std::unique_ptr<LocalFabric>> LocalFabric::Start(const LocalFabri
   if (!s.ok()) {
     (void)fabric->Stop(absl::Seconds(2));
     fabric->KeepStateDir();  // the daemons' logs say why
-    return s;
+    return s;  // (the lock goes with the fabric, after the daemons)
   }
+  fabric->launch_lock_.reset();
   return fabric;
 }
 
 absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
-  std::optional<StateDir::Lock> launch_lock;
   if (options.state_dir.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "netfold-fabric-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) return ErrnoToStatus(errno, "mkdtemp");
@@ -176,7 +176,7 @@ absl::Status LocalFabric::Launch(const LocalFabricOptions& options) {
     NETFOLD_ASSIGN_OR_RETURN(StateDir dir, StateDir::Open(options.state_dir, /*create=*/true));
     dir_.emplace(std::move(dir));
     // Until every daemon is recorded: no down or restart meanwhile.
-    NETFOLD_ASSIGN_OR_RETURN(launch_lock, dir_->TakeLock(kFabricLock, absl::Seconds(40)));
+    NETFOLD_ASSIGN_OR_RETURN(launch_lock_, dir_->TakeLock(kFabricLock, absl::Seconds(40)));
     // A fabric that runs from here keeps its state: nothing below (nor
     // Stop(), which only removes a fabric.pids this launch wrote) touches it.
     NETFOLD_ASSIGN_OR_RETURN(const std::string running, RunningDaemons(*dir_));
@@ -535,8 +535,12 @@ absl::Status LocalFabric::StopStateDir(const std::string& state_dir, absl::Durat
   }
   if (!opened.ok()) return opened.status();
   const StateDir& dir = *opened;
-  // Not while a restart records a daemon it started.
-  NETFOLD_ASSIGN_OR_RETURN(StateDir::Lock lock, dir.TakeLock(kFabricLock, absl::Seconds(40)));
+  // Not while a restart records a daemon it started; but a command that
+  // holds the lock for longer (a stopped `up`) does not keep the fabric up.
+  absl::StatusOr<StateDir::Lock> lock = dir.TakeLock(kFabricLock, absl::Seconds(40));
+  if (!lock.ok() && notes != nullptr) {
+    notes->push_back(absl::StrFormat("stopping anyway: %s", lock.status().message()));
+  }
   NETFOLD_ASSIGN_OR_RETURN(std::vector<DaemonRecord> records, ReadFabricRecords(dir));
   StopDaemons(records, DaemonPrograms(), grace, notes);
   dir.Remove("fabric.pids");

@@ -197,6 +197,9 @@ class LocalFabric {
   std::vector<std::string> host_names_;
   std::vector<Daemon> daemons_;
   bool one_switch_process_ = false;
+  // fabric.lock of a given state directory, held from the start of the
+  // launch until it is done or stopped (tools/fabric_daemons.h).
+  std::optional<StateDir::Lock> launch_lock_;
   bool released_ = false;
   bool stopped_ = false;
   bool owns_state_dir_ = false;  // made by Launch: removed by the destructor

@@ -597,7 +597,8 @@ const std::vector<Command>& Commands() {
        .synopsis = "NAME [--timeout S] [--state-dir DIR]",
        .summary = "NAME: start a daemon of the fabric of `up` again after `kill`, as it was\n"
                   "started (the manager on its port and journal; a switch registers again),\n"
-                  "and wait until every switch is up at the manager.   --timeout S (30)",
+                  "and wait until the manager has it up (the manager: every running\n"
+                  "switch).   --timeout S (30; the whole wait)",
        .valued = {"timeout", "state-dir"},
        .max_positional = 1,
        .run = Restart},

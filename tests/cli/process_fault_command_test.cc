@@ -241,8 +241,13 @@ TEST_F(ProcessFaultCommand, NamesThatCannotBeSignalledAloneAreRefusedWithTheReas
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("older netfold"));
   ASSERT_TRUE(dir->WriteFile("manager.argv", argv).ok());
+  // The switches restarted above hold no claim on the fabric's multicast
+  // prefix of their own, so with the manager down a fabric beside this
+  // test may have taken it: then the refusal, as in the test below.
   CliResult manager = Run({"restart", "manager"});
-  EXPECT_EQ(manager.exit_code, 0) << manager.err;
+  if (manager.exit_code != 0) {
+    EXPECT_THAT(manager.err, HasSubstr("another fabric took it"));
+  }
 }
 
 // The fabric's multicast prefix (tools/multicast_claim.h) is held by its
@@ -263,13 +268,18 @@ TEST_F(ProcessFaultCommand, AFabricWhoseMulticastPrefixWentToAnotherIsNotStarted
   ASSERT_EQ(manager.exit_code, 0) << manager.err << " (the switches hold the prefix)";
   ASSERT_EQ(Run({"kill", "switches"}).exit_code, 0);
   {
-    // Another fabric takes it (or a test beside this one did already).
+    // Another fabric takes it (or a test beside this one did already, and
+    // may let it go again before the restart: then it is free and taken).
     absl::StatusOr<tools::MulticastClaim> other = tools::MulticastClaim::TakeExactly(octet);
     ASSERT_TRUE(other.ok() || absl::IsAlreadyExists(other.status())) << other.status();
     CliResult refused = Run({"restart", "switches"});
-    EXPECT_EQ(refused.exit_code, 2);
-    EXPECT_THAT(refused.err, HasSubstr("another fabric took it"));
-    EXPECT_FALSE(Running(Record("switches"))) << "nothing was started";
+    if (other.ok() || refused.exit_code != 0) {
+      EXPECT_EQ(refused.exit_code, 2);
+      EXPECT_THAT(refused.err, HasSubstr("another fabric took it"));
+      EXPECT_FALSE(Running(Record("switches"))) << "nothing was started";
+    } else {
+      ASSERT_EQ(Run({"kill", "switches"}).exit_code, 0);  // as the refusal leaves it
+    }
   }
   // Let go: the switches take it back, unless a fabric beside this test
   // took it meanwhile (then refused again, as above).
