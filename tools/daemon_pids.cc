@@ -185,6 +185,13 @@ DaemonState CheckDaemon(const DaemonRecord& record, const std::vector<std::strin
   return DaemonState::kRunning;
 }
 
+bool DaemonStopped(const DaemonRecord& record) {
+  char state = 0;
+  uint64_t start = 0;
+  return ReadStat(record.pid, &state, &start) && start == record.start_time &&
+         (state == 'T' || state == 't');
+}
+
 int StopDaemons(const std::vector<DaemonRecord>& records, const std::vector<std::string>& programs,
                 absl::Duration grace, std::vector<std::string>* notes) {
   struct Target {

@@ -59,6 +59,9 @@ enum class DaemonState {
 DaemonState CheckDaemon(const DaemonRecord& record, const std::vector<std::string>& programs,
                         std::string* why);
 
+// True if the recorded process runs but is stopped (SIGSTOP, a debugger).
+bool DaemonStopped(const DaemonRecord& record);
+
 // SIGTERM to each record that CheckDaemon finds kRunning, then waits up to
 // `grace` for them to exit and SIGKILLs those left. Records that are kOther
 // are left alone and explained in `notes` ("pid 123 (leaf0) was not

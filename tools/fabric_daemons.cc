@@ -339,6 +339,23 @@ absl::StatusOr<int> ParseSignalName(std::string_view name) {
       absl::StrFormat("signal '%s': use KILL, TERM, STOP or CONT", name));
 }
 
+absl::StatusOr<std::string> FormatFabricDaemons(const std::string& state_dir) {
+  NETFOLD_ASSIGN_OR_RETURN(Fabric f, OpenFabric(state_dir));
+  size_t width = 0;
+  for (const DaemonRecord& r : f.records) width = std::max(width, r.name.size());
+  std::string out = absl::StrFormat("daemons (%s):\n", f.dir.PathOf("fabric.pids"));
+  for (const DaemonRecord& r : f.records) {
+    const bool running = CheckDaemon(r, DaemonPrograms(), nullptr) == DaemonState::kRunning;
+    const char* state = !running ? "gone" : DaemonStopped(r) ? "stopped" : "running";
+    absl::StatusOr<std::vector<std::string>> argv = ReadArgv(f.dir, r.name);
+    const std::string switches = argv.ok() ? absl::StrJoin(SwitchesOf(*argv), ", ") : "";
+    const bool alone = switches.empty() || switches == r.name;
+    absl::StrAppendFormat(&out, "  %-*s pid %-8d %s\n", static_cast<int>(width), r.name, r.pid,
+                          alone ? state : absl::StrFormat("%-8s %s", state, switches));
+  }
+  return out;
+}
+
 absl::StatusOr<std::string> SignalFabricDaemon(const std::string& state_dir,
                                                const std::string& name, int signal) {
   NETFOLD_ASSIGN_OR_RETURN(Fabric f, OpenFabric(state_dir));

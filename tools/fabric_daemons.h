@@ -66,6 +66,11 @@ absl::StatusOr<int> WaitForPortFile(const StateDir& dir, const std::string& name
 // without "SIG", any case. InvalidArgument for anything else.
 absl::StatusOr<int> ParseSignalName(std::string_view name);
 
+// The daemons of the fabric in `state_dir`, for `netfold status`: a line
+// each with its name, pid, whether it runs, is stopped or is gone, and the
+// switches it runs. NotFound if no fabric runs from there.
+absl::StatusOr<std::string> FormatFabricDaemons(const std::string& state_dir);
+
 // Sends `signal` to the daemon `name` of the fabric in `state_dir`, once
 // checked to be the process fabric.pids recorded (tools/daemon_pids.h); for
 // SIGKILL and SIGTERM waits up to 5 s for it to exit (DeadlineExceeded if

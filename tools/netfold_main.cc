@@ -287,6 +287,17 @@ int Status(int argc, char** argv) {
   absl::StatusOr<auth::ClientAuth> credential = FindClientAuth(args);
   if (!credential.ok()) return Fail(std::string(credential.status().message()));
   if (args.Has("switch")) return SwitchStatus(manager, args.Get("switch"), *credential);
+  // The processes of the fabric of `up` whose manager this is, first: they
+  // show even when the manager is the one that is down (netfold kill).
+  const std::string dir = args.Get("state-dir", LocalFabric::DefaultStateDir());
+  if (absl::StatusOr<StateDir> state = StateDir::Open(dir, /*create=*/false);
+      state.ok() &&
+      absl::StripAsciiWhitespace(state->ReadFile("manager.address", 256).value_or("")) ==
+          manager) {
+    if (absl::StatusOr<std::string> daemons = FormatFabricDaemons(dir); daemons.ok()) {
+      absl::PrintF("%s\n", *daemons);
+    }
+  }
   absl::StatusOr<control::GetStatusResponse> status = GetManagerStatus(manager, *credential);
   if (!status.ok()) return Fail(std::string(status.status().message()));
   absl::PrintF("manager %s\n%s", manager, FormatStatus(*status));
@@ -555,7 +566,8 @@ const std::vector<Command>& Commands() {
        .run = Down},
       {.name = "status",
        .synopsis = "[--manager IP:PORT | --state-dir DIR] [--switch NAME]",
-       .summary = "print switches, trees, jobs, groups and resources.\n"
+       .summary = "print the daemons of the fabric of `up` (running, stopped or gone), then\n"
+                  "the manager's switches, trees, jobs, groups and resources.\n"
                   "--manager IP:PORT (default: the fabric of --state-dir, or $NETFOLD_MANAGER)\n"
                   "--switch NAME: that switch's own counters, peers, QPs and groups instead",
        .valued = {"manager", "state-dir", "switch"},

@@ -55,8 +55,8 @@ std::string Netfold(const std::string& args) {
   return absl::StrFormat("'%s' %s", NETFOLD_CLI, args);
 }
 
-const char* const kCommands[] = {"demo",  "up",    "down", "status",     "explain",
-                                 "fault", "bench", "help", "completion"};
+const char* const kCommands[] = {"demo",  "up",      "down",  "status", "explain",    "fault",
+                                 "kill",  "restart", "bench", "help",   "completion"};
 
 TEST(Netfold, HelpPrintsTheUsageAndExitsZero) {
   for (const char* args : {"--help", "-h", "help"}) {
@@ -94,6 +94,9 @@ TEST(Netfold, MistakesExitNonZeroWithAMessage) {
         Case{"demo --bogus", "unknown option --bogus"}, Case{"demo --bogus", "netfold demo --help"},
         Case{"up --hosts", "--hosts needs a value"}, Case{"help nosuch", "no command 'nosuch'"},
         Case{"fault leaf0", "give SWITCH and IMPAIRMENT"},
+        Case{"kill", "give the daemon"}, Case{"restart", "give the daemon"},
+        Case{"kill leaf0 --signal HUP", "use KILL, TERM, STOP or CONT"},
+        Case{"restart leaf0 --timeout 0", "--timeout: seconds"},
         Case{"completion zsh", "netfold completion bash"}}) {
     const Result r = RunShell(Netfold(c.args));
     EXPECT_EQ(r.exit_code, 2) << c.args;

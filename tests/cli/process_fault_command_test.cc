@@ -15,6 +15,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "auth/fabric_credential.h"
@@ -77,13 +78,14 @@ class ProcessFaultCommand : public ::testing::Test {
     return r.pid > 1 && tools::CheckDaemon(r, {"netfold-managerd", "netfold-switchd"},
                                            nullptr) == tools::DaemonState::kRunning;
   }
-  // `netfold status`'s line for switch `name`.
+  // `netfold status`'s line for switch `name` in the manager's table (not
+  // in the daemons' list above it).
   std::string StatusLine(const std::string& name) {
     CliResult status = Run({"status"});
     for (absl::string_view line : absl::StrSplit(status.out, '\n')) {
       std::vector<absl::string_view> words =
           absl::StrSplit(absl::StripAsciiWhitespace(line), ' ', absl::SkipEmpty());
-      if (!words.empty() && words[0] == name) return std::string(line);
+      if (words.size() > 2 && words[0] == name && words[1] != "pid") return std::string(line);
     }
     return "(no line for " + name + ")\n" + status.out + status.err;
   }
@@ -125,6 +127,13 @@ TEST_F(ProcessFaultCommand, ASwitchKilledByNameStartsAgainAndRegisters) {
   ASSERT_EQ(killed.exit_code, 0) << killed.err;
   EXPECT_THAT(killed.out, HasSubstr("SIGKILL"));
   EXPECT_FALSE(Running(before)) << "kill returns once the process has exited";
+  // `netfold status` lists the daemons as they are, before the manager's view.
+  ASSERT_EQ(Run({"kill", "root", "--signal", "STOP"}).exit_code, 0);
+  const std::string daemons = Run({"status"}).out;
+  EXPECT_THAT(daemons, HasSubstr(absl::StrFormat("leaf0   pid %-8d gone", before.pid)));
+  EXPECT_THAT(daemons, HasSubstr(absl::StrFormat("root    pid %-8d stopped", Record("root").pid)));
+  EXPECT_THAT(daemons, HasSubstr("manager pid "));
+  ASSERT_EQ(Run({"kill", "root", "--signal", "CONT"}).exit_code, 0);
 
   {
     // Another netfold command changing the fabric: restart waits its turn,
@@ -174,6 +183,11 @@ TEST_F(ProcessFaultCommand, TheManagerPausesResumesAndComesBackOnItsAddress) {
   // TERM ends it as KILL does; then there is nothing left to signal.
   ASSERT_EQ(Run({"kill", "manager", "--signal", "TERM"}).exit_code, 0);
   EXPECT_FALSE(Running(before));
+  // With the manager down, status still lists the daemons, then fails.
+  CliResult status = Run({"status"});
+  EXPECT_EQ(status.exit_code, 2);
+  EXPECT_THAT(status.out, HasSubstr(absl::StrFormat("manager  pid %-8d gone", before.pid)));
+  EXPECT_THAT(status.out, HasSubstr("running  leaf0, leaf1, root")) << status.out;
   CliResult again = Run({"kill", "manager"});
   EXPECT_EQ(again.exit_code, 2);
   EXPECT_THAT(again.err, HasSubstr("was not signalled"));
