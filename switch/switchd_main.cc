@@ -284,6 +284,9 @@ int Main(int argc, char** argv) {
   if (!config.ok()) return Fail(2, config.status());
   absl::StatusOr<std::vector<SwitchdConfig>> configs = SplitSwitches(*config);
   if (!configs.ok()) return Fail(2, configs.status());
+  // The names as given (--name A,B,C), before config becomes the first
+  // switch's: whether the switches share data-plane threads, and the log tag.
+  const std::string names = config->name;
   for (SwitchdConfig& c : *configs) {
     if (absl::Status s = ValidateSwitchdConfig(c); !s.ok()) return Fail(2, s);
     if (absl::Status s = LoadSwitchdCredential(&c); !s.ok()) return Fail(2, s);
@@ -306,18 +309,18 @@ int Main(int argc, char** argv) {
                  config->admin_address.empty() ? "(none)" : config->admin_address.c_str());
   }
   if (!config->log_level.empty()) SetLogLevel(*ParseLogLevel(config->log_level));
-  SetLogTag(absl::StrFormat("switchd %s", absl::StrReplaceAll(config->name, {{",", "+"}})));
+  SetLogTag(absl::StrFormat("switchd %s", absl::StrReplaceAll(names, {{",", "+"}})));
 
   // With several switches, one thread per data plane runs that plane of
   // every switch (the daemons stop before the threads go); a switch alone
   // runs a thread of its own for each of its planes.
   std::vector<std::unique_ptr<DataPlaneThread>> shared;
-  if (absl::StrContains(config->name, ',')) {
+  if (absl::StrContains(names, ',')) {
     for (uint32_t plane = 0; plane < config->planes; ++plane) {
       shared.push_back(std::make_unique<DataPlaneThread>(DataPlaneThreadOptions{
           .idle_wait = config->idle_wait.value_or(kIdleWaitWoken),
           .sched_batch = config->sched_batch,
-          .name = plane == 0 ? config->name : absl::StrFormat("%s@%d", config->name, plane)}));
+          .name = plane == 0 ? names : absl::StrFormat("%s@%d", names, plane)}));
     }
   }
   std::vector<std::unique_ptr<SwitchDaemon>> daemons;

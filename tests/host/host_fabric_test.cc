@@ -309,27 +309,29 @@ control::GetCountersResponse SwitchCounters(const tools::LocalFabric& fabric,
   return counters;
 }
 
-// Each switch's name and the packets its port received so far.
-std::vector<std::pair<std::string, uint64_t>> RxPacketsBySwitch(
+// Each switch's name and the aggregation messages it received so far,
+// through its port or, from a switch of the same process, in memory (a
+// root over leaves of its process reads next to no packets).
+std::vector<std::pair<std::string, uint64_t>> MessagesBySwitch(
     const tools::LocalFabric& fabric) {
   const std::vector<std::string> names = fabric.switch_names();
   const std::vector<std::string> admins = fabric.switch_admin_addresses();
   std::vector<std::pair<std::string, uint64_t>> out;
   for (size_t i = 0; i < names.size() && i < admins.size(); ++i) {
-    out.emplace_back(names[i], SwitchCounters(fabric, admins[i]).port().rx_packets());
+    out.emplace_back(names[i], SwitchCounters(fabric, admins[i]).messages_received());
   }
   return out;
 }
 
 // A job of two planes whose groups ran on plane 0 alone: every switch of
-// plane 0 carried its packets, plane 1's (named NAME@1) next to none.
+// plane 0 carried its messages, plane 1's (named NAME@1) next to none.
 void ExpectPlaneZeroAlone(const tools::LocalFabric& fabric) {
-  for (const auto& [name, packets] : RxPacketsBySwitch(fabric)) {
+  for (const auto& [name, messages] : MessagesBySwitch(fabric)) {
     const bool plane1 = name.find('@') != std::string::npos;
     if (plane1) {
-      EXPECT_LT(packets, 100u) << name;
+      EXPECT_LT(messages, 100u) << name;
     } else {
-      EXPECT_GT(packets, 1000u) << name;
+      EXPECT_GT(messages, 1000u) << name;
     }
   }
 }
@@ -411,6 +413,39 @@ TEST(HostFabric, ReceiveQueuesGiveTheSameBitsAsTheDataPlaneThreadAlone) {
   ASSERT_NE(fabric, nullptr);
   Launch ranks(*fabric, 4, 0, {"sweep"}, {{"NETFOLD_FAULTS", faults}});
   ExpectAllOk(ranks.Wait(absl::Minutes(4)));
+}
+
+// netfold up's default on a machine with fewer CPUs than switches and
+// hosts: the tree's switches in one process, on one data-plane thread,
+// hand each other their messages in memory (docs/switch.md, "Several
+// switches in one process"). From the eleventh to the twenty-third
+// session the process gave each switch a thread of its own, and the
+// messages between them crossed the kernel, with nothing failing: the
+// counters are what shows it.
+TEST(HostFabric, SwitchesOfOneProcessHandEachOtherTheirMessagesInMemory) {
+  tools::LocalFabricOptions o;
+  o.hosts = 4;  // two on each leaf
+  o.switch_processes = tools::LocalFabricOptions::SwitchProcesses::kOne;
+  auto fabric = tools::LocalFabric::Start(o);
+  ASSERT_TRUE(fabric.ok()) << fabric.status();
+  ASSERT_EQ((*fabric)->switch_pids().size(), 1u);
+  Launch ranks(**fabric, 4, 0, {"large", std::to_string(1u << 20)});
+  ExpectAllOk(ranks.Wait(absl::Minutes(3)));
+  const std::vector<std::string> admins = (*fabric)->switch_admin_addresses();
+  ASSERT_EQ(admins.size(), 3u);
+  int leaves = 0;
+  for (size_t i = 0; i < admins.size(); ++i) {
+    const std::string& name = (*fabric)->switch_names()[i];
+    if (!name.starts_with("leaf")) continue;  // the root multicasts its results
+    ++leaves;
+    SCOPED_TRACE(name);
+    const control::GetCountersResponse counters = SwitchCounters(**fabric, admins[i]);
+    // 1 MiB in chunks of at most 4 KiB: a partial result of each to the root.
+    EXPECT_GE(counters.in_process_messages(), 256u) << "not handed over in memory";
+    EXPECT_LE(counters.port().tx_packets(), counters.messages_sent() / 2)
+        << "the partials crossed the kernel";
+  }
+  EXPECT_EQ(leaves, 2);
 }
 
 TEST(HostFabric, SixtyFourMebibyteVector) {
@@ -553,14 +588,14 @@ TEST(HostFabric, GroupsTakeTheDataPlanesInTurn) {
     ASSERT_NE(fabric, nullptr);
     Launch ranks(*fabric, 4, 0, {"groups"}, {{"NETFOLD_PLANES", planes}});
     ExpectAllOkOnTheFabric(ranks.Wait(absl::Minutes(3)));
-    const auto received = RxPacketsBySwitch(*fabric);
+    const auto received = MessagesBySwitch(*fabric);
     ASSERT_EQ(received.size(), 6u);  // root, leaf0, leaf1 in each plane
-    for (const auto& [name, packets] : received) {
+    for (const auto& [name, messages] : received) {
       const bool plane1 = name.find('@') != std::string::npos;
       if (plane1 && std::string(planes) == "1") {
-        EXPECT_EQ(packets, 0u) << name;
+        EXPECT_EQ(messages, 0u) << name;
       } else {
-        EXPECT_GT(packets, 0u) << name;
+        EXPECT_GT(messages, 0u) << name;
       }
     }
   }
@@ -582,14 +617,14 @@ TEST(HostFabric, ChannelsSpreadOneGroupOverThePlanesAndKeepTheBits) {
   EXPECT_FALSE(digests[0].empty());
   EXPECT_EQ(digests[1], digests[0]) << "two channels changed the bits";
 
-  // A fresh fabric, so that each plane's packets are this job's.
+  // A fresh fabric, so that each plane's messages are this job's.
   fabric = StartFabric(4, "", 0, 8, /*planes=*/2);
   ASSERT_NE(fabric, nullptr);
   Launch ranks(*fabric, 4, 0, {"sweep"}, {{"NETFOLD_CHANNELS", "2"}});
   ExpectAllOkOnTheFabric(ranks.Wait(absl::Minutes(3)));
-  const auto received = RxPacketsBySwitch(*fabric);
+  const auto received = MessagesBySwitch(*fabric);
   ASSERT_EQ(received.size(), 6u);
-  for (const auto& [name, packets] : received) EXPECT_GT(packets, 1000u) << name;
+  for (const auto& [name, messages] : received) EXPECT_GT(messages, 1000u) << name;
   // Results straight into the caller's buffer: each channel's socket is
   // offered the places of its own channel's chunks, so most land there.
   Launch placed(*fabric, 4, 0, {"placed"}, {{"NETFOLD_CHANNELS", "2"}});
@@ -611,9 +646,9 @@ TEST(HostFabric, OneRankAskingForChannelsGivesTheJobThem) {
   const std::vector<RankResult> results = ranks.Wait(absl::Minutes(3));
   ExpectAllOkOnTheFabric(results);
   for (const RankResult& r : results) EXPECT_EQ(CountAfter(r.output, "window="), 16) << r.output;
-  const auto received = RxPacketsBySwitch(*fabric);
+  const auto received = MessagesBySwitch(*fabric);
   ASSERT_EQ(received.size(), 6u);
-  for (const auto& [name, packets] : received) EXPECT_GT(packets, 1000u) << name;
+  for (const auto& [name, messages] : received) EXPECT_GT(messages, 1000u) << name;
 }
 
 // A channel a member cannot join, here because that rank is out of file
@@ -679,14 +714,14 @@ TEST(HostFabric, AChannelTheManagerRefusesLeavesTheGroupOnPlaneZeroAlone) {
   EXPECT_EQ(NumJobs(**fabric), 0);
 
   // The manager's default, once per channel: both granted.
-  const auto before = RxPacketsBySwitch(**fabric);
+  const auto before = MessagesBySwitch(**fabric);
   Launch defaults(**fabric, 4, 0, {"sweep"}, {{"NETFOLD_CHANNELS", "2"}});
   const std::vector<RankResult> granted = defaults.Wait(absl::Minutes(3));
   ExpectAllOkOnTheFabric(granted);
   EXPECT_EQ(granted[0].output.find("cannot take the group"), std::string::npos)
       << granted[0].output;
   for (const RankResult& r : granted) EXPECT_EQ(CountAfter(r.output, "max_groups="), 2) << r.output;
-  const auto after = RxPacketsBySwitch(**fabric);
+  const auto after = MessagesBySwitch(**fabric);
   ASSERT_EQ(after.size(), before.size());
   for (size_t i = 0; i < after.size(); ++i) {
     EXPECT_GT(after[i].second - before[i].second, 1000u) << after[i].first;
