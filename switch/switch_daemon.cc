@@ -101,6 +101,21 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
   // A data plane other than the first is a switch of its own to the fabric.
   d->config_.name = control::PlaneSwitchName(config.name, config.plane);
   d->config_.data_plane.name = d->config_.name;
+  if (!config.manager_address.empty()) {
+    // The switch's capacity, but where job_quota says less.
+    SwitchConfig& dp = d->config_.data_plane;
+    const JobQuota& given = config.job_quota_given;
+    dp.default_quota = {.max_groups = std::min(given.max_groups, dp.max_groups),
+                        .max_slots = std::min(given.max_slots, dp.max_slots),
+                        .max_qps = std::min(given.max_qps, dp.max_qps)};
+    const JobQuota& q = dp.default_quota;
+    if (q.max_groups < dp.max_groups || q.max_slots < dp.max_slots || q.max_qps < dp.max_qps) {
+      NETFOLD_LOG(kWarning) << absl::StrFormat(
+          "switch %s: job_quota (%d groups, %d slots, %d QPs per job) is not known to the "
+          "manager: groups it grants a job beyond it are refused here",
+          d->config_.name, q.max_groups, q.max_slots, q.max_qps);
+    }
+  }
   const std::string& name = d->config_.name;
 
   NETFOLD_ASSIGN_OR_RETURN(std::unique_ptr<transport::Port> backend, CreateBackendPort(config));

@@ -48,10 +48,12 @@
 
 namespace netfold::sw {
 
+// What one job may hold on a switch. These defaults are static mode's (no
+// manager); with a manager a switch's default is its own capacity
+// (SwitchDaemon::Start, docs/switch.md).
 struct JobQuota {
   uint32_t max_groups = 64;
-  // Summed over the job's groups on this switch: by default room for the
-  // manager's default job of 16 groups at K = 128 (twice the default K).
+  // Summed over the job's groups on this switch: 16 groups at K = 128.
   uint32_t max_slots = 2048;
   uint32_t max_qps = 256;
 };

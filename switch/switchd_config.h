@@ -34,7 +34,7 @@
 //   tls: required                       # or none: plaintext, loudly
 //   log_level: info
 //   capacity: {trees: 64, groups: 64, slots: 1024, slot_bytes: 4048, qps: 256}
-//   job_quota: {groups: 64, slots: 2048, qps: 256}
+//   job_quota: {groups: 64, slots: 2048, qps: 256}   # with a manager, default: capacity
 //   transport: {path_mtu: 4096, ack_timeout_ms: 4, ack_delay_us: 1000, retry_count: 7,
 //               idle_wait_us: (automatic), poll_us: 0, packet_buffers: 8192,
 //               receive_queues: 0, planes: 1, scheduling: batch}
@@ -181,6 +181,14 @@ struct SwitchdConfig {
   bool sched_batch = true;
 
   std::vector<LinkFaultSpec> link_faults;
+
+  // job_quota as given, a field not given kQuotaNotGiven (data_plane.
+  // default_quota has the static defaults there). With a manager a switch
+  // holds a job to its own capacity but where this says less: the manager
+  // grants jobs their quotas (docs/manager.md), and a lower limit here
+  // refuses groups it granted (SwitchDaemon::Start).
+  static constexpr uint32_t kQuotaNotGiven = UINT32_MAX;
+  JobQuota job_quota_given{kQuotaNotGiven, kQuotaNotGiven, kQuotaNotGiven};
 
   // Static mode.
   std::vector<std::pair<uint64_t, JobQuota>> static_job_quotas;

@@ -119,6 +119,23 @@ TEST(SwitchdConfig, ParsesEveryKey) {
   EXPECT_TRUE(ValidateSwitchdConfig(*c).ok()) << ValidateSwitchdConfig(*c);
 }
 
+// A field left out of job_quota: static mode's default here, and marked
+// not given, so that a switch with a manager puts its capacity there
+// (SwitchDaemon::Start) rather than the static 64 groups and 2048 slots.
+TEST(SwitchdConfig, AJobQuotaFieldLeftOutIsMarkedNotGiven) {
+  absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig("name: a\njob_quota: {qps: 512}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->job_quota_given.max_qps, 512u);
+  EXPECT_EQ(c->job_quota_given.max_groups, SwitchdConfig::kQuotaNotGiven);
+  EXPECT_EQ(c->job_quota_given.max_slots, SwitchdConfig::kQuotaNotGiven);
+  EXPECT_EQ(c->data_plane.default_quota.max_qps, 512u);
+  EXPECT_EQ(c->data_plane.default_quota.max_groups, JobQuota{}.max_groups);
+  EXPECT_EQ(c->data_plane.default_quota.max_slots, JobQuota{}.max_slots);
+  absl::StatusOr<SwitchdConfig> none = ParseSwitchdConfig("name: a\n");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->job_quota_given.max_slots, SwitchdConfig::kQuotaNotGiven);
+}
+
 TEST(SwitchdConfig, ParsesTheDpdkSection) {
   absl::StatusOr<SwitchdConfig> c = ParseSwitchdConfig(
       "name: leaf0\n"

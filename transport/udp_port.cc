@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 
 #include "absl/strings/str_format.h"
@@ -40,12 +41,29 @@ absl::Status SetOpt(int fd, int level, int name, int value, const char* what) {
 }
 
 void SizeBuffers(int fd, int bytes) {
-  // FORCE variants exceed rmem_max/wmem_max as root; fall back quietly.
+  // FORCE variants exceed rmem_max/wmem_max with CAP_NET_ADMIN (root);
+  // without it the kernel caps the plain ones at rmem_max/wmem_max.
   if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &bytes, sizeof(bytes)) != 0) {
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
   }
   if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &bytes, sizeof(bytes)) != 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  }
+  // What the kernel gave (it reports twice what it was asked, for its
+  // bookkeeping). Less than asked: a window of results arriving at once can
+  // overflow the socket, and what is dropped there is repaired, slowly.
+  // Said once per process, at warning level. (The send buffer is asked
+  // for in the same way; a short one only makes senders wait.)
+  int got = 0;
+  socklen_t len = sizeof(got);
+  static std::atomic<bool> told{false};
+  if (getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &got, &len) == 0 && got / 2 < bytes &&
+      !told.exchange(true)) {
+    NETFOLD_LOG(kWarning) << absl::StrFormat(
+        "UDP socket receive buffer %d bytes, %d asked: net.core.rmem_max caps it for a process "
+        "without CAP_NET_ADMIN; bursts of results may be dropped and repaired (raise it: "
+        "sysctl -w net.core.rmem_max=%d net.core.wmem_max=%d; docs/operations.md)",
+        got / 2, bytes, bytes, bytes);
   }
 }
 
@@ -487,8 +505,8 @@ size_t UdpPort::SendRuns(std::span<PacketBuffer* const> packets) {
     if (run_start[1] - run_start[0] > 1 && (error == EINVAL || error == EIO || error == EMSGSIZE)) {
       // The kernel or the path refuses segmentation offload (too old, a
       // segment over the route's MTU): one datagram per packet from now on.
-      NETFOLD_LOG(kInfo) << "UDP segmentation offload refused (errno " << error
-                         << "): sending datagram by datagram";
+      NETFOLD_LOG(kWarning) << "UDP segmentation offload refused (errno " << error
+                            << "): this port sends datagram by datagram from now on";
       gso_works_ = false;
       return SendRuns(packets);
     }

@@ -16,6 +16,8 @@
 //                operations in flight on two of them at the same time; two
 //                destroyed and a fourth made, from a kept one
 //   large BYTES  one allreduce of BYTES (fp32 sum, in place)
+//   many_groups N  N more groups over all ranks, alive at once, an
+//                allreduce on each (checked); every one must be made
 //   victim       start a long stream of allreduces; the test kills one rank;
 //                the others must fail cleanly (exit 0 if they did, within
 //                the deadline)
@@ -146,7 +148,7 @@ void CountRelease(void* data) { ++*static_cast<int*>(data); }
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: fabric_rank sweep|groups|large BYTES|victim\n");
+    std::fprintf(stderr, "usage: fabric_rank sweep|groups|many_groups N|large BYTES|victim|... (the file's head)\n");
     return 2;
   }
   const std::string scenario = argv[1];
@@ -248,6 +250,23 @@ int main(int argc, char** argv) {
     if (g4 != nullptr) {
       Nonblocking(g4);
       CheckRc(netfold_group_destroy(g4), "destroy g4");
+    }
+  } else if (scenario == "many_groups") {
+    int n = 0;
+    if (argc > 2) (void)absl::SimpleAtoi(argv[2], &n);
+    std::vector<netfold_group_t> more(static_cast<size_t>(std::clamp(n, 0, 256)), nullptr);
+    for (size_t i = 0; i < more.size() && g_failure.empty(); ++i) {
+      CheckRc(netfold_group_create(ctx, &gs, &more[i]),
+              absl::StrFormat("group %d of %d", i + 2, n + 1));
+      if (more[i] == nullptr) break;
+      std::vector<int32_t> v(3000, g_rank + 1);
+      CheckRc(netfold_allreduce(more[i], NETFOLD_IN_PLACE, v.data(), v.size(), NETFOLD_DTYPE_INT32,
+                                NETFOLD_OP_SUM),
+              "allreduce");
+      Check(v[2999] == g_size * (g_size + 1) / 2, absl::StrFormat("group %d's sum", i + 2));
+    }
+    for (netfold_group_t m : more) {
+      if (m != nullptr) CheckRc(netfold_group_destroy(m), "destroy");
     }
   } else if (scenario == "large") {
     size_t bytes = 64u << 20;
