@@ -603,8 +603,13 @@ void SwitchDataPlane::HandleMessage(Qp& qp, std::span<const uint8_t> message) {
   const uint64_t key = GroupKey(h.tree_id, h.group_id);
   auto g = groups_.find(key);
   if (g == groups_.end()) {
-    counters_.drops[static_cast<size_t>(SwitchDropReason::kUnknownGroup)].fetch_add(
-        1, std::memory_order_relaxed);
+    // A removed group's node tells its children it is gone (RemoveGroupAt):
+    // a child switch whose own node went first has nothing left to abort,
+    // and a job's orderly end is not a drop.
+    if (h.type != proto::AggregationMessageType::kAbort || qp.job_id != 0) {
+      counters_.drops[static_cast<size_t>(SwitchDropReason::kUnknownGroup)].fetch_add(
+          1, std::memory_order_relaxed);
+    }
     return;
   }
   auto role = qp.roles.find(key);

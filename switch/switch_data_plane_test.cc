@@ -360,6 +360,20 @@ TEST_F(DataPlaneTest, RemoveGroupAbortsInFlightOperationsAndFreesEverySlot) {
   Request(h1, 4, 0);
   Run(20);
   EXPECT_EQ(dp_->counters().drops[static_cast<size_t>(SwitchDropReason::kUnknownGroup)].load(), 1u);
+  // And so is an abort from a host (only a parent switch's abort of a group
+  // removed here first is not: HostFabric.AJobHoldsAsManyGroupsAsTheManagerGrantsIt).
+  proto::AggregationHeader abort;
+  abort.type = proto::AggregationMessageType::kAbort;
+  abort.tree_id = 3;
+  abort.group_id = 4;
+  abort.epoch = 1;
+  abort.collective = proto::CollectiveType::kBarrier;
+  abort.status = proto::AggregationStatus::kAborted;
+  std::vector<uint8_t> msg(proto::kAggregationHeaderSize);
+  ASSERT_TRUE(proto::EncodeAggregationMessage(abort, {}, msg).ok());
+  ASSERT_TRUE(h1.rc->PostSend(msg, 0).ok());
+  Run(20);
+  EXPECT_EQ(dp_->counters().drops[static_cast<size_t>(SwitchDropReason::kUnknownGroup)].load(), 2u);
   ASSERT_TRUE(dp_->DestroyQp(h0.switch_qpn).ok());
 }
 
