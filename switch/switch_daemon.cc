@@ -104,10 +104,8 @@ absl::StatusOr<std::unique_ptr<SwitchDaemon>> SwitchDaemon::Start(const SwitchdC
   if (!config.manager_address.empty()) {
     // The switch's capacity, but where job_quota says less.
     SwitchConfig& dp = d->config_.data_plane;
-    const JobQuota& given = config.job_quota_given;
-    dp.default_quota = {.max_groups = std::min(given.max_groups, dp.max_groups),
-                        .max_slots = std::min(given.max_slots, dp.max_slots),
-                        .max_qps = std::min(given.max_qps, dp.max_qps)};
+    dp.default_quota = config.QuotaGivenOver(
+        {.max_groups = dp.max_groups, .max_slots = dp.max_slots, .max_qps = dp.max_qps});
     const JobQuota& q = dp.default_quota;
     if (q.max_groups < dp.max_groups || q.max_slots < dp.max_slots || q.max_qps < dp.max_qps) {
       NETFOLD_LOG(kWarning) << absl::StrFormat(

@@ -263,11 +263,7 @@ absl::StatusOr<SwitchdConfig> ParseUnchecked(std::string_view text, SwitchdConfi
   }
   if (const YAML::Node q = root["job_quota"]; q.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(ParseQuota(q, "job_quota", &c.job_quota_given));
-    JobQuota& d = c.data_plane.default_quota;
-    const JobQuota& given = c.job_quota_given;
-    if (given.max_groups != SwitchdConfig::kQuotaNotGiven) d.max_groups = given.max_groups;
-    if (given.max_slots != SwitchdConfig::kQuotaNotGiven) d.max_slots = given.max_slots;
-    if (given.max_qps != SwitchdConfig::kQuotaNotGiven) d.max_qps = given.max_qps;
+    c.data_plane.default_quota = c.QuotaGivenOver(c.data_plane.default_quota);
   }
   if (const YAML::Node t = root["transport"]; t.IsDefined()) {
     NETFOLD_RETURN_IF_ERROR(CheckKeys(

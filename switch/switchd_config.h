@@ -189,6 +189,13 @@ struct SwitchdConfig {
   // refuses groups it granted (SwitchDaemon::Start).
   static constexpr uint32_t kQuotaNotGiven = UINT32_MAX;
   JobQuota job_quota_given{kQuotaNotGiven, kQuotaNotGiven, kQuotaNotGiven};
+  // `base` with the fields job_quota gave in their place.
+  JobQuota QuotaGivenOver(JobQuota base) const {
+    if (job_quota_given.max_groups != kQuotaNotGiven) base.max_groups = job_quota_given.max_groups;
+    if (job_quota_given.max_slots != kQuotaNotGiven) base.max_slots = job_quota_given.max_slots;
+    if (job_quota_given.max_qps != kQuotaNotGiven) base.max_qps = job_quota_given.max_qps;
+    return base;
+  }
 
   // Static mode.
   std::vector<std::pair<uint64_t, JobQuota>> static_job_quotas;

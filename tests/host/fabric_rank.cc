@@ -148,7 +148,9 @@ void CountRelease(void* data) { ++*static_cast<int*>(data); }
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: fabric_rank sweep|groups|many_groups N|large BYTES|victim|... (the file's head)\n");
+    std::fprintf(stderr,
+                 "usage: fabric_rank sweep|groups|many_groups N|large BYTES|victim|... "
+                 "(the file's head)\n");
     return 2;
   }
   const std::string scenario = argv[1];
