@@ -109,6 +109,8 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
   p->set_rx_ip_identification_solved(Load(dp.endpoint().counters().ip_identification_solved));
   p->set_rx_batch_copied(Load(pc.rx_batch_copied));
   p->set_rx_empty_reads(Load(pc.rx_empty_reads));
+  p->set_tx_batched(Load(pc.tx_batched));
+  p->set_rx_batched(Load(pc.rx_batched));
   AddCount(p->mutable_drops(), "rx_no_buffer", Load(pc.rx_no_buffer), false);
   AddCount(p->mutable_drops(), "rx_truncated", Load(pc.rx_truncated), false);
   AddCount(p->mutable_drops(), "rx_errors", Load(pc.rx_errors), false);
@@ -124,6 +126,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
   out->set_backlogged(Load(sc.backlogged));
   out->set_in_process_messages(Load(sc.in_process_messages));
   const transport::RoceEndpointCounters& ec = dp.endpoint().counters();
+  out->set_late_for_destroyed_qp(Load(ec.late_for_destroyed_qp));
   for (size_t r = 1; r < proto::kNumRoceParseResults; ++r) {
     const auto reason = static_cast<proto::RoceParseResult>(r);
     AddCount(out->mutable_drops(), absl::StrFormat("roce.%s", proto::RoceParseResultName(reason)),

@@ -25,6 +25,7 @@
 #include "tools/bench_results.h"
 #include "tools/local_fabric.h"
 #include "tools/run_command.h"
+#include "tools/status_text.h"
 
 namespace netfold::tools {
 namespace {
@@ -317,6 +318,18 @@ int RunBench(const BenchOptions& o) {
       }
     }
   }
+  // What the switches carried over every run, and what did not engage
+  // that should have (the in-memory links between switches of one process
+  // went unused from the eleventh to the twenty-fourth session, unseen).
+  std::vector<control::GetCountersResponse> switch_counters;
+  for (const std::string& name : (*fabric)->switch_names()) {
+    absl::StatusOr<control::GetCountersResponse> c = (*fabric)->SwitchCounters(name);
+    if (c.ok()) {
+      switch_counters.push_back(*std::move(c));
+    } else {
+      std::fprintf(stderr, "  %s\n", c.status().ToString().c_str());
+    }
+  }
   (void)(*fabric)->Stop();
 
   // The table (medians over rounds), and the CSV with every round.
@@ -440,6 +453,14 @@ int RunBench(const BenchOptions& o) {
                      : " One round: each ratio carries whatever the machine did while it ran; "
                        "--rounds 3 gives the median and range of three.",
               csv_path.c_str());
+  std::printf("\nthe switches over every run:\n");
+  for (const control::GetCountersResponse& c : switch_counters) {
+    std::printf("  %s\n", FormatSwitchTraffic(c).c_str());
+  }
+  for (const std::string& w :
+       SwitchTrafficWarnings(switch_counters, (*fabric)->one_switch_process())) {
+    std::printf("WARNING: %s\n", w.c_str());
+  }
   Plot(o.self, csv_path, out_dir);
   if (!failed.empty()) {
     // The rows of a failed run are missing ('-'), not guessed.

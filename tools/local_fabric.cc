@@ -430,6 +430,25 @@ absl::Status LocalFabric::SetLinkFault(const std::string& name, const std::strin
   return absl::OkStatus();
 }
 
+absl::StatusOr<control::GetCountersResponse> LocalFabric::SwitchCounters(
+    const std::string& name) const {
+  auto it = switch_admin_.find(name);
+  if (it == switch_admin_.end()) {
+    return absl::NotFoundError(absl::StrFormat("no switch '%s' in this fabric", name));
+  }
+  auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(it->second, client_auth_));
+  grpc::ClientContext c;
+  c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  control::GetCountersRequest request;
+  request.set_detail(true);
+  control::GetCountersResponse counters;
+  if (grpc::Status s = stub->GetCounters(&c, request, &counters); !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrFormat("switch %s: GetCounters: %s", name, s.error_message()));
+  }
+  return counters;
+}
+
 std::vector<pid_t> LocalFabric::switch_pids() const {
   std::vector<pid_t> out;
   for (const Daemon& d : daemons_) {

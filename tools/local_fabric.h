@@ -44,6 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "auth/grpc_credential.h"
+#include "proto/control/netfold_control.pb.h"
 #include "tools/multicast_claim.h"
 #include "tools/state_dir.h"
 
@@ -142,6 +143,9 @@ class LocalFabric {
   // ways, as `netfold fault NAME IMPAIRMENT` does: e.g. "down=1" cuts it
   // off, "none" clears it.
   absl::Status SetLinkFault(const std::string& name, const std::string& impairment);
+  // The counters of switch `name` (NAME or NAME@P) as `netfold status
+  // --switch NAME` shows them, QPs and groups included (detail).
+  absl::StatusOr<control::GetCountersResponse> SwitchCounters(const std::string& name) const;
   // Starts a daemon again after it was killed, with the same command line
   // (the manager keeps its port and journal; a switch gets new ports and
   // registers again), and waits until every switch is UP.

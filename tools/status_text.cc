@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 
 namespace netfold::tools {
 namespace {
@@ -217,25 +218,41 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
   absl::StrAppendFormat(&out, "switch %s: data %s (%s), admin %s, up %.1f s, incarnation %d\n", r.name(),
               r.data_address(), r.backend(), admin,
               static_cast<double>(r.uptime_ms()) / 1000.0, r.incarnation());
-  const std::string batch_copied =
-      r.port().rx_batch_copied() == 0
-          ? std::string()
-          : absl::StrFormat(" (%d copied out of their batch)", r.port().rx_batch_copied());
+  // How many packets the kernel handled a batch at a time (UDP GRO and GSO):
+  // none on a busy udp port means the batching did not engage.
+  std::vector<std::string> rx_notes;
+  if (r.port().rx_batched() != 0) {
+    rx_notes.push_back(absl::StrFormat("%d in batches", r.port().rx_batched()));
+  }
+  if (r.port().rx_batch_copied() != 0) {
+    rx_notes.push_back(absl::StrFormat("%d copied out of their batch", r.port().rx_batch_copied()));
+  }
+  const std::string rx_batches =
+      rx_notes.empty() ? std::string() : absl::StrFormat(" (%s)", absl::StrJoin(rx_notes, ", "));
+  const std::string tx_batches =
+      r.port().tx_batched() == 0 ? std::string()
+                                 : absl::StrFormat(" (%d in batches)", r.port().tx_batched());
   // Looks at the port that found nothing: system calls that did no work.
   const std::string empty_reads =
       r.port().rx_empty_reads() == 0
           ? std::string()
           : absl::StrFormat("; %d reads found nothing", r.port().rx_empty_reads());
-  absl::StrAppendFormat(&out, "  port: rx %d packets%s %d bytes, tx %d packets %d bytes%s; drops:%s\n",
-              r.port().rx_packets(), batch_copied, r.port().rx_bytes(), r.port().tx_packets(),
-              r.port().tx_bytes(), empty_reads, Counts(r.port().drops()));
+  absl::StrAppendFormat(&out, "  port: rx %d packets%s %d bytes, tx %d packets%s %d bytes%s; drops:%s\n",
+              r.port().rx_packets(), rx_batches, r.port().rx_bytes(), r.port().tx_packets(),
+              tx_batches, r.port().tx_bytes(), empty_reads, Counts(r.port().drops()));
   const std::string in_memory =
       r.in_process_messages() == 0
           ? std::string()
           : absl::StrFormat(" (%d in memory to switches of this process)", r.in_process_messages());
-  absl::StrAppendFormat(&out, "  aggregation messages: %d received, %d sent%s, %d multicasts; data-plane drops:%s\n",
+  // Not drops: what the peers of QPs just destroyed still sent them.
+  const std::string late =
+      r.late_for_destroyed_qp() == 0
+          ? std::string()
+          : absl::StrFormat(" (and %d late packets for QPs destroyed in the last 10 s)",
+                            r.late_for_destroyed_qp());
+  absl::StrAppendFormat(&out, "  aggregation messages: %d received, %d sent%s, %d multicasts; data-plane drops:%s%s\n",
               r.messages_received(), r.messages_sent(), in_memory, r.multicasts_sent(),
-              Counts(r.drops()));
+              Counts(r.drops()), late);
   absl::StrAppendFormat(&out, "  resources: %d groups, %d slots, %d QPs in use\n", r.usage().groups(),
               r.usage().slots(), r.usage().qps());
   for (const control::PeerCounters& p : r.peers()) {
@@ -264,6 +281,83 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
   }
   if (r.backend_counters_size() > 0) {
     absl::StrAppendFormat(&out, "  backend:%s\n", Counts(r.backend_counters()));
+  }
+  return out;
+}
+
+namespace {
+
+// Every drop the switch counted, its port's and its data plane's.
+uint64_t TotalDrops(const control::GetCountersResponse& r) {
+  uint64_t n = 0;
+  for (const control::NamedCount& c : r.port().drops()) n += c.count();
+  for (const control::NamedCount& c : r.drops()) n += c.count();
+  return n;
+}
+
+std::string Share(uint64_t part, uint64_t whole) {
+  return whole == 0 ? "-" : absl::StrFormat("%.0f %%", 100.0 * part / whole);
+}
+
+// Packets at or above this many bytes on average are full-size chunks,
+// which the ranks and switches send in GSO runs.
+constexpr uint64_t kFullPacketBytes = 2048;
+// Enough packets that batching must have shown, and enough messages
+// between switches that the in-memory links must have.
+constexpr uint64_t kEnoughPackets = 1000;
+
+}  // namespace
+
+std::string FormatSwitchTraffic(const control::GetCountersResponse& r) {
+  const control::SwitchPortCounters& p = r.port();
+  std::string drops = "none";
+  if (TotalDrops(r) != 0) {
+    std::vector<std::string> named;
+    for (const auto* list : {&p.drops(), &r.drops()}) {
+      for (const control::NamedCount& c : *list) {
+        if (c.count() != 0) named.push_back(absl::StrFormat("%s=%d", c.name(), c.count()));
+      }
+    }
+    drops = absl::StrJoin(named, " ");
+  }
+  return absl::StrFormat(
+      "%s: messages %d in, %d out (%d in memory); port rx %d packets (%s in batches), tx %d "
+      "(%s in batches); drops: %s",
+      r.name(), r.messages_received(), r.messages_sent(), r.in_process_messages(),
+      p.rx_packets(), Share(p.rx_batched(), p.rx_packets()), p.tx_packets(),
+      Share(p.tx_batched(), p.tx_packets()), drops);
+}
+
+std::vector<std::string> SwitchTrafficWarnings(
+    const std::vector<control::GetCountersResponse>& switches, bool one_process) {
+  std::vector<std::string> out;
+  uint64_t sent = 0, in_memory = 0;
+  for (const control::GetCountersResponse& r : switches) {
+    sent += r.messages_sent();
+    in_memory += r.in_process_messages();
+  }
+  if (one_process && switches.size() > 1 && sent >= kEnoughPackets && in_memory == 0) {
+    out.push_back(absl::StrFormat(
+        "the switches run in one process but none of their %d messages to each other went in "
+        "memory: every one crossed the kernel (docs/switch.md, \"Several switches in one "
+        "process\")",
+        sent));
+  }
+  for (const control::GetCountersResponse& r : switches) {
+    const control::SwitchPortCounters& p = r.port();
+    if (r.backend() != "udp") continue;
+    if (p.tx_packets() >= kEnoughPackets && p.tx_bytes() / p.tx_packets() >= kFullPacketBytes &&
+        p.tx_batched() == 0) {
+      out.push_back(absl::StrFormat(
+          "%s sent %d full-size packets one system call each: UDP GSO did not engage "
+          "(docs/transport.md, \"Batched I/O\")", r.name(), p.tx_packets()));
+    }
+    if (p.rx_packets() >= kEnoughPackets && p.rx_bytes() / p.rx_packets() >= kFullPacketBytes &&
+        p.rx_batched() == 0) {
+      out.push_back(absl::StrFormat(
+          "%s read %d full-size packets one at a time: UDP GRO did not engage "
+          "(docs/transport.md, \"Batched I/O\")", r.name(), p.rx_packets()));
+    }
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #define NETFOLD_TOOLS_STATUS_TEXT_H_
 
 #include <string>
+#include <vector>
 
 #include "proto/control/netfold_control.pb.h"
 
@@ -24,6 +25,17 @@ std::string SwitchStateName(control::SwitchStatus::State state);
 // backend's counters; zero counts are left out.
 std::string FormatSwitchCounters(const control::GetCountersResponse& counters,
                                  const std::string& admin);
+// One line of what a switch carried, for a benchmark's end (`netfold
+// bench`): aggregation messages in and out (how many of those out went in
+// memory to switches of its process), packets at its port and the share
+// the kernel handled in batches (UDP GSO and GRO), and every drop.
+std::string FormatSwitchTraffic(const control::GetCountersResponse& counters);
+// What the counters of a fabric's switches say did not engage that should
+// have: the in-memory links between switches of one process
+// (`one_process`), and the batching of a udp port that carried full-size
+// packets. Empty when nothing is amiss.
+std::vector<std::string> SwitchTrafficWarnings(
+    const std::vector<control::GetCountersResponse>& switches, bool one_process);
 
 }  // namespace netfold::tools
 

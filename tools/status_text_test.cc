@@ -152,6 +152,16 @@ TEST(StatusText, SwitchCountersNameNonZeroCountsOnly) {
             std::string::npos)
       << FormatSwitchCounters(r, "127.0.0.1:9000");
   r.mutable_port()->set_rx_empty_reads(0);
+  EXPECT_EQ(text.find("in batches"), std::string::npos) << text;  // none batched
+  r.mutable_port()->set_rx_batched(6);
+  r.mutable_port()->set_rx_batch_copied(2);
+  r.mutable_port()->set_tx_packets(11);
+  r.mutable_port()->set_tx_batched(10);
+  EXPECT_NE(FormatSwitchCounters(r, "127.0.0.1:9000")
+                .find("rx 7 packets (6 in batches, 2 copied out of their batch) 0 bytes, "
+                      "tx 11 packets (10 in batches) 0 bytes"),
+            std::string::npos)
+      << FormatSwitchCounters(r, "127.0.0.1:9000");
   r.set_messages_sent(9);
   r.set_in_process_messages(4);
   EXPECT_NE(FormatSwitchCounters(r, "127.0.0.1:9000")
@@ -181,6 +191,84 @@ TEST(StatusText, SwitchCountersGiveEveryQpsTotalsWhenDetailed) {
   EXPECT_NE(FormatSwitchCounters(r, "a").find("received 0, timeouts 5 (4 spurious), NAKs sent 0"),
             std::string::npos)
       << FormatSwitchCounters(r, "a");
+}
+
+// A busy udp switch: full-size packets, most of them in batches, its
+// messages to the other switch of its process in memory.
+control::GetCountersResponse BusyUdpSwitch(const std::string& name) {
+  control::GetCountersResponse r;
+  r.set_name(name);
+  r.set_backend("udp");
+  r.set_messages_received(3000);
+  r.set_messages_sent(1500);
+  r.set_in_process_messages(1500);
+  control::SwitchPortCounters* p = r.mutable_port();
+  p->set_rx_packets(3000);
+  p->set_rx_bytes(3000 * 4096);
+  p->set_rx_batched(2400);
+  p->set_tx_packets(1500);
+  p->set_tx_bytes(1500 * 4096);
+  p->set_tx_batched(1500);
+  return r;
+}
+
+TEST(StatusText, SwitchTrafficIsOneLineWithTheBatchedSharesAndEveryDrop) {
+  control::GetCountersResponse r = BusyUdpSwitch("leaf0");
+  EXPECT_EQ(FormatSwitchTraffic(r),
+            "leaf0: messages 3000 in, 1500 out (1500 in memory); port rx 3000 packets (80 % in "
+            "batches), tx 1500 (100 % in batches); drops: none");
+  control::NamedCount* c = r.mutable_port()->add_drops();
+  c->set_name("rx_no_buffer");
+  c->set_count(2);
+  c = r.add_drops();
+  c->set_name("endpoint.unknown_qp");
+  c->set_count(0);
+  c = r.add_drops();
+  c->set_name("switch.unknown_group");
+  c->set_count(5);
+  EXPECT_TRUE(FormatSwitchTraffic(r).ends_with("drops: rx_no_buffer=2 switch.unknown_group=5"))
+      << FormatSwitchTraffic(r);
+  control::GetCountersResponse idle;
+  idle.set_name("root");
+  EXPECT_TRUE(FormatSwitchTraffic(idle).find("rx 0 packets (- in batches)") != std::string::npos)
+      << FormatSwitchTraffic(idle);
+}
+
+TEST(StatusText, SwitchTrafficWarnsOfLinksAndBatchesThatDidNotEngage) {
+  std::vector<control::GetCountersResponse> fabric = {BusyUdpSwitch("leaf0"),
+                                                      BusyUdpSwitch("root")};
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true).empty());
+  // Their messages to each other through the kernel: only a warning when
+  // they share a process.
+  for (control::GetCountersResponse& r : fabric) r.set_in_process_messages(0);
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, false).empty());
+  std::vector<std::string> w = SwitchTrafficWarnings(fabric, true);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_NE(w[0].find("none of their 3000 messages to each other went in memory"),
+            std::string::npos)
+      << w[0];
+  // One switch alone has no other to hand messages to.
+  EXPECT_TRUE(SwitchTrafficWarnings({fabric[0]}, true).empty());
+  // Full-size packets, none batched, on either side.
+  fabric = {BusyUdpSwitch("leaf0")};
+  fabric[0].mutable_port()->set_tx_batched(0);
+  fabric[0].mutable_port()->set_rx_batched(0);
+  w = SwitchTrafficWarnings(fabric, true);
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_NE(w[0].find("leaf0 sent 1500 full-size packets one system call each"),
+            std::string::npos)
+      << w[0];
+  EXPECT_NE(w[1].find("leaf0 read 3000 full-size packets one at a time"), std::string::npos)
+      << w[1];
+  // Small packets (8-byte operations) are not batched, and a DPDK port
+  // batches its own way.
+  fabric[0].mutable_port()->set_tx_bytes(1500 * 100);
+  fabric[0].mutable_port()->set_rx_bytes(3000 * 100);
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true).empty());
+  fabric = {BusyUdpSwitch("leaf0")};
+  fabric[0].mutable_port()->set_tx_batched(0);
+  fabric[0].set_backend("dpdk");
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true).empty());
 }
 
 }  // namespace

@@ -105,9 +105,19 @@ absl::StatusOr<UdQueuePair*> RoceEndpoint::CreateUdQp(const UdQpConfig& config) 
 }
 
 absl::Status RoceEndpoint::DestroyQp(uint32_t qpn) {
-  if (rc_qps_.contains(qpn)) {
+  if (auto rc = rc_qps_.find(qpn); rc != rc_qps_.end()) {
+    const int64_t now = clock_.NowNanos();
+    destroyed_[qpn] = Destroyed{rc->second->attributes().remote, now};
+    destroyed_order_.emplace_back(qpn, now);
+    if (destroyed_order_.size() > kMaxDestroyedRemembered) {
+      const auto [oldest, at] = destroyed_order_.front();
+      destroyed_order_.pop_front();
+      if (auto d = destroyed_.find(oldest); d != destroyed_.end() && d->second.at_ns == at) {
+        destroyed_.erase(d);
+      }
+    }
     EraseFromQpnOrder(rc_in_order_, qpn);
-    rc_qps_.erase(qpn);
+    rc_qps_.erase(rc);
     return absl::OkStatus();
   }
   if (ud_qps_.contains(qpn)) {
@@ -121,6 +131,16 @@ absl::Status RoceEndpoint::DestroyQp(uint32_t qpn) {
     return absl::OkStatus();
   }
   return absl::NotFoundError(absl::StrFormat("no QP 0x%06x on %s", qpn, local().ToString()));
+}
+
+bool RoceEndpoint::LateForDestroyedQp(uint32_t qpn, const PacketBuffer& p) {
+  auto d = destroyed_.find(qpn);
+  if (d == destroyed_.end()) return false;
+  if (clock_.NowNanos() - d->second.at_ns >= kLateAfterDestroyNs) {
+    destroyed_.erase(d);  // its place in destroyed_order_ goes when it comes first
+    return false;
+  }
+  return d->second.peer == p.src;
 }
 
 RcQueuePair* RoceEndpoint::FindRcQp(uint32_t qpn) {
@@ -298,7 +318,11 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
     if (!ud->second->OnPacket(view, p)) PacketPool::Free(p);
     return;
   }
-  counters_.drops.Count(QpDropReason::kUnknownQp);
+  if (LateForDestroyedQp(qpn, *p)) {
+    BumpCounter(counters_.late_for_destroyed_qp);
+  } else {
+    counters_.drops.Count(QpDropReason::kUnknownQp);
+  }
   PacketPool::Free(p);
 }
 

@@ -32,7 +32,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -45,6 +47,11 @@
 #include "transport/ud_queue_pair.h"
 
 namespace netfold::transport {
+
+// How long an endpoint knows a destroyed RC QP's peer, and how many such
+// QPs at most (RoceEndpointCounters::late_for_destroyed_qp).
+inline constexpr int64_t kLateAfterDestroyNs = 10'000'000'000;
+inline constexpr size_t kMaxDestroyedRemembered = 4096;
 
 struct RoceEndpointConfig {
   bool check_icrc = true;
@@ -75,6 +82,12 @@ struct RoceEndpointCounters {
   std::atomic<uint64_t> ip_identification_solved{0};
   std::array<std::atomic<uint64_t>, proto::kNumRoceParseResults> parse_drops{};
   QpDropCounters drops;  // kUnknownQp and kNoBuffer at the endpoint level
+  // Packets from the peer of an RC QP destroyed less than
+  // kLateAfterDestroyNs ago, to that QP: the ACK of a last message, a
+  // retransmission that crossed the destruction. Discarded as a NIC does
+  // for a QP it no longer has, and not counted as unknown_qp: an orderly
+  // end of every job leaves some.
+  std::atomic<uint64_t> late_for_destroyed_qp{0};
 
   uint64_t ParseDrops(proto::RoceParseResult r) const {
     return parse_drops[static_cast<size_t>(r)].load(std::memory_order_relaxed);
@@ -140,6 +153,9 @@ class RoceEndpoint {
 
  private:
   uint32_t NextQpn();
+  // Whether `p`, to a QPN no QP has, comes from the peer an RC QP of that
+  // QPN had when it was destroyed, less than kLateAfterDestroyNs ago.
+  bool LateForDestroyedQp(uint32_t qpn, const PacketBuffer& p);
   // An RC request netfold does not implement, to an RC QP of ours: the QP
   // answers it (NAK invalid request). False if it is not one (the caller
   // counts the parse drop).
@@ -172,6 +188,15 @@ class RoceEndpoint {
   std::vector<PacketBuffer*> rx_;
   bool flushed_receives_ = false;  // Flush read packets the owner has not seen
   std::vector<PacketBuffer*> tx_;
+  // RC QPs destroyed lately, by QPN: their peer's address and when (clock
+  // nanoseconds); at most kMaxDestroyedRemembered, the oldest forgotten
+  // first (destroyed_order_ holds the QPNs in order of destruction).
+  struct Destroyed {
+    Ipv4Endpoint peer;
+    int64_t at_ns = 0;
+  };
+  absl::flat_hash_map<uint32_t, Destroyed> destroyed_;
+  std::deque<std::pair<uint32_t, int64_t>> destroyed_order_;
   RoceEndpointCounters counters_;
   proto::IcrcIdentificationTable icrc_ids_;
 };

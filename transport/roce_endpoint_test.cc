@@ -606,6 +606,48 @@ TEST_F(EndpointTest, UnsupportedRequestsAreDroppedAndCountedAndTheQpStaysUp) {
   EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kAck);
 }
 
+// The peer of a QP destroyed at the end of a job may still send it the ACK
+// of a last message: discarded, counted as late, not as unknown_qp. From
+// anyone else, to a QPN never used, or after kLateAfterDestroyNs, it is a
+// drop as before.
+TEST_F(EndpointTest, APacketFromTheLatePeerOfADestroyedQpIsNotADrop) {
+  const uint32_t qpn = rc_->qpn();
+  ASSERT_TRUE(a_->DestroyQp(qpn).ok());
+  Crafted ack;
+  ack.spec.bth.opcode = BthOpcode::kRcAcknowledge;
+  ack.spec.bth.pkey = kPkey;
+  ack.spec.bth.dest_qp = qpn;
+  ack.spec.bth.psn = 500;
+  ack.spec.aeth = proto::MakeAck(1);
+  Inject(*b_, Build(ack, kAddrB));
+  EXPECT_EQ(a_->counters().late_for_destroyed_qp, 1u);
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 0u);
+  Inject(*attacker_, Build(ack, kAttacker));  // not the QP's peer
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 1u);
+  ack.spec.bth.dest_qp = 0x5555;  // no QP ever had it
+  Inject(*b_, Build(ack, kAddrB));
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 2u);
+  ack.spec.bth.dest_qp = qpn;
+  clock_.Advance(absl::Nanoseconds(kLateAfterDestroyNs));
+  Inject(*b_, Build(ack, kAddrB));
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 3u);
+  EXPECT_EQ(a_->counters().late_for_destroyed_qp, 1u);
+  // Only the last kMaxDestroyedRemembered destroyed QPs are known.
+  std::vector<uint32_t> qpns;
+  for (size_t i = 0; i <= kMaxDestroyedRemembered; ++i) {
+    RcQueuePair* qp = ConnectedToB(*a_);
+    ASSERT_NE(qp, nullptr);
+    qpns.push_back(qp->qpn());
+  }
+  for (uint32_t q : qpns) ASSERT_TRUE(a_->DestroyQp(q).ok());
+  for (uint32_t q : {qpns.front(), qpns.back()}) {
+    ack.spec.bth.dest_qp = q;
+    Inject(*b_, Build(ack, kAddrB));
+  }
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 4u) << "the first forgotten";
+  EXPECT_EQ(a_->counters().late_for_destroyed_qp, 2u);
+}
+
 TEST_F(EndpointTest, UdUnicastAndMulticastDelivery) {
   ASSERT_TRUE(a_->AttachMulticast(ud_->qpn(), kGroup).ok());
   EXPECT_EQ(a_->AttachMulticast(ud_->qpn(), kGroup).code(), absl::StatusCode::kAlreadyExists);
