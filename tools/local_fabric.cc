@@ -410,12 +410,17 @@ std::vector<std::string> LocalFabric::switch_admin_addresses() const {
   return out;
 }
 
-absl::Status LocalFabric::SetLinkFault(const std::string& name, const std::string& impairment) {
+absl::StatusOr<std::unique_ptr<control::SwitchAdmin::Stub>> LocalFabric::SwitchStub(
+    const std::string& name) const {
   auto it = switch_admin_.find(name);
   if (it == switch_admin_.end()) {
     return absl::NotFoundError(absl::StrFormat("no switch '%s' in this fabric", name));
   }
-  auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(it->second, client_auth_));
+  return control::SwitchAdmin::NewStub(auth::CreateChannel(it->second, client_auth_));
+}
+
+absl::Status LocalFabric::SetLinkFault(const std::string& name, const std::string& impairment) {
+  NETFOLD_ASSIGN_OR_RETURN(auto stub, SwitchStub(name));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   control::SetLinkFaultRequest req;
@@ -432,11 +437,7 @@ absl::Status LocalFabric::SetLinkFault(const std::string& name, const std::strin
 
 absl::StatusOr<control::GetCountersResponse> LocalFabric::SwitchCounters(
     const std::string& name) const {
-  auto it = switch_admin_.find(name);
-  if (it == switch_admin_.end()) {
-    return absl::NotFoundError(absl::StrFormat("no switch '%s' in this fabric", name));
-  }
-  auto stub = control::SwitchAdmin::NewStub(auth::CreateChannel(it->second, client_auth_));
+  NETFOLD_ASSIGN_OR_RETURN(auto stub, SwitchStub(name));
   grpc::ClientContext c;
   c.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   control::GetCountersRequest request;

@@ -44,7 +44,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "auth/grpc_credential.h"
-#include "proto/control/netfold_control.pb.h"
+#include "proto/control/netfold_control.grpc.pb.h"
 #include "tools/multicast_claim.h"
 #include "tools/state_dir.h"
 
@@ -185,6 +185,9 @@ class LocalFabric {
   // Waits for the admin port file of every switch `d` runs.
   absl::Status WaitForAdminPorts(const Daemon& d, absl::Duration timeout);
   absl::Status WritePids();
+  // A stub of switch `name`'s admin API; NotFound for a name not in the fabric.
+  absl::StatusOr<std::unique_ptr<control::SwitchAdmin::Stub>> SwitchStub(
+      const std::string& name) const;
 
   std::optional<StateDir> dir_;
   std::optional<MulticastClaim> multicast_claim_;
