@@ -91,6 +91,14 @@ void Signal(int pidfd, pid_t pid, int signal) {
   if (pidfd < 0) kill(pid, signal);
 }
 
+// SIGTERM, then SIGCONT: a stopped process (SIGSTOP from `netfold kill
+// --signal STOP`, a debugger) only handles its SIGTERM once it runs again,
+// as systemd does when it stops a unit. A running one ignores the SIGCONT.
+void Terminate(int pidfd, pid_t pid) {
+  Signal(pidfd, pid, SIGTERM);
+  Signal(pidfd, pid, SIGCONT);
+}
+
 // Waits at most 100 ms, and not past `deadline`, for the process to exit.
 // A child of this process is left a zombie for its parent's own wait
 // (CheckDaemon takes a zombie for gone).
@@ -211,7 +219,7 @@ int StopDaemons(const std::vector<DaemonRecord>& records, const std::vector<std:
       }
       continue;
     }
-    Signal(pidfd, r.pid, SIGTERM);
+    Terminate(pidfd, r.pid);
     targets.push_back({&r, pidfd});
   }
   const absl::Time deadline = absl::Now() + grace;
@@ -242,7 +250,11 @@ absl::Status SignalDaemon(const DaemonRecord& record, const std::vector<std::str
     return absl::FailedPreconditionError(absl::StrFormat(
         "%s (pid %d) was not signalled: %s", record.name, record.pid, why));
   }
-  Signal(pidfd, record.pid, signal);
+  if (signal == SIGTERM) {
+    Terminate(pidfd, record.pid);
+  } else {
+    Signal(pidfd, record.pid, signal);
+  }
   const absl::Time deadline = absl::Now() + wait;
   bool running = wait > absl::ZeroDuration();
   while (running && absl::Now() < deadline) {

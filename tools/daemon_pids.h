@@ -62,7 +62,8 @@ DaemonState CheckDaemon(const DaemonRecord& record, const std::vector<std::strin
 // True if the recorded process runs but is stopped (SIGSTOP, a debugger).
 bool DaemonStopped(const DaemonRecord& record);
 
-// SIGTERM to each record that CheckDaemon finds kRunning, then waits up to
+// SIGTERM (and SIGCONT, so that a stopped one handles it) to each record
+// that CheckDaemon finds kRunning, then waits up to
 // `grace` for them to exit and SIGKILLs those left. Records that are kOther
 // are left alone and explained in `notes` ("pid 123 (leaf0) was not
 // signalled: ..."), as are those that were already gone. Returns the number
@@ -73,8 +74,9 @@ int StopDaemons(const std::vector<DaemonRecord>& records, const std::vector<std:
 // Sends `signal` to `record`'s process if CheckDaemon finds it kRunning,
 // through a pidfd opened before the check (as StopDaemons does);
 // FailedPrecondition saying why not otherwise. With `wait` > 0 it then
-// waits that long for the process to exit (after SIGKILL or SIGTERM):
-// DeadlineExceeded if it still runs.
+// waits that long for the process to exit (after SIGKILL or SIGTERM; a
+// SIGTERM is followed by SIGCONT, as StopDaemons does): DeadlineExceeded
+// if it still runs.
 absl::Status SignalDaemon(const DaemonRecord& record, const std::vector<std::string>& programs,
                           int signal, absl::Duration wait);
 

@@ -32,6 +32,7 @@ namespace netfold {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 CliResult RunNetfold(const std::vector<std::string>& args) {
   std::vector<std::string> argv = {NETFOLD_CLI};
@@ -170,7 +171,7 @@ TEST_F(ProcessFaultCommand, ASwitchKilledByNameStartsAgainAndRegisters) {
 }
 
 TEST_F(ProcessFaultCommand, TheManagerPausesResumesAndComesBackOnItsAddress) {
-  Up({});
+  Up({"--switch-processes", "one"});
   const tools::DaemonRecord before = Record("manager");
   absl::StatusOr<tools::StateDir> dir = tools::StateDir::Open(dir_, /*create=*/false);
   ASSERT_TRUE(dir.ok());
@@ -180,8 +181,12 @@ TEST_F(ProcessFaultCommand, TheManagerPausesResumesAndComesBackOnItsAddress) {
   ASSERT_EQ(Run({"kill", "manager", "--signal", "cont"}).exit_code, 0);
   EXPECT_TRUE(Running(before));
 
-  // TERM ends it as KILL does; then there is nothing left to signal.
-  ASSERT_EQ(Run({"kill", "manager", "--signal", "TERM"}).exit_code, 0);
+  // TERM ends it as KILL does, stopped or not (a SIGCONT follows the
+  // SIGTERM, which a stopped process would otherwise keep pending, and
+  // `kill` would wait 5 s and fail); then there is nothing left to signal.
+  ASSERT_EQ(Run({"kill", "manager", "--signal", "STOP"}).exit_code, 0);
+  CliResult terminated = Run({"kill", "manager", "--signal", "TERM"});
+  ASSERT_EQ(terminated.exit_code, 0) << terminated.err;
   EXPECT_FALSE(Running(before));
   // With the manager down, status still lists the daemons, then fails.
   CliResult status = Run({"status"});
@@ -197,6 +202,14 @@ TEST_F(ProcessFaultCommand, TheManagerPausesResumesAndComesBackOnItsAddress) {
   EXPECT_EQ(dir->ReadFile("manager.address").value_or(""), address);
   // Every switch registered with it again.
   for (const char* sw : {"root", "leaf0", "leaf1"}) EXPECT_THAT(StatusLine(sw), HasSubstr(" up "));
+  // `down` stops a stopped daemon in order too, not with SIGKILL once its
+  // grace ran out.
+  const tools::DaemonRecord switches = Record("switches");
+  ASSERT_EQ(Run({"kill", "switches", "--signal", "STOP"}).exit_code, 0);
+  CliResult down = Run({"down"});
+  EXPECT_EQ(down.exit_code, 0) << down.err;
+  EXPECT_THAT(down.out + down.err, Not(HasSubstr("killed")));
+  EXPECT_FALSE(Running(switches));
 }
 
 TEST_F(ProcessFaultCommand, NamesThatCannotBeSignalledAloneAreRefusedWithTheReason) {
