@@ -223,6 +223,8 @@ TEST_P(DataPlaneThreadLinks, TwoSwitchesOnOneThreadAggregateAndKeepTheirTimers) 
   EXPECT_EQ(leaf->counters().in_process_messages, in_process ? 8u : 0u);
   EXPECT_EQ(root->counters().in_process_messages, in_process ? 8u : 0u);
   EXPECT_EQ(leaf->counters().messages_sent, 16u + 2 * 16u) << "up, and down to both hosts";
+  EXPECT_EQ(leaf->counters().messages_to_switches, 16u) << "up";
+  EXPECT_EQ(root->counters().messages_to_switches, 16u) << "down to the leaf";
   ASSERT_TRUE(OnThread(*leaf, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
   ASSERT_TRUE(OnThread(*root, [](SwitchDataPlane& dp) { (void)dp.RemoveGroup(1, 5); }));
   thread.Remove(leaf.get());

@@ -124,6 +124,7 @@ void FillCounters(SwitchDataPlane& dp, const transport::ImpairedPort* port,
   out->set_messages_sent(Load(sc.messages_sent));
   out->set_multicasts_sent(Load(sc.multicasts_sent));
   out->set_backlogged(Load(sc.backlogged));
+  out->set_messages_to_switches(Load(sc.messages_to_switches));
   out->set_in_process_messages(Load(sc.in_process_messages));
   const transport::RoceEndpointCounters& ec = dp.endpoint().counters();
   out->set_late_for_destroyed_qp(Load(ec.late_for_destroyed_qp));

@@ -544,6 +544,7 @@ void SwitchDataPlane::Send(uint32_t qpn, std::span<const uint8_t> message) {
   }
   Qp& qp = *it->second;
   counters_.messages_sent.fetch_add(1, std::memory_order_relaxed);
+  if (qp.job_id == 0) counters_.messages_to_switches.fetch_add(1, std::memory_order_relaxed);
   if (qp.in_process != nullptr) {
     if (InProcessLinkUsable(qp)) {
       qp.in_process->Deliver(qp.in_process_qpn, message);

@@ -159,8 +159,10 @@ struct SwitchCounters {
   std::atomic<uint64_t> messages_sent{0};
   std::atomic<uint64_t> multicasts_sent{0};
   std::atomic<uint64_t> backlogged{0};  // sends that waited for room in a send queue
-  // Messages to a switch of the same process handed over in memory (also
-  // in messages_sent; SwitchConfig::in_process_links).
+  // Of messages_sent, those to another switch (a switch-to-switch QP, job
+  // 0), and of those the ones handed over in memory to a switch of the same
+  // process (SwitchConfig::in_process_links).
+  std::atomic<uint64_t> messages_to_switches{0};
   std::atomic<uint64_t> in_process_messages{0};
   std::array<std::atomic<uint64_t>, proto::kNumAggregationParseResults> parse_drops{};
   std::array<std::atomic<uint64_t>, kNumSwitchDropReasons> drops{};

@@ -458,7 +458,8 @@ int RunBench(const BenchOptions& o) {
     std::printf("  %s\n", FormatSwitchTraffic(c).c_str());
   }
   for (const std::string& w :
-       SwitchTrafficWarnings(switch_counters, (*fabric)->one_switch_process())) {
+       SwitchTrafficWarnings(switch_counters, (*fabric)->one_switch_process(),
+                             window.num_slots > 1)) {
     std::printf("WARNING: %s\n", w.c_str());
   }
   Plot(o.self, csv_path, out_dir);

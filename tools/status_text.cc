@@ -248,7 +248,7 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
   const std::string late =
       r.late_for_destroyed_qp() == 0
           ? std::string()
-          : absl::StrFormat(" (and %d late packets for QPs destroyed in the last 10 s)",
+          : absl::StrFormat(" (and %d late ACKs to QPs within 10 s of their destruction)",
                             r.late_for_destroyed_qp());
   absl::StrAppendFormat(&out, "  aggregation messages: %d received, %d sent%s, %d multicasts; data-plane drops:%s%s\n",
               r.messages_received(), r.messages_sent(), in_memory, r.multicasts_sent(),
@@ -287,12 +287,21 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
 
 namespace {
 
-// Every drop the switch counted, its port's and its data plane's.
-uint64_t TotalDrops(const control::GetCountersResponse& r) {
-  uint64_t n = 0;
-  for (const control::NamedCount& c : r.port().drops()) n += c.count();
-  for (const control::NamedCount& c : r.drops()) n += c.count();
-  return n;
+// Every drop the switch counted, "name=count" for those not zero: its
+// port's, its data plane's and, in a detailed answer (where `drops` leaves
+// them out), those of every QP it has had, as "qp.<reason>".
+std::vector<std::string> NamedDrops(const control::GetCountersResponse& r) {
+  std::vector<std::string> out;
+  auto add = [&](const google::protobuf::RepeatedPtrField<control::NamedCount>& list,
+                 std::string_view prefix) {
+    for (const control::NamedCount& c : list) {
+      if (c.count() != 0) out.push_back(absl::StrFormat("%s%s=%d", prefix, c.name(), c.count()));
+    }
+  };
+  add(r.port().drops(), "");
+  add(r.drops(), "");
+  if (r.detailed()) add(r.all_qps().drops(), "qp.");
+  return out;
 }
 
 std::string Share(uint64_t part, uint64_t whole) {
@@ -310,30 +319,23 @@ constexpr uint64_t kEnoughPackets = 1000;
 
 std::string FormatSwitchTraffic(const control::GetCountersResponse& r) {
   const control::SwitchPortCounters& p = r.port();
-  std::string drops = "none";
-  if (TotalDrops(r) != 0) {
-    std::vector<std::string> named;
-    for (const auto* list : {&p.drops(), &r.drops()}) {
-      for (const control::NamedCount& c : *list) {
-        if (c.count() != 0) named.push_back(absl::StrFormat("%s=%d", c.name(), c.count()));
-      }
-    }
-    drops = absl::StrJoin(named, " ");
-  }
+  const std::vector<std::string> drops = NamedDrops(r);
   return absl::StrFormat(
-      "%s: messages %d in, %d out (%d in memory); port rx %d packets (%s in batches), tx %d "
-      "(%s in batches); drops: %s",
-      r.name(), r.messages_received(), r.messages_sent(), r.in_process_messages(),
-      p.rx_packets(), Share(p.rx_batched(), p.rx_packets()), p.tx_packets(),
-      Share(p.tx_batched(), p.tx_packets()), drops);
+      "%s: messages %d in, %d out (%d to switches, %d of them in memory); port rx %d packets "
+      "(%s in batches), tx %d (%s in batches); drops: %s",
+      r.name(), r.messages_received(), r.messages_sent(), r.messages_to_switches(),
+      r.in_process_messages(), p.rx_packets(), Share(p.rx_batched(), p.rx_packets()),
+      p.tx_packets(), Share(p.tx_batched(), p.tx_packets()),
+      drops.empty() ? "none" : absl::StrJoin(drops, " "));
 }
 
 std::vector<std::string> SwitchTrafficWarnings(
-    const std::vector<control::GetCountersResponse>& switches, bool one_process) {
+    const std::vector<control::GetCountersResponse>& switches, bool one_process,
+    bool batches_expected) {
   std::vector<std::string> out;
   uint64_t sent = 0, in_memory = 0;
   for (const control::GetCountersResponse& r : switches) {
-    sent += r.messages_sent();
+    sent += r.messages_to_switches();
     in_memory += r.in_process_messages();
   }
   if (one_process && switches.size() > 1 && sent >= kEnoughPackets && in_memory == 0) {
@@ -345,7 +347,7 @@ std::vector<std::string> SwitchTrafficWarnings(
   }
   for (const control::GetCountersResponse& r : switches) {
     const control::SwitchPortCounters& p = r.port();
-    if (r.backend() != "udp") continue;
+    if (!batches_expected || r.backend() != "udp") continue;
     if (p.tx_packets() >= kEnoughPackets && p.tx_bytes() / p.tx_packets() >= kFullPacketBytes &&
         p.tx_batched() == 0) {
       out.push_back(absl::StrFormat(

@@ -26,16 +26,21 @@ std::string SwitchStateName(control::SwitchStatus::State state);
 std::string FormatSwitchCounters(const control::GetCountersResponse& counters,
                                  const std::string& admin);
 // One line of what a switch carried, for a benchmark's end (`netfold
-// bench`): aggregation messages in and out (how many of those out went in
-// memory to switches of its process), packets at its port and the share
-// the kernel handled in batches (UDP GSO and GRO), and every drop.
+// bench`): aggregation messages in and out (how many of those out went to
+// other switches, and how many of these in memory to switches of its
+// process), packets at its port and the share the kernel handled in
+// batches (UDP GSO and GRO), and every drop (its QPs' too, from a detailed
+// answer).
 std::string FormatSwitchTraffic(const control::GetCountersResponse& counters);
 // What the counters of a fabric's switches say did not engage that should
 // have: the in-memory links between switches of one process
-// (`one_process`), and the batching of a udp port that carried full-size
-// packets. Empty when nothing is amiss.
+// (`one_process`), and, where the window lets several packets go to one
+// destination at once (`batches_expected`: more than one slot), the
+// batching of a udp port that carried full-size packets. Empty when
+// nothing is amiss.
 std::vector<std::string> SwitchTrafficWarnings(
-    const std::vector<control::GetCountersResponse>& switches, bool one_process);
+    const std::vector<control::GetCountersResponse>& switches, bool one_process,
+    bool batches_expected);
 
 }  // namespace netfold::tools
 

@@ -164,6 +164,11 @@ TEST(StatusText, SwitchCountersNameNonZeroCountsOnly) {
       << FormatSwitchCounters(r, "127.0.0.1:9000");
   r.set_messages_sent(9);
   r.set_in_process_messages(4);
+  r.set_late_for_destroyed_qp(2);
+  EXPECT_NE(FormatSwitchCounters(r, "127.0.0.1:9000")
+                .find("(and 2 late ACKs to QPs within 10 s of their destruction)"),
+            std::string::npos)
+      << FormatSwitchCounters(r, "127.0.0.1:9000");
   EXPECT_NE(FormatSwitchCounters(r, "127.0.0.1:9000")
                 .find("9 sent (4 in memory to switches of this process)"),
             std::string::npos);
@@ -200,7 +205,8 @@ control::GetCountersResponse BusyUdpSwitch(const std::string& name) {
   r.set_name(name);
   r.set_backend("udp");
   r.set_messages_received(3000);
-  r.set_messages_sent(1500);
+  r.set_messages_sent(1600);
+  r.set_messages_to_switches(1500);
   r.set_in_process_messages(1500);
   control::SwitchPortCounters* p = r.mutable_port();
   p->set_rx_packets(3000);
@@ -215,8 +221,8 @@ control::GetCountersResponse BusyUdpSwitch(const std::string& name) {
 TEST(StatusText, SwitchTrafficIsOneLineWithTheBatchedSharesAndEveryDrop) {
   control::GetCountersResponse r = BusyUdpSwitch("leaf0");
   EXPECT_EQ(FormatSwitchTraffic(r),
-            "leaf0: messages 3000 in, 1500 out (1500 in memory); port rx 3000 packets (80 % in "
-            "batches), tx 1500 (100 % in batches); drops: none");
+            "leaf0: messages 3000 in, 1600 out (1500 to switches, 1500 of them in memory); port "
+            "rx 3000 packets (80 % in batches), tx 1500 (100 % in batches); drops: none");
   control::NamedCount* c = r.mutable_port()->add_drops();
   c->set_name("rx_no_buffer");
   c->set_count(2);
@@ -228,6 +234,16 @@ TEST(StatusText, SwitchTrafficIsOneLineWithTheBatchedSharesAndEveryDrop) {
   c->set_count(5);
   EXPECT_TRUE(FormatSwitchTraffic(r).ends_with("drops: rx_no_buffer=2 switch.unknown_group=5"))
       << FormatSwitchTraffic(r);
+  // A detailed answer leaves the QPs' drops out of `drops`: they come from
+  // every QP's totals.
+  c = r.mutable_all_qps()->add_drops();
+  c->set_name("wrong_source");
+  c->set_count(4);
+  EXPECT_TRUE(FormatSwitchTraffic(r).ends_with("switch.unknown_group=5"));  // not detailed
+  r.set_detailed(true);
+  EXPECT_TRUE(FormatSwitchTraffic(r).ends_with(
+      "drops: rx_no_buffer=2 switch.unknown_group=5 qp.wrong_source=4"))
+      << FormatSwitchTraffic(r);
   control::GetCountersResponse idle;
   idle.set_name("root");
   EXPECT_TRUE(FormatSwitchTraffic(idle).find("rx 0 packets (- in batches)") != std::string::npos)
@@ -237,23 +253,27 @@ TEST(StatusText, SwitchTrafficIsOneLineWithTheBatchedSharesAndEveryDrop) {
 TEST(StatusText, SwitchTrafficWarnsOfLinksAndBatchesThatDidNotEngage) {
   std::vector<control::GetCountersResponse> fabric = {BusyUdpSwitch("leaf0"),
                                                       BusyUdpSwitch("root")};
-  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true).empty());
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true, true).empty());
   // Their messages to each other through the kernel: only a warning when
   // they share a process.
   for (control::GetCountersResponse& r : fabric) r.set_in_process_messages(0);
-  EXPECT_TRUE(SwitchTrafficWarnings(fabric, false).empty());
-  std::vector<std::string> w = SwitchTrafficWarnings(fabric, true);
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, false, true).empty());
+  std::vector<std::string> w = SwitchTrafficWarnings(fabric, true, true);
   ASSERT_EQ(w.size(), 1u);
   EXPECT_NE(w[0].find("none of their 3000 messages to each other went in memory"),
             std::string::npos)
       << w[0];
-  // One switch alone has no other to hand messages to.
-  EXPECT_TRUE(SwitchTrafficWarnings({fabric[0]}, true).empty());
+  // One switch alone has no other to hand messages to; nor switches whose
+  // messages all went to hosts (every operation on one leaf).
+  EXPECT_TRUE(SwitchTrafficWarnings({fabric[0]}, true, true).empty());
+  for (control::GetCountersResponse& r : fabric) r.set_messages_to_switches(0);
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true, true).empty());
   // Full-size packets, none batched, on either side.
   fabric = {BusyUdpSwitch("leaf0")};
   fabric[0].mutable_port()->set_tx_batched(0);
   fabric[0].mutable_port()->set_rx_batched(0);
-  w = SwitchTrafficWarnings(fabric, true);
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true, false).empty()) << "a window of one slot";
+  w = SwitchTrafficWarnings(fabric, true, true);
   ASSERT_EQ(w.size(), 2u);
   EXPECT_NE(w[0].find("leaf0 sent 1500 full-size packets one system call each"),
             std::string::npos)
@@ -264,11 +284,11 @@ TEST(StatusText, SwitchTrafficWarnsOfLinksAndBatchesThatDidNotEngage) {
   // batches its own way.
   fabric[0].mutable_port()->set_tx_bytes(1500 * 100);
   fabric[0].mutable_port()->set_rx_bytes(3000 * 100);
-  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true).empty());
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true, true).empty());
   fabric = {BusyUdpSwitch("leaf0")};
   fabric[0].mutable_port()->set_tx_batched(0);
   fabric[0].set_backend("dpdk");
-  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true).empty());
+  EXPECT_TRUE(SwitchTrafficWarnings(fabric, true, true).empty());
 }
 
 }  // namespace

@@ -106,13 +106,16 @@ absl::StatusOr<UdQueuePair*> RoceEndpoint::CreateUdQp(const UdQpConfig& config) 
 
 absl::Status RoceEndpoint::DestroyQp(uint32_t qpn) {
   if (auto rc = rc_qps_.find(qpn); rc != rc_qps_.end()) {
-    const int64_t now = clock_.NowNanos();
-    destroyed_[qpn] = Destroyed{rc->second->attributes().remote, now};
-    destroyed_order_.emplace_back(qpn, now);
+    const RcQueuePair& qp = *rc->second;
+    const uint64_t number = ++destructions_;
+    destroyed_[qpn] = Destroyed{qp.attributes().remote.ip, qp.bound_source_port(),
+                                clock_.NowNanos(), number};
+    destroyed_order_.emplace_back(qpn, number);
     if (destroyed_order_.size() > kMaxDestroyedRemembered) {
-      const auto [oldest, at] = destroyed_order_.front();
+      const auto [oldest, its_number] = destroyed_order_.front();
       destroyed_order_.pop_front();
-      if (auto d = destroyed_.find(oldest); d != destroyed_.end() && d->second.at_ns == at) {
+      if (auto d = destroyed_.find(oldest);
+          d != destroyed_.end() && d->second.number == its_number) {
         destroyed_.erase(d);
       }
     }
@@ -133,14 +136,17 @@ absl::Status RoceEndpoint::DestroyQp(uint32_t qpn) {
   return absl::NotFoundError(absl::StrFormat("no QP 0x%06x on %s", qpn, local().ToString()));
 }
 
-bool RoceEndpoint::LateForDestroyedQp(uint32_t qpn, const PacketBuffer& p) {
+bool RoceEndpoint::LateForDestroyedQp(uint32_t qpn, const proto::RocePacketView& view,
+                                      const PacketBuffer& p) {
+  if (view.bth.opcode != proto::BthOpcode::kRcAcknowledge) return false;
   auto d = destroyed_.find(qpn);
   if (d == destroyed_.end()) return false;
   if (clock_.NowNanos() - d->second.at_ns >= kLateAfterDestroyNs) {
     destroyed_.erase(d);  // its place in destroyed_order_ goes when it comes first
     return false;
   }
-  return d->second.peer == p.src;
+  return p.src.ip == d->second.peer_ip &&
+         (!d->second.peer_port || p.src.port == *d->second.peer_port);
 }
 
 RcQueuePair* RoceEndpoint::FindRcQp(uint32_t qpn) {
@@ -318,7 +324,7 @@ void RoceEndpoint::Dispatch(PacketBuffer* p) {
     if (!ud->second->OnPacket(view, p)) PacketPool::Free(p);
     return;
   }
-  if (LateForDestroyedQp(qpn, *p)) {
+  if (LateForDestroyedQp(qpn, view, *p)) {
     BumpCounter(counters_.late_for_destroyed_qp);
   } else {
     counters_.drops.Count(QpDropReason::kUnknownQp);

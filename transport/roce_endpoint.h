@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -82,11 +83,11 @@ struct RoceEndpointCounters {
   std::atomic<uint64_t> ip_identification_solved{0};
   std::array<std::atomic<uint64_t>, proto::kNumRoceParseResults> parse_drops{};
   QpDropCounters drops;  // kUnknownQp and kNoBuffer at the endpoint level
-  // Packets from the peer of an RC QP destroyed less than
-  // kLateAfterDestroyNs ago, to that QP: the ACK of a last message, a
-  // retransmission that crossed the destruction. Discarded as a NIC does
-  // for a QP it no longer has, and not counted as unknown_qp: an orderly
-  // end of every job leaves some.
+  // ACKs and NAKs from the peer of an RC QP destroyed less than
+  // kLateAfterDestroyNs ago, to that QP: the acknowledgement of a last
+  // message that crossed the destruction. Discarded as a NIC does for a QP
+  // it no longer has, and not counted as unknown_qp: an orderly end of
+  // every job leaves some. Anything else to a destroyed QP is unknown_qp.
   std::atomic<uint64_t> late_for_destroyed_qp{0};
 
   uint64_t ParseDrops(proto::RoceParseResult r) const {
@@ -153,9 +154,12 @@ class RoceEndpoint {
 
  private:
   uint32_t NextQpn();
-  // Whether `p`, to a QPN no QP has, comes from the peer an RC QP of that
-  // QPN had when it was destroyed, less than kLateAfterDestroyNs ago.
-  bool LateForDestroyedQp(uint32_t qpn, const PacketBuffer& p);
+  // Whether `p`, an ACK or NAK to a QPN no QP has, comes from the peer an
+  // RC QP of that QPN had when it was destroyed, less than
+  // kLateAfterDestroyNs ago: its address, and the source port the QP had
+  // bound (RcQueuePair::Admits), if any.
+  bool LateForDestroyedQp(uint32_t qpn, const proto::RocePacketView& view,
+                          const PacketBuffer& p);
   // An RC request netfold does not implement, to an RC QP of ours: the QP
   // answers it (NAK invalid request). False if it is not one (the caller
   // counts the parse drop).
@@ -188,15 +192,20 @@ class RoceEndpoint {
   std::vector<PacketBuffer*> rx_;
   bool flushed_receives_ = false;  // Flush read packets the owner has not seen
   std::vector<PacketBuffer*> tx_;
-  // RC QPs destroyed lately, by QPN: their peer's address and when (clock
-  // nanoseconds); at most kMaxDestroyedRemembered, the oldest forgotten
-  // first (destroyed_order_ holds the QPNs in order of destruction).
+  // RC QPs destroyed lately, by QPN: their peer's address, the source port
+  // it sent from (if the QP had bound one), when (clock nanoseconds), and
+  // the destruction's number. At most kMaxDestroyedRemembered, the oldest
+  // forgotten first: destroyed_order_ holds (QPN, number) in order of
+  // destruction, and an entry goes only if its number is still the QPN's.
   struct Destroyed {
-    Ipv4Endpoint peer;
+    uint32_t peer_ip = 0;
+    std::optional<uint16_t> peer_port;
     int64_t at_ns = 0;
+    uint64_t number = 0;
   };
   absl::flat_hash_map<uint32_t, Destroyed> destroyed_;
-  std::deque<std::pair<uint32_t, int64_t>> destroyed_order_;
+  std::deque<std::pair<uint32_t, uint64_t>> destroyed_order_;
+  uint64_t destructions_ = 0;
   RoceEndpointCounters counters_;
   proto::IcrcIdentificationTable icrc_ids_;
 };

@@ -608,9 +608,9 @@ TEST_F(EndpointTest, UnsupportedRequestsAreDroppedAndCountedAndTheQpStaysUp) {
 
 // The peer of a QP destroyed at the end of a job may still send it the ACK
 // of a last message: discarded, counted as late, not as unknown_qp. From
-// anyone else, to a QPN never used, or after kLateAfterDestroyNs, it is a
-// drop as before.
-TEST_F(EndpointTest, APacketFromTheLatePeerOfADestroyedQpIsNotADrop) {
+// anyone else, anything but an ACK, to a QPN never used, or after
+// kLateAfterDestroyNs, it is a drop as before.
+TEST_F(EndpointTest, AnAckFromTheLatePeerOfADestroyedQpIsNotADrop) {
   const uint32_t qpn = rc_->qpn();
   ASSERT_TRUE(a_->DestroyQp(qpn).ok());
   Crafted ack;
@@ -624,27 +624,88 @@ TEST_F(EndpointTest, APacketFromTheLatePeerOfADestroyedQpIsNotADrop) {
   EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 0u);
   Inject(*attacker_, Build(ack, kAttacker));  // not the QP's peer
   EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 1u);
+  Inject(*b_, Build(RcSend(qpn, 100), kAddrB));  // a request: the peer's loss, a drop
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 2u);
   ack.spec.bth.dest_qp = 0x5555;  // no QP ever had it
   Inject(*b_, Build(ack, kAddrB));
-  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 2u);
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 3u);
   ack.spec.bth.dest_qp = qpn;
   clock_.Advance(absl::Nanoseconds(kLateAfterDestroyNs));
   Inject(*b_, Build(ack, kAddrB));
-  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 3u);
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 4u);
   EXPECT_EQ(a_->counters().late_for_destroyed_qp, 1u);
-  // Only the last kMaxDestroyedRemembered destroyed QPs are known.
+}
+
+// A RoCE NIC sends from a port of its own choosing, not the one it listens
+// on (the QP's remote): the late ACK is known by the address and the port
+// the QP had bound (RcQueuePair::Admits), not by the remote's port.
+TEST_F(EndpointTest, ALateAckIsKnownByThePortItsQpBound) {
+  const Ipv4Endpoint nic_source{kAddrB.ip, 40001};
+  std::unique_ptr<MemoryPort> nic = *net_.CreatePort({.local = nic_source});
+  const Ipv4Endpoint other_source{kAddrB.ip, 40002};
+  std::unique_ptr<MemoryPort> other = *net_.CreatePort({.local = other_source});
+  RcQueuePair* qp = ConnectedToB(*a_);
+  ASSERT_NE(qp, nullptr);
+  Inject(*nic, Build(RcSend(qp->qpn(), 100), nic_source));  // binds port 40001
+  ASSERT_EQ(qp->bound_source_port(), std::optional<uint16_t>(40001));
+  const uint32_t qpn = qp->qpn();
+  ASSERT_TRUE(a_->DestroyQp(qpn).ok());
+  Crafted ack;
+  ack.spec.bth.opcode = BthOpcode::kRcAcknowledge;
+  ack.spec.bth.pkey = kPkey;
+  ack.spec.bth.dest_qp = qpn;
+  ack.spec.bth.psn = 500;
+  ack.spec.aeth = proto::MakeAck(1);
+  Inject(*nic, Build(ack, nic_source));
+  EXPECT_EQ(a_->counters().late_for_destroyed_qp, 1u);
+  Inject(*other, Build(ack, other_source));  // the same host, another port
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 1u);
+}
+
+// Only the last kMaxDestroyedRemembered destroyed QPs are known; a QPN
+// destroyed, created again and destroyed again is known by its last
+// destruction, whatever the clock says (a fake one does not move here).
+TEST_F(EndpointTest, TheLastDestroyedQpsAreRememberedAndAReusedQpnByItsLast) {
+  Crafted ack;
+  ack.spec.bth.opcode = BthOpcode::kRcAcknowledge;
+  ack.spec.bth.pkey = kPkey;
+  ack.spec.bth.psn = 500;
+  ack.spec.aeth = proto::MakeAck(1);
+  const uint32_t reused = 0x4242;
+  auto connect_with_qpn = [&](uint32_t qpn) {
+    absl::StatusOr<RcQueuePair*> qp = a_->CreateRcQpWithQpn(qpn);
+    ASSERT_TRUE(qp.ok()) << qp.status();
+    RcQpAttributes attrs;
+    attrs.pkey = kPkey;
+    attrs.remote = kAddrB;
+    attrs.remote_qpn = 0x777;
+    for (QpState st : {QpState::kInit, QpState::kRtr}) ASSERT_TRUE((*qp)->Modify(st, attrs).ok());
+  };
+  connect_with_qpn(reused);
+  ASSERT_TRUE(a_->DestroyQp(reused).ok());
+  connect_with_qpn(reused);
+  ASSERT_TRUE(a_->DestroyQp(reused).ok());
   std::vector<uint32_t> qpns;
-  for (size_t i = 0; i <= kMaxDestroyedRemembered; ++i) {
+  for (size_t i = 0; i + 1 < kMaxDestroyedRemembered; ++i) {
     RcQueuePair* qp = ConnectedToB(*a_);
     ASSERT_NE(qp, nullptr);
     qpns.push_back(qp->qpn());
   }
   for (uint32_t q : qpns) ASSERT_TRUE(a_->DestroyQp(q).ok());
-  for (uint32_t q : {qpns.front(), qpns.back()}) {
-    ack.spec.bth.dest_qp = q;
-    Inject(*b_, Build(ack, kAddrB));
-  }
-  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 4u) << "the first forgotten";
+  // The reused QPN's first destruction has just been forgotten, its
+  // second not: still known.
+  ack.spec.bth.dest_qp = reused;
+  Inject(*b_, Build(ack, kAddrB));
+  EXPECT_EQ(a_->counters().late_for_destroyed_qp, 1u);
+  // One more destruction forgets it.
+  RcQueuePair* one_more = ConnectedToB(*a_);
+  ASSERT_NE(one_more, nullptr);
+  const uint32_t last = one_more->qpn();
+  ASSERT_TRUE(a_->DestroyQp(last).ok());
+  Inject(*b_, Build(ack, kAddrB));
+  EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 1u);
+  ack.spec.bth.dest_qp = qpns.back();
+  Inject(*b_, Build(ack, kAddrB));
   EXPECT_EQ(a_->counters().late_for_destroyed_qp, 2u);
 }
 
