@@ -606,6 +606,17 @@ TEST_F(EndpointTest, UnsupportedRequestsAreDroppedAndCountedAndTheQpStaysUp) {
   EXPECT_EQ(proto::GetAethType(*replies[0].aeth), proto::AethType::kAck);
 }
 
+// An ACK of PSN 500 to `qpn` (a QP of A's), as a peer sends it.
+Crafted AckTo(uint32_t qpn) {
+  Crafted ack;
+  ack.spec.bth.opcode = BthOpcode::kRcAcknowledge;
+  ack.spec.bth.pkey = kPkey;
+  ack.spec.bth.dest_qp = qpn;
+  ack.spec.bth.psn = 500;
+  ack.spec.aeth = proto::MakeAck(1);
+  return ack;
+}
+
 // The peer of a QP destroyed at the end of a job may still send it the ACK
 // of a last message: discarded, counted as late, not as unknown_qp. From
 // anyone else, anything but an ACK, to a QPN never used, or after
@@ -613,12 +624,7 @@ TEST_F(EndpointTest, UnsupportedRequestsAreDroppedAndCountedAndTheQpStaysUp) {
 TEST_F(EndpointTest, AnAckFromTheLatePeerOfADestroyedQpIsNotADrop) {
   const uint32_t qpn = rc_->qpn();
   ASSERT_TRUE(a_->DestroyQp(qpn).ok());
-  Crafted ack;
-  ack.spec.bth.opcode = BthOpcode::kRcAcknowledge;
-  ack.spec.bth.pkey = kPkey;
-  ack.spec.bth.dest_qp = qpn;
-  ack.spec.bth.psn = 500;
-  ack.spec.aeth = proto::MakeAck(1);
+  Crafted ack = AckTo(qpn);
   Inject(*b_, Build(ack, kAddrB));
   EXPECT_EQ(a_->counters().late_for_destroyed_qp, 1u);
   EXPECT_EQ(a_->counters().drops.Get(QpDropReason::kUnknownQp), 0u);
@@ -650,12 +656,7 @@ TEST_F(EndpointTest, ALateAckIsKnownByThePortItsQpBound) {
   ASSERT_EQ(qp->bound_source_port(), std::optional<uint16_t>(40001));
   const uint32_t qpn = qp->qpn();
   ASSERT_TRUE(a_->DestroyQp(qpn).ok());
-  Crafted ack;
-  ack.spec.bth.opcode = BthOpcode::kRcAcknowledge;
-  ack.spec.bth.pkey = kPkey;
-  ack.spec.bth.dest_qp = qpn;
-  ack.spec.bth.psn = 500;
-  ack.spec.aeth = proto::MakeAck(1);
+  Crafted ack = AckTo(qpn);
   Inject(*nic, Build(ack, nic_source));
   EXPECT_EQ(a_->counters().late_for_destroyed_qp, 1u);
   Inject(*other, Build(ack, other_source));  // the same host, another port
@@ -666,11 +667,7 @@ TEST_F(EndpointTest, ALateAckIsKnownByThePortItsQpBound) {
 // destroyed, created again and destroyed again is known by its last
 // destruction, whatever the clock says (a fake one does not move here).
 TEST_F(EndpointTest, TheLastDestroyedQpsAreRememberedAndAReusedQpnByItsLast) {
-  Crafted ack;
-  ack.spec.bth.opcode = BthOpcode::kRcAcknowledge;
-  ack.spec.bth.pkey = kPkey;
-  ack.spec.bth.psn = 500;
-  ack.spec.aeth = proto::MakeAck(1);
+  Crafted ack = AckTo(0);
   const uint32_t reused = 0x4242;
   auto connect_with_qpn = [&](uint32_t qpn) {
     absl::StatusOr<RcQueuePair*> qp = a_->CreateRcQpWithQpn(qpn);
