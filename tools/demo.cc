@@ -133,10 +133,13 @@ bool SameBits(DataType t, const std::vector<uint8_t>& got, const std::vector<uin
 struct Row {
   std::string operation, dtype, ops, size;
   absl::Duration latency;
-  // A long operation's first call on fresh buffers, timed apart from
-  // `latency` (the calls after it): it also pays for the buffers' pages
+  // A long operation's first call on fresh buffers, and the mean of the
+  // `warmup_calls` after it, timed apart from `latency` (the calls after
+  // those): they also pay for the buffers' pages, the first most
   // (docs/operations.md, "The demo").
   std::optional<absl::Duration> first;
+  std::optional<absl::Duration> warmup;
+  int warmup_calls = 0;
   double mbps = 0;
   int verified = 0;
   int ranks = 0;
@@ -149,10 +152,12 @@ class RankRunner {
       : oob_(oob), group_(group), quick_(quick), rank_(oob.rank()), n_(oob.size()) {}
 
   // Runs `iters` times, measuring at every rank; returns the agreed row.
-  // With `first_apart` one more call comes first on the fresh buffers,
-  // timed on its own (the first op's: the next ops reuse the buffers).
+  // With `warmup` > 0, one more call comes first on the fresh buffers,
+  // timed on its own, then `warmup` calls whose mean is kept apart (the
+  // first op's: the next ops reuse the buffers), as OSU's benchmarks leave
+  // their first iterations out.
   Row Allreduce(DataType t, const std::vector<ReduceOp>& ops, size_t count, uint64_t seed,
-                int iters, bool first_apart = false) {
+                int iters, int warmup = 0) {
     Row row;
     row.operation = "allreduce";
     row.dtype = std::string(proto::DataTypeName(t));
@@ -167,32 +172,40 @@ class RankRunner {
       const uint64_t s = seed * 131 + k;
       FillInput(t, op, rank_, count, s, in.data());
       const std::vector<uint8_t> want = Reference(t, op, n_, count, s);
-      // False once a call failed: the rank stops calling. A wrong result
-      // is counted and the calls go on, in step with the other ranks.
+      // One call, timed alone (the result's check is not: its time is the
+      // demo's, not the fabric's). False once a call failed: the rank stops
+      // calling. A wrong result is counted and the calls go on, in step
+      // with the other ranks.
+      absl::Duration took;
       auto call = [&] {
-        const int rc = netfold_allreduce(group_, in.data(), out.data(), count,
-                                         static_cast<netfold_dtype_t>(t),
-                                         static_cast<netfold_op_t>(op));
-        if (rc != NETFOLD_SUCCESS) {
-          row.error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
-          ok = false;
-          return false;
-        }
+        int rc = NETFOLD_SUCCESS;
+        took = Timed([&] {
+          return rc = netfold_allreduce(group_, in.data(), out.data(), count,
+                                        static_cast<netfold_dtype_t>(t),
+                                        static_cast<netfold_op_t>(op));
+        }, &row, &ok);
+        if (rc != NETFOLD_SUCCESS) return false;
         if (!SameBits(t, out, want)) ok = false;
         return true;
       };
       bool calling = true;
-      if (first_apart && k == 0) {
-        (void)oob_.Barrier();
-        const absl::Time start = absl::Now();
+      if (warmup > 0 && k == 0) {
         calling = call();
-        row.first = absl::Now() - start;
+        row.first = took;
+        absl::Duration warming;
+        for (; row.warmup_calls < warmup && calling; ++row.warmup_calls) {
+          calling = call();
+          warming += took;
+        }
+        if (row.warmup_calls > 0) row.warmup = warming / row.warmup_calls;
       }
-      (void)oob_.Barrier();
-      const absl::Time start = absl::Now();
+      absl::Duration sum;
       int made = 0;  // a failed call ends the loop: the mean is over the calls made
-      for (; made < iters && calling; ++made) calling = call();
-      if (made > 0) total += (absl::Now() - start) / made;
+      for (; made < iters && calling; ++made) {
+        calling = call();
+        sum += took;
+      }
+      if (made > 0) total += sum / made;
     }
     row.latency = total / static_cast<double>(ops.size());
     return Agree(row, ok, bytes);
@@ -206,17 +219,19 @@ class RankRunner {
     row.size = which == 2 ? "0 B" : Size(count * 8);
     std::vector<uint8_t> in(count * 8), out(count * 8);
     bool ok = true;
-    (void)oob_.Barrier();
-    const absl::Time start = absl::Now();
-    for (int i = 0; i < iters && ok; ++i) {
-      int rc = NETFOLD_SUCCESS;
+    absl::Duration sum;
+    int made = 0;
+    for (; made < iters && ok; ++made) {
+      const int i = made;
       if (which == 0) {
         row.operation = "reduce";
         row.ops = absl::StrFormat("sum, root %d", root);
         FillInput(t, ReduceOp::kSum, rank_, count, seed + i, in.data());
-        rc = netfold_reduce(group_, in.data(), out.data(), count, NETFOLD_DTYPE_FP64, NETFOLD_OP_SUM,
-                            root);
-        if (rc == NETFOLD_SUCCESS && rank_ == root) {
+        sum += Timed([&] {
+          return netfold_reduce(group_, in.data(), out.data(), count, NETFOLD_DTYPE_FP64,
+                                NETFOLD_OP_SUM, root);
+        }, &row, &ok);
+        if (ok && rank_ == root) {
           ok = SameBits(t, out, Reference(t, ReduceOp::kSum, n_, count, seed + i));
         }
       } else if (which == 1) {
@@ -225,29 +240,56 @@ class RankRunner {
         FillInput(t, ReduceOp::kSum, root, count, seed + i, in.data());
         std::vector<uint8_t> buf(count * 8, 0);
         if (rank_ == root) buf = in;
-        rc = netfold_bcast(group_, buf.data(), count, NETFOLD_DTYPE_FP64, root);
-        if (rc == NETFOLD_SUCCESS) ok = buf == in;
+        sum += Timed([&] { return netfold_bcast(group_, buf.data(), count, NETFOLD_DTYPE_FP64, root); },
+                     &row, &ok);
+        if (ok) ok = buf == in;
       } else {
         row.operation = "barrier";
-        rc = netfold_barrier(group_);
-      }
-      if (rc != NETFOLD_SUCCESS) {
-        row.error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
-        ok = false;
+        sum += Timed([&] { return netfold_barrier(group_); }, &row, &ok);
       }
     }
-    row.latency = (absl::Now() - start) / iters;
+    row.latency = made > 0 ? sum / made : absl::ZeroDuration();
     return Agree(row, ok, count * 8);
   }
 
  private:
+  // Runs `call` (a netfold_* call) after the ranks met at the rendezvous's
+  // barrier, as OSU's benchmarks and `netfold bench` time a collective:
+  // how long it took on this rank. A failed call sets `ok` false and the
+  // row's error.
+  template <typename Call>
+  absl::Duration Timed(Call call, Row* row, bool* ok) {
+    (void)oob_.Barrier();
+    const absl::Time start = absl::Now();
+    const int rc = call();
+    const absl::Duration took = absl::Now() - start;
+    if (rc != NETFOLD_SUCCESS) {
+      row->error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
+      *ok = false;
+    }
+    return took;
+  }
+
   // Every rank's verdict, gathered so that rank 0 can print one row.
+  // The times are the means over the ranks, as OSU's benchmarks and
+  // `netfold bench` give them (a reduce's non-roots return early).
   Row Agree(Row row, bool ok, size_t bytes) {
     const int32_t mine = ok ? 1 : 0;
     std::vector<int32_t> all(static_cast<size_t>(n_));
     if (!oob_.Allgather(&mine, all.data(), 4).ok()) all.assign(all.size(), 0);
     row.ranks = n_;
     for (int32_t v : all) row.verified += v;
+    const int64_t times[3] = {absl::ToInt64Nanoseconds(row.latency),
+                              absl::ToInt64Nanoseconds(row.first.value_or(absl::ZeroDuration())),
+                              absl::ToInt64Nanoseconds(row.warmup.value_or(absl::ZeroDuration()))};
+    std::vector<int64_t> every(3 * static_cast<size_t>(n_));
+    if (oob_.Allgather(times, every.data(), sizeof(times)).ok()) {
+      int64_t sum[3] = {0, 0, 0};
+      for (size_t i = 0; i < every.size(); ++i) sum[i % 3] += every[i];
+      row.latency = absl::Nanoseconds(sum[0] / n_);
+      if (row.first) row.first = absl::Nanoseconds(sum[1] / n_);
+      if (row.warmup) row.warmup = absl::Nanoseconds(sum[2] / n_);
+    }
     const double secs = absl::ToDoubleSeconds(row.latency);
     row.mbps = secs > 0 ? static_cast<double>(bytes) / secs / 1e6 : 0;
     return row;
@@ -269,6 +311,11 @@ void PrintRow(const Row& r) {
   if (r.first) {
     std::printf("%-10s %-11s %-44s %8s %10s\n", "", "", "  its first call, on fresh buffers:", "",
                 Latency(*r.first).c_str());
+  }
+  if (r.warmup) {
+    std::printf("%-10s %-11s %-44s %8s %10s\n", "", "",
+                absl::StrFormat("  the next %d, warming up:", r.warmup_calls).c_str(), "",
+                Latency(*r.warmup).c_str());
   }
   std::fflush(stdout);
 }
@@ -337,11 +384,12 @@ int RunDemoRank() {
     if (rank == 0 && bytes >= (1u << 20)) {
       std::fprintf(stderr, "  ... allreduce of %s on %d ranks ...\n", Size(bytes).c_str(), n);
     }
-    // The long ones: a first call on the fresh buffers, then the rate.
-    const bool first_apart = bytes >= (1u << 20);
-    const int iters = bytes <= 4096 ? (quick ? 20 : 100) : bytes <= 65536 ? 10 : 2;
+    // The long ones: a first call on the fresh buffers and a few more that
+    // still warm up, apart, then the rate.
+    const int warmup = bytes >= (1u << 20) ? 4 : 0;
+    const int iters = bytes <= 4096 ? (quick ? 20 : 100) : bytes <= 65536 ? 10 : 6;
     emit(runner.Allreduce(DataType::kFp32, {ReduceOp::kSum}, bytes / 4, seed + bytes, iters,
-                          first_apart));
+                          warmup));
   }
   emit(runner.ReduceBcastBarrier(0, 1024, seed + 7, quick ? 5 : 20));
   emit(runner.ReduceBcastBarrier(1, 1024, seed + 8, quick ? 5 : 20));
