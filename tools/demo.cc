@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -163,7 +164,8 @@ class RankRunner {
     row.dtype = std::string(proto::DataTypeName(t));
     for (ReduceOp op : ops) row.ops += (row.ops.empty() ? "" : " ") + std::string(proto::ReduceOpName(op));
     row.size = Size(count * proto::DataTypeSize(t));
-    bool ok = true;
+    bool ok = true;  // every result so far right
+    failed_ = false;
     absl::Duration total;
     const size_t bytes = count * proto::DataTypeSize(t);
     std::vector<uint8_t> in(bytes), out(bytes);
@@ -173,19 +175,18 @@ class RankRunner {
       FillInput(t, op, rank_, count, s, in.data());
       const std::vector<uint8_t> want = Reference(t, op, n_, count, s);
       // One call, timed alone (the result's check is not: its time is the
-      // demo's, not the fabric's). False once a call failed: the rank stops
-      // calling. A wrong result is counted and the calls go on, in step
-      // with the other ranks.
+      // demo's, not the fabric's); false once the ranks stopped calling. A
+      // wrong result is counted and the calls go on.
       absl::Duration took;
       auto call = [&] {
-        int rc = NETFOLD_SUCCESS;
-        took = Timed([&] {
-          return rc = netfold_allreduce(group_, in.data(), out.data(), count,
-                                        static_cast<netfold_dtype_t>(t),
-                                        static_cast<netfold_op_t>(op));
-        }, &row, &ok);
-        if (rc != NETFOLD_SUCCESS) return false;
-        if (!SameBits(t, out, want)) ok = false;
+        if (!Step([&] {
+              return netfold_allreduce(group_, in.data(), out.data(), count,
+                                       static_cast<netfold_dtype_t>(t),
+                                       static_cast<netfold_op_t>(op));
+            }, &row, &took)) {
+          return false;
+        }
+        if (!failed_ && !SameBits(t, out, want)) ok = false;
         return true;
       };
       bool calling = true;
@@ -200,11 +201,8 @@ class RankRunner {
         if (row.warmup_calls > 0) row.warmup = warming / row.warmup_calls;
       }
       absl::Duration sum;
-      int made = 0;  // a failed call ends the loop: the mean is over the calls made
-      for (; made < iters && calling; ++made) {
-        calling = call();
-        sum += took;
-      }
+      int made = 0;  // the mean is over the calls made
+      for (; made < iters && calling && call(); ++made) sum += took;
       if (made > 0) total += sum / made;
     }
     row.latency = total / static_cast<double>(ops.size());
@@ -215,66 +213,88 @@ class RankRunner {
     Row row;
     const DataType t = DataType::kFp64;
     const int root = which == 0 ? 1 % n_ : n_ - 1;
+    row.operation = which == 0 ? "reduce" : which == 1 ? "bcast" : "barrier";
+    row.ops = which == 0   ? absl::StrFormat("sum, root %d", root)
+              : which == 1 ? absl::StrFormat("root %d", root)
+                           : "";
     row.dtype = which == 2 ? "-" : "fp64";
     row.size = which == 2 ? "0 B" : Size(count * 8);
     std::vector<uint8_t> in(count * 8), out(count * 8);
-    bool ok = true;
-    absl::Duration sum;
+    bool ok = true;  // every result so far right; a wrong one is counted, the calls go on
+    failed_ = false;
+    absl::Duration sum, took;
     int made = 0;
-    for (; made < iters && ok; ++made) {
+    for (; made < iters; ++made) {
       const int i = made;
       if (which == 0) {
-        row.operation = "reduce";
-        row.ops = absl::StrFormat("sum, root %d", root);
         FillInput(t, ReduceOp::kSum, rank_, count, seed + i, in.data());
-        sum += Timed([&] {
-          return netfold_reduce(group_, in.data(), out.data(), count, NETFOLD_DTYPE_FP64,
-                                NETFOLD_OP_SUM, root);
-        }, &row, &ok);
-        if (ok && rank_ == root) {
-          ok = SameBits(t, out, Reference(t, ReduceOp::kSum, n_, count, seed + i));
+        if (!Step([&] {
+              return netfold_reduce(group_, in.data(), out.data(), count, NETFOLD_DTYPE_FP64,
+                                    NETFOLD_OP_SUM, root);
+            }, &row, &took)) {
+          break;
+        }
+        if (!failed_ && rank_ == root &&
+            !SameBits(t, out, Reference(t, ReduceOp::kSum, n_, count, seed + i))) {
+          ok = false;
         }
       } else if (which == 1) {
-        row.operation = "bcast";
-        row.ops = absl::StrFormat("root %d", root);
         FillInput(t, ReduceOp::kSum, root, count, seed + i, in.data());
         std::vector<uint8_t> buf(count * 8, 0);
         if (rank_ == root) buf = in;
-        sum += Timed([&] { return netfold_bcast(group_, buf.data(), count, NETFOLD_DTYPE_FP64, root); },
-                     &row, &ok);
-        if (ok) ok = buf == in;
-      } else {
-        row.operation = "barrier";
-        sum += Timed([&] { return netfold_barrier(group_); }, &row, &ok);
+        auto bcast = [&] {
+          return netfold_bcast(group_, buf.data(), count, NETFOLD_DTYPE_FP64, root);
+        };
+        if (!Step(bcast, &row, &took)) {
+          break;
+        }
+        if (!failed_ && buf != in) ok = false;
+      } else if (!Step([&] { return netfold_barrier(group_); }, &row, &took)) {
+        break;
       }
+      sum += took;
     }
     row.latency = made > 0 ? sum / made : absl::ZeroDuration();
     return Agree(row, ok, count * 8);
   }
 
  private:
-  // Runs `call` (a netfold_* call) after the ranks met at the rendezvous's
-  // barrier, as OSU's benchmarks and `netfold bench` time a collective:
-  // how long it took on this rank. A failed call sets `ok` false and the
-  // row's error.
+  // One call of a collective (`call`, a netfold_* call), timed on this rank
+  // after the ranks met: they first gather whether each still calls (the
+  // rendezvous's Allgather, also the barrier before a timed call, as OSU's
+  // benchmarks and `netfold bench` time a collective). False, and no call,
+  // once one rank's call failed or the rendezvous did: every rank then
+  // stops at the same call, and the rows after it start in step. A failed
+  // call sets `failed_` and the row's error.
   template <typename Call>
-  absl::Duration Timed(Call call, Row* row, bool* ok) {
-    (void)oob_.Barrier();
+  bool Step(Call call, Row* row, absl::Duration* took) {
+    const uint8_t mine = failed_ ? 0 : 1;
+    std::vector<uint8_t> all(static_cast<size_t>(n_));
+    if (!oob_.Allgather(&mine, all.data(), 1).ok()) {
+      if (row->error.empty()) row->error = "the rendezvous with the other ranks failed";
+      failed_ = true;
+      return false;
+    }
+    if (std::find(all.begin(), all.end(), 0) != all.end()) {
+      if (row->error.empty()) row->error = "another rank's call failed";
+      failed_ = true;
+      return false;
+    }
     const absl::Time start = absl::Now();
     const int rc = call();
-    const absl::Duration took = absl::Now() - start;
+    *took = absl::Now() - start;
     if (rc != NETFOLD_SUCCESS) {
       row->error = absl::StrFormat("%s: %s", netfold_strerror(rc), netfold_last_error());
-      *ok = false;
+      failed_ = true;
     }
-    return took;
+    return true;
   }
 
   // Every rank's verdict, gathered so that rank 0 can print one row.
   // The times are the means over the ranks, as OSU's benchmarks and
   // `netfold bench` give them (a reduce's non-roots return early).
   Row Agree(Row row, bool ok, size_t bytes) {
-    const int32_t mine = ok ? 1 : 0;
+    const int32_t mine = ok && !failed_ ? 1 : 0;
     std::vector<int32_t> all(static_cast<size_t>(n_));
     if (!oob_.Allgather(&mine, all.data(), 4).ok()) all.assign(all.size(), 0);
     row.ranks = n_;
@@ -297,22 +317,25 @@ class RankRunner {
 
   host::TcpOob& oob_;
   netfold_group_t group_;
+  bool failed_ = false;  // a call of this row failed here, or the ranks stopped calling
   bool quick_;
   int rank_, n_;
 };
 
 void PrintRow(const Row& r) {
+  // A row that some rank could not verify shows no times: its ranks made
+  // different numbers of calls, or none.
+  const bool verified = r.verified == r.ranks;
   std::printf("%-10s %-11s %-44s %8s %10s %11s  %s\n", r.operation.c_str(), r.dtype.c_str(),
-              r.ops.c_str(), r.size.c_str(), Latency(r.latency).c_str(),
-              r.mbps > 0 ? absl::StrFormat("%.1f MB/s", r.mbps).c_str() : "-",
-              r.verified == r.ranks ? absl::StrFormat("yes (%d/%d)", r.verified, r.ranks).c_str()
-                                    : absl::StrFormat("NO (%d/%d) %s", r.verified, r.ranks,
-                                                      r.error).c_str());
-  if (r.first) {
+              r.ops.c_str(), r.size.c_str(), verified ? Latency(r.latency).c_str() : "-",
+              verified && r.mbps > 0 ? absl::StrFormat("%.1f MB/s", r.mbps).c_str() : "-",
+              verified ? absl::StrFormat("yes (%d/%d)", r.verified, r.ranks).c_str()
+                       : absl::StrFormat("NO (%d/%d) %s", r.verified, r.ranks, r.error).c_str());
+  if (verified && r.first) {
     std::printf("%-10s %-11s %-44s %8s %10s\n", "", "", "  its first call, on fresh buffers:", "",
                 Latency(*r.first).c_str());
   }
-  if (r.warmup) {
+  if (verified && r.warmup) {
     std::printf("%-10s %-11s %-44s %8s %10s\n", "", "",
                 absl::StrFormat("  the next %d, warming up:", r.warmup_calls).c_str(), "",
                 Latency(*r.warmup).c_str());

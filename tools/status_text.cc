@@ -237,9 +237,11 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
       r.port().rx_empty_reads() == 0
           ? std::string()
           : absl::StrFormat("; %d reads found nothing", r.port().rx_empty_reads());
-  absl::StrAppendFormat(&out, "  port: rx %d packets%s %d bytes, tx %d packets%s %d bytes%s; drops:%s\n",
-              r.port().rx_packets(), rx_batches, r.port().rx_bytes(), r.port().tx_packets(),
-              tx_batches, r.port().tx_bytes(), empty_reads, Counts(r.port().drops()));
+  absl::StrAppendFormat(&out,
+                        "  port: rx %d packets%s %d bytes, tx %d packets%s %d bytes%s; drops:%s\n",
+                        r.port().rx_packets(), rx_batches, r.port().rx_bytes(),
+                        r.port().tx_packets(), tx_batches, r.port().tx_bytes(), empty_reads,
+                        Counts(r.port().drops()));
   const std::string in_memory =
       r.in_process_messages() == 0
           ? std::string()
@@ -250,9 +252,10 @@ std::string FormatSwitchCounters(const control::GetCountersResponse& r, const st
           ? std::string()
           : absl::StrFormat(" (and %d late ACKs to QPs within 10 s of their destruction)",
                             r.late_for_destroyed_qp());
-  absl::StrAppendFormat(&out, "  aggregation messages: %d received, %d sent%s, %d multicasts; data-plane drops:%s%s\n",
-              r.messages_received(), r.messages_sent(), in_memory, r.multicasts_sent(),
-              Counts(r.drops()), late);
+  absl::StrAppendFormat(
+      &out, "  aggregation messages: %d received, %d sent%s, %d multicasts; data-plane drops:%s%s\n",
+      r.messages_received(), r.messages_sent(), in_memory, r.multicasts_sent(), Counts(r.drops()),
+      late);
   absl::StrAppendFormat(&out, "  resources: %d groups, %d slots, %d QPs in use\n", r.usage().groups(),
               r.usage().slots(), r.usage().qps());
   for (const control::PeerCounters& p : r.peers()) {
