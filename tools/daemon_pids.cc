@@ -91,14 +91,6 @@ void Signal(int pidfd, pid_t pid, int signal) {
   if (pidfd < 0) kill(pid, signal);
 }
 
-// SIGTERM, then SIGCONT: a stopped process (SIGSTOP from `netfold kill
-// --signal STOP`, a debugger) only handles its SIGTERM once it runs again,
-// as systemd does when it stops a unit. A running one ignores the SIGCONT.
-void Terminate(int pidfd, pid_t pid) {
-  Signal(pidfd, pid, SIGTERM);
-  Signal(pidfd, pid, SIGCONT);
-}
-
 // Waits at most 100 ms, and not past `deadline`, for the process to exit.
 // A child of this process is left a zombie for its parent's own wait
 // (CheckDaemon takes a zombie for gone).
@@ -115,6 +107,11 @@ void AwaitExit(int pidfd, absl::Time deadline) {
 }
 
 }  // namespace
+
+void Terminate(int pidfd, pid_t pid) {
+  Signal(pidfd, pid, SIGTERM);
+  Signal(pidfd, pid, SIGCONT);
+}
 
 std::string FormatDaemonRecords(const std::vector<DaemonRecord>& records) {
   std::string text;

@@ -62,6 +62,12 @@ DaemonState CheckDaemon(const DaemonRecord& record, const std::vector<std::strin
 // True if the recorded process runs but is stopped (SIGSTOP, a debugger).
 bool DaemonStopped(const DaemonRecord& record);
 
+// SIGTERM, then SIGCONT, to `pid` (through `pidfd` if it is >= 0): a
+// stopped process (SIGSTOP from `netfold kill --signal STOP`, a debugger)
+// only handles its SIGTERM once it runs again, as systemd does when it
+// stops a unit. A running one ignores the SIGCONT.
+void Terminate(int pidfd, pid_t pid);
+
 // SIGTERM (and SIGCONT, so that a stopped one handles it) to each record
 // that CheckDaemon finds kRunning, then waits up to
 // `grace` for them to exit and SIGKILLs those left. Records that are kOther

@@ -517,13 +517,10 @@ absl::Status LocalFabric::Stop(absl::Duration grace) {
   if (stopped_) return absl::OkStatus();
   stopped_ = true;
   // Switches first, then the manager, so the manager sees them go.
-  // SIGCONT after SIGTERM: a daemon a fault test stopped (SIGSTOP) handles
-  // its SIGTERM only once it runs again.
+  // Terminate: with a SIGCONT, so that a daemon a fault test stopped
+  // (SIGSTOP) handles its SIGTERM.
   for (auto it = daemons_.rbegin(); it != daemons_.rend(); ++it) {
-    if (it->pid > 0) {
-      kill(it->pid, SIGTERM);
-      kill(it->pid, SIGCONT);
-    }
+    if (it->pid > 0) Terminate(/*pidfd=*/-1, it->pid);
   }
   const absl::Time deadline = absl::Now() + grace;
   absl::Status result;

@@ -1,6 +1,7 @@
 #include "tools/status_text.h"
 
 #include <algorithm>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -177,7 +178,6 @@ std::string FormatStatus(const control::GetStatusResponse& st) {
 
 namespace {
 
-// " name=count" for every non-zero count, " none" if there is none.
 bool AnyNonZero(const google::protobuf::RepeatedPtrField<control::NamedCount>& counts) {
   for (const control::NamedCount& c : counts) {
     if (c.count() != 0) return true;
@@ -185,12 +185,19 @@ bool AnyNonZero(const google::protobuf::RepeatedPtrField<control::NamedCount>& c
   return false;
 }
 
-std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>& counts) {
-  std::string out;
+// "<prefix>name=count" for every non-zero count of `counts`, onto `out`.
+void AppendNonZero(const google::protobuf::RepeatedPtrField<control::NamedCount>& counts,
+                   std::string_view prefix, std::vector<std::string>* out) {
   for (const control::NamedCount& c : counts) {
-    if (c.count() != 0) out += absl::StrFormat(" %s=%d", c.name(), c.count());
+    if (c.count() != 0) out->push_back(absl::StrFormat("%s%s=%d", prefix, c.name(), c.count()));
   }
-  return out.empty() ? " none" : out;
+}
+
+// " name=count" for every non-zero count, " none" if there is none.
+std::string Counts(const google::protobuf::RepeatedPtrField<control::NamedCount>& counts) {
+  std::vector<std::string> named;
+  AppendNonZero(counts, "", &named);
+  return named.empty() ? " none" : " " + absl::StrJoin(named, " ");
 }
 
 // "sent N (N retransmitted), received N, timeouts N", then how many of
@@ -295,15 +302,9 @@ namespace {
 // them out), those of every QP it has had, as "qp.<reason>".
 std::vector<std::string> NamedDrops(const control::GetCountersResponse& r) {
   std::vector<std::string> out;
-  auto add = [&](const google::protobuf::RepeatedPtrField<control::NamedCount>& list,
-                 std::string_view prefix) {
-    for (const control::NamedCount& c : list) {
-      if (c.count() != 0) out.push_back(absl::StrFormat("%s%s=%d", prefix, c.name(), c.count()));
-    }
-  };
-  add(r.port().drops(), "");
-  add(r.drops(), "");
-  if (r.detailed()) add(r.all_qps().drops(), "qp.");
+  AppendNonZero(r.port().drops(), "", &out);
+  AppendNonZero(r.drops(), "", &out);
+  if (r.detailed()) AppendNonZero(r.all_qps().drops(), "qp.", &out);
   return out;
 }
 
