@@ -19,16 +19,11 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "host/error_codes.h"
+#include "proto/control/grpc_status.h"
 
 namespace netfold::host {
 
 namespace {
-
-absl::Status FromGrpc(const grpc::Status& s, std::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
-                      absl::StrFormat("%s: %s", what, s.error_message()));
-}
 
 // The manager's rate limiter marks its refusals with the time until it
 // takes requests again (docs/control_plane.md); nullopt for any other
@@ -112,7 +107,7 @@ absl::Status ManagerClient::Call(std::string_view what, absl::Duration deadline_
       c.set_wait_for_ready(true);
     }
     const grpc::Status g = rpc(&c);
-    s = FromGrpc(g, what);
+    s = control::FromGrpc(g, what);
     no_connection = absl::IsUnavailable(s) &&
                     channel_->GetState(/*try_to_connect=*/false) != GRPC_CHANNEL_READY;
     if (no_connection) {

@@ -9,18 +9,9 @@
 #include "base/log.h"
 #include "manager/endpoint_address.h"
 #include "manager/event_watch.h"
+#include "proto/control/grpc_status.h"
 
 namespace netfold::manager {
-
-grpc::Status ToGrpcStatus(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
-absl::Status FromGrpcStatus(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
-}
 
 // ---------------------------------------------------------------------------
 // SwitchHub
@@ -382,7 +373,7 @@ class ManagerServer::Core {
     if (!s.ok()) {
       NETFOLD_LOG(kInfo) << method << " from " << ctx->peer() << " refused: " << s.ToString();
     }
-    return ToGrpcStatus(s);
+    return control::ToGrpc(s);
   }
 
   AggregationManager* const am;

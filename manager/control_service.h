@@ -50,10 +50,6 @@ namespace netfold::manager {
 // full) they return (docs/control_plane.md).
 inline constexpr char kRetryAfterMetadata[] = "netfold-retry-after-ms";
 
-// absl and gRPC share the canonical status codes.
-grpc::Status ToGrpcStatus(const absl::Status& status);
-absl::Status FromGrpcStatus(const grpc::Status& status);
-
 // Routes manager commands to the switches' Connect streams and their
 // results back. One Session per stream; a switch that registers again
 // replaces its older session, which is closed. Each session has a writer

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/log.h"
+#include "proto/control/grpc_status.h"
 
 namespace netfold::manager {
 
@@ -12,9 +13,7 @@ absl::Status CommandStatus(const std::string& switch_name,
                         absl::StrFormat("switch %s: %s", switch_name, result.status().message()));
   }
   if (result->code() == 0) return absl::OkStatus();
-  int code = result->code();
-  if (code < 0 || code > 16) code = static_cast<int>(absl::StatusCode::kUnknown);
-  return absl::Status(static_cast<absl::StatusCode>(code),
+  return absl::Status(control::CanonicalCode(result->code()),
                       absl::StrFormat("switch %s: %s", switch_name, result->message()));
 }
 

@@ -9,6 +9,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/log.h"
 #include "proto/aggregation_header.h"
+#include "proto/control/grpc_status.h"
 #include "proto/roce_packet.h"
 #include "switch/control_commands.h"
 
@@ -437,8 +438,7 @@ grpc::Status SwitchAdminService::SetLinkFault(grpc::ServerContext* ctx,
   }
   absl::StatusOr<control::SetLinkFaultResponse> r = ApplyLinkFault(*port_, *request);
   if (!r.ok()) {
-    return grpc::Status(static_cast<grpc::StatusCode>(r.status().code()),
-                        std::string(r.status().message()));
+    return control::ToGrpc(r.status());
   }
   *response = std::move(*r);
   return grpc::Status::OK;

@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "manager/topology.h"
+#include "proto/control/grpc_status.h"
 #include "proto/control/netfold_control.grpc.pb.h"
 #include "proto/control/plane_name.h"
 #include "tools/daemon_pids.h"
@@ -428,11 +429,8 @@ absl::Status LocalFabric::SetLinkFault(const std::string& name, const std::strin
   req.set_impairment(impairment);
   req.set_direction(control::LINK_DIRECTION_BOTH);
   control::SetLinkFaultResponse resp;
-  if (grpc::Status s = stub->SetLinkFault(&c, req, &resp); !s.ok()) {
-    return absl::UnavailableError(
-        absl::StrFormat("switch %s: SetLinkFault: %s", name, s.error_message()));
-  }
-  return absl::OkStatus();
+  return control::FromGrpc(stub->SetLinkFault(&c, req, &resp),
+                           absl::StrFormat("switch %s: SetLinkFault", name));
 }
 
 absl::StatusOr<control::GetCountersResponse> LocalFabric::SwitchCounters(
@@ -443,10 +441,8 @@ absl::StatusOr<control::GetCountersResponse> LocalFabric::SwitchCounters(
   control::GetCountersRequest request;
   request.set_detail(true);
   control::GetCountersResponse counters;
-  if (grpc::Status s = stub->GetCounters(&c, request, &counters); !s.ok()) {
-    return absl::UnavailableError(
-        absl::StrFormat("switch %s: GetCounters: %s", name, s.error_message()));
-  }
+  NETFOLD_RETURN_IF_ERROR(control::FromGrpc(stub->GetCounters(&c, request, &counters),
+                                            absl::StrFormat("switch %s: GetCounters", name)));
   return counters;
 }
 
