@@ -21,6 +21,7 @@
 #include "tools/bench.h"
 #include "tools/bench_results.h"
 #include "tools/run_command.h"
+#include "tools/status_text.h"
 
 namespace netfold::tools {
 namespace {
@@ -129,6 +130,8 @@ int RunTestbedBench(const BenchOptions& o) {
   variants.push_back({"ompi-tcp", {"--no-preload"}});
   // results[rate][variant] = points
   std::vector<std::map<std::string, std::vector<Point>>> results(rates_bps.size());
+  // switches[rate]: what each switch carried over that rate's runs.
+  std::vector<std::vector<control::GetCountersResponse>> switches(rates_bps.size());
   std::vector<std::string> failed;
   const std::vector<std::string> prefix = {"--prefix", kPrefix};
   for (size_t i = 0; i < rates_bps.size(); ++i) {
@@ -159,6 +162,16 @@ int RunTestbedBench(const BenchOptions& o) {
         failed.push_back(absl::StrFormat("%s at %s", v.name, rate));
       }
       results[i][v.name] = ParsePoints(out);
+    }
+    std::string counters;
+    if (!Testbed(testbed, {"counters", "all", "--json", "--prefix", kPrefix}, log,
+                 absl::Minutes(1), &counters)) {
+      failed.push_back("the switches' counters at " + rate);
+    } else if (auto parsed = ParseSwitchCountersLines(counters); !parsed.ok()) {
+      std::fprintf(stderr, "  %s\n", std::string(parsed.status().message()).c_str());
+      failed.push_back("the switches' counters at " + rate);
+    } else {
+      switches[i] = *std::move(parsed);
     }
     if (!Testbed(testbed, {"down", "--prefix", kPrefix}, log, absl::Minutes(2))) {
       failed.push_back("testbed down at " + rate);
@@ -209,6 +222,20 @@ int RunTestbedBench(const BenchOptions& o) {
               "through the same switches; link use: the in-network run's bytes on one host link, "
               "one direction, over what the link carries in that time.\nCSV: %s\n",
               bound, p, csv_path.c_str());
+  // What each switch carried, per rate: every variant's runs (Open MPI's
+  // TCP crosses the switches as plain IP and is not counted here). The
+  // switches run a process each, in their namespaces.
+  for (size_t i = 0; i < rates_bps.size(); ++i) {
+    if (switches[i].empty()) continue;
+    std::printf("\nthe switches at %s, over every run:\n", o.testbed_rates[i].c_str());
+    for (const control::GetCountersResponse& c : switches[i]) {
+      std::printf("  %s\n", FormatSwitchTraffic(c).c_str());
+    }
+    for (const std::string& w : SwitchTrafficWarnings(switches[i], /*one_process=*/false,
+                                                      /*batches_expected=*/true)) {
+      std::printf("WARNING: %s\n", w.c_str());
+    }
+  }
   Plot(o.self, csv_path, out_dir);
   if (!failed.empty()) {
     std::printf("FAILED: %s (see %s)\n", absl::StrJoin(failed, ", ").c_str(), log.c_str());

@@ -4,8 +4,11 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/util/json_util.h"
 
 namespace netfold::tools {
 namespace {
@@ -364,6 +367,26 @@ std::vector<std::string> SwitchTrafficWarnings(
           "%s read %d full-size packets one at a time: UDP GRO did not engage "
           "(docs/transport.md, \"Batched I/O\")", r.name(), p.rx_packets()));
     }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<control::GetCountersResponse>> ParseSwitchCountersLines(
+    const std::string& text) {
+  std::vector<control::GetCountersResponse> out;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    control::GetCountersResponse r;
+    const auto parsed = google::protobuf::util::JsonStringToMessage(
+        google::protobuf::StringPiece(line.data(), line.size()), &r);
+    if (!parsed.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "line %d is not a switch's counters in JSON: %s", number, parsed.ToString()));
+    }
+    out.push_back(std::move(r));
   }
   return out;
 }

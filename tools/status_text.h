@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+
 #include "proto/control/netfold_control.pb.h"
 
 namespace netfold::tools {
@@ -41,6 +43,11 @@ std::string FormatSwitchTraffic(const control::GetCountersResponse& counters);
 std::vector<std::string> SwitchTrafficWarnings(
     const std::vector<control::GetCountersResponse>& switches, bool one_process,
     bool batches_expected);
+// The switches' counters from GetCounters answers in protobuf's JSON, one
+// object per line (`netfold-testbed counters all --json`); blank lines are
+// skipped. InvalidArgument naming the line that is not such an answer.
+absl::StatusOr<std::vector<control::GetCountersResponse>> ParseSwitchCountersLines(
+    const std::string& text);
 
 }  // namespace netfold::tools
 

@@ -291,5 +291,30 @@ TEST(StatusText, SwitchTrafficWarnsOfLinksAndBatchesThatDidNotEngage) {
   EXPECT_TRUE(SwitchTrafficWarnings(fabric, true, true).empty());
 }
 
+TEST(StatusText, SwitchCountersComeOneJsonObjectPerLine) {
+  // As testbed_query prints them: proto field names, 64-bit counts as strings.
+  const std::string lines =
+      "{\"name\": \"leaf0\", \"backend\": \"udp\", \"messages_received\": \"3000\", "
+      "\"port\": {\"rx_packets\": \"3000\", \"rx_batched\": \"2400\"}}\n"
+      "\n"
+      "{\"name\": \"root\", \"messagesToSwitches\": \"7\"}\n";
+  absl::StatusOr<std::vector<control::GetCountersResponse>> parsed =
+      ParseSwitchCountersLines(lines);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  ASSERT_EQ(parsed->size(), 2u);
+  EXPECT_EQ((*parsed)[0].name(), "leaf0");
+  EXPECT_EQ((*parsed)[0].messages_received(), 3000u);
+  EXPECT_EQ((*parsed)[0].port().rx_batched(), 2400u);
+  EXPECT_EQ((*parsed)[1].messages_to_switches(), 7u);
+  EXPECT_TRUE(ParseSwitchCountersLines("").ok());
+
+  absl::StatusOr<std::vector<control::GetCountersResponse>> bad =
+      ParseSwitchCountersLines("{\"name\": \"a\"}\nswitch root: unreachable\n");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_NE(bad.status().message().find("line 2"), std::string::npos) << bad.status();
+  EXPECT_FALSE(ParseSwitchCountersLines("{\"no_such_field\": 1}").ok());
+}
+
 }  // namespace
 }  // namespace netfold::tools

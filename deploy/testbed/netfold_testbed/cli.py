@@ -72,8 +72,9 @@ def main(argv):
 
     counters = sub.add_parser("counters", parents=[common],
                               help="a switch's counters (SwitchAdmin GetCounters)")
-    counters.add_argument("switch")
-    counters.add_argument("--json", action="store_true")
+    counters.add_argument("switch", help="a switch's name, or all (every switch)")
+    counters.add_argument("--json", action="store_true",
+                          help="the answer as JSON (with all: one object per line)")
     counters.set_defaults(fn=cmd_counters)
 
     fault = sub.add_parser("fault", parents=[common],

@@ -91,16 +91,27 @@ def cmd_ping(args):
 
 def cmd_counters(args):
     state = require_state(args)
+    if args.switch == "all":
+        # Every switch, in the plan's order; --json gives one object per line.
+        for n in state["plan"]["nodes"]:
+            if n["kind"] == "switch":
+                print_counters(state, n, json_lines=args.json)
+        return 0
     node = node_of(state, args.switch)
     if node["kind"] != "switch":
         raise TestbedError(f"{args.switch} is a host; counters are a switch's")
+    print_counters(state, node, json_indent=args.json)
+    return 0
+
+
+def print_counters(state, node, json_indent=False, json_lines=False):
     p = run([state["bins"]["query"], "counters", state["admin"][node["name"]]], check=False)
     if p.returncode != 0:
-        raise TestbedError(p.stderr.strip())
+        raise TestbedError(f"{node['name']}: {p.stderr.strip()}")
     counters = json.loads(p.stdout)
-    if args.json:
-        print(json.dumps(counters, indent=1))
-        return 0
+    if json_indent or json_lines:
+        print(json.dumps(counters, indent=1 if json_indent else None))
+        return
     print(f"switch {counters['name']} ({counters['backend']}, {counters['data_address']}): "
           f"messages received {counters['messages_received']}, sent {counters['messages_sent']}, "
           f"multicasts {counters['multicasts_sent']}")
@@ -110,7 +121,6 @@ def cmd_counters(args):
     for c in counters.get("backend_counters", []):
         if int(c.get("count", 0)) and c["name"].startswith(("bridge.", "link.", "frame.")):
             print(f"  {c['name']} {c['count']}")
-    return 0
 
 
 def cmd_fault(args):
