@@ -2,13 +2,25 @@
 // on 4 hosts, clean and with seeded faults on every link, exits 0 with every
 // row verified by every rank, and a long allreduce's row is followed by its
 // first call and the warming-up calls after it, timed apart
-// (docs/operations.md, "The demo").
+// (docs/operations.md, "The demo"). With its switches killed in the middle
+// of a row, the library fails over: every result is still right, that row
+// and every one after it are marked as the hosts', and the demo says the
+// fabric failed and exits 1 with its logs kept.
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cli/run_cli.h"
@@ -17,6 +29,7 @@ namespace netfold {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The demo on 4 hosts with `extra` arguments, within 120 s (it takes one
 // or two on an idle machine).
@@ -71,6 +84,119 @@ TEST(DemoCommand, EveryResultIsVerifiedUnderSeededFaultsOnEveryLink) {
   const CliResult r = RunDemo({"--faults", "--seed", "3"});
   ExpectEveryRowVerified(r);
   EXPECT_THAT(r.out, HasSubstr("seeded faults on every link"));
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The demo's rank processes: `netfold __demo-rank`, children of the demo,
+// which is this test's child.
+std::vector<pid_t> DemoRanks() {
+  auto parent_of = [](pid_t pid) -> pid_t {
+    const std::string stat = ReadAll(absl::StrFormat("/proc/%d/stat", pid));
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
+    pid_t ppid = 0;
+    return fields.size() > 1 && absl::SimpleAtoi(fields[1], &ppid) ? ppid : 0;
+  };
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
+    const pid_t parent = parent_of(pid);
+    if (parent <= 1 || parent_of(parent) != getpid()) continue;
+    if (absl::StrContains(ReadAll(absl::StrFormat("/proc/%d/cmdline", pid)), "__demo-rank")) {
+      out.push_back(pid);
+    }
+  }
+  return out;
+}
+
+TEST(DemoCommand, SwitchesKilledMidRunLeaveTheRestToTheHostsAndTheDemoSaysSo) {
+  // The demo's fabric makes its state directory under TMPDIR: ours, so
+  // that the test finds it (and no other demo's).
+  std::string tmpl = (std::filesystem::temp_directory_path() / "demo_fail_test-XXXXXX").string();
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string dir = tmpl;
+  const char* old_tmpdir = std::getenv("TMPDIR");
+  const std::string saved = old_tmpdir != nullptr ? old_tmpdir : "";
+  setenv("TMPDIR", dir.c_str(), 1);
+  const std::string err_path = dir + "/demo.err";
+  tools::CommandResult result;
+  absl::Status ran;
+  std::thread demo([&] {
+    tools::CommandOptions options;
+    options.timeout = absl::Seconds(150);
+    options.stderr_path = err_path;
+    absl::StatusOr<tools::CommandResult> r =
+        tools::RunCommand({NETFOLD_CLI, "demo", "--hosts", "4"}, options);
+    if (r.ok()) result = *r; else ran = r.status();
+  });
+  // The 16 MiB row's announcement: its eleven calls take half a second or
+  // more. The ranks are stopped before they can finish it, the switches
+  // killed, and the ranks let go.
+  const absl::Time give_up = absl::Now() + absl::Seconds(120);
+  bool announced = false;
+  while (!announced && absl::Now() < give_up) {
+    announced = absl::StrContains(ReadAll(err_path), "allreduce of 16 MiB");
+    if (!announced) absl::SleepFor(absl::Milliseconds(5));
+  }
+  const std::vector<pid_t> ranks = DemoRanks();
+  for (pid_t pid : ranks) kill(pid, SIGSTOP);
+  std::string state;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (absl::StartsWith(e.path().filename().string(), "netfold-fabric-")) state = e.path();
+  }
+  const CliResult killed =
+      RunCli({NETFOLD_CLI, "kill", "switches", "--state-dir", state}, absl::Seconds(30),
+             "demo_command_test");
+  for (pid_t pid : ranks) kill(pid, SIGCONT);
+  const absl::Time killed_at = absl::Now();
+  demo.join();
+  const absl::Duration after_kill = absl::Now() - killed_at;
+  if (old_tmpdir != nullptr) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
+  const std::string err = ReadAll(err_path);
+  std::filesystem::remove_all(dir, ec);  // the kept state directory with it
+
+  ASSERT_TRUE(announced) << "the 16 MiB row never started\n" << err;
+  ASSERT_EQ(ranks.size(), 4u) << err;
+  ASSERT_FALSE(state.empty());
+  ASSERT_EQ(killed.exit_code, 0) << killed.out << killed.err;
+  ASSERT_TRUE(ran.ok()) << ran << "\n" << err;
+  EXPECT_EQ(result.exit_code, 1) << result.output << err;
+  EXPECT_LT(after_kill, absl::Seconds(60)) << result.output << err;
+  // Every row verified; the rows before the kill by the fabric, the 16 MiB
+  // row and the three after it (reduce, bcast, barrier) on the hosts.
+  int by_fabric = 0, by_hosts = 0;
+  bool after = false;
+  for (absl::string_view line : absl::StrSplit(result.output, '\n')) {
+    const bool is_row = absl::StartsWith(line, "allreduce ") || absl::StartsWith(line, "reduce ") ||
+                        absl::StartsWith(line, "bcast ") || absl::StartsWith(line, "barrier ");
+    if (!is_row) continue;
+    if (absl::StrContains(line, " 16 MiB ")) after = true;
+    if (after) {
+      EXPECT_TRUE(absl::EndsWith(line, "yes (4/4), on the hosts")) << line;
+      ++by_hosts;
+    } else {
+      EXPECT_TRUE(absl::EndsWith(line, "yes (4/4)")) << line;
+      ++by_fabric;
+    }
+  }
+  EXPECT_GE(by_fabric, 20) << result.output;
+  EXPECT_EQ(by_hosts, 4) << result.output;
+  EXPECT_THAT(result.output, HasSubstr(" checks, 0 failed."));
+  EXPECT_THAT(result.output, HasSubstr("The fabric failed during the demo: the hosts ran the rows "
+                                       "marked \"on the hosts\""));
+  EXPECT_THAT(result.output, HasSubstr("but the fabric failed during the demo"));
+  EXPECT_THAT(result.output, Not(HasSubstr("FAILED")));
+  EXPECT_THAT(err, HasSubstr("the hosts take over"));
 }
 
 }  // namespace
