@@ -513,6 +513,9 @@ int RunDemo(const DemoOptions& options) {
       setenv("NETFOLD_OOB_RANK", std::to_string(r).c_str(), 1);
       setenv("NETFOLD_OOB_SIZE", std::to_string(options.hosts).c_str(), 1);
       setenv("NETFOLD_HOST", absl::StrFormat("h%d", r).c_str(), 1);
+      // The fabric, with failover: a host algorithm forced from the
+      // caller's environment would make every row the hosts'.
+      setenv("NETFOLD_ALGORITHM", "auto", 1);
       setenv("NETFOLD_LOG_LEVEL", options.log_level.c_str(), 1);
       setenv("NETFOLD_DEMO_SEED", std::to_string(options.seed).c_str(), 1);
       if (options.quick) setenv("NETFOLD_DEMO_QUICK", "1", 1);

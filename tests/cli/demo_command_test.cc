@@ -154,9 +154,11 @@ TEST(DemoCommand, SwitchesKilledMidRunLeaveTheRestToTheHostsAndTheDemoSaysSo) {
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     if (absl::StartsWith(e.path().filename().string(), "netfold-fabric-")) state = e.path();
   }
-  const CliResult killed =
-      RunCli({NETFOLD_CLI, "kill", "switches", "--state-dir", state}, absl::Seconds(30),
-             "demo_command_test");
+  CliResult killed;
+  if (!state.empty()) {
+    killed = RunCli({NETFOLD_CLI, "kill", "switches", "--state-dir", state}, absl::Seconds(30),
+                    "demo_command_test");
+  }
   for (pid_t pid : ranks) kill(pid, SIGCONT);
   const absl::Time killed_at = absl::Now();
   demo.join();
@@ -172,15 +174,23 @@ TEST(DemoCommand, SwitchesKilledMidRunLeaveTheRestToTheHostsAndTheDemoSaysSo) {
   ASSERT_TRUE(ran.ok()) << ran << "\n" << err;
   EXPECT_EQ(result.exit_code, 1) << result.output << err;
   EXPECT_LT(after_kill, absl::Seconds(60)) << result.output << err;
-  // Every row verified; the rows before the kill by the fabric, the 16 MiB
-  // row and the three after it (reduce, bcast, barrier) on the hosts.
+  // Every row verified; the rows before the kill by the fabric, the three
+  // after the 16 MiB row (reduce, bcast, barrier) on the hosts. The 16 MiB
+  // row itself may be either: a call the failover's resync finished on the
+  // fabric's results, or a test thread late to stop the ranks, leaves it
+  // the fabric's.
   int by_fabric = 0, by_hosts = 0;
   bool after = false;
   for (absl::string_view line : absl::StrSplit(result.output, '\n')) {
     const bool is_row = absl::StartsWith(line, "allreduce ") || absl::StartsWith(line, "reduce ") ||
                         absl::StartsWith(line, "bcast ") || absl::StartsWith(line, "barrier ");
     if (!is_row) continue;
-    if (absl::StrContains(line, " 16 MiB ")) after = true;
+    if (absl::StrContains(line, " 16 MiB ")) {
+      EXPECT_TRUE(absl::EndsWith(line, "yes (4/4)") ||
+                  absl::EndsWith(line, "yes (4/4), on the hosts")) << line;
+      after = true;
+      continue;
+    }
     if (after) {
       EXPECT_TRUE(absl::EndsWith(line, "yes (4/4), on the hosts")) << line;
       ++by_hosts;
@@ -190,7 +200,7 @@ TEST(DemoCommand, SwitchesKilledMidRunLeaveTheRestToTheHostsAndTheDemoSaysSo) {
     }
   }
   EXPECT_GE(by_fabric, 20) << result.output;
-  EXPECT_EQ(by_hosts, 4) << result.output;
+  EXPECT_EQ(by_hosts, 3) << result.output;
   EXPECT_THAT(result.output, HasSubstr(" checks, 0 failed."));
   EXPECT_THAT(result.output, HasSubstr("The fabric failed during the demo: the hosts ran the rows "
                                        "marked \"on the hosts\""));
