@@ -38,11 +38,11 @@ inline absl::Status FromGrpc(const grpc::Status& s, std::string_view context = {
   return absl::Status(code, absl::StrFormat("%s: %s", context, s.error_message()));
 }
 
-// `s` as a gRPC status with the same code and message. OK for OK.
+// `s` as a gRPC status with the same code and message (absl's code() is
+// already canonical: Unknown for anything else). OK for OK.
 inline grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
-  const absl::StatusCode code = CanonicalCode(static_cast<int>(s.code()));
-  return grpc::Status(static_cast<grpc::StatusCode>(code), std::string(s.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
 }  // namespace netfold::control

@@ -11,8 +11,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,7 +18,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cli/run_cli.h"
@@ -30,6 +27,13 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+
+// A row of the demo's table (not its header, a long row's extra lines or
+// the summary).
+bool IsRow(absl::string_view line) {
+  return absl::StartsWith(line, "allreduce ") || absl::StartsWith(line, "reduce ") ||
+         absl::StartsWith(line, "bcast ") || absl::StartsWith(line, "barrier ");
+}
 
 // The demo on 4 hosts with `extra` arguments, within 120 s (it takes one
 // or two on an idle machine).
@@ -50,8 +54,7 @@ void ExpectEveryRowVerified(const CliResult& r) {
   int after_long_row = 0;  // lines since the long row, while they are its own
   bool long_row_seen = false;
   for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
-    const bool is_row = absl::StartsWith(line, "allreduce ") || absl::StartsWith(line, "reduce ") ||
-                        absl::StartsWith(line, "bcast ") || absl::StartsWith(line, "barrier ");
+    const bool is_row = IsRow(line);
     if (after_long_row == 1) {
       EXPECT_THAT(std::string(line), HasSubstr("its first call, on fresh buffers:"));
       ++after_long_row;
@@ -86,18 +89,11 @@ TEST(DemoCommand, EveryResultIsVerifiedUnderSeededFaultsOnEveryLink) {
   EXPECT_THAT(r.out, HasSubstr("seeded faults on every link"));
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The demo's rank processes: `netfold __demo-rank`, children of the demo,
 // which is this test's child.
 std::vector<pid_t> DemoRanks() {
   auto parent_of = [](pid_t pid) -> pid_t {
-    const std::string stat = ReadAll(absl::StrFormat("/proc/%d/stat", pid));
+    const std::string stat = ReadFile(absl::StrFormat("/proc/%d/stat", pid));
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) return 0;
     std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
@@ -111,7 +107,7 @@ std::vector<pid_t> DemoRanks() {
     if (!absl::SimpleAtoi(e.path().filename().string(), &pid)) continue;
     const pid_t parent = parent_of(pid);
     if (parent <= 1 || parent_of(parent) != getpid()) continue;
-    if (absl::StrContains(ReadAll(absl::StrFormat("/proc/%d/cmdline", pid)), "__demo-rank")) {
+    if (absl::StrContains(ReadFile(absl::StrFormat("/proc/%d/cmdline", pid)), "__demo-rank")) {
       out.push_back(pid);
     }
   }
@@ -144,7 +140,7 @@ TEST(DemoCommand, SwitchesKilledMidRunLeaveTheRestToTheHostsAndTheDemoSaysSo) {
   const absl::Time give_up = absl::Now() + absl::Seconds(120);
   bool announced = false;
   while (!announced && absl::Now() < give_up) {
-    announced = absl::StrContains(ReadAll(err_path), "allreduce of 16 MiB");
+    announced = absl::StrContains(ReadFile(err_path), "allreduce of 16 MiB");
     if (!announced) absl::SleepFor(absl::Milliseconds(5));
   }
   const std::vector<pid_t> ranks = DemoRanks();
@@ -164,8 +160,20 @@ TEST(DemoCommand, SwitchesKilledMidRunLeaveTheRestToTheHostsAndTheDemoSaysSo) {
   demo.join();
   const absl::Duration after_kill = absl::Now() - killed_at;
   if (old_tmpdir != nullptr) setenv("TMPDIR", saved.c_str(), 1); else unsetenv("TMPDIR");
-  const std::string err = ReadAll(err_path);
-  std::filesystem::remove_all(dir, ec);  // the kept state directory with it
+  const std::string err = ReadFile(err_path);
+  // The directory (and the demo's kept state directory in it) goes at the
+  // end, unless the test failed: then its logs stay for a look.
+  struct RemoveUnlessFailed {
+    std::string dir;
+    ~RemoveUnlessFailed() {
+      if (::testing::Test::HasFailure()) {
+        std::fprintf(stderr, "the demo's logs are kept in %s\n", dir.c_str());
+        return;
+      }
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } remove{dir};
 
   ASSERT_TRUE(announced) << "the 16 MiB row never started\n" << err;
   ASSERT_EQ(ranks.size(), 4u) << err;
@@ -182,9 +190,7 @@ TEST(DemoCommand, SwitchesKilledMidRunLeaveTheRestToTheHostsAndTheDemoSaysSo) {
   int by_fabric = 0, by_hosts = 0;
   bool after = false;
   for (absl::string_view line : absl::StrSplit(result.output, '\n')) {
-    const bool is_row = absl::StartsWith(line, "allreduce ") || absl::StartsWith(line, "reduce ") ||
-                        absl::StartsWith(line, "bcast ") || absl::StartsWith(line, "barrier ");
-    if (!is_row) continue;
+    if (!IsRow(line)) continue;
     if (absl::StrContains(line, " 16 MiB ")) {
       EXPECT_TRUE(absl::EndsWith(line, "yes (4/4)") ||
                   absl::EndsWith(line, "yes (4/4), on the hosts")) << line;

@@ -28,6 +28,14 @@ struct CliResult {
   std::string err;     // its stderr, after why it could not run if so
 };
 
+// The whole of file `path` ("" if it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 // Runs `argv` as an argument vector, stdin from /dev/null, within
 // `timeout`; `tag` names its stderr file.
 inline CliResult RunCli(const std::vector<std::string>& argv, absl::Duration timeout,
@@ -46,10 +54,7 @@ inline CliResult RunCli(const std::vector<std::string>& argv, absl::Duration tim
   } else {
     r.err = run.status().ToString() + "\n";
   }
-  std::ifstream in(err_path);
-  std::stringstream s;
-  s << in.rdbuf();
-  r.err += s.str();
+  r.err += ReadFile(err_path);
   std::remove(err_path.c_str());
   return r;
 }
